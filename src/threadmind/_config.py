@@ -1,0 +1,321 @@
+"""Memory options: frozen, keyword-only records with Mastra's camelCase names on the wire.
+
+A dict in Mastra's shape (``{"lastMessages": 5, "semanticRecall": {"topK": 3}}``) converts through
+:func:`memory_config_from`, so a typo such as ``topk`` fails with its path. Checks live in
+``__post_init__`` and raise :class:`~threadmind.errors.ConfigError` (also a ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from .errors import ConfigError
+
+__all__ = (
+    "GenerateTitleConfig",
+    "IndexConfig",
+    "MemoryConfig",
+    "MessageHistoryConfig",
+    "MessageRange",
+    "ObservationalMemoryConfig",
+    "SemanticRecallConfig",
+    "WorkingMemoryConfig",
+    "merge_config",
+    "memory_config_from",
+)
+
+_CFG: dict[str, Any] = {"frozen": True, "kw_only": True, "rename": "camel", "forbid_unknown_fields": True}
+
+
+class _DefaultLastMessages(int):
+    """Marks ``last_messages`` left at its default, so a token budget can drop the count cap."""
+
+
+_DEFAULT_LAST = _DefaultLastMessages(10)
+
+
+def _non_negative_int(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name} must be a finite non-negative integer")
+
+
+class MessageHistoryConfig(msgspec.Struct, **_CFG):
+    """A token budget for the whole context; ``at_max_remove_tokens`` defaults to 25 % of it."""
+
+    max_tokens: int | float
+    at_max_remove_tokens: int | float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not math.isfinite(self.max_tokens) or self.max_tokens < 0:
+            raise ConfigError("messageHistory.maxTokens must be a finite non-negative number")
+        remove = self.at_max_remove_tokens
+        if remove is not None and (
+            isinstance(remove, bool) or not math.isfinite(remove) or remove < 0 or remove > self.max_tokens
+        ):
+            raise ConfigError(
+                "messageHistory.atMaxRemoveTokens must be a finite non-negative number no greater than maxTokens"
+            )
+
+    @property
+    def remove_tokens(self) -> float:
+        """The effective removal chunk: the given value or 25 % of ``max_tokens``."""
+        return self.max_tokens * 0.25 if self.at_max_remove_tokens is None else self.at_max_remove_tokens
+
+
+class MessageRange(msgspec.Struct, **_CFG):
+    """How many messages around each semantic hit come with it."""
+
+    before: int = 1
+    after: int = 1
+
+    def __post_init__(self) -> None:
+        _non_negative_int(self.before, "messageRange.before")
+        _non_negative_int(self.after, "messageRange.after")
+
+
+class IndexConfig(msgspec.Struct, **_CFG):
+    """HNSW parameters of the message vector index."""
+
+    metric: Literal["cosine", "euclidean", "dotproduct"] = "cosine"
+    m: int = 16
+    ef_construction: int = 64
+    ef_search: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("m", "ef_construction", "ef_search"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value < 1:
+                raise ConfigError(f"indexConfig.{name} must be a positive integer")
+
+
+def _default_index() -> IndexConfig:
+    return IndexConfig()
+
+
+class SemanticRecallConfig(msgspec.Struct, **_CFG):
+    """Vector recall of older messages (top-k hits plus context windows)."""
+
+    top_k: int = 4
+    message_range: int | MessageRange = 1
+    scope: Literal["resource", "thread"] = "resource"
+    max_chunk_chars: int = 16384
+    threshold: float | None = None
+    index_config: IndexConfig = msgspec.field(default_factory=_default_index)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.top_k, bool) or self.top_k < 1:
+            raise ConfigError("semanticRecall.topK must be a positive integer")
+        if isinstance(self.message_range, int):
+            _non_negative_int(self.message_range, "semanticRecall.messageRange")
+        if self.max_chunk_chars < 1:
+            raise ConfigError("semanticRecall.maxChunkChars must be a positive integer")
+
+    @property
+    def range(self) -> MessageRange:
+        """``message_range`` as before/after counts."""
+        if isinstance(self.message_range, MessageRange):
+            return self.message_range
+        return MessageRange(before=self.message_range, after=self.message_range)
+
+
+class WorkingMemoryConfig(msgspec.Struct, **_CFG):
+    """Persistent user facts: a Markdown template or a JSON schema, per resource or per thread."""
+
+    enabled: bool = False
+    template: str | None = None
+    schema: dict[str, Any] | None = None
+    scope: Literal["resource", "thread"] = "resource"
+
+    def __post_init__(self) -> None:
+        if self.template is not None and self.schema is not None:
+            raise ConfigError("workingMemory takes either a template or a schema, not both")
+
+
+class ObservationalMemoryConfig(msgspec.Struct, **_CFG):
+    """Observer/Reflector compression of long threads (reference §8.1)."""
+
+    enabled: bool = True
+    model: Any = None
+    scope: Literal["thread", "resource"] = "thread"
+    message_tokens: int = 30_000
+    observation_tokens: int = 40_000
+    buffer_tokens: float | bool | None = None
+    block_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.message_tokens < 1 or self.observation_tokens < 1:
+            raise ConfigError("observationalMemory token thresholds must be positive")
+        buffer = self.buffer_tokens
+        if isinstance(buffer, (int, float)) and not isinstance(buffer, bool):
+            absolute = buffer * self.message_tokens if 0 < buffer < 1 else buffer
+            if absolute >= self.message_tokens:
+                raise ConfigError(
+                    f"observation.bufferTokens ({buffer}) must be less than messageTokens ({self.message_tokens})"
+                )
+        if self.block_after is not None:
+            absolute = self.block_after * self.message_tokens if 1 <= self.block_after < 100 else self.block_after
+            if absolute < self.message_tokens:
+                raise ConfigError(
+                    f"observation.blockAfter ({self.block_after}) must be >= messageTokens ({self.message_tokens})"
+                )
+
+
+class GenerateTitleConfig(msgspec.Struct, **_CFG):
+    """Title generation after a turn on an untitled thread."""
+
+    model: Any = None
+    instructions: str | None = None
+    min_messages: int = 1
+
+    def __post_init__(self) -> None:
+        _non_negative_int(self.min_messages, "generateTitle.minMessages")
+
+
+def _default_working_memory() -> WorkingMemoryConfig:
+    return WorkingMemoryConfig()
+
+
+class MemoryConfig(msgspec.Struct, **_CFG):
+    """Every memory option, with Mastra's defaults (``last_messages=10``, everything else off)."""
+
+    last_messages: int | bool | None = _DEFAULT_LAST
+    message_history: MessageHistoryConfig | None = None
+    read_only: bool = False
+    retain_full_input: bool = False
+    semantic_recall: bool | SemanticRecallConfig = False
+    working_memory: WorkingMemoryConfig = msgspec.field(default_factory=_default_working_memory)
+    observational_memory: bool | ObservationalMemoryConfig = False
+    generate_title: bool | GenerateTitleConfig = False
+    thread_concurrency: Literal["enqueue", "reject", "parallel"] = "enqueue"
+
+    def __post_init__(self) -> None:
+        last = self.last_messages
+        if last is True:
+            raise ConfigError("lastMessages must be a finite non-negative integer or False")
+        if last is _DEFAULT_LAST:
+            # A token budget alone replaces the default count window (reference §2).
+            msgspec.structs.force_setattr(self, "last_messages", None if self.message_history is not None else 10)
+        elif last is not None and last is not False:
+            _non_negative_int(last, "lastMessages")
+
+    # Derived views used by the processors -------------------------------------------------------
+    @property
+    def max_messages(self) -> int | None:
+        """The count cap of history (0 when disabled, None when only a token budget applies)."""
+        if self.last_messages is False:
+            return 0
+        return None if self.last_messages is None else int(self.last_messages)
+
+    @property
+    def history_enabled(self) -> bool:
+        """History loads and persists unless disabled by ``last_messages`` 0/False or ``max_tokens=0``."""
+        if self.max_messages == 0:
+            return False
+        if self.message_history is not None:
+            return self.message_history.max_tokens != 0
+        return self.max_messages is not None
+
+    @property
+    def semantic_recall_config(self) -> SemanticRecallConfig | None:
+        """The semantic recall options when it is on, else None."""
+        if self.semantic_recall is True:
+            return SemanticRecallConfig()
+        return self.semantic_recall or None
+
+    @property
+    def observational_memory_config(self) -> ObservationalMemoryConfig | None:
+        """The observational memory options when it is on, else None."""
+        om = self.observational_memory
+        if om is True:
+            return ObservationalMemoryConfig()
+        if isinstance(om, ObservationalMemoryConfig) and om.enabled:
+            return om
+        return None
+
+    @property
+    def generate_title_config(self) -> GenerateTitleConfig | None:
+        """The title options when title generation is on, else None."""
+        if self.generate_title is True:
+            return GenerateTitleConfig()
+        return self.generate_title or None
+
+
+def _prepare(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Reject removed options with the reference's messages and flatten OM's nested groups."""
+    data = dict(options)
+    wm = data.get("workingMemory")
+    if isinstance(wm, Mapping) and "use" in wm:
+        raise ConfigError("The workingMemory.use option has been removed. Working memory always uses tool-call mode.")
+    threads = data.pop("threads", None)
+    if isinstance(threads, Mapping) and "generateTitle" in threads:
+        raise ConfigError(
+            "The threads.generateTitle option has been moved. Use the top-level generateTitle option instead."
+        )
+    om = data.get("observationalMemory")
+    if isinstance(om, Mapping):
+        flat = {k: v for k, v in om.items() if k not in ("observation", "reflection")}
+        observation = om.get("observation") or {}
+        reflection = om.get("reflection") or {}
+        for key in ("messageTokens", "bufferTokens", "blockAfter"):
+            if key in observation:
+                flat[key] = observation[key]
+        if "observationTokens" in reflection:
+            flat["observationTokens"] = reflection["observationTokens"]
+        data["observationalMemory"] = flat
+    return data
+
+
+def memory_config_from(options: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:
+    """A :class:`MemoryConfig` from a config, a camelCase dict, or None (the defaults)."""
+    if options is None:
+        return MemoryConfig()
+    if isinstance(options, MemoryConfig):
+        return options
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"options must be a MemoryConfig or a dict, not {type(options).__name__}")
+    try:
+        return msgspec.convert(_prepare(options), MemoryConfig, str_keys=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid memory options: {exc}") from exc
+
+
+def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if value is None and key not in ("messageHistory", "threshold"):
+            continue
+        old = merged.get(key)
+        if isinstance(old, dict) and isinstance(value, Mapping) and key != "schema":
+            merged[key] = _deep_merge(old, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _as_dict(config: MemoryConfig) -> dict[str, Any]:
+    data: dict[str, Any] = msgspec.to_builtins(config, enc_hook=lambda o: o)
+    return data
+
+
+def merge_config(base: MemoryConfig, override: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:
+    """Deep-merge per-call options over ``base`` (objects merge, everything else replaces)."""
+    if override is None:
+        return base
+    if isinstance(override, MemoryConfig):
+        defaults = _as_dict(MemoryConfig())
+        override = {k: v for k, v in _as_dict(override).items() if defaults.get(k) != v}
+    elif not isinstance(override, Mapping):
+        raise ConfigError(f"memory options must be a MemoryConfig or a dict, not {type(override).__name__}")
+    override = _prepare(override)
+    merged = _deep_merge(_as_dict(base), override)
+    if "messageHistory" in override and "lastMessages" not in override and base.message_history is None \
+            and base.last_messages == 10:
+        merged["lastMessages"] = None
+    if merged.get("lastMessages") == 10 and "lastMessages" not in override and merged.get("messageHistory") \
+            and base.message_history is not None:
+        merged["lastMessages"] = base.last_messages
+    return memory_config_from(merged)

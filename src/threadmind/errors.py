@@ -1,0 +1,156 @@
+"""The threadmind error hierarchy.
+
+Every error carries a machine-readable ``code`` (the reference's identifier where one exists, else an
+upper-snake ``THREADMIND_*`` code) and a human message that names the field and the fix::
+
+    ThreadmindError
+    ├── ConfigError (also ValueError)        invalid options, missing storage, closed Memory
+    ├── ValidationError (also ValueError)    bad arguments or messages
+    │   └── InvalidMessage                   a message that does not decode / validate
+    ├── ThreadNotFound                       the thread does not exist
+    ├── ResourceMismatch                     the thread belongs to another resource
+    ├── StorageError                         the database failed (wraps sqlite3 errors)
+    ├── ThreadBusy                           a turn is running and thread_concurrency="reject"
+    ├── EmbeddingDimensionMismatch           embedder dimension differs from the configured one
+    ├── EmbedderError                        the embedder raised
+    ├── ModelError                           the language model raised or ran out of script
+    └── TripWire                             a processor aborted the run
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "ConfigError",
+    "EmbedderError",
+    "EmbeddingDimensionMismatch",
+    "InvalidMessage",
+    "ModelError",
+    "ResourceMismatch",
+    "StorageError",
+    "ThreadBusy",
+    "ThreadNotFound",
+    "ThreadmindError",
+    "TripWire",
+    "ValidationError",
+)
+
+
+class ThreadmindError(Exception):
+    """Base of every threadmind error: a stable ``code`` plus a readable message."""
+
+    default_code = "THREADMIND_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code: str = code or self.default_code
+        self.message: str = message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+class ConfigError(ThreadmindError, ValueError):
+    """Options are invalid or inconsistent (raised at construction or first use)."""
+
+    default_code = "THREADMIND_CONFIG_INVALID"
+
+
+class ValidationError(ThreadmindError, ValueError):
+    """An argument or message is invalid; nothing was written."""
+
+    default_code = "THREADMIND_VALIDATION_FAILED"
+
+
+class InvalidMessage(ValidationError):
+    """A message failed to decode or validate; the message names the offending field."""
+
+    default_code = "INVALID_MESSAGE_CONTENT"
+
+
+class ThreadNotFound(ThreadmindError, LookupError):
+    """The thread does not exist."""
+
+    default_code = "THREADMIND_THREAD_NOT_FOUND"
+
+    def __init__(self, thread_id: str, *, code: str | None = None, message: str | None = None) -> None:
+        self.thread_id = thread_id
+        super().__init__(message or f"thread {thread_id!r} does not exist", code=code)
+
+
+class ResourceMismatch(ThreadmindError):
+    """The thread is owned by another resource than the one given."""
+
+    default_code = "THREADMIND_RESOURCE_MISMATCH"
+
+    def __init__(
+        self,
+        thread_id: str,
+        owner: str,
+        resource_id: str,
+        *,
+        code: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        self.thread_id = thread_id
+        self.owner = owner
+        self.resource_id = resource_id
+        super().__init__(
+            message
+            or f"Thread with id {thread_id} is for resource with id {owner} "
+            f"but resource {resource_id} was queried.",
+            code=code,
+        )
+
+
+class StorageError(ThreadmindError):
+    """The storage backend failed; the cause is chained."""
+
+    default_code = "THREADMIND_STORAGE_FAILED"
+
+
+class ThreadBusy(ThreadmindError):
+    """A turn is already running on this thread and ``thread_concurrency="reject"``."""
+
+    default_code = "THREADMIND_THREAD_BUSY"
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(f"thread {thread_id!r} already has a turn in progress (thread_concurrency='reject')")
+
+
+class EmbeddingDimensionMismatch(ThreadmindError):
+    """The embedder returned vectors of another dimension than ``embedding_dimension``."""
+
+    default_code = "MASTRA_MEMORY_EMBEDDING_DIMENSION_MISMATCH"
+
+    def __init__(self, expected: int, actual: int) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"embedding_dimension is {expected} but the embedder returned vectors of dimension {actual}; "
+            "use a matching embedder or change embedding_dimension"
+        )
+
+
+class EmbedderError(ThreadmindError):
+    """The embedder raised; the original error is chained as ``__cause__``."""
+
+    default_code = "THREADMIND_EMBEDDER_FAILED"
+
+
+class ModelError(ThreadmindError):
+    """The language model raised, or a scripted model ran out of responses."""
+
+    default_code = "THREADMIND_MODEL_FAILED"
+
+
+class TripWire(ThreadmindError):
+    """A processor called ``abort(reason)``: the run ends and nothing is persisted."""
+
+    default_code = "THREADMIND_TRIPWIRE"
+
+    def __init__(self, reason: str, *, processor_id: str | None = None, retry: bool = False) -> None:
+        self.reason = reason
+        self.processor_id = processor_id
+        self.retry = retry
+        super().__init__(reason)

@@ -1,0 +1,182 @@
+"""The storage protocol every backend implements, and the query/result records it speaks.
+
+``Memory`` owns policy (history windows, recall, processors); a store only persists and queries.
+Ordering everywhere is (``created_at``, per-thread insertion sequence), so equal timestamps never
+reorder. Every write method is atomic: it commits fully or raises and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+
+import msgspec
+
+from ..codecs import Message, Resource, Thread
+
+__all__ = (
+    "UNSET",
+    "DateRange",
+    "Include",
+    "MessagePage",
+    "MessageQuery",
+    "Store",
+    "ThreadPage",
+    "UnsetType",
+)
+
+T = TypeVar("T")
+UNSET = msgspec.UNSET
+UnsetType = msgspec.UnsetType
+
+
+class Include(msgspec.Struct, frozen=True, kw_only=True):
+    """A context window around one message: the message, ``previous`` before it and ``next`` after it."""
+
+    id: str
+    with_previous_messages: int = 0
+    with_next_messages: int = 0
+
+
+class DateRange(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounds on ``created_at``; inclusive unless the matching ``*_exclusive`` flag is set."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+    start_exclusive: bool = False
+    end_exclusive: bool = False
+
+
+class MessageQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``list_messages`` request (reference §5.3 semantics)."""
+
+    thread_id: str | list[str]
+    resource_id: str | None = None
+    page: int = 0
+    per_page: int | bool = 40  # False = all rows, 0 = none (only ``include`` windows)
+    direction: Literal["ASC", "DESC"] = "ASC"
+    include: list[Include] = msgspec.field(default_factory=list)
+    date_range: DateRange | None = None
+    metadata: dict[str, Any] | None = None  # scalar equality on content.metadata.<key>
+    include_total: bool = True
+
+
+class MessagePage(msgspec.Struct, frozen=True, kw_only=True):
+    """Messages in the requested direction plus paging facts."""
+
+    messages: list[Message]
+    total: int
+    page: int
+    per_page: int | bool
+    has_more: bool
+
+
+class ThreadPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of threads."""
+
+    threads: list[Thread]
+    total: int
+    page: int
+    per_page: int | bool
+    has_more: bool
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable threads, messages and resources. Implementations: ``SQLiteStore``, ``InMemoryStore``."""
+
+    async def open(self) -> None:
+        """Create or validate the schema and connections; idempotent."""
+
+    async def aclose(self) -> None:
+        """Flush and close everything; idempotent."""
+
+    # threads -----------------------------------------------------------------------------------
+    async def create_thread(self, thread: Thread) -> Thread:
+        """Insert a new thread; ``ValidationError`` if the id exists."""
+        ...
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """The thread or None."""
+        ...
+
+    async def list_threads(
+        self,
+        *,
+        resource_id: str | None = None,
+        page: int = 0,
+        per_page: int | bool = 100,
+        order_by: Literal["created_at", "updated_at"] = "created_at",
+        direction: Literal["ASC", "DESC"] = "DESC",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ThreadPage:
+        """Threads filtered by owner and scalar metadata equality."""
+        ...
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Set the title (when given), shallow-merge metadata, bump ``updated_at``; ``ThreadNotFound``."""
+        ...
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread and its messages in one transaction (no error when missing)."""
+
+    async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
+        """Move a thread and all its messages to another resource in one transaction."""
+        ...
+
+    async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
+        """Insert a new thread and its messages atomically (used by clone)."""
+        ...
+
+    # messages ----------------------------------------------------------------------------------
+    async def save_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        """Upsert messages of one thread atomically, in order.
+
+        Checks in the same transaction: the thread exists (``ThreadNotFound``), every message has this
+        ``thread_id`` and the thread's ``resource_id`` (``ResourceMismatch``), no id already belongs to
+        another thread (``ValidationError``). An existing id keeps its original ``created_at`` and its
+        position; new ids are appended after everything stored. Bumps the thread's ``updated_at``.
+        Returns the messages as stored (original ``created_at`` for re-saved ids).
+        """
+        ...
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        """Page through a thread's messages (reference §5.3), with include windows and filters."""
+        ...
+
+    async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        """Messages with these ids in any thread, ascending by (created_at, sequence); unknown ids skipped."""
+        ...
+
+    async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
+        """Partial updates by id (content merged one level, content.metadata merged), bump threads."""
+        ...
+
+    async def delete_messages(self, ids: Sequence[str]) -> set[str]:
+        """Delete messages by id; return the affected thread ids (their ``updated_at`` bumped)."""
+        ...
+
+    # resources ---------------------------------------------------------------------------------
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        """The resource row or None."""
+        ...
+
+    async def update_resource(
+        self,
+        resource_id: str,
+        *,
+        working_memory: str | None | UnsetType = UNSET,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Resource:
+        """Create the row if missing (metadata ``{}``), else set the given fields (metadata shallow-merged)."""
+        ...
+
+
+WriteFn = Callable[[Any], T]
