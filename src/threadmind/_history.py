@@ -1,0 +1,202 @@
+"""Token-budget history: the paged newest-first loader and the per-thread trim boundary (reference §3.4).
+
+The boundary lives in ``thread.metadata["memoryTokenLimiter"]`` as ``{createdAt, messageIds, maxTokens,
+atMaxRemoveTokens}``; it only moves forward and is ignored when the budget changes. Trimming never deletes
+rows, it only excludes them from future context windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from ._config import MemoryConfig
+from ._hygiene import is_transient_signal
+from .codecs import Message, ToolInvocationPart, from_iso, to_iso
+from .stores._protocol import Include, MessageQuery, Store
+from .tokens import DefaultTokenCounter, TokenCounter
+
+__all__ = (
+    "BOUNDARY_KEY",
+    "Boundary",
+    "CONVERSATION_OVERHEAD",
+    "advance_boundary",
+    "group_by_tool_calls",
+    "load_token_window",
+    "read_boundary",
+)
+
+BOUNDARY_KEY = "memoryTokenLimiter"
+CONVERSATION_OVERHEAD = 24
+_PAGE = 40
+
+
+class Boundary(msgspec.Struct, frozen=True):
+    """Messages at or before (``created_at``, ``message_ids``) are trimmed from the context."""
+
+    created_at: datetime
+    message_ids: frozenset[str]
+    max_tokens: float
+    at_max_remove_tokens: float
+
+    def is_after(self, message: Message) -> bool:
+        """True when the message is still in context (strictly after the boundary)."""
+        if message.created_at != self.created_at:
+            return message.created_at > self.created_at
+        return message.id not in self.message_ids
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The JSON object stored in thread metadata (Mastra's shape)."""
+        return {
+            "createdAt": to_iso(self.created_at),
+            "messageIds": sorted(self.message_ids),
+            "maxTokens": _num(self.max_tokens),
+            "atMaxRemoveTokens": _num(self.at_max_remove_tokens),
+        }
+
+
+def _num(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def read_boundary(metadata: Mapping[str, Any] | None, max_tokens: float, remove_tokens: float) -> Boundary | None:
+    """The stored boundary when it was written under the same budget, else None."""
+    raw = (metadata or {}).get(BOUNDARY_KEY)
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        if float(raw.get("maxTokens", -1)) != float(max_tokens):
+            return None
+        if float(raw.get("atMaxRemoveTokens", -1)) != float(remove_tokens):
+            return None
+        created = from_iso(str(raw["createdAt"]))
+        ids = frozenset(str(i) for i in raw.get("messageIds") or ())
+    except (KeyError, TypeError, ValueError):
+        return None
+    return Boundary(created, ids, max_tokens, remove_tokens)
+
+
+def advance_boundary(
+    previous: Boundary | None, removed: Sequence[Message], max_tokens: float, remove_tokens: float
+) -> Boundary | None:
+    """The boundary after trimming ``removed``; monotonic (never moves backwards)."""
+    if not removed:
+        return previous
+    newest = max(m.created_at for m in removed)
+    ids = frozenset(m.id for m in removed if m.created_at == newest)
+    if previous is not None:
+        if newest < previous.created_at:
+            return previous
+        if newest == previous.created_at:
+            ids = ids | previous.message_ids
+    return Boundary(newest, ids, max_tokens, remove_tokens)
+
+
+def _tool_call_ids(message: Message) -> Iterable[str]:
+    for part in message.content.parts:
+        if isinstance(part, ToolInvocationPart):
+            yield part.tool_invocation.tool_call_id
+    for legacy in message.content.tool_invocations or ():
+        if isinstance(legacy, Mapping) and isinstance(legacy.get("toolCallId"), str):
+            yield legacy["toolCallId"]
+
+
+def group_by_tool_calls(messages: Sequence[Message]) -> list[list[Message]]:
+    """Groups of messages that share any tool-call id (union-find); order of first appearance."""
+    parent = list(range(len(messages)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for index, message in enumerate(messages):
+        for call_id in _tool_call_ids(message):
+            if call_id in owner:
+                a, b = find(owner[call_id]), find(index)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+            else:
+                owner[call_id] = index
+    groups: dict[int, list[Message]] = {}
+    for index, message in enumerate(messages):
+        groups.setdefault(find(index), []).append(message)
+    return list(groups.values())
+
+
+def _retain(
+    newest_first: Sequence[Message], counter: TokenCounter, max_messages: int | None, budget: float
+) -> tuple[list[Message], bool]:
+    """Keep whole groups newest-first while both limits hold; True when a group did not fit."""
+    kept: list[Message] = []
+    tokens = float(CONVERSATION_OVERHEAD)
+    for group in group_by_tool_calls(newest_first):
+        group_tokens = sum(counter.count_message(m) for m in group)
+        if max_messages is not None and len(kept) + len(group) > max_messages:
+            return kept, True
+        if tokens + group_tokens > budget:
+            return kept, True
+        kept.extend(group)
+        tokens += group_tokens
+    return kept, False
+
+
+async def load_token_window(
+    store: Store,
+    thread_id: str,
+    resource_id: str | None,
+    config: MemoryConfig,
+    includes: Sequence[Include] = (),
+    *,
+    counter: TokenCounter | None = None,
+    boundary: Boundary | None = None,
+    use_stored_boundary: bool = True,
+) -> list[Message]:
+    """History that fits ``max_tokens − at_max_remove_tokens`` (and the count cap), ascending."""
+    history = config.message_history
+    assert history is not None
+    counter = counter or DefaultTokenCounter()
+    budget = history.max_tokens - history.remove_tokens
+    if boundary is None and use_stored_boundary:
+        thread = await store.get_thread(thread_id)
+        if thread is not None:
+            boundary = read_boundary(thread.metadata, history.max_tokens, history.remove_tokens)
+    loaded: list[Message] = []
+    kept: list[Message] = []
+    page = 0
+    while True:
+        result = await store.list_messages(
+            MessageQuery(thread_id=thread_id, resource_id=resource_id, page=page, per_page=_PAGE,
+                         direction="DESC", include_total=False)
+        )
+        crossed = False
+        for message in result.messages:
+            if boundary is not None and not boundary.is_after(message):
+                crossed = True
+                break
+            if message.role == "system" or is_transient_signal(message):
+                continue
+            loaded.append(message)
+        kept, overflowed = _retain(loaded, counter, config.max_messages, budget)
+        if overflowed or crossed or len(result.messages) < _PAGE:
+            break
+        page += 1
+    kept.reverse()
+    if includes:
+        extra = await store.list_messages(
+            MessageQuery(thread_id=thread_id, resource_id=resource_id, per_page=0, include=list(includes))
+        )
+        have = {m.id for m in kept}
+        for message in extra.messages:
+            if message.id in have or (boundary is not None and message.thread_id == thread_id
+                                      and not boundary.is_after(message)):
+                continue
+            kept.append(message)
+            have.add(message.id)
+        kept.sort(key=lambda m: m.created_at)
+    return kept

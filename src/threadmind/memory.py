@@ -1,0 +1,837 @@
+"""The ``Memory`` facade: threads, messages, recall and working memory over a store and an index.
+
+``Memory`` owns policy (history windows, recall, hygiene, validation); stores persist, actors serialize.
+Every thread operation runs through that thread's :class:`~threadmind.actors.ThreadActor`; every
+resource-scoped working-memory update through a resource actor. ``start()``/``aclose()`` (or
+``async with``) enter and exit the task groups that own those actors, so they must be called from the
+same task, as with any anyio task group.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+
+import anyio
+import msgspec
+
+from ._config import (
+    GenerateTitleConfig,
+    IndexConfig,
+    MemoryConfig,
+    MessageHistoryConfig,
+    MessageRange,
+    ObservationalMemoryConfig,
+    SemanticRecallConfig,
+    WorkingMemoryConfig,
+    memory_config_from,
+    merge_config,
+)
+from ._hygiene import persistable
+from ._results import CloneResult, RecallResult, SaveResult, Usage
+from .actors._registry import ActorRegistry
+from .actors._resource_actor import ResourceActor
+from .actors._thread_actor import (
+    CreateThread,
+    DeleteMessages,
+    DeleteThread,
+    Exclusive,
+    LoadMessages,
+    SaveMessages,
+    ThreadActor,
+    UpdateThread,
+)
+from .codecs import Message, Resource, Thread, message_from_dict, to_iso, utc_now
+from .errors import (
+    ConfigError,
+    EmbedderError,
+    InvalidMessage,
+    ResourceMismatch,
+    ThreadmindError,
+    ThreadNotFound,
+    ValidationError,
+)
+from .stores._protocol import DateRange, Include, MessagePage, MessageQuery, Store, ThreadPage
+from .tracing import operation_span
+
+if TYPE_CHECKING:
+    from .actors._index_actor import IndexActor
+    from .embedders._protocol import Embedder
+    from .stores._hnsw import HnswVectorStore
+
+__all__ = (
+    "GenerateTitleConfig",
+    "IndexConfig",
+    "Memory",
+    "MemoryConfig",
+    "MessageHistoryConfig",
+    "MessageRange",
+    "ObservationalMemoryConfig",
+    "SemanticRecallConfig",
+    "WorkingMemoryConfig",
+)
+
+T = TypeVar("T")
+
+_STORAGE_MISSING = (
+    "Memory requires a storage provider to function. Add a storage configuration to Memory "
+    "(for example storage=SQLiteStore('memory.db'))."
+)
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+def _require_id(value: object, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"`{field}` must be a non-empty string, got {value!r}")
+    return value
+
+
+def _coerce_message(value: object, index: int) -> Message:
+    if isinstance(value, Message):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return message_from_dict(value)
+        except InvalidMessage as exc:
+            raise InvalidMessage(exc.message.replace("`$.", f"`messages[{index}].")) from exc
+    raise ValidationError(f"messages[{index}] must be a Message or a dict, not {type(value).__name__}")
+
+
+def _include_from(value: object, index: int) -> Include:
+    if isinstance(value, Include):
+        return value
+    if not isinstance(value, Mapping) or not isinstance(value.get("id"), str):
+        raise ValidationError(f"include[{index}] must be a dict with a string 'id'")
+
+    def _count(*names: str) -> int:
+        for name in names:
+            if name in value:
+                count = value[name]
+                if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                    raise ValidationError(f"include[{index}].{name} must be a non-negative integer")
+                return count
+        return 0
+
+    return Include(
+        id=value["id"],
+        with_previous_messages=_count("with_previous_messages", "withPreviousMessages"),
+        with_next_messages=_count("with_next_messages", "withNextMessages"),
+    )
+
+
+def _date_range_from(value: object) -> DateRange | None:
+    if value is None or isinstance(value, DateRange):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValidationError("date_range must be a dict with start/end datetimes")
+    known = {"start", "end", "start_exclusive", "end_exclusive", "startExclusive", "endExclusive"}
+    unknown = set(value) - known
+    if unknown:
+        raise ValidationError(f"date_range has unknown keys {sorted(unknown)}; use start, end, *_exclusive")
+    for key in ("start", "end"):
+        if value.get(key) is not None and not isinstance(value[key], datetime):
+            raise ValidationError(f"date_range.{key} must be a datetime or None")
+    return DateRange(
+        start=value.get("start"),
+        end=value.get("end"),
+        start_exclusive=bool(value.get("start_exclusive", value.get("startExclusive", False))),
+        end_exclusive=bool(value.get("end_exclusive", value.get("endExclusive", False))),
+    )
+
+
+class Memory:
+    """Durable conversational memory for agents (threads, messages, recall, working memory).
+
+    :param storage: a ``Store`` (``SQLiteStore`` or ``InMemoryStore``); operations without one raise
+        ``ConfigError``.
+    :param vector: an ``HnswVectorStore`` for semantic recall, or None/False for none.
+    :param embedder: an ``Embedder`` or a model-router string such as ``"openai/text-embedding-3-small"``.
+    :param embedding_dimension: the expected vector length; a different embedder output raises
+        ``EmbeddingDimensionMismatch`` before any index is created.
+    :param options: a ``MemoryConfig`` or a dict in Mastra's camelCase shape.
+    """
+
+    def __init__(
+        self,
+        *,
+        storage: Store | None = None,
+        vector: HnswVectorStore | Literal[False] | None = None,
+        embedder: Embedder | str | None = None,
+        embedding_dimension: int | None = None,
+        options: MemoryConfig | Mapping[str, Any] | None = None,
+        idle_timeout: float = 300.0,
+        max_actors: int = 10_000,
+    ) -> None:
+        self._options = memory_config_from(options)
+        if embedding_dimension is not None and (
+            isinstance(embedding_dimension, bool) or not isinstance(embedding_dimension, int) or embedding_dimension < 1
+        ):
+            raise ConfigError("embedding_dimension must be a positive integer")
+        if isinstance(embedder, str):
+            from .embedders._resolve import resolve_embedder
+
+            embedder = resolve_embedder(embedder)
+        self._storage = storage
+        self._vector = vector or None
+        self._embedder = embedder
+        self._embedding_dimension = embedding_dimension
+        if self._options.semantic_recall_config is not None:
+            if self._vector is None:
+                raise ConfigError("Semantic recall requires a vector store to be configured.", code="THREADMIND_CONFIG_VECTOR")
+            if self._embedder is None:
+                raise ConfigError("Semantic recall requires an embedder to be configured.", code="THREADMIND_CONFIG_EMBEDDER")
+        self._idle_timeout = idle_timeout
+        self._max_actors = max_actors
+        self._state = _State.NEW
+        self._stack: AsyncExitStack | None = None
+        self._threads: ActorRegistry[ThreadActor] | None = None
+        self._resources: ActorRegistry[ResourceActor] | None = None
+        self._index: IndexActor | None = None
+        self._background: anyio.abc.TaskGroup | None = None
+
+    # lifecycle -----------------------------------------------------------------------------------
+    @property
+    def options(self) -> MemoryConfig:
+        """The instance options (per-call options merge over these)."""
+        return self._options
+
+    @property
+    def storage(self) -> Store:
+        """The configured store; ``ConfigError`` when there is none."""
+        if self._storage is None:
+            raise ConfigError(_STORAGE_MISSING, code="THREADMIND_STORAGE_MISSING")
+        return self._storage
+
+    async def start(self) -> None:
+        """Open the store and start the actor system (idempotent)."""
+        if self._state is _State.RUNNING:
+            return
+        if self._state is _State.CLOSED:
+            raise ThreadmindError("this Memory is closed; create a new one", code="THREADMIND_CLOSED")
+        store = self.storage
+        stack = AsyncExitStack()
+        try:
+            await store.open()
+            stack.push_async_callback(store.aclose)
+            self._threads = await stack.enter_async_context(
+                ActorRegistry(
+                    lambda key: ThreadActor(key, store),
+                    idle_timeout=self._idle_timeout,
+                    max_actors=self._max_actors,
+                )
+            )
+            self._resources = await stack.enter_async_context(
+                ActorRegistry(lambda key: ResourceActor(key), idle_timeout=self._idle_timeout)
+            )
+            if self._vector is not None and self._embedder is not None:
+                from .actors._index_actor import IndexActor
+
+                recall = self._options.semantic_recall_config or SemanticRecallConfig()
+                index = IndexActor(
+                    store=store,
+                    vector=self._vector,
+                    embedder=self._embedder,
+                    embedding_dimension=self._embedding_dimension,
+                    max_chunk_chars=recall.max_chunk_chars,
+                )
+                self._index = await stack.enter_async_context(index)
+            self._background = await stack.enter_async_context(anyio.create_task_group())
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+            raise
+        self._stack = stack
+        self._state = _State.RUNNING
+
+    async def aclose(self) -> None:
+        """Wait for background work, drain every actor, flush the index and close the store."""
+        if self._state is not _State.RUNNING:
+            self._state = _State.CLOSED
+            return
+        self._state = _State.CLOSED
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            with anyio.CancelScope(shield=True):
+                await stack.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _running(self) -> tuple[Store, ActorRegistry[ThreadActor]]:
+        store = self.storage
+        if self._state is _State.NEW:
+            raise ThreadmindError(
+                "Memory is not started: use `async with memory:` or `await memory.start()` first",
+                code="THREADMIND_NOT_STARTED",
+            )
+        if self._state is _State.CLOSED or self._threads is None:
+            raise ThreadmindError("this Memory is closed", code="THREADMIND_CLOSED")
+        return store, self._threads
+
+    async def _ask(self, thread_id: str, command: Any) -> Any:
+        _, threads = self._running()
+        return await threads.ask(thread_id, command)
+
+    async def _exclusive(self, thread_id: str, fn: Callable[[], Awaitable[T]], name: str) -> T:
+        result: T = await self._ask(thread_id, Exclusive(fn, name))
+        return result
+
+    async def _resource_exclusive(self, resource_id: str, fn: Callable[[], Awaitable[T]], name: str) -> T:
+        self._running()
+        assert self._resources is not None
+        result: T = await self._resources.ask(resource_id, Exclusive(fn, name))
+        return result
+
+    def _call_config(self, override: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:
+        return merge_config(self._options, override) if override is not None else self._options
+
+    # threads -------------------------------------------------------------------------------------
+    async def create_thread(
+        self,
+        *,
+        resource_id: str,
+        thread_id: str | None = None,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Create a thread owned by ``resource_id``; ``ValidationError`` if the id is taken."""
+        _require_id(resource_id, "resource_id")
+        if thread_id is not None:
+            _require_id(thread_id, "thread_id")
+        if title is not None and not isinstance(title, str):
+            raise ValidationError(f"`title` must be a string, got {type(title).__name__}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ValidationError(f"`metadata` must be a dict, got {type(metadata).__name__}")
+        thread_id = thread_id or str(uuid.uuid4())
+        now = utc_now()
+        thread = Thread(thread_id, resource_id, title or "", dict(metadata) if metadata is not None else None, now, now)
+        with operation_span("threadmind.memory.create_thread", "update_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            created: Thread = await self._ask(thread_id, CreateThread(thread))
+            return created
+
+    async def get_thread_by_id(self, thread_id: str, *, resource_id: str | None = None) -> Thread | None:
+        """The thread, or None when missing or owned by another resource than ``resource_id``."""
+        _require_id(thread_id, "thread_id")
+        with operation_span("threadmind.memory.get_thread", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            store, _ = self._running()
+            thread = await store.get_thread(thread_id)
+            if thread is None or (resource_id is not None and thread.resource_id != resource_id):
+                return None
+            return thread
+
+    async def list_threads(
+        self,
+        *,
+        resource_id: str | None = None,
+        page: int = 0,
+        per_page: int | bool = 100,
+        order_by: Literal["created_at", "updated_at"] = "created_at",
+        direction: Literal["ASC", "DESC"] = "DESC",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ThreadPage:
+        """A page of threads, optionally of one resource and matching scalar metadata values."""
+        if order_by not in ("created_at", "updated_at", "createdAt", "updatedAt"):
+            raise ValidationError(f"order_by must be 'created_at' or 'updated_at', got {order_by!r}")
+        if direction not in ("ASC", "DESC"):
+            raise ValidationError(f"direction must be 'ASC' or 'DESC', got {direction!r}")
+        order: Literal["created_at", "updated_at"] = "updated_at" if order_by in ("updated_at", "updatedAt") \
+            else "created_at"
+        with operation_span("threadmind.memory.list_threads", "search_memory", resource_id=resource_id):
+            store, _ = self._running()
+            return await store.list_threads(resource_id=resource_id, page=page, per_page=per_page, order_by=order,
+                                            direction=direction, metadata=metadata)
+
+    async def update_thread(
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> Thread:
+        """Set the title and/or shallow-merge metadata; ``ThreadNotFound`` when missing."""
+        _require_id(thread_id, "thread_id")
+        if title is not None and not isinstance(title, str):
+            raise ValidationError(f"`title` must be a string, got {type(title).__name__}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ValidationError(f"`metadata` must be a dict, got {type(metadata).__name__}")
+        with operation_span("threadmind.memory.update_thread", "update_memory", thread_id=thread_id):
+            thread: Thread = await self._ask(thread_id, UpdateThread(title, metadata))
+            return thread
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread, its messages and its vectors."""
+        _require_id(thread_id, "thread_id")
+        with operation_span("threadmind.memory.delete_thread", "delete_memory", thread_id=thread_id):
+            await self._ask(thread_id, DeleteThread())
+            if self._index is not None:
+                await self._index.delete_thread(thread_id)
+
+    async def update_thread_resource_id(self, thread_id: str, *, resource_id: str) -> Thread:
+        """Move a thread and all its messages (and vectors) to another resource."""
+        _require_id(thread_id, "thread_id")
+        _require_id(resource_id, "resource_id")
+        with operation_span("threadmind.memory.update_thread_resource_id", "update_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            store, _ = self._running()
+            thread = await self._exclusive(
+                thread_id, lambda: store.update_thread_resource_id(thread_id, resource_id), "move_thread"
+            )
+            if self._index is not None:
+                await self._index.move_thread(thread_id, resource_id)
+            return thread
+
+    # messages ------------------------------------------------------------------------------------
+    async def save_messages(
+        self,
+        messages: Sequence[Message | Mapping[str, Any]],
+        *,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> SaveResult:
+        """Persist messages (idempotent upsert by id), then embed them when semantic recall is on.
+
+        Every message needs ``thread_id`` and ``resource_id`` and an existing thread owned by that resource.
+        System messages and transient signals are dropped; ``<working_memory>`` blocks and
+        ``updateWorkingMemory`` tool parts are stripped. Each thread's batch commits atomically. If the
+        embedder fails the messages stay saved, their vectors are queued for retry, and ``EmbedderError``
+        is raised.
+        """
+        config = self._call_config(memory_config)
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise ValidationError("`messages` must be a list of Message objects or dicts")
+        batch: list[Message] = []
+        seen: dict[str, int] = {}
+        for index, value in enumerate(messages):
+            message = _coerce_message(value, index)
+            _require_id(message.thread_id, f"messages[{index}].thread_id")
+            _require_id(message.resource_id, f"messages[{index}].resource_id")
+            kept = persistable(message)
+            if kept is None:
+                continue
+            if kept.id in seen:  # a repeated id in one batch: the last copy wins, in the first slot
+                batch[seen[kept.id]] = kept
+                continue
+            seen[kept.id] = len(batch)
+            batch.append(kept)
+        by_thread: dict[str, list[Message]] = {}
+        for message in batch:
+            by_thread.setdefault(message.thread_id or "", []).append(message)
+        only = next(iter(by_thread)) if len(by_thread) == 1 else None
+        with operation_span("threadmind.memory.save_messages", "upsert_memory", thread_id=only,
+                            threadmind__messages__count=len(batch)):
+            self._running()
+            if not batch:
+                return SaveResult(messages=[])
+            saved = await self._save_by_thread(by_thread)
+            usage: Usage | None = None
+            if self._index is not None and config.semantic_recall_config is not None:
+                tokens = await self._index.upsert_messages(saved)
+                usage = Usage(tokens=tokens) if tokens else None
+            return SaveResult(messages=saved, usage=usage)
+
+    async def _save_by_thread(self, by_thread: dict[str, list[Message]]) -> list[Message]:
+        if len(by_thread) == 1:
+            ((thread_id, msgs),) = by_thread.items()
+            saved: list[Message] = await self._ask(thread_id, SaveMessages(msgs))
+            return saved
+        results: dict[str, list[Message]] = {}
+
+        async def _one(thread_id: str, msgs: list[Message]) -> None:
+            results[thread_id] = await self._ask(thread_id, SaveMessages(msgs))
+
+        async with anyio.create_task_group() as tg:
+            for thread_id, msgs in by_thread.items():
+                tg.start_soon(_one, thread_id, msgs)
+        return [m for thread_id in by_thread for m in results[thread_id]]
+
+    async def recall(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        per_page: int | bool | None = None,
+        page: int = 0,
+        direction: Literal["ASC", "DESC"] | None = None,
+        include: Sequence[Mapping[str, Any] | Include] | None = None,
+        date_range: Mapping[str, Any] | DateRange | None = None,
+        thread_config: MemoryConfig | Mapping[str, Any] | None = None,
+        vector_search_string: str | None = None,
+    ) -> RecallResult:
+        """Messages of a thread: the configured history window by default, or a page when ``per_page`` is given.
+
+        With ``vector_search_string`` and semantic recall on, the top-k similar messages (and their context
+        windows) are merged in; during an embedder outage the result is history only, ``degraded=True``.
+        """
+        if not isinstance(thread_id, str) or not thread_id.strip():
+            raise ValidationError("threadId must be a non-empty string or array of non-empty strings",
+                                  code="MASTRA_STORAGE_LIBSQL_LIST_MESSAGES_INVALID_THREAD_ID")
+        if resource_id is not None:
+            _require_id(resource_id, "resource_id")
+        if isinstance(page, bool) or not isinstance(page, int) or page < 0:
+            raise ValidationError(f"page must be a non-negative integer, got {page!r}",
+                                  code="MASTRA_STORAGE_LIBSQL_LIST_MESSAGES_INVALID_PAGE")
+        if per_page is not None and per_page is not False and (
+            per_page is True or not isinstance(per_page, int) or per_page < 0
+        ):
+            raise ValidationError(f"per_page must be a non-negative integer, False (all) or None, got {per_page!r}")
+        if direction is not None and direction not in ("ASC", "DESC"):
+            raise ValidationError(f"direction must be 'ASC' or 'DESC', got {direction!r}")
+        includes = [_include_from(v, i) for i, v in enumerate(include or ())]
+        window = _date_range_from(date_range)
+        config = self._call_config(thread_config)
+        semantic = config.semantic_recall_config if (vector_search_string and self._index is not None) else None
+        with operation_span("threadmind.memory.recall", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            store, _ = self._running()
+            if not config.history_enabled and per_page is None and semantic is None and not includes:
+                return RecallResult(messages=[], total=0, page=page, per_page=0, has_more=False)
+            if resource_id is not None:
+                thread = await store.get_thread(thread_id)
+                tolerate_missing = semantic is not None and semantic.scope == "resource"
+                if thread is None and not tolerate_missing:
+                    raise ThreadNotFound(thread_id, message=f"No thread found with id {thread_id}")
+                if thread is not None and thread.resource_id != resource_id:
+                    raise ResourceMismatch(thread_id, thread.resource_id, resource_id)
+            degraded = False
+            if semantic is not None:
+                assert vector_search_string is not None
+                hits_include, degraded = await self._semantic_includes(
+                    vector_search_string, semantic, thread_id=thread_id, resource_id=resource_id
+                )
+                includes.extend(hits_include)
+            if per_page is None and config.message_history is not None and config.history_enabled:
+                return await self._token_window(thread_id, resource_id, config, includes, degraded)
+            size: int | bool = per_page if per_page is not None else (config.max_messages or 0)
+            newest_first = direction is None and size is not False
+            query = MessageQuery(
+                thread_id=thread_id,
+                resource_id=resource_id,
+                page=page,
+                per_page=size,
+                direction="DESC" if newest_first else (direction or "ASC"),
+                include=includes,
+                date_range=window,
+            )
+            result: MessagePage = await self._ask(thread_id, LoadMessages(query))
+            messages = _visible(result.messages)
+            if newest_first:
+                messages.reverse()  # the store returned (created_at, sequence) descending
+            return RecallResult(messages=messages, total=result.total, page=result.page,
+                                per_page=result.per_page, has_more=result.has_more, degraded=degraded)
+
+    async def _semantic_includes(
+        self, text: str, semantic: SemanticRecallConfig, *, thread_id: str, resource_id: str | None
+    ) -> tuple[list[Include], bool]:
+        assert self._index is not None
+        if semantic.scope == "resource" and resource_id is None:
+            raise ValidationError(
+                "Memory error: Resource-scoped semantic recall is enabled but no resourceId was provided. "
+                "Either provide a resourceId or explicitly set semanticRecall.scope to 'thread'."
+            )
+        try:
+            hits = await self._index.query(
+                text,
+                top_k=semantic.top_k,
+                resource_id=resource_id if semantic.scope == "resource" else None,
+                thread_id=thread_id if semantic.scope == "thread" else None,
+                threshold=semantic.threshold,
+            )
+        except EmbedderError:
+            return [], True
+        window = semantic.range
+        return [
+            Include(id=hit.message_id, with_previous_messages=window.before, with_next_messages=window.after)
+            for hit in hits
+        ], False
+
+    async def _token_window(
+        self,
+        thread_id: str,
+        resource_id: str | None,
+        config: MemoryConfig,
+        includes: list[Include],
+        degraded: bool,
+    ) -> RecallResult:
+        from ._history import load_token_window
+
+        store, _ = self._running()
+
+        async def _load() -> list[Message]:
+            return await load_token_window(store, thread_id, resource_id, config, includes)
+
+        messages = await self._exclusive(thread_id, _load, "load_token_window")
+        messages = _visible(messages)
+        per_page: int | bool = config.max_messages if config.max_messages is not None else False
+        return RecallResult(messages=messages, total=len(messages), page=0, per_page=per_page, has_more=False,
+                            degraded=degraded)
+
+    async def list_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        """Messages with these ids in any thread, ascending by time; unknown ids are skipped."""
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise ValidationError("`ids` must be a list of message ids")
+        for i, value in enumerate(ids):
+            _require_id(value, f"ids[{i}]")
+        with operation_span("threadmind.memory.list_messages_by_id", "search_memory"):
+            store, _ = self._running()
+            return await store.get_messages_by_id(list(ids))
+
+    async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
+        """Partial updates by id (content merged); changed text is re-embedded."""
+        if isinstance(updates, (str, bytes, Mapping)) or not isinstance(updates, Sequence):
+            raise ValidationError("`updates` must be a list of dicts, each with an 'id'")
+        for i, update in enumerate(updates):
+            if not isinstance(update, Mapping):
+                raise ValidationError(f"updates[{i}] must be a dict with an 'id'")
+            _require_id(update.get("id"), f"updates[{i}].id")
+        if not updates:
+            return []
+        with operation_span("threadmind.memory.update_messages", "update_memory"):
+            store, _ = self._running()
+            existing = {m.id: m for m in await store.get_messages_by_id([u["id"] for u in updates])}
+            by_thread: dict[str, list[Mapping[str, Any]]] = {}
+            for i, update in enumerate(updates):
+                old = existing.get(update["id"])
+                if old is None:
+                    raise ValidationError(f"updates[{i}].id: message {update['id']!r} does not exist")
+                by_thread.setdefault(old.thread_id or "", []).append(update)
+            updated: list[Message] = []
+            for thread_id, subset in by_thread.items():
+                updated.extend(await self._exclusive(thread_id, _bind(store.update_messages, subset), "update_messages"))
+            if self._index is not None and self._options.semantic_recall_config is not None:
+                changed = [m for m in updated if existing[m.id].content != m.content]
+                if changed:
+                    await self._index.upsert_messages(changed)
+            return updated
+
+    async def delete_messages(self, ids: Sequence[str | Message | Mapping[str, Any]]) -> None:
+        """Delete messages by id (or message objects), and their vectors."""
+        if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Sequence):
+            raise ValidationError("Invalid input: must be an array of message IDs or message objects")
+        keys: list[str] = []
+        for item in ids:
+            if isinstance(item, str):
+                key: object = item
+            elif isinstance(item, Message):
+                key = item.id
+            elif isinstance(item, Mapping) and "id" in item:
+                key = item["id"]
+            else:
+                raise ValidationError("Invalid input: array items must be strings or objects with an id property")
+            if not isinstance(key, str) or not key.strip():
+                raise ValidationError("All message IDs must be non-empty strings")
+            keys.append(key)
+        if not keys:
+            return
+        with operation_span("threadmind.memory.delete_messages", "delete_memory"):
+            store, _ = self._running()
+            by_thread: dict[str, list[str]] = {}
+            for message in await store.get_messages_by_id(keys):
+                by_thread.setdefault(message.thread_id or "", []).append(message.id)
+            for thread_id, subset in by_thread.items():
+                await self._ask(thread_id, DeleteMessages(subset))
+            if self._index is not None:
+                await self._index.delete_messages(keys)
+
+    async def clone_thread(
+        self,
+        source_thread_id: str,
+        *,
+        new_thread_id: str | None = None,
+        resource_id: str | None = None,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        message_limit: int | None = None,
+    ) -> CloneResult:
+        """Copy a thread and its messages (new ids) into a new thread; vectors are copied too."""
+        _require_id(source_thread_id, "source_thread_id")
+        if new_thread_id is not None:
+            _require_id(new_thread_id, "new_thread_id")
+        if resource_id is not None:
+            _require_id(resource_id, "resource_id")
+        if message_limit is not None and (isinstance(message_limit, bool) or not isinstance(message_limit, int)
+                                          or message_limit < 0):
+            raise ValidationError("message_limit must be a non-negative integer")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise ValidationError("`metadata` must be a dict")
+        with operation_span("threadmind.memory.clone_thread", "update_memory", thread_id=source_thread_id,
+                            resource_id=resource_id):
+            store, _ = self._running()
+            source = await store.get_thread(source_thread_id)
+            if source is None:
+                raise ThreadNotFound(source_thread_id, code="MASTRA_STORAGE_LIBSQL_CLONE_THREAD_SOURCE_NOT_FOUND",
+                                     message=f"Source thread with id {source_thread_id} not found")
+            page: MessagePage = await self._ask(
+                source_thread_id, LoadMessages(MessageQuery(thread_id=source_thread_id, per_page=False))
+            )
+            originals = page.messages
+            if message_limit is not None:
+                originals = originals[len(originals) - message_limit:] if message_limit else []
+            target_id = new_thread_id or str(uuid.uuid4())
+            target_resource = resource_id or source.resource_id
+            now = utc_now()
+            clone_info: dict[str, Any] = {"sourceThreadId": source_thread_id, "clonedAt": to_iso(now)}
+            if originals:
+                clone_info["lastMessageId"] = originals[-1].id
+            new_metadata = {**(metadata or {}), "clone": clone_info}
+            new_title = title if title is not None else (f"Clone of {source.title}" if source.title else "")
+            thread = Thread(target_id, target_resource, new_title, new_metadata, now, now)
+            id_map = {m.id: str(uuid.uuid4()) for m in originals}
+            copies = [
+                msgspec.structs.replace(m, id=id_map[m.id], thread_id=target_id, resource_id=target_resource)
+                for m in originals
+            ]
+
+            async def _create() -> Thread:
+                if await store.get_thread(target_id) is not None:
+                    raise ValidationError(f"Thread with id {target_id} already exists",
+                                          code="MASTRA_STORAGE_LIBSQL_CLONE_THREAD_THREAD_EXISTS")
+                return await store.create_thread_with_messages(thread, copies)
+
+            created = await self._exclusive(target_id, _create, "clone_thread")
+            if self._index is not None and self._options.semantic_recall_config is not None and copies:
+                await self._index.copy_messages(id_map, thread_id=target_id, resource_id=target_resource)
+            return CloneResult(thread=created, messages=copies, id_map=id_map)
+
+    async def reindex(self) -> int:
+        """Make vectors for every message that has none (including ones that failed to embed)."""
+        with operation_span("threadmind.memory.reindex", "embeddings"):
+            self._running()
+            if self._index is None:
+                return 0
+            return await self._index.reindex()
+
+    # working memory ------------------------------------------------------------------------------
+    def _wm_scope_key(self, config: MemoryConfig, thread_id: str, resource_id: str | None) -> tuple[str, str]:
+        scope = config.working_memory.scope
+        if scope == "resource":
+            if not resource_id:
+                raise ValidationError(
+                    "Memory error: Resource-scoped working memory is enabled but no resourceId was provided. "
+                    "Either provide a resourceId or explicitly set workingMemory.scope to 'thread'."
+                )
+            return scope, resource_id
+        _require_id(thread_id, "thread_id")
+        return scope, thread_id
+
+    async def get_working_memory(
+        self,
+        *,
+        thread_id: str,
+        resource_id: str | None = None,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """The stored working memory text, or None when disabled or empty."""
+        config = self._call_config(memory_config)
+        if not config.working_memory.enabled:
+            return None
+        scope, key = self._wm_scope_key(config, thread_id, resource_id)
+        with operation_span("threadmind.memory.get_working_memory", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            store, _ = self._running()
+            if scope == "resource":
+                resource = await store.get_resource(key)
+                return resource.working_memory if resource is not None else None
+            thread = await store.get_thread(key)
+            value = (thread.metadata or {}).get("workingMemory") if thread is not None else None
+            return value if isinstance(value, str) else None
+
+    async def update_working_memory(
+        self,
+        *,
+        thread_id: str,
+        resource_id: str | None = None,
+        working_memory: str,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> None:
+        """Replace the working memory (serialized per resource or per thread)."""
+        config = self._call_config(memory_config)
+        if not config.working_memory.enabled:
+            raise ConfigError("Working memory is not enabled for this memory instance")
+        if not isinstance(working_memory, str):
+            raise ValidationError(f"`working_memory` must be a string, got {type(working_memory).__name__}")
+        scope, key = self._wm_scope_key(config, thread_id, resource_id)
+        with operation_span("threadmind.memory.update_working_memory", "update_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            await self._write_working_memory(scope, key, lambda _old: working_memory)
+
+    async def _write_working_memory(
+        self, scope: str, key: str, update: Callable[[str | None], str | None]
+    ) -> str | None:
+        """Read-modify-write working memory under the scope's actor; ``update`` returns None to skip."""
+        store, _ = self._running()
+        if scope == "resource":
+
+            async def _resource() -> str | None:
+                resource: Resource | None = await store.get_resource(key)
+                new = update(resource.working_memory if resource is not None else None)
+                if new is not None:
+                    await store.update_resource(key, working_memory=new)
+                return new
+
+            return await self._resource_exclusive(key, _resource, "working_memory")
+
+        async def _thread() -> str | None:
+            thread = await store.get_thread(key)
+            if thread is None:
+                raise ThreadNotFound(key, message=f"Thread {key} not found")
+            old = (thread.metadata or {}).get("workingMemory")
+            new = update(old if isinstance(old, str) else None)
+            if new is not None:
+                await store.update_thread(key, metadata={"workingMemory": new})
+            return new
+
+        return await self._exclusive(key, _thread, "working_memory")
+
+    # tokens --------------------------------------------------------------------------------------
+    def estimate_tokens(self, text: str) -> int:
+        """Tokens of ``text`` by the memory's token counter (the tokenx-style estimator by default)."""
+        from .tokens import estimate_tokens
+
+        if not isinstance(text, str):
+            raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
+        return estimate_tokens(text)
+
+
+def _bind(fn: Callable[[T], Awaitable[Any]], arg: T) -> Callable[[], Awaitable[Any]]:
+    async def _call() -> Any:
+        return await fn(arg)
+
+    return _call
+
+
+def _visible(messages: Iterable[Message]) -> list[Message]:
+    """Drop system rows and system reminders, as ``recall`` does by default (reference §4.6)."""
+    out: list[Message] = []
+    for message in messages:
+        if message.role == "system" or _is_system_reminder(message):
+            continue
+        out.append(message)
+    return out
+
+
+def _is_system_reminder(message: Message) -> bool:
+    metadata = message.content.metadata or {}
+    if message.role == "user":
+        if isinstance(metadata.get("systemReminder"), dict) or "dynamicAgentsMdReminder" in metadata:
+            return True
+        parts = message.content.parts
+        first = parts[0] if parts else None
+        return first is not None and getattr(first, "text", "").startswith("<system-reminder")
+    if message.role == "signal":
+        signal = metadata.get("signal")
+        return isinstance(signal, dict) and signal.get("type") in ("system-reminder", "reactive")
+    return False
+

@@ -1,0 +1,75 @@
+"""OpenTelemetry helpers: one tracer lookup, GenAI memory attribute names, and span shortcuts.
+
+Only ``opentelemetry-api`` is used; without an SDK every span is a cheap no-op. The tracer is looked up
+at call time (not cached at import) so a provider installed later is honoured. Message text is never put
+on a span unless ``capture_content`` is switched on by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+__all__ = (
+    "ATTR_CONVERSATION_ID",
+    "ATTR_DB_SYSTEM",
+    "ATTR_MAILBOX_DEPTH",
+    "ATTR_OPERATION",
+    "ATTR_RESOURCE_ID",
+    "ATTR_THREAD_ID",
+    "get_tracer",
+    "operation_span",
+)
+
+ATTR_OPERATION = "gen_ai.operation.name"
+ATTR_CONVERSATION_ID = "gen_ai.conversation.id"
+ATTR_THREAD_ID = "threadmind.thread.id"
+ATTR_RESOURCE_ID = "threadmind.resource.id"
+ATTR_MAILBOX_DEPTH = "threadmind.mailbox.depth"
+ATTR_DB_SYSTEM = "db.system.name"
+
+_VERSION = "0.1.0"
+
+
+def get_tracer() -> trace.Tracer:
+    """The threadmind tracer from the current global provider."""
+    return trace.get_tracer("threadmind", _VERSION)
+
+
+@contextmanager
+def operation_span(
+    name: str,
+    operation: str,
+    *,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    kind: SpanKind = SpanKind.INTERNAL,
+    **attributes: Any,
+) -> Iterator[Span]:
+    """A span for one public memory operation, with the GenAI memory attributes set.
+
+    Exceptions are recorded and mark the span as an error; they propagate unchanged.
+    """
+    attrs: dict[str, Any] = {ATTR_OPERATION: operation}
+    if thread_id is not None:
+        attrs[ATTR_CONVERSATION_ID] = thread_id
+        attrs[ATTR_THREAD_ID] = thread_id
+    if resource_id is not None:
+        attrs[ATTR_RESOURCE_ID] = resource_id
+    for key, value in attributes.items():
+        if value is not None:
+            attrs[key.replace("__", ".")] = value
+    with get_tracer().start_as_current_span(
+        name, kind=kind, attributes=attrs, record_exception=False, set_status_on_exception=False
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            if span.is_recording() and isinstance(exc, Exception):
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
