@@ -1,0 +1,336 @@
+"""An OpenAI-compatible ``/chat/completions`` client, and the ``"openai/<model>"`` model-router string.
+
+Requests are built from a :class:`ModelRequest` the way the reference's prompt conversion does it: system
+texts first, then each stored message; an assistant message is cut into steps (at ``step-start`` parts and
+wherever text follows a tool call), each step becoming an assistant message with ``tool_calls`` followed by
+one ``tool`` message per finished call. Calls still waiting for an outcome are left out, as the reference's
+``filterIncompleteToolCalls`` default does, because the API rejects a tool call without its result.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .._results import Usage
+from ..codecs import FilePart, Message, StepStartPart, TextPart, ToolInvocation, ToolInvocationPart
+from ..errors import ConfigError, ModelError
+from ._http import OpenAIHTTP
+from ._protocol import LanguageModel, ModelRequest, ModelResponse, ToolCall, ToolSpec
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ("OpenAIChatModel", "chat_payload", "parse_chat_response", "resolve_model")
+
+_SUPPORTED_PROVIDERS = ("openai",)
+_ANSWERED_STATES = frozenset({"result", "output-error", "output-denied"})
+
+
+def _json_text(value: Any) -> str:
+    """A tool argument or result as JSON text; a string is passed through unchanged (the reference's text output)."""
+    if isinstance(value, str):
+        return value
+    return msgspec.json.encode(value, enc_hook=str).decode()
+
+
+# --- request conversion ---------------------------------------------------------------------------------
+
+
+def _image_url(data: str, mime_type: str) -> str:
+    if data.startswith(("http://", "https://", "data:")):
+        return data
+    return f"data:{mime_type};base64,{data}"
+
+
+def _user_content(message: Message) -> str | list[dict[str, Any]] | None:
+    """The text joined with newlines, or a content-part list when the message carries images."""
+    items: list[dict[str, Any]] = []
+    has_image = False
+    for part in message.content.parts:
+        if isinstance(part, TextPart):
+            if part.text:
+                items.append({"type": "text", "text": part.text})
+        elif isinstance(part, FilePart):
+            mime = part.mime_type or part.media_type or ""
+            if mime.startswith("image/"):
+                has_image = True
+                items.append({"type": "image_url", "image_url": {"url": _image_url(part.data, mime)}})
+    for attachment in message.content.experimental_attachments or ():
+        mime = attachment.get("contentType", "") if isinstance(attachment, dict) else ""
+        url = attachment.get("url") if isinstance(attachment, dict) else None
+        if isinstance(mime, str) and mime.startswith("image/") and isinstance(url, str):
+            has_image = True
+            items.append({"type": "image_url", "image_url": {"url": _image_url(url, mime)}})
+    if not items:
+        return message.content.content or None
+    if not has_image:
+        return "\n".join(item["text"] for item in items)
+    return items
+
+
+def _tool_call(inv: ToolInvocation) -> dict[str, Any]:
+    args = {} if inv.args is None else inv.args
+    return {
+        "id": inv.tool_call_id,
+        "type": "function",
+        "function": {"name": inv.tool_name, "arguments": _json_text(args)},
+    }
+
+
+def _tool_output(inv: ToolInvocation) -> str:
+    if inv.state == "output-error":
+        if inv.error_text:
+            return inv.error_text
+        return _json_text(inv.result) if inv.result is not None else "Tool execution failed."
+    if inv.state == "output-denied":
+        reason = (inv.approval or {}).get("reason")
+        return f"Tool execution denied: {reason}" if isinstance(reason, str) and reason else "Tool execution denied."
+    return _json_text(inv.result) if inv.result is not None else "null"
+
+
+def _assistant_step(texts: list[str], calls: list[ToolInvocation]) -> Iterator[dict[str, Any]]:
+    answered = [inv for inv in calls if inv.state in _ANSWERED_STATES]
+    if not texts and not answered:
+        return
+    msg: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) if texts else None}
+    if answered:
+        msg["tool_calls"] = [_tool_call(inv) for inv in answered]
+    yield msg
+    for inv in answered:
+        yield {"role": "tool", "tool_call_id": inv.tool_call_id, "content": _tool_output(inv)}
+
+
+def _assistant_messages(message: Message) -> Iterator[dict[str, Any]]:
+    """One assistant (+ tool results) message per step; text after a tool call starts a new step."""
+    texts: list[str] = []
+    calls: list[ToolInvocation] = []
+    parts = message.content.parts
+    if not parts and message.content.content:
+        texts.append(message.content.content)
+    for part in parts:
+        if isinstance(part, StepStartPart):
+            yield from _assistant_step(texts, calls)
+            texts, calls = [], []
+        elif isinstance(part, TextPart):
+            if not part.text:
+                continue
+            if calls:
+                yield from _assistant_step(texts, calls)
+                texts, calls = [], []
+            texts.append(part.text)
+        elif isinstance(part, ToolInvocationPart):
+            calls.append(part.tool_invocation)
+    yield from _assistant_step(texts, calls)
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": spec.name}
+    if spec.description:
+        function["description"] = spec.description
+    function["parameters"] = spec.parameters
+    return {"type": "function", "function": function}
+
+
+def chat_payload(model: str, request: ModelRequest) -> dict[str, Any]:
+    """The ``/chat/completions`` JSON body for ``request`` (pure; exposed for tests and debugging)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": text} for text in request.system]
+    for message in request.messages:
+        if message.role == "user":
+            content = _user_content(message)
+            if content is not None:
+                messages.append({"role": "user", "content": content})
+        elif message.role == "assistant":
+            messages.extend(_assistant_messages(message))
+        elif message.role == "system":
+            if message.text:
+                messages.append({"role": "system", "content": message.text})
+        # ``signal`` messages are bookkeeping and never reach the model.
+    payload: dict[str, Any] = {"model": model, "messages": messages}
+    if request.tools:
+        payload["tools"] = [_tool(spec) for spec in request.tools]
+    return payload
+
+
+# --- response parsing -----------------------------------------------------------------------------------
+
+
+class _WireFunction(msgspec.Struct):
+    name: str
+    arguments: Any = None
+
+
+class _WireToolCall(msgspec.Struct):
+    function: _WireFunction
+    id: str | None = None
+
+
+class _WireMessage(msgspec.Struct):
+    content: Any = None
+    tool_calls: list[_WireToolCall] | None = None
+    refusal: str | None = None
+
+
+class _WireChoice(msgspec.Struct):
+    message: _WireMessage
+    finish_reason: str | None = None
+
+
+class _WireUsage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class _WireCompletion(msgspec.Struct):
+    choices: list[_WireChoice]
+    usage: _WireUsage | None = None
+
+
+_completion_decoder = msgspec.json.Decoder(_WireCompletion)
+
+
+def _decode_arguments(raw: Any) -> Any:
+    """Arguments arrive as JSON text; invalid JSON is passed on as the raw string so the caller can see it."""
+    if not isinstance(raw, str):
+        return {} if raw is None else raw
+    if not raw.strip():
+        return {}
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return raw
+
+
+def _text_of(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content or None
+    if isinstance(content, list):  # some compatible servers answer with content parts
+        texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        return "".join(t for t in texts if isinstance(t, str)) or None
+    return None
+
+
+def parse_chat_response(body: bytes) -> ModelResponse:
+    """A :class:`ModelResponse` from a ``/chat/completions`` body (first choice).
+
+    :raises ~threadmind.errors.ModelError: the body is not a chat completion.
+    """
+    try:
+        completion = _completion_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ModelError(f"the chat completion response is malformed: {exc}", code="THREADMIND_MODEL_BAD_RESPONSE") \
+            from exc
+    if not completion.choices:
+        raise ModelError("the chat completion response has no choices", code="THREADMIND_MODEL_BAD_RESPONSE")
+    choice = completion.choices[0]
+    calls = [
+        ToolCall(call.id or f"call_{uuid.uuid4().hex}", call.function.name, _decode_arguments(call.function.arguments))
+        for call in choice.message.tool_calls or ()
+    ]
+    text = _text_of(choice.message.content)
+    if text is None and not calls and choice.message.refusal:
+        text = choice.message.refusal
+    usage = None
+    if completion.usage is not None:
+        wire = completion.usage
+        total = wire.total_tokens
+        if total is None:
+            total = (wire.prompt_tokens or 0) + (wire.completion_tokens or 0)
+        usage = Usage(tokens=total, input_tokens=wire.prompt_tokens, output_tokens=wire.completion_tokens)
+    finish = choice.finish_reason or ("tool_calls" if calls else "stop")
+    return ModelResponse(text=text, tool_calls=calls, finish_reason=finish, usage=usage)
+
+
+# --- the model --------------------------------------------------------------------------------------------
+
+
+class OpenAIChatModel:
+    """A :class:`LanguageModel` speaking the OpenAI-compatible ``/chat/completions`` API (extra ``[openai]``).
+
+    ``api_key`` falls back to ``OPENAI_API_KEY``; ``base_url`` to ``OPENAI_BASE_URL``, then the OpenAI API.
+    A key is required only for ``api.openai.com`` (local compatible servers often need none). Close it with
+    :meth:`aclose` or ``async with``; a given ``client`` is used as is and never closed here.
+
+    :raises ~threadmind.errors.ConfigError: httpx is missing, or an argument is invalid.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"OpenAIChatModel: model must be a non-empty string, got {model!r}")
+        self.model = model
+        self._http = OpenAIHTTP(
+            owner="OpenAIChatModel",
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            client=client,
+            error=ModelError,
+            code_prefix="THREADMIND_MODEL",
+        )
+
+    @property
+    def model_id(self) -> str:
+        """``openai/<model>``, the model-router string that resolves to this model."""
+        return f"openai/{self.model}"
+
+    @property
+    def base_url(self) -> str:
+        """The API root requests go to (``…/v1``)."""
+        return self._http.display_url
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Send one chat completion request.
+
+        :raises ~threadmind.errors.ModelError: HTTP 4xx (at once), 429/5xx/network failures after the
+            retries, a malformed response, or a closed model. The message names the status and quotes the
+            start of the server's answer; it never contains the API key.
+        """
+        body = msgspec.json.encode(chat_payload(self.model, request), enc_hook=str)
+        raw = await self._http.post("/chat/completions", body, what=f"chat completion ({self.model})")
+        return parse_chat_response(raw)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this model created it."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> OpenAIChatModel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(model={self.model!r}, base_url={self._http.display_url!r})"
+
+
+def resolve_model(spec: str | LanguageModel) -> LanguageModel:
+    """A model from a model-router string (``"openai/gpt-4o-mini"``) or a :class:`LanguageModel` as is.
+
+    :raises ~threadmind.errors.ConfigError: an unknown provider prefix, a string without one, or an object
+        that is not a language model.
+    """
+    if isinstance(spec, str):
+        provider, sep, name = spec.partition("/")
+        supported = ", ".join(f"'{p}/<model>'" for p in _SUPPORTED_PROVIDERS)
+        if not sep or not provider or not name:
+            raise ConfigError(f"model {spec!r} must be a '<provider>/<model>' string; supported: {supported}")
+        if provider == "openai":
+            return OpenAIChatModel(name)
+        raise ConfigError(f"model provider {provider!r} in {spec!r} is not supported; supported: {supported}")
+    if isinstance(spec, LanguageModel):
+        return spec
+    raise ConfigError(f"model must be a '<provider>/<model>' string or a LanguageModel, not {type(spec).__name__}")
