@@ -1,0 +1,374 @@
+"""MessageList: the per-turn message container with sources and Mastra's merge-by-id rules (reference §4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeAlias
+
+from threadmind.codecs import Message, ToolInvocationPart, new_id, utc_now
+from threadmind.codecs._time import to_epoch_ms, to_utc_ms
+from threadmind.errors import ValidationError
+from threadmind.processors._convert import ConvertContext, missing, stamp_parts, to_message
+from threadmind.processors._merge import (
+    CLIENT_UPDATE_STATES,
+    LIVE_SOURCES,
+    TOOL_STATE_RANK,
+    after_sealed,
+    is_sealed,
+    is_system_reminder,
+    layer_stored_over_input,
+    layer_stored_over_live,
+    merge_assistant,
+    messages_equal,
+    should_merge,
+    split_after_seal,
+    strip_provider_metadata,
+    tool_parts,
+)
+
+__all__ = (
+    "CLIENT_UPDATE_STATES",
+    "TOOL_STATE_RANK",
+    "MessageInput",
+    "MessageList",
+    "Source",
+    "is_system_reminder",
+    "strip_provider_metadata",
+    "tool_parts",
+)
+
+Source: TypeAlias = Literal["memory", "input", "response", "context", "system"]
+MessageInput: TypeAlias = "str | Message | Mapping[str, Any]"
+
+_SOURCES: frozenset[str] = frozenset({"memory", "input", "response", "context", "system"})
+_ONE_MS = timedelta(milliseconds=1)
+
+
+def _normalize_source(source: str) -> str:
+    if source == "user":
+        return "input"
+    if source not in _SOURCES:
+        raise ValidationError(f"`source` must be one of memory, input, response, context, system (or user); "
+                              f"got {source!r}")
+    return source
+
+
+def _system_text(message: str | Message | Mapping[str, Any]) -> str:
+    if isinstance(message, str):
+        return message
+    if isinstance(message, Message):
+        return message.text
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Mapping):
+        text = content.get("content")
+        if isinstance(text, str) and text:
+            return text
+        content = content.get("parts")
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text")
+    raise ValidationError("a system message needs `content` as a string or text parts")
+
+
+class MessageList:
+    """The messages of one agent turn, each tagged with the sources it came from.
+
+    Messages are frozen; every change builds a new message and swaps it in by id. The conversation is kept
+    sorted by ``created_at`` (stable), system texts live apart in untagged and tagged buckets.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        generate_id: Callable[[], str] | None = None,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._thread_id = thread_id
+        self._resource_id = resource_id
+        self._generate_id = generate_id or new_id
+        self._now = now or utc_now
+        self._messages: list[Message] = []
+        self._sources: dict[str, set[str]] = {}
+        self._system: list[str] = []
+        self._tagged: dict[str, list[str]] = {}
+        self._watermark: datetime | None = None
+
+    # --- properties -------------------------------------------------------------------------------------------
+
+    @property
+    def thread_id(self) -> str | None:
+        """The thread this list belongs to (fills messages without one)."""
+        return self._thread_id
+
+    @property
+    def resource_id(self) -> str | None:
+        """The resource this list belongs to (fills messages without one)."""
+        return self._resource_id
+
+    # --- clock ------------------------------------------------------------------------------------------------
+
+    def _next_time(self) -> datetime:
+        """A generated created_at: now, but at least 1 ms after the newest time the list has seen."""
+        value = to_utc_ms(self._now())
+        if self._watermark is not None and value <= self._watermark:
+            value = self._watermark + _ONE_MS
+        self._watermark = value
+        return value
+
+    def _see(self, when: datetime) -> None:
+        if self._watermark is None or when > self._watermark:
+            self._watermark = when
+
+    # --- adding -----------------------------------------------------------------------------------------------
+
+    def add(
+        self,
+        messages: MessageInput | Sequence[MessageInput],
+        source: Source | Literal["user"],
+        *,
+        merge: bool = True,
+    ) -> MessageList:
+        """Convert and add messages under ``source`` applying the same-id rules; returns the list.
+
+        :raises ValidationError: a live message names another thread or resource.
+        :raises InvalidMessage: a message has no usable content.
+        """
+        src = _normalize_source(source)
+        items: Sequence[MessageInput]
+        if isinstance(messages, (str, Message, Mapping)):
+            items = [messages]
+        else:
+            items = messages
+        ctx = ConvertContext(src, self._thread_id, self._resource_id, self._generate_id, self._next_time,
+                             self._find_tool_args)
+        batch: list[Message] = []
+        for item in items:
+            message = to_message(item, ctx, batch)
+            batch.append(message)
+            self._add_one(message, src, merge)
+        return self
+
+    def add_system(self, message: str | Message | Mapping[str, Any], tag: str | None = None) -> MessageList:
+        """Add a system text to the untagged bucket or the ``tag`` bucket (de-duplicated within the bucket)."""
+        text = _system_text(message)
+        bucket = self._system if tag is None else self._tagged.setdefault(tag, [])
+        if text not in bucket:
+            bucket.append(text)
+        return self
+
+    def _find_tool_args(self, call_id: str) -> Any:
+        for message in reversed(self._messages):
+            for part in reversed(message.content.parts):
+                if isinstance(part, ToolInvocationPart) and part.tool_invocation.tool_call_id == call_id:
+                    return part.tool_invocation.args
+        return missing()
+
+    def _check_memory_info(self, message: Message) -> None:
+        if self._thread_id is not None and message.thread_id is not None and message.thread_id != self._thread_id:
+            raise ValidationError(f"Received input message with wrong threadId. Input {message.thread_id}, "
+                                  f"expected {self._thread_id}")
+        if (self._resource_id is not None and message.resource_id is not None
+                and message.resource_id != self._resource_id):
+            raise ValidationError(f"Received input message with wrong resourceId. Input {message.resource_id}, "
+                                  f"expected {self._resource_id}")
+
+    def _add_one(self, message: Message, source: str, merge: bool) -> None:
+        if message.role == "system":
+            if source != "memory":
+                self.add_system(message)
+            return
+        if source != "memory":
+            self._check_memory_info(message)
+            message = stamp_parts(message, to_epoch_ms(self._now()))
+        self._see(message.created_at)
+        self._place(message, source, merge)
+        self._messages.sort(key=lambda m: m.created_at)
+
+    def _index(self, message_id: str) -> int | None:
+        for index in range(len(self._messages) - 1, -1, -1):
+            if self._messages[index].id == message_id:
+                return index
+        return None
+
+    def _last_sealed_index(self) -> int:
+        for index in range(len(self._messages) - 1, -1, -1):
+            if is_sealed(self._messages[index]):
+                return index
+        return -1
+
+    def _tag(self, message_id: str, source: str) -> None:
+        tags = self._sources.setdefault(message_id, set())
+        if source == "response":
+            tags.discard("memory")
+            tags.discard("input")
+        tags.add(source)
+
+    def _append(self, message: Message, source: str) -> None:
+        self._messages.append(message)
+        self._sources[message.id] = set()
+        self._tag(message.id, source)
+        self._see(message.created_at)
+
+    def _place(self, new: Message, source: str, merge: bool) -> None:
+        """Apply reference §4.4 rules 1-5 for one converted message."""
+        index = self._index(new.id)
+        old = self._messages[index] if index is not None else None
+        if old is not None and index is not None:
+            old_sources = self._sources.get(old.id, set())
+            # Rule 1: a stored copy arriving over a live copy becomes the base, in the live copy's slot.
+            if source == "memory" and old_sources & LIVE_SOURCES and not is_sealed(new):
+                if "input" in old_sources and not old_sources & {"response", "context"}:
+                    layered = layer_stored_over_input(new, old)
+                else:
+                    layered = layer_stored_over_live(new, old)
+                self._messages[index] = layered
+                self._tag(old.id, "memory")
+                return
+            # Rule 2: repeated stored rows are idempotent.
+            if source == "memory" and messages_equal(old, new):
+                return
+        # Rule 3: fold into the latest assistant message when allowed.
+        if self._messages and merge:
+            latest_index = len(self._messages) - 1
+            latest = self._messages[latest_index]
+            if (latest_index > self._last_sealed_index() and (old is None or not is_sealed(old))
+                    and should_merge(latest, new, source)):
+                self._messages[latest_index] = merge_assistant(latest, new)
+                self._tag(latest.id, source)
+                return
+        if old is None or index is None:
+            self._append(new, source)  # Rule 5
+            return
+        # Rule 4: same id, not merged.
+        if is_sealed(old):
+            split = split_after_seal(old, new, self._generate_id())
+            if split is not None:
+                self._append(split, source)
+            return
+        if index <= self._last_sealed_index():
+            self._append(after_sealed(old, new, self._generate_id()), source)
+            return
+        if merge and should_merge(old, new, source):
+            self._messages[index] = merge_assistant(old, new)
+            self._tag(old.id, source)
+            return
+        self._messages[index] = new
+        self._sources[new.id] = set()
+        self._tag(new.id, source)
+
+    # --- removing ---------------------------------------------------------------------------------------------
+
+    def remove_by_ids(self, ids: Iterable[str]) -> list[Message]:
+        """Remove messages by id from the list and every source; returns the removed messages."""
+        wanted = set(ids)
+        removed = [m for m in self._messages if m.id in wanted]
+        self._messages = [m for m in self._messages if m.id not in wanted]
+        for message in removed:
+            self._sources.pop(message.id, None)
+        return removed
+
+    def clear_source(self, source: Source | Literal["user"]) -> list[Message]:
+        """Remove the messages tagged only with ``source`` (returned); others just lose that tag."""
+        src = _normalize_source(source)
+        removed: list[Message] = []
+        kept: list[Message] = []
+        for message in self._messages:
+            tags = self._sources.get(message.id, set())
+            if tags == {src}:
+                removed.append(message)
+                del self._sources[message.id]
+            else:
+                tags.discard(src)
+                kept.append(message)
+        self._messages = kept
+        return removed
+
+    def replace(self, message: Message) -> None:
+        """Swap in a new version of a message by id, keeping its sources and slot.
+
+        :raises ValidationError: no message with that id is in the list.
+        """
+        index = self._index(message.id)
+        if index is None:
+            raise ValidationError(f"`message.id` {message.id!r} is not in the MessageList; use add() for new ones")
+        self._messages[index] = message
+        self._see(message.created_at)
+        self._messages.sort(key=lambda m: m.created_at)
+
+    # --- reading ----------------------------------------------------------------------------------------------
+
+    def sources_of(self, message_id: str) -> frozenset[str]:
+        """The sources a message is tagged with (empty when unknown or drained)."""
+        return frozenset(self._sources.get(message_id, ()))
+
+    def _with(self, source: str) -> list[Message]:
+        return [m for m in self._messages if source in self._sources.get(m.id, ())]
+
+    def get_all(self) -> list[Message]:
+        """The conversation (no system texts), sorted by created_at."""
+        return list(self._messages)
+
+    def get_remembered(self) -> list[Message]:
+        """Messages tagged ``memory``."""
+        return self._with("memory")
+
+    def get_input(self) -> list[Message]:
+        """Messages tagged ``input``."""
+        return self._with("input")
+
+    def get_response(self) -> list[Message]:
+        """Messages tagged ``response``."""
+        return self._with("response")
+
+    def get_context(self) -> list[Message]:
+        """Messages tagged ``context``."""
+        return self._with("context")
+
+    def get_system_messages(self) -> list[str]:
+        """System texts in prompt order: untagged first, then tagged buckets in insertion order."""
+        texts = list(self._system)
+        for bucket in self._tagged.values():
+            texts.extend(bucket)
+        return texts
+
+    def get_system_messages_by_tag(self, tag: str) -> list[str]:
+        """The system texts of one tagged bucket."""
+        return list(self._tagged.get(tag, ()))
+
+    def is_new(self, message_id: str) -> bool:
+        """True when the message is tagged ``input`` or ``response`` (not yet saved)."""
+        tags = self._sources.get(message_id, ())
+        return "input" in tags or "response" in tags
+
+    def drain_unsaved(self) -> list[Message]:
+        """The input and response messages (sorted); clears those tags so a second drain is empty."""
+        drained: list[Message] = []
+        for message in self._messages:
+            tags = self._sources.get(message.id)
+            if tags and ("input" in tags or "response" in tags):
+                drained.append(message)
+                tags.discard("input")
+                tags.discard("response")
+        return drained
+
+    def get(self, message_id: str) -> Message | None:
+        """The message with that id, or None."""
+        index = self._index(message_id)
+        return None if index is None else self._messages[index]
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(list(self._messages))
+
+    def __contains__(self, message_id: object) -> bool:
+        return isinstance(message_id, str) and self._index(message_id) is not None
+
+    def __repr__(self) -> str:
+        return f"MessageList(thread_id={self._thread_id!r}, messages={len(self._messages)})"
+
