@@ -23,6 +23,7 @@ from bench._workload import (  # noqa: E402
     lcg_next,
     seed,
 )
+
 from threadmind.codecs import Message, TextPart, to_iso  # noqa: E402
 
 FIRST_TEXT = (
