@@ -58,7 +58,8 @@ def reference_embedding(text: str, dim: int) -> npt.NDArray[np.float64]:
         total += float(x) * x
     norm = math.sqrt(total)
     if norm == 0.0:
-        return np.eye(1, dim, dtype=np.float64)[0]
+        v = [1] + [0] * (dim - 1)
+        norm = 1.0
     return np.array([x / norm for x in v], dtype=np.float64)
 
 
