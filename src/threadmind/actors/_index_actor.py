@@ -1,0 +1,897 @@
+"""IndexActor: the single owner of the message vector index; coalesces upserts into batched embed + write calls.
+
+One writer task drains a FIFO of commands. Consecutive upserts from every caller form one batch (up to
+``batch_size`` texts, lingering ``linger`` seconds for more): one ``embedder.embed`` call for the texts
+not cached, one SQL upsert, one hnswlib ``add_items`` in a worker thread. Deletes, moves and copies go
+through the same FIFO, so a delete issued after an upsert always ends deleted. Every hnswlib call (add,
+search, save) runs through one ``CapacityLimiter(1)``, so a query never overlaps a write.
+
+When a batched embed call fails, its texts are retried one by one: only callers whose own texts fail
+get the ``EmbedderError``, and their messages are recorded as pending in the SQL store, to be retried
+by :meth:`IndexActor.retry_pending` (at start, periodically with backoff) and by :meth:`IndexActor.reindex`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import msgspec
+import numpy as np
+import numpy.typing as npt
+from opentelemetry import trace
+from opentelemetry.trace import Link
+
+from ..codecs import Message, TextPart, to_iso
+from ..embedders._cache import EmbeddingCache
+from ..embedders._protocol import Embedder
+from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ThreadmindError, ValidationError
+from ..stores._hnsw import HnswVectorStore, SearchHit, _Entry, _HnswIndex
+from ..stores._protocol import MessageQuery, Store
+from ..stores._vector_records import PendingVector, VectorRecord, vector_records_for
+from ..tracing import ATTR_OPERATION, operation_span
+
+__all__ = ("IndexActor", "IndexStatistics", "VectorHit", "chunk_text", "message_text")
+
+logger = logging.getLogger("threadmind.index")
+
+T = TypeVar("T")
+F32 = npt.NDArray[np.float32]
+
+PROBE_FAILED_CODE = "MASTRA_MEMORY_GET_EMBEDDING_DIMENSION_FAILED"
+_PROBE_FAILED_TEXT = (
+    "Failed to determine the embedder's output dimension. Semantic recall cannot safely select a vector index "
+    "until the embedder returns a usable embedding. Check that the embedder is reachable and correctly configured."
+)
+_PROBE_EMPTY_TEXT = "Embedder returned no usable embedding for the dimension probe."
+_MAX_RETRY_DELAY = 300.0
+
+# JavaScript's \s: what Mastra's `text.split(/\s+/)` and `trim()` treat as whitespace.
+_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_SPLIT = re.compile(f"[{_JS_SPACE}]+")
+_TRIM = re.compile(f"^[{_JS_SPACE}]+|[{_JS_SPACE}]+$")
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+# ------------------------------------------------------------------------------------ text and chunks
+
+
+def message_text(message: Message) -> str:
+    """The text a message is embedded by (reference §6.3): ``content.content`` if non-blank, else text parts.
+
+    Text parts are joined with a space and trimmed; an empty result means the message gets no vector.
+    """
+    content = message.content.content
+    if content and _TRIM.sub("", content):
+        return content
+    return _TRIM.sub("", " ".join(p.text for p in message.content.parts if isinstance(p, TextPart)))
+
+
+def _u16len(text: str) -> int:
+    """Length in UTF-16 code units, as JavaScript counts it."""
+    return len(text) + len(_ASTRAL.findall(text)) if not text.isascii() else len(text)
+
+
+def _hard_split(word: str, budget: int) -> list[str]:
+    """Budget-sized slices of an over-long word (never splitting a surrogate pair)."""
+    if word.isascii() or not _ASTRAL.search(word):
+        return [word[i : i + budget] for i in range(0, len(word), budget)]
+    out: list[str] = []
+    current: list[str] = []
+    size = 0
+    for ch in word:
+        width = 2 if ord(ch) > 0xFFFF else 1
+        if current and size + width > budget:
+            out.append("".join(current))
+            current, size = [], 0
+        current.append(ch)
+        size += width
+    if current:
+        out.append("".join(current))
+    return out
+
+
+def chunk_text(text: str, max_chars: int = 16384) -> list[str]:
+    """Mastra's ``chunkText``: greedy word packing into chunks of at most ``max_chars`` UTF-16 units.
+
+    Whitespace runs become single spaces, leading whitespace disappears and trailing whitespace leaves one
+    trailing space; a word longer than the budget flushes the chunk and is hard-split. No empty chunks.
+    """
+    chunks: list[str] = []
+    current = ""
+    current_len = 0
+    for word in _SPLIT.split(text):
+        word_len = _u16len(word)
+        if word_len > max_chars:
+            if current:
+                chunks.append(current)
+                current, current_len = "", 0
+            chunks.extend(_hard_split(word, max_chars))
+            continue
+        piece_len = word_len + 1 if current else word_len
+        if current_len + piece_len > max_chars:
+            chunks.append(current)
+            current, current_len = word, word_len
+        else:
+            current = f"{current} {word}" if current else word
+            current_len += piece_len
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+# ---------------------------------------------------------------------------------------- records
+
+
+class VectorHit(msgspec.Struct, frozen=True):
+    """One semantic recall hit: the message and its best chunk's score."""
+
+    message_id: str
+    thread_id: str
+    resource_id: str
+    score: float
+
+
+class IndexStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of an :class:`IndexActor`, for tests and tracing (never read private fields)."""
+
+    vectors: int
+    batches: int
+    add_items_calls: int
+    embed_calls: int
+    pending: int
+    queries: int
+    brute_force_queries: int
+    ann_queries: int
+    snapshot_loads: int
+    rebuilds: int
+
+
+class _Item(msgspec.Struct, kw_only=True):
+    """One message to index: its scope and its chunks (empty: the message has no text any more)."""
+
+    message_id: str
+    thread_id: str
+    resource_id: str
+    role: str
+    created_at: str
+    chunks: list[str]
+
+
+class _Op:
+    """A queued command with a reply slot and the caller's span context (for batch span links)."""
+
+    __slots__ = ("done", "error", "link")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+        context = trace.get_current_span().get_span_context()
+        self.link = Link(context) if context.is_valid else None
+
+
+class _Upsert(_Op):
+    __slots__ = ("items", "read_seq", "usage", "vectors")
+
+    def __init__(self, items: list[_Item], read_seq: int | None = None) -> None:
+        super().__init__()
+        self.items = items
+        self.read_seq = read_seq  # set when the items were read from the store (retry, reindex)
+        self.usage = 0.0
+        self.vectors = 0
+
+    @property
+    def n_texts(self) -> int:
+        return sum(len(i.chunks) for i in self.items) or 1
+
+
+class _Command(_Op):
+    __slots__ = ("kind", "args")
+
+    def __init__(self, kind: str, *args: Any) -> None:
+        super().__init__()
+        self.kind = kind
+        self.args = args
+
+
+class _State(Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+def _fresh(error: BaseException) -> BaseException:
+    """A new exception object per caller (one failure may reach many tasks), keeping the cause."""
+    if type(error) is EmbedderError:
+        copy: BaseException = EmbedderError(error.message, code=error.code)
+    elif isinstance(error, EmbeddingDimensionMismatch):
+        copy = EmbeddingDimensionMismatch(error.expected, error.actual)
+    else:
+        return error
+    copy.__cause__ = error.__cause__
+    return copy
+
+
+class IndexActor:
+    """Owns one message vector index: batched upserts, scoped queries, deletes, snapshots and retries."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        vector: HnswVectorStore,
+        embedder: Embedder,
+        embedding_dimension: int | None = None,
+        max_chunk_chars: int = 16384,
+        batch_size: int = 256,
+        linger: float = 0.002,
+        cache_size: int = 1000,
+        retry_interval: float | None = 5.0,
+    ) -> None:
+        if embedding_dimension is not None and (isinstance(embedding_dimension, bool) or embedding_dimension < 1):
+            raise ConfigError("`embedding_dimension` must be a positive integer or None")
+        if max_chunk_chars < 1:
+            raise ConfigError("`max_chunk_chars` must be ≥ 1")
+        if batch_size < 1:
+            raise ConfigError("`batch_size` must be ≥ 1")
+        if linger < 0:
+            raise ConfigError("`linger` must be ≥ 0 seconds")
+        self._store = store
+        self._vector = vector
+        self._embedder = embedder
+        self._embedding_dimension = embedding_dimension
+        self._max_chunk_chars = max_chunk_chars
+        self._batch_size = batch_size
+        self._linger = linger
+        self._retry_interval = retry_interval
+        self._cache = EmbeddingCache(cache_size)
+        self._records = vector_records_for(store)
+        self._limiter = anyio.CapacityLimiter(1)
+        self._dim: int | None = None
+        self._dim_lock = anyio.Lock()
+        self._load_lock = anyio.Lock()
+        self._index: _HnswIndex | None = None
+        self._send, self._receive = anyio.create_memory_object_stream[_Op](max_buffer_size=4096)
+        self._state = _State.NEW
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._retry_scope: anyio.CancelScope | None = None
+        self._writer_done = anyio.Event()
+        # Store reads (retry, reindex) race deletes and moves; changes made after a read make it stale.
+        self._change_counter = 0
+        self._store_reads = 0
+        self._changed_messages: dict[str, int] = {}
+        self._changed_threads: dict[str, int] = {}
+        self._batches = 0
+        self._embed_calls = 0
+        self._queries = 0
+        self._pending = 0
+        self._snapshot_loads = 0
+        self._rebuilds = 0
+
+    # lifecycle -----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the writer and the pending-retry loop (the actor's task group)."""
+        if self._state is not _State.NEW:
+            raise ConfigError(f"the index actor cannot start: it is {self._state.value}")
+        self._vector._claim(self)
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        self._state = _State.RUNNING
+        task_group.start_soon(self._writer)
+        await task_group.start(self._retry_loop)
+
+    async def aclose(self) -> None:
+        """Flush queued batches, save a snapshot and stop; idempotent."""
+        if self._state is not _State.RUNNING:
+            self._state = _State.CLOSED
+            return
+        self._state = _State.CLOSING
+        with anyio.CancelScope(shield=True):
+            try:
+                if self._retry_scope is not None:
+                    self._retry_scope.cancel()
+                self._send.close()
+                await self._writer_done.wait()
+                await self._save_snapshot()
+            finally:
+                self._receive.close()
+                assert self._task_group is not None
+                await self._task_group.__aexit__(None, None, None)
+                self._vector._release(self)
+                self._state = _State.CLOSED
+
+    async def __aenter__(self) -> IndexActor:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) is _State.RUNNING:
+            warnings.warn(f"unclosed {self!r}; use `async with` or await aclose()", ResourceWarning, stacklevel=1)
+
+    def _check_running(self) -> None:
+        if self._state is not _State.RUNNING:
+            raise ConfigError(f"the index actor is {self._state.value}; start it (or the Memory) first",
+                              code="THREADMIND_INDEX_CLOSED")
+
+    async def _submit(self, op: _Op) -> None:
+        self._check_running()
+        try:
+            await self._send.send(op)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise ConfigError("the index actor is closed", code="THREADMIND_INDEX_CLOSED") from None
+
+    async def _call(self, op: _Op) -> None:
+        await self._submit(op)
+        await op.done.wait()
+        if op.error is not None:
+            raise _fresh(op.error)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run hnswlib work in a worker thread; the limiter makes it the index's only user."""
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    # dimension and index -------------------------------------------------------------------------
+    async def dimension(self) -> int:
+        """The embedding dimension: known from the embedder, else probed once with ``embed(["a"])``.
+
+        :raises EmbeddingDimensionMismatch: ``embedding_dimension`` differs (no index is created).
+        :raises EmbedderError: the probe failed (code ``MASTRA_MEMORY_GET_EMBEDDING_DIMENSION_FAILED``);
+            the next call probes again.
+        """
+        if self._dim is not None:
+            await anyio.lowlevel.checkpoint()
+            return self._dim
+        async with self._dim_lock:
+            if self._dim is not None:
+                return self._dim
+            known = self._embedder.dimension
+            if known is None:
+                self._embed_calls += 1
+                try:
+                    result = await self._embedder.embed(["a"])
+                except Exception as exc:
+                    raise EmbedderError(_PROBE_FAILED_TEXT, code=PROBE_FAILED_CODE) from exc
+                vectors = np.asarray(result.vectors, dtype=np.float32)
+                if vectors.ndim != 2 or vectors.shape[0] < 1 or vectors.shape[1] < 1:
+                    raise EmbedderError(_PROBE_FAILED_TEXT, code=PROBE_FAILED_CODE) from EmbedderError(
+                        _PROBE_EMPTY_TEXT, code=PROBE_FAILED_CODE
+                    )
+                known = int(vectors.shape[1])
+                self._cache.put(self._embedder.model_id, "a", vectors[0])
+            if self._embedding_dimension is not None and known != self._embedding_dimension:
+                raise EmbeddingDimensionMismatch(self._embedding_dimension, known)
+            self._dim = known
+            return known
+
+    async def index_name(self) -> str:
+        """``memory_messages`` for 1536 dimensions, else ``memory_messages_<dim>``."""
+        dim = await self.dimension()
+        return "memory_messages" if dim == 1536 else f"memory_messages_{dim}"
+
+    async def _ensure_index(self) -> _HnswIndex:
+        if self._index is not None:
+            return self._index
+        async with self._load_lock:
+            return await self._load_locked()
+
+    async def _load_locked(self) -> _HnswIndex:
+        """Load the snapshot and replay newer SQL changes, or rebuild from SQL (caller holds the load lock)."""
+        if self._index is not None:
+            return self._index
+        name = await self.index_name()
+        index = await self._run(self._vector._open_index, name, await self.dimension())
+        reason = await self._run(index.load_snapshot)
+        if reason is None:
+            records, deleted, seq = await self._records.load(name, since_seq=index.applied_seq)
+            if seq < index.applied_seq:
+                reason = "snapshot is newer than the database"
+            else:
+                await self._run(index.replay, records, deleted, seq)
+                self._snapshot_loads += 1
+        if reason is not None:
+            if reason != "no path":
+                logger.info("rebuilding vector index %s from SQL: %s", name, reason)
+            records, _, seq = await self._records.load(name, 0)
+            await self._run(index.rebuild, records, seq)
+            self._rebuilds += 1
+        self._pending = await self._records.pending_count()
+        self._index = index
+        return index
+
+    async def _save_snapshot(self) -> None:
+        index = self._index
+        if index is None or not index.dirty or self._vector.path is None:
+            return
+        try:
+            if await self._run(index.save_snapshot) and index.snapshot_seq is not None:
+                await self._records.prune_tombstones(index.name, index.snapshot_seq)
+        except Exception:  # a failed snapshot only costs a rebuild at the next start
+            logger.exception("could not save the vector index snapshot")
+
+    # public operations ---------------------------------------------------------------------------
+    def _item(self, message: Message) -> _Item:
+        if not message.thread_id or not message.resource_id:
+            raise ValidationError(f"message {message.id!r} needs `thread_id` and `resource_id` to be indexed")
+        text = message_text(message)
+        return _Item(
+            message_id=message.id,
+            thread_id=message.thread_id,
+            resource_id=message.resource_id,
+            role=message.role,
+            created_at=to_iso(message.created_at),
+            chunks=chunk_text(text, self._max_chunk_chars) if text else [],
+        )
+
+    async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int:
+        """Embed and index messages (replacing their old vectors); returns embedding usage tokens.
+
+        Returns once the vectors are queryable, or right after queueing when ``wait`` is False (then 0).
+
+        :raises EmbedderError: this caller's texts could not be embedded; the messages are pending.
+        """
+        self._check_running()
+        items = [self._item(m) for m in messages]
+        if not items:
+            await anyio.lowlevel.checkpoint()
+            return 0
+        with operation_span("threadmind.index.upsert", "upsert_memory", messages=len(items)):
+            op = _Upsert(items)
+            if not wait:
+                await self._submit(op)
+                return 0
+            await self._call(op)
+            return round(op.usage)
+
+    async def query(
+        self,
+        text: str,
+        *,
+        top_k: int,
+        resource_id: str | None = None,
+        thread_id: str | None = None,
+        threshold: float | None = None,
+    ) -> list[VectorHit]:
+        """The ``top_k`` messages most similar to ``text`` within the scope, best first, one hit per message.
+
+        :raises EmbedderError: the query could not be embedded.
+        """
+        self._check_running()
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValidationError(f"`top_k` must be a positive integer, got {top_k!r}")
+        if not text or not _TRIM.sub("", text):
+            await anyio.lowlevel.checkpoint()
+            return []
+        with operation_span("threadmind.index.query", "search_memory", thread_id=thread_id, resource_id=resource_id):
+            index = await self._ensure_index()
+            vector = self._cache.get(self._embedder.model_id, text)
+            if vector is None:
+                vectors, _ = await self._embed([text])
+                vector = vectors[0]
+                self._cache.put(self._embedder.model_id, text, vector)
+            self._queries += 1
+            hits: list[SearchHit] = await self._run(
+                lambda: index.search(vector, top_k, resource_id=resource_id, thread_id=thread_id, threshold=threshold)
+            )
+            return [VectorHit(h.message_id, h.thread_id, h.resource_id, h.score) for h in hits]
+
+    def _note_change(self, messages: Sequence[str] = (), thread: str | None = None) -> None:
+        """Remember a delete/move while store reads are in flight, so their stale results are dropped."""
+        self._change_counter += 1
+        if self._store_reads:
+            for message_id in messages:
+                self._changed_messages[message_id] = self._change_counter
+            if thread is not None:
+                self._changed_threads[thread] = self._change_counter
+
+    async def delete_messages(self, message_ids: Sequence[str]) -> None:
+        """Delete the messages' vectors (in SQL and in the index), after everything queued before."""
+        ids = list(dict.fromkeys(message_ids))
+        if not ids:
+            self._check_running()
+            await anyio.lowlevel.checkpoint()
+            return
+        self._note_change(messages=ids)
+        with operation_span("threadmind.index.delete", "delete_memory"):
+            await self._call(_Command("delete_messages", ids))
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete every vector of the thread."""
+        self._note_change(thread=thread_id)
+        with operation_span("threadmind.index.delete", "delete_memory", thread_id=thread_id):
+            await self._call(_Command("delete_thread", thread_id))
+
+    async def move_thread(self, thread_id: str, resource_id: str) -> None:
+        """Re-scope the thread's vectors to another resource."""
+        self._note_change(thread=thread_id)
+        with operation_span("threadmind.index.move", "update_memory", thread_id=thread_id, resource_id=resource_id):
+            await self._call(_Command("move_thread", thread_id, resource_id))
+
+    async def copy_messages(self, id_map: Mapping[str, str], *, thread_id: str, resource_id: str) -> None:
+        """Give cloned messages (``id_map`` old → new id) copies of the originals' vectors, without embedding."""
+        if not id_map:
+            self._check_running()
+            await anyio.lowlevel.checkpoint()
+            return
+        with operation_span("threadmind.index.copy", "upsert_memory", thread_id=thread_id, resource_id=resource_id):
+            await self._call(_Command("copy", dict(id_map), thread_id, resource_id))
+
+    async def retry_pending(self) -> int:
+        """Embed messages recorded as pending; returns the number of vectors made."""
+        self._check_running()
+        made = 0
+        while True:
+            batch = await self._records.take_pending(self._batch_size)
+            if not batch:
+                break
+            self._store_reads += 1
+            try:
+                read_seq = self._change_counter
+                found = {m.id: m for m in await self._store.get_messages_by_id([p.message_id for p in batch])}
+                items = [self._item(found[p.message_id]) for p in batch if p.message_id in found]
+                gone = [p.message_id for p in batch if p.message_id not in found]
+                if gone:
+                    await self._records.clear_pending(gone)
+                op = _Upsert(items, read_seq=read_seq)
+                if items:
+                    await self._submit(op)
+                    await op.done.wait()
+            finally:
+                self._end_store_read()
+            made += op.vectors
+            if op.error is not None or len(batch) < self._batch_size:
+                break
+        self._pending = await self._records.pending_count()
+        return made
+
+    async def reindex(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Make vectors for every stored message that has text but no vector; returns vectors made.
+
+        ``progress(done, total)`` is called after each batch (messages). Messages that fail are pending and
+        the first error is raised at the end.
+        """
+        self._check_running()
+        index = await self._ensure_index()
+        self._store_reads += 1
+        try:
+            read_seq = self._change_counter
+            have = await self._records.message_ids_with_vectors(index.name)
+            todo: list[_Item] = []
+            threads = await self._store.list_threads(per_page=False)
+            for thread in threads.threads:
+                page = await self._store.list_messages(
+                    MessageQuery(thread_id=thread.id, per_page=False, include_total=False)
+                )
+                todo.extend(
+                    item for m in page.messages if m.id not in have and (item := self._item(m)).chunks
+                )
+            made = done = 0
+            first_error: BaseException | None = None
+            for start in range(0, len(todo), self._batch_size):
+                op = _Upsert(todo[start : start + self._batch_size], read_seq=read_seq)
+                await self._submit(op)
+                await op.done.wait()
+                made += op.vectors
+                done += len(op.items)
+                first_error = first_error or op.error
+                if progress is not None:
+                    progress(done, len(todo))
+        finally:
+            self._end_store_read()
+        self._pending = await self._records.pending_count()
+        if first_error is not None:
+            raise _fresh(first_error)
+        return made
+
+    def _end_store_read(self) -> None:
+        self._store_reads -= 1
+        if not self._store_reads:
+            self._changed_messages.clear()
+            self._changed_threads.clear()
+
+    def statistics(self) -> IndexStatistics:
+        """Counters: live vectors, batches, add_items and embed calls, pending messages, queries, loads."""
+        index = self._index
+        return IndexStatistics(
+            vectors=index.count if index else 0,
+            batches=self._batches,
+            add_items_calls=index.add_items_calls if index else 0,
+            embed_calls=self._embed_calls,
+            pending=self._pending,
+            queries=self._queries,
+            brute_force_queries=index.brute_force_queries if index else 0,
+            ann_queries=index.ann_queries if index else 0,
+            snapshot_loads=self._snapshot_loads,
+            rebuilds=self._rebuilds,
+        )
+
+    # the writer ----------------------------------------------------------------------------------
+    async def _embed(self, texts: list[str]) -> tuple[F32, int]:
+        """One embedder call, validated; any failure becomes ``EmbedderError`` (cause chained)."""
+        dim = await self.dimension()
+        self._embed_calls += 1
+        try:
+            result = await self._embedder.embed(texts)
+        except Exception as exc:
+            raise EmbedderError(f"the embedder {self._embedder.model_id!r} failed: {exc}") from exc
+        vectors = np.asarray(result.vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != len(texts):
+            raise EmbedderError(f"the embedder returned {vectors.shape[0] if vectors.ndim else 0} vectors "
+                                f"for {len(texts)} texts")
+        if vectors.shape[1] != dim:
+            raise EmbeddingDimensionMismatch(dim, int(vectors.shape[1]))
+        if not np.isfinite(vectors).all():
+            raise EmbedderError("the embedder returned non-finite values")
+        return vectors, int(result.usage_tokens)
+
+    async def _writer(self) -> None:
+        carry: _Op | None = None
+        try:
+            while True:
+                if carry is None:
+                    try:
+                        carry = await self._receive.receive()
+                    except (anyio.EndOfStream, anyio.ClosedResourceError):
+                        break
+                op, carry = carry, None
+                if isinstance(op, _Upsert):
+                    batch, carry = await self._collect(op)
+                    await self._guarded(batch, self._process_upserts(batch))
+                else:
+                    assert isinstance(op, _Command)
+                    await self._guarded([op], self._process_command(op))
+        finally:
+            closed = ConfigError("the index actor closed before this operation ran", code="THREADMIND_INDEX_CLOSED")
+            leftovers = [carry] if carry is not None else []
+            while True:
+                try:
+                    leftovers.append(self._receive.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+            for op in leftovers:
+                if not op.done.is_set():
+                    op.error = closed
+                    op.done.set()
+            self._writer_done.set()
+
+    async def _collect(self, first: _Upsert) -> tuple[list[_Upsert], _Op | None]:
+        """Consecutive queued upserts up to ``batch_size`` texts, lingering once for late arrivals."""
+        batch = [first]
+        texts = first.n_texts
+        lingered = self._linger == 0
+        while texts < self._batch_size:
+            try:
+                nxt = self._receive.receive_nowait()
+            except anyio.WouldBlock:
+                if lingered:
+                    break
+                lingered = True
+                await anyio.sleep(self._linger)
+                continue
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+            if not isinstance(nxt, _Upsert):
+                return batch, nxt
+            batch.append(nxt)
+            texts += nxt.n_texts
+        return batch, None
+
+    async def _guarded(self, ops: Sequence[_Op], work: Any) -> None:
+        """Run one batch or command; an unexpected failure fails its callers, never the writer."""
+        try:
+            await work
+        except Exception as exc:
+            logger.exception("index actor operation failed")
+            for op in ops:
+                if op.error is None and not op.done.is_set():
+                    op.error = exc
+        finally:
+            for op in ops:
+                op.done.set()
+
+    def _stale(self, op: _Upsert, item: _Item) -> bool:
+        if op.read_seq is None:
+            return False
+        changed = max(self._changed_messages.get(item.message_id, -1), self._changed_threads.get(item.thread_id, -1))
+        return changed > op.read_seq
+
+    async def _process_upserts(self, ops: list[_Upsert]) -> None:
+        self._batches += 1
+        links = [op.link for op in ops if op.link is not None]
+        tracer = trace.get_tracer("threadmind")
+        attributes: dict[str, str | int] = {ATTR_OPERATION: "embeddings", "threadmind.batch.size": len(ops)}
+        with tracer.start_as_current_span("threadmind.index.batch", links=links, attributes=attributes):
+            try:
+                index = await self._ensure_index()
+            except Exception as exc:
+                for op in ops:
+                    op.error = exc
+                await self._add_pending([(i, exc) for op in ops for i in op.items if i.chunks])
+                return
+            await self._apply_upserts(index, ops)
+
+    async def _apply_upserts(self, index: _HnswIndex, ops: list[_Upsert]) -> None:
+        # The latest version of each message in the batch wins; stale store reads are dropped.
+        latest: dict[str, tuple[_Upsert, _Item]] = {}
+        for op in ops:
+            for item in op.items:
+                if not self._stale(op, item):
+                    latest.pop(item.message_id, None)
+                    latest[item.message_id] = (op, item)
+        vectors, usage, failures = await self._embed_texts(
+            [c for _, item in latest.values() for c in item.chunks]
+        )
+        records: list[VectorRecord] = []
+        entries: list[_Entry] = []
+        rows: list[F32] = []
+        cleared: list[str] = []
+        failed: list[tuple[_Item, BaseException]] = []
+        owners: list[_Upsert] = []
+        for op, item in latest.values():
+            if not item.chunks:
+                if index.has_message(item.message_id):
+                    cleared.append(item.message_id)
+                continue
+            error = next((failures[c] for c in item.chunks if c in failures), None)
+            if error is not None:
+                failed.append((item, error))
+                op.error = op.error or error
+                continue
+            single = len(item.chunks) == 1
+            for i, chunk in enumerate(item.chunks):
+                vector_id = item.message_id if single else f"{item.message_id}#{i}"
+                vector = vectors[chunk]
+                rows.append(vector)
+                records.append(VectorRecord(
+                    vector_id=vector_id, message_id=item.message_id, thread_id=item.thread_id,
+                    resource_id=item.resource_id, role=item.role, created_at=item.created_at,
+                    embedding=vector.astype("<f4").tobytes(),
+                ))
+                entries.append(_Entry(0, vector_id, item.message_id, item.thread_id, item.resource_id))
+                op.usage += usage.get(chunk, 0.0)
+            op.vectors += len(item.chunks)
+            owners.append(op)
+        if records:
+            try:
+                seq = await self._records.upsert(index.name, records)
+            except Exception as exc:
+                for op in owners:
+                    op.error = op.error or exc
+                failed.extend((item, exc) for _, item in latest.values() if item.chunks)
+                await self._add_pending(failed)
+                return
+            matrix = np.stack(rows).astype(np.float32)
+            await self._run(index.upsert, entries, matrix, seq)
+        if cleared:
+            seq = await self._records.delete_by_message_ids(index.name, cleared)
+            await self._run(index.delete_messages, cleared, seq)
+        if failed:
+            await self._add_pending(failed)
+        elif self._pending and records:
+            self._pending = await self._records.pending_count()
+
+    async def _embed_texts(
+        self, chunks: list[str]
+    ) -> tuple[dict[str, F32], dict[str, float], dict[str, BaseException]]:
+        """Vectors for ``chunks`` (cache first, then one call; per-text retry when the batch call fails)."""
+        model = self._embedder.model_id
+        vectors: dict[str, F32] = {}
+        usage: dict[str, float] = {}
+        failures: dict[str, BaseException] = {}
+        need: list[str] = []
+        for chunk in dict.fromkeys(chunks):
+            cached = self._cache.get(model, chunk)
+            if cached is None:
+                need.append(chunk)
+            else:
+                vectors[chunk] = cached
+
+        async def _one_call(texts: list[str]) -> None:
+            got, tokens = await self._embed(texts)
+            total = sum(len(t) for t in texts) or 1
+            for text, vector in zip(texts, got, strict=True):
+                vectors[text] = vector
+                usage[text] = tokens * len(text) / total
+                self._cache.put(model, text, vector)
+
+        if need:
+            try:
+                await _one_call(need)
+            except (EmbedderError, EmbeddingDimensionMismatch) as exc:
+                if len(need) == 1:
+                    failures[need[0]] = exc
+                else:
+                    for text in need:
+                        try:
+                            await _one_call([text])
+                        except (EmbedderError, EmbeddingDimensionMismatch) as one:
+                            failures[text] = one
+        return vectors, usage, failures
+
+    async def _add_pending(self, failed: Sequence[tuple[_Item, BaseException]]) -> None:
+        if not failed:
+            return
+        try:
+            await self._records.add_pending(
+                [PendingVector(message_id=i.message_id, thread_id=i.thread_id, resource_id=i.resource_id)
+                 for i, _ in failed],
+                str(failed[0][1])[:500],
+            )
+            self._pending = await self._records.pending_count()
+        except Exception:
+            logger.exception("could not record %d messages as pending", len(failed))
+
+    async def _process_command(self, op: _Command) -> None:
+        # The load lock keeps a concurrent first load from missing this change.
+        async with self._load_lock:
+            index = self._index
+            if op.kind == "delete_messages":
+                (ids,) = op.args
+                seq = await self._records.delete_by_message_ids(None, ids)
+                if index is not None:
+                    await self._run(index.delete_messages, ids, seq)
+            elif op.kind == "delete_thread":
+                (thread_id,) = op.args
+                seq = await self._records.delete_by_thread(thread_id)
+                if index is not None:
+                    await self._run(index.delete_thread, thread_id, seq)
+            elif op.kind == "move_thread":
+                thread_id, resource_id = op.args
+                seq = await self._records.move_thread(thread_id, resource_id)
+                if index is not None:
+                    await self._run(index.move_thread, thread_id, resource_id, seq)
+            elif op.kind == "copy":
+                id_map, thread_id, resource_id = op.args
+                index = await self._load_locked()
+                copies = [
+                    msgspec.structs.replace(
+                        r,
+                        vector_id=id_map[r.message_id] + r.vector_id[len(r.message_id):],
+                        message_id=id_map[r.message_id],
+                        thread_id=thread_id,
+                        resource_id=resource_id,
+                    )
+                    for r in await self._records.records_for_messages(index.name, list(id_map))
+                ]
+                if copies:
+                    seq = await self._records.upsert(index.name, copies)
+                    await self._run(index.upsert_records, copies, seq)
+            else:  # pragma: no cover - every kind is listed above
+                raise ThreadmindError(f"unknown index command {op.kind!r}")
+            if self._pending and op.kind != "copy":
+                self._pending = await self._records.pending_count()
+
+    async def _retry_loop(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Retry pending messages at start, then every ``retry_interval`` seconds with backoff while any remain."""
+        with anyio.CancelScope() as scope:
+            self._retry_scope = scope
+            task_status.started()
+            try:
+                self._pending = await self._records.pending_count()
+            except Exception:
+                logger.exception("could not read pending vectors")
+            delay = self._retry_interval or 0.0
+            while True:
+                if self._pending:
+                    try:
+                        await self.retry_pending()
+                    except Exception:
+                        logger.exception("retrying pending vectors failed")
+                if self._retry_interval is None:
+                    return
+                delay = min(delay * 2, _MAX_RETRY_DELAY) if self._pending else self._retry_interval
+                await anyio.sleep(delay)

@@ -1,0 +1,550 @@
+"""Vector records in the SQL store: the source of truth behind the hnswlib index (which is only a cache).
+
+Every change gets a number from one monotonically increasing sequence: upserted and moved rows carry the
+``seq`` of their last change, deletions leave a tombstone with theirs. An index snapshot remembers the
+sequence it reflects, so a restart replays only what changed since (``load(index, since_seq)``) and a
+deleted vector can never come back. Messages whose vectors could not be made wait in a pending table.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
+
+import anyio.lowlevel
+import msgspec
+
+__all__ = (
+    "InMemoryVectorRecords",
+    "PendingVector",
+    "SQLiteVectorRecords",
+    "VectorRecord",
+    "VectorRecords",
+    "vector_records_for",
+)
+
+T = TypeVar("T")
+
+# SQLite binds at most 32 766 parameters per statement; stay well below for IN (...) lists.
+_IN_CHUNK = 500
+
+
+class VectorRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored vector: ids, scope, and the little-endian float32 ``embedding`` bytes."""
+
+    vector_id: str
+    message_id: str
+    thread_id: str
+    resource_id: str
+    role: str
+    created_at: str
+    embedding: bytes
+
+
+class PendingVector(msgspec.Struct, frozen=True, kw_only=True):
+    """A message whose vectors are still owed (the embedder failed); retried by the index actor."""
+
+    message_id: str
+    thread_id: str
+    resource_id: str
+    attempts: int = 0
+    last_error: str | None = None
+
+
+@runtime_checkable
+class VectorRecords(Protocol):
+    """Durable vector rows, a change log for snapshot replay, and the pending queue."""
+
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord]) -> int:
+        """Replace all vectors of the records' messages in ``index_name``; clear their pending entries.
+
+        Returns the sequence number of the change.
+        """
+        ...
+
+    async def delete_by_message_ids(self, index_name: str | None, ids: Sequence[str]) -> int:
+        """Delete the messages' vectors (in every index when ``index_name`` is None) and pending entries."""
+        ...
+
+    async def delete_by_thread(self, thread_id: str) -> int:
+        """Delete every vector and pending entry of a thread, in all indexes."""
+        ...
+
+    async def move_thread(self, thread_id: str, resource_id: str) -> int:
+        """Give the thread's vectors and pending entries a new ``resource_id``."""
+        ...
+
+    async def load(self, index_name: str, since_seq: int = 0) -> tuple[list[VectorRecord], list[str], int]:
+        """Records changed after ``since_seq``, vector ids deleted after it (and not live), the current seq."""
+        ...
+
+    async def records_for_messages(self, index_name: str, ids: Sequence[str]) -> list[VectorRecord]:
+        """The live records of these messages (used to copy vectors when a thread is cloned)."""
+        ...
+
+    async def prune_tombstones(self, index_name: str, upto_seq: int) -> None:
+        """Forget tombstones a saved snapshot already reflects."""
+
+    async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
+        """Record messages that need vectors; an existing entry gets ``attempts + 1`` and the new error."""
+
+    async def take_pending(self, limit: int) -> list[PendingVector]:
+        """Up to ``limit`` pending entries, least attempted first (they stay until cleared)."""
+        ...
+
+    async def clear_pending(self, ids: Sequence[str]) -> None:
+        """Remove pending entries by message id."""
+
+    async def pending_count(self) -> int:
+        """How many messages are pending."""
+        ...
+
+    async def message_ids_with_vectors(self, index_name: str) -> set[str]:
+        """Ids of messages that have at least one vector in ``index_name``."""
+        ...
+
+
+@runtime_checkable
+class _SQLExecutor(Protocol):
+    """What ``SQLiteStore`` offers to code that keeps its own tables: jobs run in the DB thread."""
+
+    async def execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+
+def vector_records_for(store: object) -> VectorRecords:
+    """SQL-backed records for a store that runs SQL jobs (``SQLiteStore``), else in-memory records."""
+    if isinstance(store, _SQLExecutor):
+        return SQLiteVectorRecords(store)
+    return InMemoryVectorRecords()
+
+
+def _chunks(items: Sequence[str], size: int = _IN_CHUNK) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+# ------------------------------------------------------------------------------------------- SQLite
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS threadmind_vectors (
+    index_name TEXT NOT NULL,
+    vector_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    thread_id TEXT NOT NULL,
+    resource_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    embedding BLOB NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (index_name, vector_id)
+);
+CREATE INDEX IF NOT EXISTS threadmind_vectors_message ON threadmind_vectors (message_id);
+CREATE INDEX IF NOT EXISTS threadmind_vectors_thread ON threadmind_vectors (thread_id);
+CREATE INDEX IF NOT EXISTS threadmind_vectors_seq ON threadmind_vectors (index_name, seq);
+CREATE TABLE IF NOT EXISTS threadmind_vector_tombstones (
+    index_name TEXT NOT NULL,
+    vector_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (index_name, vector_id)
+);
+CREATE INDEX IF NOT EXISTS threadmind_vector_tombstones_seq ON threadmind_vector_tombstones (index_name, seq);
+CREATE TABLE IF NOT EXISTS threadmind_vector_seq (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    seq INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO threadmind_vector_seq (id, seq) VALUES (0, 0);
+CREATE TABLE IF NOT EXISTS threadmind_vector_pending (
+    message_id TEXT PRIMARY KEY,
+    thread_id TEXT NOT NULL,
+    resource_id TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+
+_COLUMNS = "vector_id, message_id, thread_id, resource_id, role, created_at, embedding"
+
+
+def _next_seq(conn: sqlite3.Connection) -> int:
+    row = conn.execute("UPDATE threadmind_vector_seq SET seq = seq + 1 WHERE id = 0 RETURNING seq").fetchone()
+    return int(row[0])
+
+
+def _current_seq(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT seq FROM threadmind_vector_seq WHERE id = 0").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _record(row: sqlite3.Row | tuple[object, ...]) -> VectorRecord:
+    vector_id, message_id, thread_id, resource_id, role, created_at, embedding = tuple(row)
+    return VectorRecord(
+        vector_id=str(vector_id),
+        message_id=str(message_id),
+        thread_id=str(thread_id),
+        resource_id=str(resource_id),
+        role=str(role),
+        created_at=str(created_at),
+        embedding=bytes(embedding),
+    )
+
+
+def _tombstone_where(conn: sqlite3.Connection, seq: int, where: str, params: Sequence[object]) -> None:
+    """Write tombstones for the rows matching ``where``, then delete those rows."""
+    conn.execute(
+        "INSERT OR REPLACE INTO threadmind_vector_tombstones (index_name, vector_id, seq) "
+        f"SELECT index_name, vector_id, ? FROM threadmind_vectors WHERE {where}",
+        (seq, *params),
+    )
+    conn.execute(f"DELETE FROM threadmind_vectors WHERE {where}", tuple(params))
+
+
+class SQLiteVectorRecords:
+    """Vector records in our own ``threadmind_*`` tables of a ``SQLiteStore`` (jobs on its DB thread)."""
+
+    def __init__(self, store: _SQLExecutor) -> None:
+        self._store = store
+        self._ready = False
+
+    async def _ensure(self) -> None:
+        if self._ready:
+            return
+
+        def _create(conn: sqlite3.Connection) -> None:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+
+        await self._store.execute_write(_create)
+        self._ready = True
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        await self._ensure()
+        return await self._store.execute_write(fn)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        await self._ensure()
+        return await self._store.execute_read(fn)
+
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord]) -> int:
+        message_ids = sorted({r.message_id for r in records})
+        new_ids = {r.vector_id for r in records}
+
+        def _job(conn: sqlite3.Connection) -> int:
+            seq = _next_seq(conn)
+            for part in _chunks(message_ids):
+                old = conn.execute(
+                    "SELECT vector_id FROM threadmind_vectors WHERE index_name = ? "
+                    f"AND message_id IN ({_marks(len(part))})",
+                    (index_name, *part),
+                ).fetchall()
+                gone = [(index_name, row[0], seq) for row in old if row[0] not in new_ids]
+                if gone:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO threadmind_vector_tombstones (index_name, vector_id, seq) "
+                        "VALUES (?, ?, ?)",
+                        gone,
+                    )
+                    conn.executemany(
+                        "DELETE FROM threadmind_vectors WHERE index_name = ? AND vector_id = ?",
+                        [(g[0], g[1]) for g in gone],
+                    )
+                conn.execute(f"DELETE FROM threadmind_vector_pending WHERE message_id IN ({_marks(len(part))})", part)
+            conn.executemany(
+                "INSERT INTO threadmind_vectors (index_name, vector_id, message_id, thread_id, resource_id, role, "
+                "created_at, embedding, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (index_name, vector_id) DO UPDATE SET message_id = excluded.message_id, "
+                "thread_id = excluded.thread_id, resource_id = excluded.resource_id, role = excluded.role, "
+                "created_at = excluded.created_at, embedding = excluded.embedding, seq = excluded.seq",
+                [
+                    (index_name, r.vector_id, r.message_id, r.thread_id, r.resource_id, r.role, r.created_at,
+                     r.embedding, seq)
+                    for r in records
+                ],
+            )
+            return seq
+
+        return await self._write(_job)
+
+    async def delete_by_message_ids(self, index_name: str | None, ids: Sequence[str]) -> int:
+        ids = list(ids)
+
+        def _job(conn: sqlite3.Connection) -> int:
+            seq = _next_seq(conn)
+            for part in _chunks(ids):
+                where = f"message_id IN ({_marks(len(part))})"
+                if index_name is None:
+                    _tombstone_where(conn, seq, where, part)
+                else:
+                    _tombstone_where(conn, seq, f"index_name = ? AND {where}", (index_name, *part))
+                conn.execute(f"DELETE FROM threadmind_vector_pending WHERE {where}", part)
+            return seq
+
+        return await self._write(_job)
+
+    async def delete_by_thread(self, thread_id: str) -> int:
+        def _job(conn: sqlite3.Connection) -> int:
+            seq = _next_seq(conn)
+            _tombstone_where(conn, seq, "thread_id = ?", (thread_id,))
+            conn.execute("DELETE FROM threadmind_vector_pending WHERE thread_id = ?", (thread_id,))
+            return seq
+
+        return await self._write(_job)
+
+    async def move_thread(self, thread_id: str, resource_id: str) -> int:
+        def _job(conn: sqlite3.Connection) -> int:
+            seq = _next_seq(conn)
+            conn.execute(
+                "UPDATE threadmind_vectors SET resource_id = ?, seq = ? WHERE thread_id = ?",
+                (resource_id, seq, thread_id),
+            )
+            conn.execute(
+                "UPDATE threadmind_vector_pending SET resource_id = ? WHERE thread_id = ?", (resource_id, thread_id)
+            )
+            return seq
+
+        return await self._write(_job)
+
+    async def load(self, index_name: str, since_seq: int = 0) -> tuple[list[VectorRecord], list[str], int]:
+        def _job(conn: sqlite3.Connection) -> tuple[list[VectorRecord], list[str], int]:
+            current = _current_seq(conn)
+            records = [
+                _record(row)
+                for row in conn.execute(
+                    f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE index_name = ? AND seq > ? ORDER BY seq, rowid",
+                    (index_name, since_seq),
+                )
+            ]
+            deleted: list[str] = []
+            if since_seq > 0:
+                deleted = [
+                    str(row[0])
+                    for row in conn.execute(
+                        "SELECT t.vector_id FROM threadmind_vector_tombstones t WHERE t.index_name = ? AND t.seq > ? "
+                        "AND NOT EXISTS (SELECT 1 FROM threadmind_vectors v "
+                        "WHERE v.index_name = t.index_name AND v.vector_id = t.vector_id)",
+                        (index_name, since_seq),
+                    )
+                ]
+            return records, deleted, current
+
+        return await self._read(_job)
+
+    async def records_for_messages(self, index_name: str, ids: Sequence[str]) -> list[VectorRecord]:
+        ids = list(ids)
+
+        def _job(conn: sqlite3.Connection) -> list[VectorRecord]:
+            out: list[VectorRecord] = []
+            for part in _chunks(ids):
+                out.extend(
+                    _record(row)
+                    for row in conn.execute(
+                        f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE index_name = ? "
+                        f"AND message_id IN ({_marks(len(part))}) ORDER BY message_id, vector_id",
+                        (index_name, *part),
+                    )
+                )
+            return out
+
+        return await self._read(_job)
+
+    async def prune_tombstones(self, index_name: str, upto_seq: int) -> None:
+        def _job(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "DELETE FROM threadmind_vector_tombstones WHERE index_name = ? AND seq <= ?", (index_name, upto_seq)
+            )
+
+        await self._write(_job)
+
+    async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
+        now = time.time()
+
+        def _job(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO threadmind_vector_pending (message_id, thread_id, resource_id, attempts, last_error, "
+                "created_at, updated_at) VALUES (?, ?, ?, 1, ?, ?, ?) ON CONFLICT (message_id) DO UPDATE SET "
+                "thread_id = excluded.thread_id, resource_id = excluded.resource_id, "
+                "attempts = threadmind_vector_pending.attempts + 1, last_error = excluded.last_error, "
+                "updated_at = excluded.updated_at",
+                [(p.message_id, p.thread_id, p.resource_id, error, now, now) for p in items],
+            )
+
+        await self._write(_job)
+
+    async def take_pending(self, limit: int) -> list[PendingVector]:
+        def _job(conn: sqlite3.Connection) -> list[PendingVector]:
+            return [
+                PendingVector(message_id=r[0], thread_id=r[1], resource_id=r[2], attempts=r[3], last_error=r[4])
+                for r in conn.execute(
+                    "SELECT message_id, thread_id, resource_id, attempts, last_error FROM threadmind_vector_pending "
+                    "ORDER BY attempts, updated_at, message_id LIMIT ?",
+                    (limit,),
+                )
+            ]
+
+        return await self._read(_job)
+
+    async def clear_pending(self, ids: Sequence[str]) -> None:
+        ids = list(ids)
+
+        def _job(conn: sqlite3.Connection) -> None:
+            for part in _chunks(ids):
+                conn.execute(f"DELETE FROM threadmind_vector_pending WHERE message_id IN ({_marks(len(part))})", part)
+
+        await self._write(_job)
+
+    async def pending_count(self) -> int:
+        def _job(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("SELECT count(*) FROM threadmind_vector_pending").fetchone()[0])
+
+        return await self._read(_job)
+
+    async def message_ids_with_vectors(self, index_name: str) -> set[str]:
+        def _job(conn: sqlite3.Connection) -> set[str]:
+            return {
+                str(r[0])
+                for r in conn.execute(
+                    "SELECT DISTINCT message_id FROM threadmind_vectors WHERE index_name = ?", (index_name,)
+                )
+            }
+
+        return await self._read(_job)
+
+
+# ------------------------------------------------------------------------------------------ in memory
+
+
+class _Row(msgspec.Struct, kw_only=True):
+    record: VectorRecord
+    seq: int
+
+
+class InMemoryVectorRecords:
+    """The same semantics in dicts, for ``InMemoryStore`` and tests (nothing survives the process)."""
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self._rows: dict[tuple[str, str], _Row] = {}
+        self._tombstones: dict[tuple[str, str], int] = {}
+        self._pending: dict[str, tuple[PendingVector, float]] = {}
+
+    def _bump(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _delete_where(self, seq: int, match: Callable[[str, VectorRecord], bool]) -> None:
+        for key in [k for k, row in self._rows.items() if match(k[0], row.record)]:
+            del self._rows[key]
+            self._tombstones[key] = seq
+
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord]) -> int:
+        await anyio.lowlevel.checkpoint()
+        seq = self._bump()
+        messages = {r.message_id for r in records}
+        keep = {r.vector_id for r in records}
+        self._delete_where(
+            seq, lambda name, rec: name == index_name and rec.message_id in messages and rec.vector_id not in keep
+        )
+        for record in records:
+            self._rows[(index_name, record.vector_id)] = _Row(record=record, seq=seq)
+        for message_id in messages:
+            self._pending.pop(message_id, None)
+        return seq
+
+    async def delete_by_message_ids(self, index_name: str | None, ids: Sequence[str]) -> int:
+        await anyio.lowlevel.checkpoint()
+        seq = self._bump()
+        wanted = set(ids)
+        self._delete_where(
+            seq, lambda name, rec: (index_name is None or name == index_name) and rec.message_id in wanted
+        )
+        for message_id in wanted:
+            self._pending.pop(message_id, None)
+        return seq
+
+    async def delete_by_thread(self, thread_id: str) -> int:
+        await anyio.lowlevel.checkpoint()
+        seq = self._bump()
+        self._delete_where(seq, lambda _name, rec: rec.thread_id == thread_id)
+        for message_id in [m for m, (p, _) in self._pending.items() if p.thread_id == thread_id]:
+            del self._pending[message_id]
+        return seq
+
+    async def move_thread(self, thread_id: str, resource_id: str) -> int:
+        await anyio.lowlevel.checkpoint()
+        seq = self._bump()
+        for row in self._rows.values():
+            if row.record.thread_id == thread_id:
+                row.record = msgspec.structs.replace(row.record, resource_id=resource_id)
+                row.seq = seq
+        for message_id, (pending, stamp) in list(self._pending.items()):
+            if pending.thread_id == thread_id:
+                self._pending[message_id] = (msgspec.structs.replace(pending, resource_id=resource_id), stamp)
+        return seq
+
+    async def load(self, index_name: str, since_seq: int = 0) -> tuple[list[VectorRecord], list[str], int]:
+        await anyio.lowlevel.checkpoint()
+        rows = sorted(
+            (row for (name, _), row in self._rows.items() if name == index_name and row.seq > since_seq),
+            key=lambda row: row.seq,
+        )
+        deleted = (
+            [vid for (name, vid), seq in self._tombstones.items()
+             if name == index_name and seq > since_seq and (name, vid) not in self._rows]
+            if since_seq > 0
+            else []
+        )
+        return [row.record for row in rows], deleted, self._seq
+
+    async def records_for_messages(self, index_name: str, ids: Sequence[str]) -> list[VectorRecord]:
+        await anyio.lowlevel.checkpoint()
+        wanted = set(ids)
+        found = [
+            row.record
+            for (name, _), row in self._rows.items()
+            if name == index_name and row.record.message_id in wanted
+        ]
+        return sorted(found, key=lambda r: (r.message_id, r.vector_id))
+
+    async def prune_tombstones(self, index_name: str, upto_seq: int) -> None:
+        await anyio.lowlevel.checkpoint()
+        for key in [k for k, seq in self._tombstones.items() if k[0] == index_name and seq <= upto_seq]:
+            del self._tombstones[key]
+
+    async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
+        await anyio.lowlevel.checkpoint()
+        now = time.monotonic()
+        for item in items:
+            old = self._pending.get(item.message_id)
+            attempts = (old[0].attempts if old else 0) + 1
+            self._pending[item.message_id] = (
+                msgspec.structs.replace(item, attempts=attempts, last_error=error),
+                now,
+            )
+
+    async def take_pending(self, limit: int) -> list[PendingVector]:
+        await anyio.lowlevel.checkpoint()
+        ordered = sorted(self._pending.values(), key=lambda e: (e[0].attempts, e[1], e[0].message_id))
+        return [pending for pending, _ in ordered[:limit]]
+
+    async def clear_pending(self, ids: Sequence[str]) -> None:
+        await anyio.lowlevel.checkpoint()
+        for message_id in ids:
+            self._pending.pop(message_id, None)
+
+    async def pending_count(self) -> int:
+        await anyio.lowlevel.checkpoint()
+        return len(self._pending)
+
+    async def message_ids_with_vectors(self, index_name: str) -> set[str]:
+        await anyio.lowlevel.checkpoint()
+        return {row.record.message_id for (name, _), row in self._rows.items() if name == index_name}
