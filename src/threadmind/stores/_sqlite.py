@@ -1,0 +1,909 @@
+"""``SQLiteStore``: Mastra's libsql memory schema on aiosqlite, with group commit.
+
+Layout and encodings are Mastra's (reference §5): dates as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` text, message content
+as compact JSON text, metadata written as JSON text and read from JSON text or Mastra's JSONB blobs.
+
+**Ordering.** Messages sort by (``createdAt``, ``rowid``). ``mastra_messages`` has a TEXT primary key, so it
+is a rowid table and ``rowid`` is the insertion order: a new row gets a rowid above every existing one, and
+the upsert ``ON CONFLICT(id) DO UPDATE`` updates the row in place, keeping both its rowid and its
+``createdAt``. So equal timestamps never reorder, across saves and across reopenings of a Mastra file
+(which wrote its rows the same way); no column is added to Mastra's table.
+
+**Connections.** WAL mode; one writer connection (autocommit, explicit ``BEGIN IMMEDIATE``) and one reader
+connection, so reads proceed while a write commits. A write's result is delivered only after COMMIT, so a
+later read always sees it (read-your-writes).
+
+**Group commit.** Every write is a *job*: a sync function ``fn(conn) -> T`` run on the writer's thread.
+Jobs queue up; one writer at a time takes everything queued (up to ``max_batch``) and runs the whole group
+in one hop to aiosqlite's thread: ``BEGIN IMMEDIATE``, per job ``SAVEPOINT``/``RELEASE`` (a failing job is
+rolled back to its savepoint and fails alone), one ``COMMIT``. The writer role is taken by a waiting caller
+(leader/follower) rather than a background task: a store may be opened lazily from any task, and a
+long-lived task group entered there would be bound to that task's cancel scopes. The commit hop runs
+shielded from cancellation; a caller cancelled while its job is still queued removes it (nothing written),
+once the job is in a group it commits fully and only the result is dropped.
+
+``execute_write`` and ``execute_read`` are public extension points: the vector layer keeps its own
+``threadmind_*`` tables in the same file through them.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sqlite3
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import aiosqlite
+import anyio
+import msgspec
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanContext
+
+from ..codecs import Message, MessageContent, Resource, Thread, content_from_text, decode_content, to_iso, utc_now
+from ..codecs._jsonb import decode_jsonb
+from ..codecs._time import from_iso
+from ..errors import ConfigError, InvalidMessage, StorageError, ThreadNotFound, ValidationError
+from ..tracing import ATTR_DB_SYSTEM, get_tracer
+from . import _query as q
+from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
+from ._schema import create_schema
+
+__all__ = ("SQLiteStore", "StoreStatistics")
+
+T = TypeVar("T")
+
+_CHUNK = 500  # rows per multi-row statement: 7 × 500 parameters, far below SQLite's 32 766 limit
+_SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+_MSG_COLS = 'id, content, role, type, "createdAt", thread_id, "resourceId", rowid'
+_THREAD_COLS = 'id, "resourceId", title, metadata, "createdAt", "updatedAt"'
+_UPSERT_HEAD = (
+    'INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") VALUES '
+)
+_UPSERT_TAIL = (
+    ' ON CONFLICT(id) DO UPDATE SET thread_id = excluded.thread_id, content = excluded.content, '
+    'role = excluded.role, type = excluded.type, "resourceId" = excluded."resourceId"'
+)
+_json_any = msgspec.json.Decoder()
+_EXISTS_CODE = "THREADMIND_THREAD_EXISTS"
+
+Row = tuple[Any, ...]
+SortKey = tuple[str, int]
+
+
+class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the writer: committed groups, jobs run, the largest group and jobs waiting now."""
+
+    commits: int
+    jobs: int
+    largest_group: int
+    queued: int
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class _Job:
+    """One queued write: the function, its outcome, and the event its caller waits on."""
+
+    __slots__ = ("done", "error", "fn", "link", "started", "value", "wake")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], link: SpanContext | None) -> None:
+        self.fn = fn
+        self.link = link
+        self.started = False
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.wake = anyio.Event()
+
+
+# -- thread-side helpers (run on aiosqlite's worker threads) ----------------------------------------------
+
+
+async def _in_connection_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run ``fn(raw sqlite3 connection)`` on the connection's worker thread in one hop.
+
+    aiosqlite has no public "run a callable in the connection thread"; ``Connection._execute(fn, *args)``
+    queues ``fn(*args)`` on that thread (the same path its own ``execute`` uses). Kept in this one place so an
+    aiosqlite change touches one line.
+    """
+    result: T = await conn._execute(_call_with_raw, conn, fn)  # type: ignore[no-untyped-call]
+    return result
+
+
+def _call_with_raw(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    return fn(conn._conn)
+
+
+def _translate(exc: BaseException) -> BaseException:
+    """sqlite3 errors become ``StorageError`` (cause chained); everything else passes through."""
+    if isinstance(exc, sqlite3.Error):
+        err = StorageError(f"SQLite error: {exc}")
+        err.__cause__ = exc
+        return err
+    return exc
+
+
+def _fail_all(jobs: Iterable[_Job], message: str, cause: BaseException | None) -> None:
+    for job in jobs:
+        err = StorageError(message)
+        err.__cause__ = cause
+        job.error = err
+        job.value = None
+
+
+def _run_group(conn: sqlite3.Connection, jobs: list[_Job]) -> None:
+    """One transaction for the whole group; each job in its own savepoint; one COMMIT."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        _fail_all(jobs, f"could not start a write transaction: {exc}", exc)
+        return
+    for index, job in enumerate(jobs):
+        try:
+            conn.execute("SAVEPOINT j")
+            job.value = job.fn(conn)
+            conn.execute("RELEASE j")
+        except Exception as exc:
+            job.error = _translate(exc)
+            job.value = None
+            try:
+                conn.execute("ROLLBACK TO j")
+                conn.execute("RELEASE j")
+            except sqlite3.Error:
+                pass
+            if not conn.in_transaction:  # SQLite aborted the whole transaction (disk full, I/O error ...)
+                _fail_all(jobs[:index] + jobs[index + 1:], f"the write transaction was aborted: {exc}", exc)
+                return
+        except BaseException:
+            conn.rollback()
+            raise
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        if conn.in_transaction:
+            conn.rollback()
+        _fail_all(jobs, f"commit failed, nothing in this group was written: {exc}", exc)
+
+
+def _read_tx(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+    """Wrap a read in one read transaction so multi-statement reads see one snapshot."""
+
+    def run(conn: sqlite3.Connection) -> T:
+        conn.execute("BEGIN")
+        try:
+            return fn(conn)
+        finally:
+            conn.execute("COMMIT")
+
+    return run
+
+
+def _tm_json(value: Any) -> Any:
+    """SQL ``tm_json(x)``: JSON text for a JSONB blob, the value itself otherwise (deterministic)."""
+    if isinstance(value, bytes):
+        return msgspec.json.encode(decode_jsonb(value)).decode()
+    return value
+
+
+def _placeholders(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _decode_metadata(value: Any, where: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        decoded = decode_jsonb(value) if isinstance(value, bytes) else _json_any.decode(value)
+    except (ValueError, msgspec.DecodeError) as exc:
+        raise StorageError(f"{where} metadata is not valid JSON/JSONB: {exc}") from exc
+    if decoded is not None and not isinstance(decoded, dict):
+        raise StorageError(f"{where} metadata is not a JSON object")
+    return decoded
+
+
+def _thread_from_row(row: Row) -> Thread:
+    return Thread(row[0], row[1], row[2], _decode_metadata(row[3], f"thread {row[0]!r}"),
+                  from_iso(row[4]), from_iso(row[5]))
+
+
+def _content_from_column(message_id: str, raw: Any) -> MessageContent:
+    try:
+        return decode_content(raw)
+    except InvalidMessage as exc:
+        try:
+            value = _json_any.decode(raw)
+        except msgspec.DecodeError:  # not JSON at all: a plain-text message (reference §5.2)
+            return content_from_text(raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace"))
+        if isinstance(value, str):
+            return content_from_text(value)
+        raise StorageError(f"message {message_id!r} has invalid content: {exc.message}") from exc
+
+
+def _message_from_row(row: Row) -> Message:
+    mid, content, role, mtype, created, thread_id, resource_id = row[:7]
+    return Message(mid, role, _content_from_column(mid, content), from_iso(created), thread_id, resource_id,
+                   None if mtype == "v2" else mtype)
+
+
+def _keyed(rows: Iterable[Row]) -> list[tuple[SortKey, Message]]:
+    return [((row[4], row[7]), _message_from_row(row)) for row in rows]
+
+
+def _fetch_thread_row(conn: sqlite3.Connection, thread_id: str) -> Row | None:
+    row: Row | None = conn.execute(f"SELECT {_THREAD_COLS} FROM mastra_threads WHERE id = ?", (thread_id,)).fetchone()
+    return row
+
+
+def _upsert(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
+    for chunk in _chunks(rows):
+        params = [value for row in chunk for value in row]
+        conn.execute(_UPSERT_HEAD + ",".join(["(?,?,?,?,?,?,?)"] * len(chunk)) + _UPSERT_TAIL, params)
+
+
+def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Row]:
+    found: list[Row] = []
+    for chunk in _chunks(ids):
+        found.extend(conn.execute(
+            f'SELECT id, thread_id, "createdAt" FROM mastra_messages WHERE id IN ({_placeholders(len(chunk))})',
+            chunk,
+        ))
+    return found
+
+
+def _bump(conn: sqlite3.Connection, thread_ids: Iterable[str], now: str) -> None:
+    conn.executemany('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?', [(now, t) for t in thread_ids])
+
+
+def _message_row(message: Message) -> Row:
+    return (message.id, message.thread_id, q.encode_content_text(message.content), message.role,
+            message.type or "v2", to_iso(message.created_at), message.resource_id)
+
+
+# -- the store ----------------------------------------------------------------------------------------
+
+
+class SQLiteStore:
+    """Durable threads, messages and resources in one SQLite file (Mastra-compatible schema).
+
+    :param path: database file; created if missing. An existing Mastra ``memory.db`` opens unchanged.
+    :param synchronous: SQLite ``synchronous`` pragma (``FULL`` default: every commit is durable).
+    :param busy_timeout_ms: how long a statement waits for another process's lock.
+    :param max_batch: most write jobs committed in one group transaction.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 5000,
+        max_batch: int = 256,
+    ) -> None:
+        self._path = os.fspath(path)
+        if self._path == ":memory:" or not self._path:
+            raise ConfigError("SQLiteStore needs a file path (use InMemoryStore for an ephemeral store)")
+        if not isinstance(synchronous, str) or synchronous.upper() not in _SYNC_MODES:
+            raise ConfigError(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {synchronous!r}")
+        if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
+            raise ConfigError(f"busy_timeout_ms must be a non-negative integer, got {busy_timeout_ms!r}")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ConfigError(f"max_batch must be a positive integer, got {max_batch!r}")
+        self._synchronous = synchronous.upper()
+        self._busy_timeout_ms = busy_timeout_ms
+        self._max_batch = max_batch
+        self._state = _State.NEW
+        self._open_lock = anyio.Lock()
+        self._writer: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._queue: deque[_Job] = deque()
+        self._writing = False
+        self._commits = 0
+        self._jobs = 0
+        self._largest = 0
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self._path!r}, state={self._state.value})"
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._path
+
+    def statistics(self) -> StoreStatistics:
+        """Writer counters (group commits, jobs, largest group, queued now)."""
+        return StoreStatistics(commits=self._commits, jobs=self._jobs, largest_group=self._largest,
+                               queued=len(self._queue))
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open both connections, switch to WAL and create missing tables; idempotent.
+
+        :raises StorageError: the store is closed, or the file cannot be opened.
+        """
+        if self._opened():
+            await anyio.lowlevel.checkpoint()
+            return
+        async with self._open_lock:
+            if self._opened():
+                return
+            if self._state is not _State.NEW:
+                raise StorageError(f"{self!r} is closed")
+            writer = reader = None
+            try:
+                writer = await aiosqlite.connect(self._path, isolation_level=None, cached_statements=256)
+                await _in_connection_thread(writer, self._setup_writer)
+                reader = await aiosqlite.connect(self._path, isolation_level=None, cached_statements=256)
+                await _in_connection_thread(reader, self._setup_reader)
+            except BaseException as exc:
+                with anyio.CancelScope(shield=True):
+                    for conn in (reader, writer):
+                        if conn is not None:
+                            await conn.close()
+                if isinstance(exc, sqlite3.Error):
+                    raise StorageError(f"cannot open {self._path!r}: {exc}") from exc
+                raise
+            self._writer, self._reader = writer, reader
+            self._state = _State.OPEN
+
+    def _opened(self) -> bool:
+        return self._state is _State.OPEN
+
+    def _setup_writer(self, conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StorageError(f"could not switch {self._path!r} to WAL mode (got {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        conn.create_function("tm_json", 1, _tm_json, deterministic=True)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            create_schema(conn)
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.execute("COMMIT")
+
+    def _setup_reader(self, conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        conn.execute("PRAGMA query_only = ON")
+        conn.create_function("tm_json", 1, _tm_json, deterministic=True)
+
+    async def aclose(self) -> None:
+        """Run every queued write, then close both connections (their threads end); idempotent."""
+        with anyio.CancelScope(shield=True):
+            async with self._open_lock:
+                if self._state is not _State.OPEN:
+                    self._state = _State.CLOSED
+                    return
+                self._state = _State.CLOSING
+            try:
+                # A no-op job queued last: when it has run, everything queued before it has committed.
+                await self._submit(lambda conn: None)
+            finally:
+                self._state = _State.CLOSED
+                for conn in (self._reader, self._writer):
+                    if conn is not None:
+                        await conn.close()
+                self._reader = self._writer = None
+
+    async def __aenter__(self) -> SQLiteStore:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _ready(self) -> None:
+        if self._state is _State.OPEN:
+            return
+        if self._state is _State.NEW:
+            await self.open()
+            return
+        raise StorageError(f"{self!r} is closed")
+
+    async def _idle_checkpoint(self) -> None:
+        """For calls with nothing to do: still fail on a closed store and yield once (trio's rule)."""
+        await self._ready()
+        await anyio.lowlevel.checkpoint()
+
+    # -- the two extension points ----------------------------------------------------------------------
+
+    async def execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` as one job of a group transaction on the writer connection; return its result.
+
+        ``fn`` runs in its own SAVEPOINT: if it raises, its changes are rolled back and the exception (sqlite3
+        errors as ``StorageError``) reaches this caller only. The result is delivered after COMMIT. ``fn`` must
+        not commit, roll back or open its own transaction.
+        """
+        await self._ready()
+        return await self._submit(fn)
+
+    async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on the reader connection inside one read transaction (one consistent snapshot)."""
+        await self._ready()
+        reader = self._reader
+        if reader is None:  # pragma: no cover - _ready guarantees an open reader
+            raise StorageError(f"{self!r} is closed")
+        try:
+            return await _in_connection_thread(reader, _read_tx(fn))
+        except sqlite3.Error as exc:
+            raise StorageError(f"SQLite error: {exc}") from exc
+        except ValueError as exc:
+            if self._state is not _State.OPEN:
+                raise StorageError(f"{self!r} is closed") from exc
+            raise
+
+    async def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        context = trace.get_current_span().get_span_context()
+        job = _Job(fn, context if context.is_valid else None)
+        self._queue.append(job)
+        try:
+            while not job.done:
+                if not self._writing:
+                    await self._lead(job)
+                    continue
+                job.wake = anyio.Event()
+                await job.wake.wait()
+        except BaseException:
+            if not job.started:
+                try:
+                    self._queue.remove(job)
+                except ValueError:  # pragma: no cover - an unstarted job is always queued
+                    pass
+            if not self._writing and self._queue:
+                self._queue[0].wake.set()  # hand the writer role on
+            raise
+        if job.error is not None:
+            raise job.error
+        result: T = job.value
+        return result
+
+    async def _lead(self, own: _Job) -> None:
+        """Act as the writer: commit groups from the queue until ``own`` is done, then hand over."""
+        self._writing = True
+        try:
+            with anyio.CancelScope(shield=True):
+                while not own.done and self._queue:
+                    batch = [self._queue.popleft() for _ in range(min(self._max_batch, len(self._queue)))]
+                    for job in batch:
+                        job.started = True
+                    await self._commit(batch)
+                    for job in batch:
+                        job.done = True
+                        job.wake.set()
+        finally:
+            self._writing = False
+            if self._queue:
+                self._queue[0].wake.set()
+
+    async def _commit(self, batch: list[_Job]) -> None:
+        links = [Link(job.link) for job in batch if job.link is not None]
+        with get_tracer().start_as_current_span(
+            "threadmind.store.group_commit", links=links,
+            attributes={ATTR_DB_SYSTEM: "sqlite", "threadmind.store.group_size": len(batch)},
+        ):
+            writer = self._writer
+            try:
+                if writer is None:
+                    raise StorageError(f"{self!r} is closed")
+                await _in_connection_thread(writer, lambda conn: _run_group(conn, batch))
+            except Exception as exc:
+                _fail_all(batch, f"the write group failed: {exc}", exc)
+        self._commits += 1
+        self._jobs += len(batch)
+        self._largest = max(self._largest, len(batch))
+
+    # -- threads -----------------------------------------------------------------------------------------
+
+    async def create_thread(self, thread: Thread) -> Thread:
+        """Insert a new thread; ``ValidationError`` if the id exists."""
+        q.validate_thread(thread)
+        stored, meta = q.stored_thread(thread)
+
+        def job(conn: sqlite3.Connection) -> Thread:
+            if conn.execute("SELECT 1 FROM mastra_threads WHERE id = ?", (stored.id,)).fetchone():
+                raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
+            conn.execute(
+                f"INSERT INTO mastra_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?)",
+                (stored.id, stored.resource_id, stored.title, meta, to_iso(stored.created_at),
+                 to_iso(stored.updated_at)),
+            )
+            return stored
+
+        return await self.execute_write(job)
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """The thread or None."""
+        row = await self.execute_read(lambda conn: _fetch_thread_row(conn, thread_id))
+        return None if row is None else _thread_from_row(row)
+
+    async def list_threads(
+        self,
+        *,
+        resource_id: str | None = None,
+        page: int = 0,
+        per_page: int | bool = 100,
+        order_by: Literal["created_at", "updated_at"] = "created_at",
+        direction: Literal["ASC", "DESC"] = "DESC",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ThreadPage:
+        """Threads filtered by owner and scalar metadata equality (reference §5.3)."""
+        args = q.validate_thread_list(page, per_page, order_by, direction, metadata)
+        where: list[str] = []
+        params: list[Any] = []
+        if resource_id is not None:
+            where.append('"resourceId" = ?')
+            params.append(resource_id)
+        for key, value in args.metadata:
+            expr = ("json_extract(CASE WHEN typeof(metadata) = 'blob' THEN tm_json(metadata) ELSE metadata END, ?)")
+            params.append(f"$.{key}")
+            if value is None:
+                where.append(f"{expr} IS NULL")
+            else:
+                where.append(f"{expr} = ?")
+                params.append(q.sql_scalar(value))
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        order = "DESC" if args.descending else "ASC"
+        sql = (f'SELECT {_THREAD_COLS} FROM mastra_threads{clause} ORDER BY "{args.order_column}" {order}, '
+               f"rowid {order} LIMIT ? OFFSET ?")
+
+        def read(conn: sqlite3.Connection) -> tuple[int, list[Row]]:
+            total = conn.execute(f"SELECT COUNT(*) FROM mastra_threads{clause}", params).fetchone()[0]
+            limit = -1 if args.limit is None else args.limit
+            return total, conn.execute(sql, [*params, limit, args.offset]).fetchall()
+
+        total, rows = await self.execute_read(read)
+        threads = [_thread_from_row(row) for row in rows]
+        has_more = args.limit is not None and args.offset + args.limit < total
+        return ThreadPage(threads=threads, total=total, page=page, per_page=per_page, has_more=has_more)
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Set the title (when given), shallow-merge metadata, bump ``updated_at``; ``ThreadNotFound``."""
+        if title is not None and not isinstance(title, str):
+            raise ValidationError("title must be a string or None")
+        q.encode_metadata(metadata, "metadata")  # validate before queuing
+
+        def job(conn: sqlite3.Connection) -> Thread:
+            row = _fetch_thread_row(conn, thread_id)
+            if row is None:
+                raise ThreadNotFound(thread_id, code="MASTRA_STORAGE_LIBSQL_UPDATE_THREAD_NOT_FOUND",
+                                     message=f"Thread {thread_id} not found")
+            old = _thread_from_row(row)
+            updated = q.updated_thread(old, title, metadata)
+            meta = row[3] if metadata is None else q.encode_metadata(updated.metadata, "metadata")
+            conn.execute('UPDATE mastra_threads SET title = ?, metadata = ?, "updatedAt" = ? WHERE id = ?',
+                         (updated.title, meta, to_iso(updated.updated_at), thread_id))
+            return updated
+
+        return await self.execute_write(job)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread and its messages in one transaction (no error when missing)."""
+
+        def job(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM mastra_messages WHERE thread_id = ?", (thread_id,))
+            conn.execute("DELETE FROM mastra_threads WHERE id = ?", (thread_id,))
+
+        await self.execute_write(job)
+
+    async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
+        """Move a thread and all its messages to another resource in one transaction."""
+        if not isinstance(resource_id, str) or not resource_id.strip():
+            raise ValidationError("resource_id must be a non-empty string")
+
+        def job(conn: sqlite3.Connection) -> Thread:
+            row = _fetch_thread_row(conn, thread_id)
+            if row is None:
+                raise ThreadNotFound(thread_id, code="MASTRA_STORAGE_LIBSQL_UPDATE_THREAD_RESOURCE_ID_FAILED")
+            now = utc_now()
+            conn.execute('UPDATE mastra_threads SET "resourceId" = ?, "updatedAt" = ? WHERE id = ?',
+                         (resource_id, to_iso(now), thread_id))
+            conn.execute('UPDATE mastra_messages SET "resourceId" = ? WHERE thread_id = ?', (resource_id, thread_id))
+            return msgspec.structs.replace(_thread_from_row(row), resource_id=resource_id, updated_at=now)
+
+        return await self.execute_write(job)
+
+    async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
+        """Insert a new thread and its messages atomically (used by clone)."""
+        q.validate_thread(thread)
+        q.validate_messages(thread.id, messages)
+        q.check_owner(thread.id, thread.resource_id, messages)
+        stored, meta = q.stored_thread(thread)
+        rows = [_message_row(m) for m in messages]
+
+        def job(conn: sqlite3.Connection) -> Thread:
+            if conn.execute("SELECT 1 FROM mastra_threads WHERE id = ?", (stored.id,)).fetchone():
+                raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
+            for mid, other, _ in _existing(conn, [row[0] for row in rows]):
+                raise ValidationError(f"message id {mid!r} already belongs to thread {other!r}")
+            conn.execute(
+                f"INSERT INTO mastra_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?)",
+                (stored.id, stored.resource_id, stored.title, meta, to_iso(stored.created_at),
+                 to_iso(stored.updated_at)),
+            )
+            _upsert(conn, rows)
+            return stored
+
+        return await self.execute_write(job)
+
+    # -- messages ----------------------------------------------------------------------------------------
+
+    async def save_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        """Upsert messages of one thread atomically, in order (see the ``Store`` protocol)."""
+        q.validate_messages(thread_id, messages)
+        if not messages:
+            await self._idle_checkpoint()
+            return []
+        rows = [_message_row(m) for m in messages]
+        resources = {m.resource_id for m in messages}
+
+        def job(conn: sqlite3.Connection) -> dict[str, str]:
+            found = conn.execute('SELECT "resourceId" FROM mastra_threads WHERE id = ?', (thread_id,)).fetchone()
+            if found is None:
+                raise ThreadNotFound(thread_id)
+            owner = found[0]
+            if resources != {owner}:
+                q.check_owner(thread_id, owner, messages)
+            kept: dict[str, str] = {}
+            for mid, other, created in _existing(conn, [row[0] for row in rows]):
+                if other != thread_id:
+                    raise ValidationError(
+                        f"message id {mid!r} already belongs to thread {other!r}; a message cannot move to "
+                        f"thread {thread_id!r}"
+                    )
+                kept[mid] = created
+            _upsert(conn, rows)
+            _bump(conn, (thread_id,), to_iso(utc_now()))
+            return kept
+
+        kept = await self.execute_write(job)
+        return q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        """Page through messages (reference §5.3), with include windows and filters."""
+        flt = q.validate_message_query(query)
+        where = [f"thread_id IN ({_placeholders(len(flt.thread_ids))})"]
+        params: list[Any] = list(flt.thread_ids)
+        if flt.resource_id is not None:
+            where.append('"resourceId" = ?')
+            params.append(flt.resource_id)
+        if flt.start is not None:
+            where.append('"createdAt" > ?' if flt.start_exclusive else '"createdAt" >= ?')
+            params.append(to_iso(flt.start))
+        if flt.end is not None:
+            where.append('"createdAt" < ?' if flt.end_exclusive else '"createdAt" <= ?')
+            params.append(to_iso(flt.end))
+        for key, value in flt.metadata:
+            path = f"$.metadata.{key}"
+            kind = "(CASE WHEN json_valid(content) THEN json_type(content, ?) END)"
+            extract = "(CASE WHEN json_valid(content) THEN json_extract(content, ?) END)"
+            if value is None or isinstance(value, bool):
+                where.append(f"{kind} = ?")
+                params.extend((path, "null" if value is None else ("true" if value else "false")))
+            elif isinstance(value, str):
+                where.append(f"{kind} = 'text' AND {extract} = ?")
+                params.extend((path, path, value))
+            else:
+                where.append(f"{kind} IN ('integer', 'real') AND {extract} = ?")
+                params.extend((path, path, value))
+        clause = " AND ".join(where)
+        order = "DESC" if flt.descending else "ASC"
+
+        def read(conn: sqlite3.Connection) -> MessagePage:
+            if flt.limit == 0:
+                page: list[tuple[SortKey, Message]] = []
+                total = 0
+            else:
+                total = conn.execute(f"SELECT COUNT(*) FROM mastra_messages WHERE {clause}", params).fetchone()[0]
+                rows = conn.execute(
+                    f'SELECT {_MSG_COLS} FROM mastra_messages WHERE {clause} ORDER BY "createdAt" {order}, '
+                    f"rowid {order} LIMIT ? OFFSET ?",
+                    [*params, -1 if flt.limit is None else flt.limit, flt.offset],
+                ).fetchall()
+                page = _keyed(rows)
+            extra = _include_rows(conn, flt)
+            messages = q.assemble(page, extra, flt.descending)
+            return MessagePage(messages=messages, total=total, page=query.page, per_page=query.per_page,
+                               has_more=q.messages_has_more(flt, len(page), total, messages))
+
+        return await self.execute_read(read)
+
+    async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        """Messages with these ids in any thread, ascending by (created_at, sequence); unknown ids skipped."""
+        wanted = list(dict.fromkeys(i for i in ids if isinstance(i, str)))
+        if not wanted:
+            await self._idle_checkpoint()
+            return []
+
+        def read(conn: sqlite3.Connection) -> list[Message]:
+            rows: list[Row] = []
+            for chunk in _chunks(wanted):
+                rows.extend(conn.execute(
+                    f"SELECT {_MSG_COLS} FROM mastra_messages WHERE id IN ({_placeholders(len(chunk))})", chunk))
+            return q.assemble(_keyed(rows), (), False)
+
+        return await self.execute_read(read)
+
+    async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
+        """Partial updates by id (content merged one level, content.metadata merged); bumps the threads."""
+        parsed = q.parse_updates(updates)
+        if not parsed:
+            await self._idle_checkpoint()
+            return []
+        ids = list(dict.fromkeys(u.id for u in parsed))
+
+        def job(conn: sqlite3.Connection) -> list[Message]:
+            current: dict[str, tuple[SortKey, Message]] = {}
+            for chunk in _chunks(ids):
+                for key, message in _keyed(conn.execute(
+                        f"SELECT {_MSG_COLS} FROM mastra_messages WHERE id IN ({_placeholders(len(chunk))})",
+                        chunk)):
+                    current[message.id] = (key, message)
+            for update in parsed:
+                if update.id not in current:
+                    raise ValidationError(f"message {update.id!r} not found; update_messages needs existing ids")
+                key, old = current[update.id]
+                current[update.id] = (key, q.apply_update(old, update))
+            conn.executemany(
+                'UPDATE mastra_messages SET content = ?, role = ?, type = ?, "createdAt" = ?, "resourceId" = ? '
+                "WHERE id = ?",
+                [(q.encode_content_text(m.content), m.role, m.type or "v2", to_iso(m.created_at), m.resource_id,
+                  m.id) for _, m in current.values()],
+            )
+            _bump(conn, {m.thread_id for _, m in current.values() if m.thread_id}, to_iso(utc_now()))
+            return q.assemble((((to_iso(m.created_at), key[1]), m) for key, m in current.values()), (), False)
+
+        return await self.execute_write(job)
+
+    async def delete_messages(self, ids: Sequence[str]) -> set[str]:
+        """Delete messages by id; return the affected thread ids (their ``updated_at`` bumped)."""
+        wanted = q.validate_delete_ids(ids)
+        if not wanted:
+            await self._idle_checkpoint()
+            return set()
+
+        def job(conn: sqlite3.Connection) -> set[str]:
+            threads: set[str] = set()
+            for chunk in _chunks(wanted):
+                marks = _placeholders(len(chunk))
+                threads.update(r[0] for r in conn.execute(
+                    f"SELECT DISTINCT thread_id FROM mastra_messages WHERE id IN ({marks})", chunk))
+                conn.execute(f"DELETE FROM mastra_messages WHERE id IN ({marks})", chunk)
+            _bump(conn, threads, to_iso(utc_now()))
+            return threads
+
+        return await self.execute_write(job)
+
+    # -- resources ---------------------------------------------------------------------------------------
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        """The resource row or None."""
+        row = await self.execute_read(lambda conn: conn.execute(
+            'SELECT id, "workingMemory", metadata, "createdAt", "updatedAt" FROM mastra_resources WHERE id = ?',
+            (resource_id,)).fetchone())
+        return None if row is None else _resource_from_row(row)
+
+    async def update_resource(
+        self,
+        resource_id: str,
+        *,
+        working_memory: str | None | UnsetType = UNSET,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Resource:
+        """Create the row if missing (metadata ``{}``), else set the given fields (metadata shallow-merged)."""
+        q.check_resource_args(resource_id, working_memory, metadata)
+
+        def job(conn: sqlite3.Connection) -> Resource:
+            row = conn.execute(
+                'SELECT id, "workingMemory", metadata, "createdAt", "updatedAt" FROM mastra_resources WHERE id = ?',
+                (resource_id,)).fetchone()
+            old = None if row is None else _resource_from_row(row)
+            new = q.updated_resource(resource_id, old, working_memory, metadata)
+            meta = row[2] if row is not None and metadata is None else q.encode_metadata(new.metadata, "metadata")
+            conn.execute(
+                'INSERT INTO mastra_resources (id, "workingMemory", metadata, "createdAt", "updatedAt") '
+                'VALUES (?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "workingMemory" = excluded."workingMemory", '
+                'metadata = excluded.metadata, "updatedAt" = excluded."updatedAt"',
+                (resource_id, new.working_memory, meta, to_iso(new.created_at), to_iso(new.updated_at)),
+            )
+            return new
+
+        return await self.execute_write(job)
+
+    # -- CLI helpers -------------------------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, int]:
+        """Row counts of the memory tables and the database size in bytes (pages × page size)."""
+
+        def read(conn: sqlite3.Connection) -> dict[str, int]:
+            def scalar(sql: str) -> int:
+                return int(conn.execute(sql).fetchone()[0])
+
+            return {
+                "threads": scalar("SELECT COUNT(*) FROM mastra_threads"),
+                "messages": scalar("SELECT COUNT(*) FROM mastra_messages"),
+                "resources": scalar("SELECT COUNT(*) FROM mastra_resources"),
+                "file_bytes": scalar("PRAGMA page_count") * scalar("PRAGMA page_size"),
+            }
+
+        return await self.execute_read(read)
+
+    async def iter_messages(self, thread_ids: Sequence[str] | None = None) -> AsyncIterator[Message]:
+        """Every message of the given threads (default: all threads by creation), ascending per thread."""
+        if thread_ids is None:
+            ids: list[str] = await self.execute_read(lambda conn: [r[0] for r in conn.execute(
+                'SELECT id FROM mastra_threads ORDER BY "createdAt", rowid')])
+        else:
+            ids = list(thread_ids)
+        for thread_id in ids:
+            after: SortKey = ("", -1)
+            while True:
+                rows = await self.execute_read(_page_after(thread_id, after))
+                for row in rows:
+                    yield _message_from_row(row)
+                if len(rows) < _CHUNK:
+                    break
+                after = (rows[-1][4], rows[-1][7])
+
+
+def _resource_from_row(row: Row) -> Resource:
+    return Resource(row[0], row[1], _decode_metadata(row[2], f"resource {row[0]!r}"), from_iso(row[3]),
+                    from_iso(row[4]))
+
+
+def _page_after(thread_id: str, after: SortKey) -> Callable[[sqlite3.Connection], list[Row]]:
+    """A read of the next chunk of a thread's messages after ``after`` (keyset paging for export)."""
+
+    def read(conn: sqlite3.Connection) -> list[Row]:
+        return conn.execute(
+            f'SELECT {_MSG_COLS} FROM mastra_messages WHERE thread_id = ? AND ("createdAt", rowid) > (?, ?) '
+            f'ORDER BY "createdAt", rowid LIMIT {_CHUNK}', (thread_id, *after)).fetchall()
+
+    return read
+
+
+def _include_rows(conn: sqlite3.Connection, flt: q.MessageFilter) -> list[tuple[SortKey, Message]]:
+    """Context windows: each target plus up to N rows before / M rows after it in its own thread."""
+    out: list[Row] = []
+    resource = ' AND "resourceId" = ?' if flt.resource_id is not None else ""
+    extra: tuple[Any, ...] = (flt.resource_id,) if flt.resource_id is not None else ()
+    for inc in flt.include:
+        target = conn.execute(f"SELECT {_MSG_COLS} FROM mastra_messages WHERE id = ?{resource}",
+                              (inc.id, *extra)).fetchone()
+        if target is None:
+            continue
+        out.append(target)
+        thread_id, created, rowid = target[5], target[4], target[7]
+        if inc.with_previous_messages:
+            out.extend(conn.execute(
+                f'SELECT {_MSG_COLS} FROM mastra_messages WHERE thread_id = ?{resource} AND '
+                '("createdAt", rowid) < (?, ?) ORDER BY "createdAt" DESC, rowid DESC LIMIT ?',
+                (thread_id, *extra, created, rowid, inc.with_previous_messages)))
+        if inc.with_next_messages:
+            out.extend(conn.execute(
+                f'SELECT {_MSG_COLS} FROM mastra_messages WHERE thread_id = ?{resource} AND '
+                '("createdAt", rowid) > (?, ?) ORDER BY "createdAt" ASC, rowid ASC LIMIT ?',
+                (thread_id, *extra, created, rowid, inc.with_next_messages)))
+    return _keyed(out)
