@@ -236,3 +236,17 @@ class TestSystemRole:
         ml = make_list().add([{"role": "system", "content": "be brief"}, "q"], "input")
         assert ml.get_system_messages() == ["be brief"]
         assert [m.role for m in ml.get_all()] == ["user"]
+
+
+class TestBatches:
+    def test_bad_message_leaves_list_untouched(self) -> None:
+        ml = make_list()
+        with pytest.raises(ValidationError):
+            ml.add(["fine", Message.user("bad", thread_id="other")], "input")
+        assert len(ml) == 0
+
+    def test_generated_time_follows_explicit_time_earlier_in_batch(self) -> None:
+        future = T0 + timedelta(minutes=5)
+        ml = make_list().add([Message.user("old", id="s", created_at=future), "new"], "input")
+        assert [m.text for m in ml] == ["old", "new"]
+        assert ml.get_all()[1].created_at == future + timedelta(milliseconds=1)

@@ -28,7 +28,7 @@ from threadmind.codecs import (
 from threadmind.codecs._time import from_epoch_ms, to_utc_ms
 from threadmind.errors import InvalidMessage
 
-__all__ = ("ConvertContext", "part_type", "stamp_parts", "to_message")
+__all__ = ("ConvertContext", "missing", "part_type", "stamp_parts", "to_message")
 
 _ROLES = frozenset({"user", "assistant", "system", "signal", "tool"})
 

@@ -148,7 +148,12 @@ class MessageList:
         batch: list[Message] = []
         for item in items:
             message = to_message(item, ctx, batch)
+            if src != "memory" and message.role != "system":
+                self._check_memory_info(message)
+            self._see(message.created_at)
             batch.append(message)
+        # Everything converted and checked first, so a bad message leaves the list untouched.
+        for message in batch:
             self._add_one(message, src, merge)
         return self
 
@@ -182,9 +187,7 @@ class MessageList:
                 self.add_system(message)
             return
         if source != "memory":
-            self._check_memory_info(message)
             message = stamp_parts(message, to_epoch_ms(self._now()))
-        self._see(message.created_at)
         self._place(message, source, merge)
         self._messages.sort(key=lambda m: m.created_at)
 
@@ -288,7 +291,7 @@ class MessageList:
         return removed
 
     def replace(self, message: Message) -> None:
-        """Swap in a new version of a message by id, keeping its sources and slot.
+        """Swap in a new version of a message by id, keeping its sources and slot (re-sorted if its time moved).
 
         :raises ValidationError: no message with that id is in the list.
         """
