@@ -63,7 +63,7 @@ class TestScriptedModel:
         assert (await model.generate(ModelRequest())).text == "recovered"
 
     async def test_callable_returning_garbage_is_a_model_error(self) -> None:
-        model = ScriptedModel([lambda request: 42])  # type: ignore[list-item]
+        model = ScriptedModel([lambda request: 42])  # type: ignore[list-item,return-value]
         with pytest.raises(ModelError, match="return a str or a ModelResponse"):
             await model.generate(ModelRequest())
 
