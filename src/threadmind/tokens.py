@@ -82,15 +82,25 @@ _LANGUAGES: Final = (
 _DEFAULT_CHARS_PER_TOKEN: Final = 6.0
 
 
+def _ascii_segment_tokens(segment: str) -> int:
+    """tokenx's per-segment rule for an ASCII segment (no CJK, no accents, one code unit per character)."""
+    n = len(segment)
+    if n <= 3 or segment.isdigit():
+        return 1
+    if segment[0] in _PUNCT_CHARS:
+        return (n + 1) // 2
+    return (n + 5) // 6
+
+
 def _segment_tokens(segment: str) -> int:
-    """tokenx's per-segment rule for a non-whitespace segment of a non-ASCII text."""
+    """tokenx's per-segment rule for a non-whitespace segment."""
+    if segment.isascii():
+        return _ascii_segment_tokens(segment)
     if _CJK.search(segment):
         return len(segment)  # code points
     units = len(segment) + sum(1 for ch in segment if ch > "\uffff")  # JavaScript's length: UTF-16 code units
-    if units <= 3 or (segment.isascii() and segment.isdigit()):
+    if units <= 3:
         return 1
-    if segment[0] in _PUNCT_CHARS:
-        return -(-units // 2)
     for pattern, chars_per_token in _LANGUAGES:
         if pattern.search(segment):
             return math.ceil(units / chars_per_token)
@@ -110,14 +120,12 @@ def estimate_tokens(text: str) -> int:
     if not text.isascii():
         return sum(map(_segment_tokens, segments))
     total = 0
-    for segment in segments:
+    for segment in segments:  # _ascii_segment_tokens inlined: this is the hot path
         n = len(segment)
-        if n <= 3:
+        if n <= 3 or segment.isdigit():
             total += 1
         elif segment[0] in _PUNCT_CHARS:
             total += (n + 1) // 2
-        elif segment.isdigit():
-            total += 1
         else:
             total += (n + 5) // 6
     return total
