@@ -56,22 +56,24 @@ class _Part(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defa
     """Fields every part may carry; ``created_at`` is epoch milliseconds as in Mastra."""
 
 
-class TextPart(_Part, tag="text"):
+class TextPart(_Part, frozen=True, tag="text"):
     """``{"type": "text", "text": ...}``."""
 
     text: str
     state: str | None = None
     created_at: int | None = None
     provider_metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
-class ReasoningPart(_Part, tag="reasoning"):
+class ReasoningPart(_Part, frozen=True, tag="reasoning"):
     """Model reasoning with its detail blocks."""
 
     reasoning: str
     details: list[dict[str, Any]] = msgspec.field(default_factory=_new_list)
     created_at: int | None = None
     provider_metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class ToolInvocation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True,
@@ -90,7 +92,7 @@ class ToolInvocation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
     step: int | None = None
 
 
-class ToolInvocationPart(_Part, tag="tool-invocation"):
+class ToolInvocationPart(_Part, frozen=True, tag="tool-invocation"):
     """A tool call inside an assistant message."""
 
     tool_invocation: ToolInvocation
@@ -99,17 +101,19 @@ class ToolInvocationPart(_Part, tag="tool-invocation"):
     preliminary: bool | None = None
     created_at: int | None = None
     provider_metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
-class StepStartPart(_Part, tag="step-start"):
+class StepStartPart(_Part, frozen=True, tag="step-start"):
     """Marks the start of a model step."""
 
     model: str | None = None
     created_at: int | None = None
     provider_metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
-class FilePart(_Part, tag="file"):
+class FilePart(_Part, frozen=True, tag="file"):
     """Inline file data (base64 or URL) with its media type."""
 
     data: str
@@ -118,14 +122,16 @@ class FilePart(_Part, tag="file"):
     filename: str | None = None
     created_at: int | None = None
     provider_metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
-class SourcePart(_Part, tag="source"):
+class SourcePart(_Part, frozen=True, tag="source"):
     """A cited source."""
 
     source: dict[str, Any]
     created_at: int | None = None
     provider_metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
 
 
 KnownPart: TypeAlias = Union[TextPart, ReasoningPart, ToolInvocationPart, StepStartPart, FilePart, SourcePart]

@@ -1,0 +1,69 @@
+"""threadmind: durable, fast, correct conversational memory for AI agents.
+
+Layout: ``codecs`` (msgspec message records and Mastra JSON), ``stores`` (SQLite, in-memory, hnswlib),
+``actors`` (mailboxes; one actor per thread, per resource, per index), ``processors`` (the agent memory
+pipeline), ``embedders``, ``models``, ``agent``, ``tokens``, ``tracing`` and ``errors``. The names below
+are the public surface of the top-level package.
+"""
+
+from __future__ import annotations
+
+from ._config import GenerateTitleConfig as GenerateTitleConfig
+from ._config import IndexConfig as IndexConfig
+from ._config import MemoryConfig as MemoryConfig
+from ._config import MessageHistoryConfig as MessageHistoryConfig
+from ._config import MessageRange as MessageRange
+from ._config import ObservationalMemoryConfig as ObservationalMemoryConfig
+from ._config import SemanticRecallConfig as SemanticRecallConfig
+from ._config import WorkingMemoryConfig as WorkingMemoryConfig
+from ._results import CloneResult as CloneResult
+from ._results import RecallResult as RecallResult
+from ._results import SaveResult as SaveResult
+from ._results import Usage as Usage
+from ._results import WorkingMemoryTemplate as WorkingMemoryTemplate
+from .codecs import FilePart as FilePart
+from .codecs import Message as Message
+from .codecs import MessageContent as MessageContent
+from .codecs import ReasoningPart as ReasoningPart
+from .codecs import Resource as Resource
+from .codecs import SourcePart as SourcePart
+from .codecs import StepStartPart as StepStartPart
+from .codecs import TextPart as TextPart
+from .codecs import Thread as Thread
+from .codecs import ToolInvocation as ToolInvocation
+from .codecs import ToolInvocationPart as ToolInvocationPart
+from .codecs import UnknownPart as UnknownPart
+from .memory import Memory as Memory
+from .stores._protocol import ThreadPage as ThreadPage
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "CloneResult",
+    "FilePart",
+    "GenerateTitleConfig",
+    "IndexConfig",
+    "Memory",
+    "MemoryConfig",
+    "Message",
+    "MessageContent",
+    "MessageHistoryConfig",
+    "MessageRange",
+    "ObservationalMemoryConfig",
+    "ReasoningPart",
+    "RecallResult",
+    "Resource",
+    "SaveResult",
+    "SemanticRecallConfig",
+    "SourcePart",
+    "StepStartPart",
+    "TextPart",
+    "Thread",
+    "ThreadPage",
+    "ToolInvocation",
+    "ToolInvocationPart",
+    "UnknownPart",
+    "Usage",
+    "WorkingMemoryConfig",
+    "WorkingMemoryTemplate",
+)
