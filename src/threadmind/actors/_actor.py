@@ -1,0 +1,297 @@
+"""The actor base class: one mailbox, one loop, commands handled one at a time in arrival order.
+
+A caller's ``ask`` puts a small envelope (command, reply future, OTel context, depth) in the mailbox and
+awaits the reply. The loop runs each handler shielded from cancellation, so an operation that started
+always finishes; a caller cancelled before its command started has it skipped. Each handled command
+gets a span that is a child of the caller's span, across the mailbox hop.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import anyio
+import msgspec
+from anyio.lowlevel import checkpoint, checkpoint_if_cancelled
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from ..errors import ThreadmindError
+from ._mailbox import Mailbox, MailboxClosed, MailboxStatistics
+
+__all__ = ("Actor", "ActorStatistics")
+
+C = TypeVar("C")
+
+_LOG = logging.getLogger("threadmind.actors")
+
+# After this many commands taken without waiting, the loop yields once so a busy actor whose handlers
+# never await cannot starve the event loop (and so cancellation of the actor's own scope gets through).
+_YIELD_EVERY = 32
+
+
+class ActorStatistics(msgspec.Struct, frozen=True):
+    """A snapshot of an actor.
+
+    ``processed`` counts commands that ran to completion, successful or not; ``failed`` those whose
+    handler raised. Commands skipped because their caller was cancelled count in neither.
+    """
+
+    key: str
+    mailbox: MailboxStatistics
+    processed: int
+    failed: int
+    busy: bool
+    last_active: float
+
+
+class _Envelope:
+    """One mailbox entry: the command, where the reply goes (None for ``tell``), and the caller's context."""
+
+    __slots__ = ("command", "context", "depth", "reply")
+
+    def __init__(
+        self, command: Any, reply: asyncio.Future[Any] | None, context: otel_context.Context, depth: int
+    ) -> None:
+        self.command = command
+        self.reply = reply
+        self.context = context
+        self.depth = depth
+
+
+class _Refused(Exception):
+    """Raised by ``Actor._ask(..., retryable=True)`` when the mailbox refused the command (never escapes)."""
+
+
+def _abandon(reply: asyncio.Future[Any]) -> None:
+    # The caller is leaving (cancelled or failed): a pending reply is cancelled so the actor skips the
+    # command if it has not started, and a finished one is marked retrieved so asyncio does not log it.
+    if not reply.done():
+        reply.cancel()
+    elif not reply.cancelled():
+        reply.exception()
+
+
+class Actor(abc.ABC, Generic[C]):
+    """Base class for actors. Subclasses implement ``async def handle(self, command: C) -> Any``.
+
+    Run the loop with :meth:`run` in a task group (an :class:`ActorRegistry` does this); talk to the actor
+    with :meth:`ask` (awaits the reply) or :meth:`tell` (fire and forget).
+    """
+
+    key: str
+
+    def __init__(
+        self, key: str, *, mailbox_capacity: int = 1024, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.key = key
+        self._mailbox: Mailbox[_Envelope] = Mailbox(mailbox_capacity)
+        self._clock = clock
+        self._processed = 0
+        self._failed = 0
+        self._busy = False
+        self._running = False
+        self._last_active = clock()
+        # (provider, tracer): looked up at call time, re-fetched when the global provider changes.
+        self._tracer_cache: tuple[object, trace.Tracer] | None = None
+
+    @abc.abstractmethod
+    async def handle(self, command: C) -> Any:
+        """Handle one command; the return value (or exception) goes to the ``ask`` caller."""
+
+    # -- callers -----------------------------------------------------------------------------------
+
+    async def ask(self, command: C) -> Any:
+        """Enqueue ``command`` and await the handler's result; the handler's exception is re-raised here.
+
+        If the caller is cancelled before the command starts, the actor skips it; once started it runs to
+        completion and the result is dropped.
+
+        :raises MailboxClosed: the actor is closed.
+        """
+        return await self._ask(command, False)
+
+    async def tell(self, command: C) -> None:
+        """Enqueue ``command`` without waiting for it; a failure is logged and never stops the actor.
+
+        :raises MailboxClosed: the actor is closed.
+        """
+        mailbox = self._mailbox
+        envelope = _Envelope(command, None, otel_context.get_current(), len(mailbox))
+        try:
+            await mailbox.put(envelope)
+        except MailboxClosed:
+            raise MailboxClosed(f"actor {self.key!r} is closed and accepts no more commands") from None
+        self._last_active = self._clock()
+
+    async def _ask(self, command: C, retryable: bool) -> Any:
+        # ``retryable``: the registry wants to know when the command was refused (never started), so it
+        # can retry on a fresh activation; it gets ``_Refused`` instead of ``MailboxClosed`` then.
+        mailbox = self._mailbox
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        envelope = _Envelope(command, reply, otel_context.get_current(), len(mailbox))
+        try:
+            try:
+                mailbox.put_nowait(envelope)  # no yield between lookup and enqueue: no passivation race
+            except anyio.WouldBlock:
+                await mailbox.put(envelope)
+        except MailboxClosed:
+            reply.cancel()
+            if retryable:
+                raise _Refused from None
+            raise MailboxClosed(f"actor {self.key!r} is closed and accepts no more commands") from None
+        except BaseException:
+            _abandon(reply)
+            raise
+        self._last_active = self._clock()
+        try:
+            return await reply
+        except BaseException:
+            _abandon(reply)
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Accept no further commands; :meth:`run` returns once what was accepted is handled."""
+        self._mailbox.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (or the loop ended)."""
+        return self._mailbox.closed
+
+    @property
+    def idle(self) -> bool:
+        """True when the mailbox is empty and no command is being handled."""
+        # Senders only wait for room while items are queued, so an empty mailbox has no waiting senders.
+        return not self._busy and not len(self._mailbox)
+
+    @property
+    def last_active(self) -> float:
+        """When (per the clock) a command was last accepted or finished."""
+        return self._last_active
+
+    def statistics(self) -> ActorStatistics:
+        """A frozen snapshot of the mailbox and counters."""
+        return ActorStatistics(
+            key=self.key,
+            mailbox=self._mailbox.statistics(),
+            processed=self._processed,
+            failed=self._failed,
+            busy=self._busy,
+            last_active=self._last_active,
+        )
+
+    async def run(self) -> None:
+        """Handle commands until the actor is closed and its mailbox drained.
+
+        If the loop is stopped another way (its scope cancelled), the mailbox is closed and every command
+        still queued fails with :class:`MailboxClosed`, so no caller hangs.
+
+        :raises ThreadmindError: the loop is already running.
+        """
+        if self._running:
+            raise ThreadmindError(f"actor {self.key!r} is already running", code="THREADMIND_ACTOR_RUNNING")
+        self._running = True
+        mailbox = self._mailbox
+        streak = 0
+        try:
+            while True:
+                if streak >= _YIELD_EVERY:
+                    await checkpoint()
+                    streak = 0
+                elif len(mailbox):
+                    # Stop taking queued commands once our own scope is cancelled (no yield otherwise).
+                    await checkpoint_if_cancelled()
+                try:
+                    envelope = mailbox.get_nowait()
+                    streak += 1
+                except anyio.WouldBlock:
+                    envelope = await mailbox.get()
+                    streak = 0
+                await self._process(envelope)
+        except anyio.EndOfStream:
+            return
+        finally:
+            self._running = False
+            self._fail_queued()
+
+    def _fail_queued(self) -> None:
+        # Reached on every exit; after a normal drain there is nothing left.
+        mailbox = self._mailbox
+        mailbox.close()
+        while len(mailbox):
+            reply = mailbox.get_nowait().reply
+            if reply is not None and not reply.done():
+                reply.set_exception(MailboxClosed(f"actor {self.key!r} stopped before handling this command"))
+
+    def _tracer(self) -> trace.Tracer:
+        provider = trace.get_tracer_provider()
+        cache = self._tracer_cache
+        if cache is None or cache[0] is not provider:
+            cache = self._tracer_cache = (provider, provider.get_tracer("threadmind"))
+        return cache[1]
+
+    async def _process(self, envelope: _Envelope) -> None:
+        reply = envelope.reply
+        if reply is not None and reply.done():
+            return  # the caller was cancelled before we started: skip
+        command = envelope.command
+        parent = envelope.context
+        self._busy = True
+        span: trace.Span | None = None
+        token: contextvars.Token[otel_context.Context] | None = None
+        try:
+            attributes: dict[str, str | int] = {
+                "threadmind.actor.key": self.key,
+                "threadmind.mailbox.depth": envelope.depth,
+            }
+            extra = getattr(command, "span_attributes", None)
+            if extra is not None:
+                attributes.update(extra())
+            span = self._tracer().start_span(
+                f"threadmind.actor.{type(command).__name__}",
+                context=parent,
+                kind=SpanKind.INTERNAL,
+                attributes=attributes,
+            )
+            token = otel_context.attach(trace.set_span_in_context(span, parent))
+            with anyio.CancelScope(shield=True):
+                result = await self.handle(command)
+        except Exception as exc:
+            self._failed += 1
+            if span is not None and span.is_recording():
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            if reply is None:
+                _LOG.error("actor %r: %s failed", self.key, type(command).__name__, exc_info=exc)
+            elif not reply.done():
+                reply.set_exception(exc)
+        except BaseException as exc:
+            if reply is not None and not reply.done():
+                stopped = ThreadmindError(
+                    f"actor {self.key!r} stopped while handling {type(command).__name__}",
+                    code="THREADMIND_ACTOR_STOPPED",
+                )
+                stopped.__cause__ = exc
+                reply.set_exception(stopped)
+            raise
+        else:
+            if reply is not None and not reply.done():
+                reply.set_result(result)
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+            if span is not None:
+                span.end()
+            self._processed += 1
+            self._busy = False
+            self._last_active = self._clock()

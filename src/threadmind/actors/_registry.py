@@ -1,0 +1,243 @@
+"""The actor registry: one activation per key, created on demand, passivated when idle, LRU-capped.
+
+The registry owns a task group in which every actor's loop runs, plus an optional sweeper that
+passivates idle actors. ``ask`` survives the race where an actor is passivated between lookup and
+enqueue: a refused command never started, so it is retried on a fresh activation.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+
+from ..errors import ConfigError, ThreadmindError
+from ._actor import Actor, _Refused
+from ._mailbox import MailboxClosed
+
+__all__ = ("ActorRegistry", "RegistryStatistics")
+
+A = TypeVar("A", bound="Actor[Any]")
+
+_LOG = logging.getLogger("threadmind.actors")
+
+# A factory that keeps handing out closed actors would otherwise make ``ask`` spin without yielding.
+_MAX_REFUSALS = 100
+
+
+class RegistryStatistics(msgspec.Struct, frozen=True):
+    """Live actors now, and how many were created, passivated (idle timeout) and evicted (LRU cap)."""
+
+    live: int
+    created: int
+    passivated: int
+    evicted: int
+
+
+class _State(enum.Enum):
+    UNOPENED = "unopened"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class ActorRegistry(Generic[A]):
+    """Get-or-create actors by key and run them in an owned task group.
+
+    Use as ``async with ActorRegistry(factory) as registry:`` (or ``await start()`` / ``await aclose()``
+    from one task). ``factory(key)`` builds an actor whose ``key`` is ``key``.
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[str], A],
+        *,
+        idle_timeout: float = 300.0,
+        max_actors: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+        sweep_interval: float | None = 30.0,
+    ) -> None:
+        if not idle_timeout >= 0:
+            raise ConfigError(f"idle_timeout must be ≥ 0 seconds, got {idle_timeout!r}")
+        if isinstance(max_actors, bool) or not isinstance(max_actors, int) or max_actors < 1:
+            raise ConfigError(f"max_actors must be an integer ≥ 1, got {max_actors!r}")
+        if sweep_interval is not None and not sweep_interval > 0:
+            raise ConfigError(f"sweep_interval must be > 0 seconds, or None for no sweeper; got {sweep_interval!r}")
+        self._factory = factory
+        self._idle_timeout = idle_timeout
+        self._max_actors = max_actors
+        self._clock = clock
+        self._sweep_interval = sweep_interval
+        # Insertion order is recency order: the first entry is the least recently used.
+        self._actors: OrderedDict[str, A] = OrderedDict()
+        self._state = _State.UNOPENED
+        self._task_group: TaskGroup | None = None
+        self._sweeper_scope = anyio.CancelScope()
+        self._created = 0
+        self._passivated = 0
+        self._evicted = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Enter the task group and start the sweeper.
+
+        :raises ThreadmindError: the registry was already started.
+        """
+        if self._state is not _State.UNOPENED:
+            raise ThreadmindError(
+                f"the actor registry is {self._state.value}; a registry can be started only once",
+                code="THREADMIND_ALREADY_STARTED",
+            )
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = task_group
+        self._state = _State.OPEN
+        if self._sweep_interval is not None:
+            task_group.start_soon(self._sweep_forever, self._sweep_interval, name="threadmind actor sweeper")
+
+    async def aclose(self) -> None:
+        """Stop accepting, let every actor drain what it accepted, wait for all of them. Idempotent."""
+        await self.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        if self._state is not _State.OPEN:
+            return None
+        self._state = _State.CLOSED
+        self._sweeper_scope.cancel()
+        actors = list(self._actors.values())
+        self._actors.clear()
+        for actor in actors:
+            actor.close()
+        task_group, self._task_group = self._task_group, None
+        assert task_group is not None
+        return await task_group.__aexit__(exc_type, exc_val, exc_tb)
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) is _State.OPEN:
+            warnings.warn(f"unclosed {self!r}; use 'async with' or await aclose()", ResourceWarning, stacklevel=1)
+
+    def __repr__(self) -> str:
+        return f"<ActorRegistry {self._state.value} live={len(self._actors)}>"
+
+    # -- lookup ------------------------------------------------------------------------------------
+
+    def _closed_error(self) -> ThreadmindError:
+        if self._state is _State.UNOPENED:
+            return ThreadmindError(
+                "the actor registry is not started; use 'async with registry' or await registry.start()",
+                code="THREADMIND_NOT_STARTED",
+            )
+        return ThreadmindError("the actor registry is closed", code="THREADMIND_CLOSED")
+
+    def get(self, key: str) -> A:
+        """The actor for ``key``, created (and started) on first use; marks it most recently used.
+
+        :raises ThreadmindError: the registry is not open (``code`` ``THREADMIND_CLOSED`` after ``aclose``).
+        """
+        actors = self._actors
+        actor = actors.get(key)
+        if actor is not None:
+            actors.move_to_end(key)
+            return actor
+        if self._state is not _State.OPEN:
+            raise self._closed_error()
+        if len(actors) >= self._max_actors:
+            self._evict(len(actors) - self._max_actors + 1)
+        actor = self._factory(key)
+        if actor.key != key:
+            raise ConfigError(f"the actor factory returned an actor with key {actor.key!r} for key {key!r}")
+        actors[key] = actor
+        self._created += 1
+        assert self._task_group is not None
+        self._task_group.start_soon(self._run_actor, actor, name=f"threadmind actor {key!r}")
+        return actor
+
+    async def ask(self, key: str, command: Any) -> Any:
+        """Ask the actor for ``key``; retried on a fresh activation if it was passivated before enqueue.
+
+        :raises ThreadmindError: the registry is not open (``code`` ``THREADMIND_CLOSED`` after ``aclose``).
+        :raises MailboxClosed: the actor stopped (its loop was cancelled) before handling the command.
+        """
+        for _ in range(_MAX_REFUSALS):
+            actor = self.get(key)
+            try:
+                return await actor._ask(command, True)
+            except _Refused:
+                if self._state is not _State.OPEN:
+                    raise self._closed_error() from None
+                if self._actors.get(key) is actor:  # closed behind our back: drop it, activate anew
+                    del self._actors[key]
+        raise MailboxClosed(f"actor {key!r} kept refusing commands: the factory returns closed actors")
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._actors
+
+    def __len__(self) -> int:
+        return len(self._actors)
+
+    def statistics(self) -> RegistryStatistics:
+        """A frozen snapshot of the counters."""
+        return RegistryStatistics(
+            live=len(self._actors), created=self._created, passivated=self._passivated, evicted=self._evicted
+        )
+
+    # -- passivation -------------------------------------------------------------------------------
+
+    def sweep(self) -> int:
+        """Passivate every actor idle for at least ``idle_timeout`` (per the clock); returns how many."""
+        now = self._clock()
+        timeout = self._idle_timeout
+        stale = [
+            key
+            for key, actor in self._actors.items()
+            if actor.idle and now - actor.last_active >= timeout
+        ]
+        for key in stale:
+            self._actors.pop(key).close()
+        self._passivated += len(stale)
+        return len(stale)
+
+    def _evict(self, count: int) -> None:
+        # Least recently used idle actors go first; busy ones are skipped (the cap is then exceeded).
+        victims: list[str] = []
+        for key, actor in self._actors.items():
+            if actor.idle:
+                victims.append(key)
+                if len(victims) == count:
+                    break
+        for key in victims:
+            self._actors.pop(key).close()
+        self._evicted += len(victims)
+
+    async def _sweep_forever(self, interval: float) -> None:
+        with self._sweeper_scope:
+            while True:
+                await anyio.sleep(interval)
+                self.sweep()
+
+    async def _run_actor(self, actor: A) -> None:
+        try:
+            await actor.run()
+        except Exception:  # a bug in one actor's loop must not take the others down
+            _LOG.exception("actor %r: the loop failed", actor.key)
+        finally:
+            if self._actors.get(actor.key) is actor:  # the loop ended on its own: forget the activation
+                del self._actors[actor.key]
