@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 import sys
 from datetime import UTC, datetime, timedelta
@@ -286,6 +287,16 @@ class TestLifecycleAndConfig:
                 await model.generate(ModelRequest())
             assert info.value.code == "THREADMIND_MODEL_CLOSED"
         assert fake_openai.requests[0].headers["x-tenant"] == "acme"
+
+    async def test_unclosed_model_warns(self, fake_openai: FakeOpenAI) -> None:
+        model = _model(fake_openai)
+        await model.generate(ModelRequest())
+        client = model._http._client
+        assert client is not None
+        with pytest.warns(ResourceWarning, match="OpenAIChatModel was never closed"):
+            del model
+            gc.collect()
+        await client.aclose()
 
     async def test_environment_fallbacks(self, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")

@@ -78,6 +78,11 @@ def _parse(raw: bytes, count: int) -> tuple[npt.NDArray[np.float32], int]:
     return vectors, tokens
 
 
+def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 class OpenAIEmbedder:
     """Embeds texts through an OpenAI-compatible ``/embeddings`` endpoint.
 
@@ -153,9 +158,19 @@ class OpenAIEmbedder:
         if len(batches) == 1:
             await run(0)
         else:
-            async with anyio.create_task_group() as tg:
-                for slot in range(len(batches)):
-                    tg.start_soon(run, slot)
+            failure: BaseException | None = None
+            try:
+                async with anyio.create_task_group() as tg:
+                    for slot in range(len(batches)):
+                        tg.start_soon(run, slot)
+            except BaseExceptionGroup as group:
+                # The first failing batch cancels the others; callers see its EmbedderError, not a group.
+                matched, _rest = group.split(EmbedderError)
+                if matched is None:
+                    raise
+                failure = _first_leaf(matched)
+            if failure is not None:
+                raise failure  # outside the except block, so its own cause (not the group) is what is chained
         done = [r for r in results if r is not None]
         vectors = done[0][0] if len(done) == 1 else np.concatenate([v for v, _ in done], axis=0)
         return Embeddings(vectors=vectors, usage_tokens=sum(tokens for _, tokens in done))
