@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-# bench/ is not an installed package; make the repository root importable (pytest's importlib mode does not).
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
-from bench._workload import (  # noqa: E402
+from threadmind.codecs import Message, TextPart, to_iso
+from threadmind.workload import (
     BASE_TIME,
     STREAM_RESOURCE_QUERIES,
     STREAM_THREAD_QUERIES,
@@ -23,8 +16,6 @@ from bench._workload import (  # noqa: E402
     lcg_next,
     seed,
 )
-
-from threadmind.codecs import Message, TextPart, to_iso  # noqa: E402
 
 FIRST_TEXT = (
     "context schedule and might compare delta large golf cancel tokyo might table remember message user "
