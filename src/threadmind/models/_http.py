@@ -35,7 +35,7 @@ def import_httpx(owner: str) -> Any:
     """Import httpx on demand (it is the optional ``[openai]`` extra) with an install hint when it is missing."""
     try:
         import httpx
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    except ImportError as exc:
         raise ConfigError(
             f"{owner} needs httpx, which is not installed; install it with: pip install 'threadmind[openai]'",
             code="THREADMIND_MISSING_EXTRA",
