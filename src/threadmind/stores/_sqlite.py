@@ -469,6 +469,8 @@ class SQLiteStore:
             if not self._writing and self._queue:
                 self._queue[0].wake.set()  # hand the writer role on
             raise
+        # A caller cancelled while its job ran still gets the cancellation (the job itself committed).
+        await anyio.lowlevel.checkpoint_if_cancelled()
         if job.error is not None:
             raise job.error
         result: T = job.value
