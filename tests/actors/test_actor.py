@@ -73,6 +73,11 @@ class Recorder(Actor[Op | Plain]):
         return command.n * 10
 
 
+async def _cancel_when_blocked(scope: anyio.CancelScope) -> None:
+    await wait_all_tasks_blocked()
+    scope.cancel()
+
+
 @asynccontextmanager
 async def running(*actors: Actor[Any]) -> AsyncIterator[anyio.abc.TaskGroup]:
     """Run the actors' loops; close them (draining) on exit."""
@@ -158,7 +163,7 @@ class TestCancellation:
             tg.start_soon(actor.ask, Op(1, started=started, release=release))
             await started.wait()
             with anyio.CancelScope() as scope:
-                tg.start_soon(self._cancel_when_blocked, scope)
+                tg.start_soon(_cancel_when_blocked, scope)
                 await actor.ask(Op(2))
             assert scope.cancelled_caught
             release.set()
@@ -208,11 +213,6 @@ class TestCancellation:
             await actor.ask(Op(3))
 
     @staticmethod
-    async def _cancel_when_blocked(scope: anyio.CancelScope) -> None:
-        await wait_all_tasks_blocked()
-        scope.cancel()
-
-    @staticmethod
     async def _cancel_after(event: anyio.Event, scope: anyio.CancelScope) -> None:
         await event.wait()
         scope.cancel()
@@ -231,6 +231,47 @@ class TestLifecycle:
             await actor.run()  # returns once the five accepted commands are handled
         assert [e for e in actor.events if e.startswith("end")] == [f"end {n}" for n in range(5)]
         assert actor.closed
+
+    async def test_full_mailbox_close_refuses_waiting_sender_and_cancel_skips(self) -> None:
+        actor = Recorder("k", mailbox_capacity=1)
+        started, release = anyio.Event(), anyio.Event()
+        refused: list[MailboxClosed] = []
+
+        async def refused_sender() -> None:
+            try:
+                await actor.ask(Op(4))
+            except MailboxClosed as exc:
+                refused.append(exc)
+
+        async with running(actor), anyio.create_task_group() as tg:
+            tg.start_soon(actor.ask, Op(1, started=started, release=release))
+            await started.wait()
+            tg.start_soon(actor.ask, Op(2))  # fills the mailbox
+            await wait_all_tasks_blocked()
+            with anyio.CancelScope() as scope:  # a sender waiting for room, then cancelled
+                tg.start_soon(_cancel_when_blocked, scope)
+                await actor.ask(Op(3))
+            assert scope.cancelled_caught
+            tg.start_soon(refused_sender)
+            await wait_all_tasks_blocked()
+            assert actor.statistics().mailbox.waiting_senders == 1
+            actor.close()
+            await wait_all_tasks_blocked()
+            assert len(refused) == 1  # promptly, while Op 1 is still running
+            release.set()
+        assert actor.events == ["start 1", "end 1", "start 2", "end 2"]
+
+    async def test_handler_raising_stop_iteration_reaches_the_caller(self) -> None:
+        class Stopper(Actor[int]):
+            async def handle(self, command: int) -> Any:
+                raise StopIteration
+
+        actor = Stopper("k")
+        async with running(actor):
+            with pytest.raises(RuntimeError, match="StopIteration"):
+                await actor.ask(1)
+            with pytest.raises(RuntimeError):
+                await actor.ask(2)  # still alive
 
     async def test_idle_and_statistics(self) -> None:
         now = [100.0]

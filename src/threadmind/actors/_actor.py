@@ -274,6 +274,10 @@ class Actor(abc.ABC, Generic[C]):
             if reply is None:
                 _LOG.error("actor %r: %s failed", self.key, type(command).__name__, exc_info=exc)
             elif not reply.done():
+                if isinstance(exc, StopIteration):  # a future refuses StopIteration
+                    wrapped = RuntimeError(f"{type(command).__name__} handler raised StopIteration")
+                    wrapped.__cause__ = exc
+                    exc = wrapped
                 reply.set_exception(exc)
         except BaseException as exc:
             if reply is not None and not reply.done():

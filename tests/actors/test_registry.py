@@ -1,0 +1,315 @@
+"""ActorRegistry: single activation, passivation (fake clock), LRU eviction, the passivation race, aclose."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import pytest
+from anyio import wait_all_tasks_blocked
+from anyio.lowlevel import checkpoint
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from threadmind.actors._actor import Actor
+from threadmind.actors._registry import ActorRegistry, RegistryStatistics
+from threadmind.errors import ConfigError, ThreadmindError
+
+
+class FakeClock:
+    """A settable monotonic clock."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(frozen=True)
+class Work:
+    """A command: an id, optional gates."""
+
+    id: int
+    started: anyio.Event | None = None
+    release: anyio.Event | None = None
+
+
+class Worker(Actor[Work]):
+    """Records every handled command in a log shared by all activations."""
+
+    def __init__(self, key: str, log: list[tuple[str, int]], clock: Callable[[], float]) -> None:
+        super().__init__(key, clock=clock)
+        self.log = log
+
+    async def handle(self, command: Work) -> Any:
+        if command.started is not None:
+            command.started.set()
+        if command.release is not None:
+            await command.release.wait()
+        await checkpoint()
+        self.log.append((self.key, command.id))
+        return (self.key, command.id)
+
+
+def make_registry(
+    clock: FakeClock | None = None,
+    *,
+    idle_timeout: float = 60.0,
+    max_actors: int = 10_000,
+    sweep_interval: float | None = None,
+) -> tuple[ActorRegistry[Worker], list[tuple[str, int]]]:
+    log: list[tuple[str, int]] = []
+    clk = clock or FakeClock()
+    registry = ActorRegistry(
+        lambda key: Worker(key, log, clk),
+        idle_timeout=idle_timeout,
+        max_actors=max_actors,
+        clock=clk,
+        sweep_interval=sweep_interval,
+    )
+    return registry, log
+
+
+class TestActivation:
+    async def test_get_or_create_single_activation(self) -> None:
+        registry, _ = make_registry()
+        async with registry:
+            seen: list[Worker] = []
+
+            async def lookup() -> None:
+                await checkpoint()
+                seen.append(registry.get("k"))
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(200):
+                    tg.start_soon(lookup)
+            assert len({id(a) for a in seen}) == 1
+            assert "k" in registry and "other" not in registry and len(registry) == 1
+            assert registry.statistics() == RegistryStatistics(live=1, created=1, passivated=0, evicted=0)
+
+    async def test_ask_routes_by_key_and_keys_run_concurrently(self) -> None:
+        registry, log = make_registry()
+        started, release = anyio.Event(), anyio.Event()
+        async with registry, anyio.create_task_group() as tg:
+            tg.start_soon(registry.ask, "a", Work(1, started=started, release=release))
+            await started.wait()
+            with anyio.fail_after(5):
+                assert await registry.ask("b", Work(2)) == ("b", 2)  # a is blocked, b is not
+            release.set()
+        assert sorted(log) == [("a", 1), ("b", 2)]
+
+    async def test_factory_must_honour_the_key(self) -> None:
+        async with ActorRegistry(lambda key: Worker("wrong", [], FakeClock()), sweep_interval=None) as registry:
+            with pytest.raises(ConfigError, match="'wrong'"):
+                registry.get("k")
+            assert len(registry) == 0
+
+    @pytest.mark.parametrize(
+        "kwargs",
+        [
+            pytest.param({"idle_timeout": -1.0}, id="negative-timeout"),
+            pytest.param({"idle_timeout": float("nan")}, id="nan-timeout"),
+            pytest.param({"max_actors": 0}, id="zero-cap"),
+            pytest.param({"sweep_interval": 0.0}, id="zero-interval"),
+        ],
+    )
+    def test_invalid_options(self, kwargs: dict[str, Any]) -> None:
+        with pytest.raises(ConfigError):
+            ActorRegistry(lambda key: Worker(key, [], FakeClock()), **kwargs)
+
+
+class TestPassivation:
+    async def test_sweep_passivates_only_actors_idle_long_enough(self) -> None:
+        clock = FakeClock()
+        registry, log = make_registry(clock, idle_timeout=60.0)
+        async with registry:
+            first_a = registry.get("a")
+            await registry.ask("a", Work(1))
+            clock.now += 30
+            await registry.ask("b", Work(2))
+            assert registry.sweep() == 0
+            clock.now += 30  # a idle for 60 s, b for 30 s
+            assert registry.sweep() == 1
+            assert "a" not in registry and "b" in registry
+            assert first_a.closed
+            assert await registry.ask("a", Work(3)) == ("a", 3)  # a fresh activation
+            assert registry.get("a") is not first_a
+            assert registry.statistics() == RegistryStatistics(live=2, created=3, passivated=1, evicted=0)
+        assert log == [("a", 1), ("b", 2), ("a", 3)]
+
+    async def test_busy_actor_is_never_passivated(self) -> None:
+        clock = FakeClock()
+        registry, _ = make_registry(clock, idle_timeout=1.0)
+        started, release = anyio.Event(), anyio.Event()
+        async with registry, anyio.create_task_group() as tg:
+            tg.start_soon(registry.ask, "a", Work(1, started=started, release=release))
+            await started.wait()
+            clock.now += 1000
+            assert registry.sweep() == 0
+            assert "a" in registry
+            release.set()
+            await wait_all_tasks_blocked()
+            clock.now += 1000
+            assert registry.sweep() == 1
+
+    async def test_background_sweeper(self) -> None:
+        clock = FakeClock()
+        swept = anyio.Event()
+
+        class Observed(ActorRegistry[Worker]):
+            def sweep(self) -> int:
+                count = super().sweep()
+                if count:
+                    swept.set()
+                return count
+
+        registry = Observed(lambda key: Worker(key, [], clock), idle_timeout=5.0, clock=clock, sweep_interval=0.001)
+        async with registry:
+            await registry.ask("a", Work(1))
+            clock.now += 10
+            with anyio.fail_after(5):
+                await swept.wait()
+            assert "a" not in registry
+            assert registry.statistics().passivated == 1
+
+
+class TestEviction:
+    async def test_lru_idle_actor_is_evicted(self) -> None:
+        registry, _ = make_registry(max_actors=2)
+        async with registry:
+            a = registry.get("a")
+            b = registry.get("b")
+            registry.get("a")  # a becomes most recently used
+            registry.get("c")
+            assert "b" not in registry and "a" in registry and "c" in registry
+            assert b.closed and not a.closed
+            assert registry.statistics() == RegistryStatistics(live=2, created=3, passivated=0, evicted=1)
+
+    async def test_busy_actors_are_not_evicted_cap_is_exceeded(self) -> None:
+        registry, log = make_registry(max_actors=2)
+        release = anyio.Event()
+        async with registry, anyio.create_task_group() as tg:
+            for key in ("a", "b"):
+                started = anyio.Event()
+                tg.start_soon(registry.ask, key, Work(1, started=started, release=release))
+                await started.wait()
+            assert await registry.ask("c", Work(2)) == ("c", 2)
+            assert len(registry) == 3  # over the cap temporarily: nothing idle to evict
+            assert registry.statistics().evicted == 0
+            registry.get("d")  # now c is idle and least recently used
+            assert "c" not in registry and len(registry) == 3
+            release.set()
+        assert sorted(log) == [("a", 1), ("b", 1), ("c", 2)]
+
+
+class TestPassivationRace:
+    async def test_many_asks_while_sweeping_lose_nothing(self) -> None:
+        clock = FakeClock()
+        registry, log = make_registry(clock, idle_timeout=0.0)  # every idle actor is passivated at once
+        results: list[tuple[str, int]] = []
+        done = anyio.Event()
+        sweeps: list[int] = []
+
+        async def sweeper() -> None:
+            while not done.is_set():
+                sweeps.append(registry.sweep())
+                await checkpoint()
+
+        async def caller(i: int) -> None:
+            for round_ in range(4):
+                results.append(await registry.ask(f"k{i % 50}", Work(i * 10 + round_)))
+                await checkpoint()  # gaps, so actors go idle and get passivated between asks
+
+        async with registry:
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(sweeper)
+                async with anyio.create_task_group() as tg:
+                    for i in range(100):
+                        tg.start_soon(caller, i)
+                done.set()
+        expected = sorted((f"k{i % 50}", i * 10 + r) for i in range(100) for r in range(4))
+        assert sorted(results) == expected
+        assert sorted(log) == expected  # each command handled exactly once
+        assert sum(sweeps) > 0
+        stats = registry.statistics()
+        assert stats.passivated == sum(sweeps) and stats.created > 50  # keys were re-activated
+
+    async def test_ask_retries_on_an_actor_closed_between_lookup_and_enqueue(self) -> None:
+        registry, log = make_registry()
+        async with registry:
+            stale = registry.get("k")
+            stale.close()  # as if passivated right after the lookup
+            assert await registry.ask("k", Work(1)) == ("k", 1)
+            assert registry.get("k") is not stale
+            assert registry.statistics().created == 2
+        assert log == [("k", 1)]
+
+
+class TestLifecycle:
+    async def test_aclose_drains_accepted_work_and_then_refuses_promptly(self) -> None:
+        registry, log = make_registry(sweep_interval=1000.0)
+        started, release = anyio.Event(), anyio.Event()
+        results: list[tuple[str, int]] = []
+        refused: list[ThreadmindError] = []
+
+        async def caller(key: str, work: Work) -> None:
+            results.append(await registry.ask(key, work))
+
+        async def during_close() -> None:
+            await wait_all_tasks_blocked()  # aclose is now waiting for the actors to drain
+            with anyio.fail_after(5):
+                try:
+                    await registry.ask("a", Work(99))
+                except ThreadmindError as exc:
+                    refused.append(exc)
+            release.set()
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                await registry.start()  # start/aclose nest inside the scopes around them, like a task group
+                tg.start_soon(caller, "a", Work(1, started=started, release=release))
+                await started.wait()
+                for i in range(2, 12):
+                    tg.start_soon(caller, "a" if i % 2 else "b", Work(i))
+                await wait_all_tasks_blocked()
+                tg.start_soon(during_close)
+                await registry.aclose()
+        assert [e.code for e in refused] == ["THREADMIND_CLOSED"]
+        assert sorted(i for _, i in results) == list(range(1, 12))  # everything accepted was handled
+        assert sorted(i for _, i in log) == list(range(1, 12))
+        assert len(registry) == 0
+        with pytest.raises(ThreadmindError) as info:
+            registry.get("a")
+        assert info.value.code == "THREADMIND_CLOSED"
+        await registry.aclose()  # idempotent
+
+    async def test_not_started_and_double_start(self) -> None:
+        registry, _ = make_registry()
+        with pytest.raises(ThreadmindError) as info:
+            await registry.ask("a", Work(1))
+        assert info.value.code == "THREADMIND_NOT_STARTED"
+        async with registry:
+            with pytest.raises(ThreadmindError, match="only once"):
+                await registry.start()
+
+    async def test_error_in_body_cancels_actors_without_hanging(self) -> None:
+        registry, _ = make_registry()
+        with anyio.fail_after(5), pytest.raises(ExceptionGroup) as info:
+            async with registry:
+                await registry.ask("a", Work(1))
+                raise RuntimeError("body failed")
+        assert info.group_contains(RuntimeError, match="body failed")
+
+
+class TestTracing:
+    async def test_registry_ask_span_is_child_of_caller(self, span_exporter: InMemorySpanExporter) -> None:
+        registry, _ = make_registry()
+        async with registry:
+            with trace.get_tracer("tests").start_as_current_span("caller") as parent:
+                await registry.ask("a", Work(1))
+        (span,) = [s for s in span_exporter.get_finished_spans() if s.name == "threadmind.actor.Work"]
+        assert span.parent is not None and span.parent.span_id == parent.get_span_context().span_id
+        assert span.attributes is not None and span.attributes["threadmind.actor.key"] == "a"
