@@ -14,6 +14,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from threadmind.actors._actor import Actor
+from threadmind.actors._mailbox import MailboxClosed
 from threadmind.actors._registry import ActorRegistry, RegistryStatistics
 from threadmind.errors import ConfigError, ThreadmindError
 
@@ -285,6 +286,39 @@ class TestLifecycle:
             registry.get("a")
         assert info.value.code == "THREADMIND_CLOSED"
         await registry.aclose()  # idempotent
+
+    async def test_cancelled_owner_scope_stops_actors_without_hanging(self) -> None:
+        registry, log = make_registry()
+        started, release = anyio.Event(), anyio.Event()
+        outcomes: list[object] = []
+        outer = anyio.CancelScope()
+
+        async def caller(work: Work) -> None:
+            try:
+                outcomes.append(await registry.ask("a", work))
+            except MailboxClosed as exc:
+                outcomes.append(exc)
+
+        async def cancel_then_release() -> None:
+            await wait_all_tasks_blocked()
+            outer.cancel()  # cancels the closing task and, with it, the registry's actor loops
+            await wait_all_tasks_blocked()
+            release.set()
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as callers:
+                with outer:
+                    await registry.start()
+                    callers.start_soon(caller, Work(1, started=started, release=release))
+                    await started.wait()
+                    callers.start_soon(caller, Work(2))
+                    await wait_all_tasks_blocked()
+                    callers.start_soon(cancel_then_release)
+                    await registry.aclose()
+        assert outer.cancelled_caught
+        assert outcomes[0] == ("a", 1)  # the running handler finished (shielded)
+        assert isinstance(outcomes[1], MailboxClosed)  # the queued one was refused, not left hanging
+        assert log == [("a", 1)]
 
     async def test_not_started_and_double_start(self) -> None:
         registry, _ = make_registry()

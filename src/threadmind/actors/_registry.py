@@ -128,6 +128,9 @@ class ActorRegistry(Generic[A]):
             actor.close()
         task_group, self._task_group = self._task_group, None
         assert task_group is not None
+        # Exiting the group waits for every loop to drain. If the scope around the registry is cancelled
+        # meanwhile, the loops stop instead: running handlers finish (shielded), queued commands fail
+        # with MailboxClosed. Call this from the task and scope that called start (scopes must nest).
         return await task_group.__aexit__(exc_type, exc_val, exc_tb)
 
     def __del__(self) -> None:
