@@ -27,6 +27,7 @@ import anyio.lowlevel
 import msgspec
 import numpy as np
 import numpy.typing as npt
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from opentelemetry import trace
 from opentelemetry.trace import Link
 
@@ -260,7 +261,9 @@ class IndexActor:
         self._dim_lock = anyio.Lock()
         self._load_lock = anyio.Lock()
         self._index: _HnswIndex | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[_Op](max_buffer_size=4096)
+        # The queue exists only between start() and aclose(), so an actor never started leaks nothing.
+        self._send: MemoryObjectSendStream[_Op]
+        self._receive: MemoryObjectReceiveStream[_Op]
         self._state = _State.NEW
         self._task_group: anyio.abc.TaskGroup | None = None
         self._retry_scope: anyio.CancelScope | None = None
@@ -283,6 +286,7 @@ class IndexActor:
         if self._state is not _State.NEW:
             raise ConfigError(f"the index actor cannot start: it is {self._state.value}")
         self._vector._claim(self)
+        self._send, self._receive = anyio.create_memory_object_stream[_Op](max_buffer_size=4096)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         self._task_group = task_group
@@ -296,19 +300,20 @@ class IndexActor:
             self._state = _State.CLOSED
             return
         self._state = _State.CLOSING
-        with anyio.CancelScope(shield=True):
-            try:
+        try:
+            with anyio.CancelScope(shield=True):
                 if self._retry_scope is not None:
                     self._retry_scope.cancel()
                 self._send.close()
                 await self._writer_done.wait()
                 await self._save_snapshot()
-            finally:
-                self._receive.close()
-                assert self._task_group is not None
-                await self._task_group.__aexit__(None, None, None)
-                self._vector._release(self)
-                self._state = _State.CLOSED
+        finally:
+            self._receive.close()
+            self._vector._release(self)
+            self._state = _State.CLOSED
+            assert self._task_group is not None
+            # Both tasks have finished; exiting the group (outside the shield, as scopes must nest) is instant.
+            await self._task_group.__aexit__(None, None, None)
 
     async def __aenter__(self) -> IndexActor:
         await self.start()
@@ -449,13 +454,13 @@ class IndexActor:
         if not items:
             await anyio.lowlevel.checkpoint()
             return 0
-        with operation_span("threadmind.index.upsert", "upsert_memory", messages=len(items)):
-            op = _Upsert(items)
-            if not wait:
-                await self._submit(op)
-                return 0
-            await self._call(op)
-            return round(op.usage)
+        # No span per call on this hot path: the batch span links to the caller's (Memory's) span.
+        op = _Upsert(items)
+        if not wait:
+            await self._submit(op)
+            return 0
+        await self._call(op)
+        return round(op.usage)
 
     async def query(
         self,

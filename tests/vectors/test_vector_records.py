@@ -1,0 +1,97 @@
+"""VectorRecords: SQL and in-memory implementations agree on upsert, change log replay, moves and pending."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from threadmind.stores._vector_records import (
+    InMemoryVectorRecords,
+    PendingVector,
+    SQLiteVectorRecords,
+    VectorRecord,
+    VectorRecords,
+    vector_records_for,
+)
+
+from ._support import JobStore
+
+
+def _record(vector_id: str, message_id: str, thread_id: str = "t1", resource_id: str = "r1") -> VectorRecord:
+    embedding = np.arange(4, dtype="<f4").tobytes()
+    return VectorRecord(
+        vector_id=vector_id, message_id=message_id, thread_id=thread_id, resource_id=resource_id, role="user",
+        created_at="2025-01-01T00:00:00.000Z", embedding=embedding,
+    )
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+async def records(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorRecords]:
+    if request.param == "memory":
+        yield InMemoryVectorRecords()
+        return
+    store = JobStore(tmp_path / "v.db")
+    try:
+        chosen = vector_records_for(store)
+        assert isinstance(chosen, SQLiteVectorRecords)
+        yield chosen
+    finally:
+        store.close()
+
+
+def test_anything_without_sql_jobs_gets_in_memory_records() -> None:
+    assert isinstance(vector_records_for(object()), InMemoryVectorRecords)
+
+
+class TestVectorRecords:
+    async def test_upsert_replaces_a_messages_chunks(self, records: VectorRecords) -> None:
+        first = await records.upsert("idx", [_record("m1#0", "m1"), _record("m1#1", "m1"), _record("m2", "m2")])
+        second = await records.upsert("idx", [_record("m1", "m1")])
+        assert second > first
+        loaded, deleted, seq = await records.load("idx")
+        assert sorted(r.vector_id for r in loaded) == ["m1", "m2"]
+        assert deleted == [] and seq == second
+        assert await records.message_ids_with_vectors("idx") == {"m1", "m2"}
+        assert await records.message_ids_with_vectors("other") == set()
+
+    async def test_load_since_replays_upserts_moves_and_deletes(self, records: VectorRecords) -> None:
+        await records.upsert("idx", [_record("a", "a"), _record("b", "b"), _record("c", "c", thread_id="t2")])
+        snapshot = (await records.load("idx"))[2]
+        await records.delete_by_message_ids(None, ["a"])
+        await records.move_thread("t2", "r9")
+        await records.upsert("idx", [_record("d", "d")])
+        changed, deleted, seq = await records.load("idx", since_seq=snapshot)
+        assert {r.vector_id: r.resource_id for r in changed} == {"c": "r9", "d": "r1"}
+        assert deleted == ["a"]
+        # A vector deleted and re-added later is live, not deleted.
+        await records.delete_by_thread("t1")
+        await records.upsert("idx", [_record("b", "b")])
+        changed, deleted, _ = await records.load("idx", since_seq=seq)
+        assert [r.vector_id for r in changed] == ["b"] and deleted == ["d"]
+        await records.prune_tombstones("idx", seq + 10)
+        assert (await records.load("idx", since_seq=seq))[1] == []
+
+    async def test_records_for_messages(self, records: VectorRecords) -> None:
+        await records.upsert("idx", [_record("m#0", "m"), _record("m#1", "m"), _record("n", "n")])
+        found = await records.records_for_messages("idx", ["m", "zzz"])
+        assert [r.vector_id for r in found] == ["m#0", "m#1"]
+        assert found[0].embedding == np.arange(4, dtype="<f4").tobytes()
+
+    async def test_pending_lifecycle(self, records: VectorRecords) -> None:
+        items = [PendingVector(message_id=f"m{i}", thread_id="t1", resource_id="r1") for i in range(3)]
+        await records.add_pending(items, "boom")
+        await records.add_pending(items[:1], "boom again")
+        assert await records.pending_count() == 3
+        taken = await records.take_pending(10)
+        assert [p.message_id for p in taken] == ["m1", "m2", "m0"]  # least attempted first
+        assert taken[-1].attempts == 2 and taken[-1].last_error == "boom again"
+        await records.move_thread("t1", "r2")
+        assert {p.resource_id for p in await records.take_pending(10)} == {"r2"}
+        await records.clear_pending(["m1"])
+        await records.upsert("idx", [_record("m2", "m2")])  # a successful upsert clears pending
+        assert [p.message_id for p in await records.take_pending(10)] == ["m0"]
+        await records.delete_by_thread("t1")
+        assert await records.pending_count() == 0
