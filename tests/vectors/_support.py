@@ -1,13 +1,10 @@
-"""Test doubles for the vector tests: a SQL-job store over a real SQLite file, and a controllable embedder."""
+"""Helpers for the vector tests: a controllable embedder, message factories, exact brute-force top-k."""
 
 from __future__ import annotations
 
 import random
-import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, TypeVar
 
 import anyio
 import numpy as np
@@ -16,9 +13,7 @@ import numpy.typing as npt
 from threadmind.codecs import Message, Thread
 from threadmind.embedders._hash import HashEmbedder
 from threadmind.embedders._protocol import Embeddings
-from threadmind.stores._protocol import MessagePage, MessageQuery, ThreadPage
-
-T = TypeVar("T")
+from threadmind.stores._protocol import Store
 
 WORDS = (
     "agent memory thread resource message search vector index query result context window token budget model "
@@ -29,57 +24,15 @@ WORDS = (
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-class JobStore:
-    """The slice of ``SQLiteStore`` the vector layer uses (SQL jobs on one DB thread) plus message lookups.
-
-    Messages live in a dict (shared across "restarts" by passing ``messages``); SQL is a real file.
-    """
-
-    def __init__(self, path: Path, messages: dict[str, Message] | None = None) -> None:
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._limiter = anyio.CapacityLimiter(1)
-        self.messages: dict[str, Message] = {} if messages is None else messages
-        self.writes = 0
-
-    def close(self) -> None:
-        self._conn.close()
-
-    async def execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def _job() -> T:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(self._conn)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-            return result
-
-        self.writes += 1
-        return await anyio.to_thread.run_sync(_job, limiter=self._limiter)
-
-    async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await anyio.to_thread.run_sync(fn, self._conn, limiter=self._limiter)
-
-    def add(self, messages: Sequence[Message]) -> None:
-        for message in messages:
-            self.messages[message.id] = message
-
-    async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
-        await anyio.lowlevel.checkpoint()
-        return [self.messages[i] for i in ids if i in self.messages]
-
-    async def list_threads(self, **_: Any) -> ThreadPage:
-        await anyio.lowlevel.checkpoint()
-        ids = sorted({(m.thread_id or "", m.resource_id or "") for m in self.messages.values()})
-        threads = [Thread(id=t, resource_id=r, created_at=EPOCH, updated_at=EPOCH) for t, r in ids]
-        return ThreadPage(threads=threads, total=len(threads), page=0, per_page=False, has_more=False)
-
-    async def list_messages(self, query: MessageQuery) -> MessagePage:
-        await anyio.lowlevel.checkpoint()
-        found = [m for m in self.messages.values() if m.thread_id == query.thread_id]
-        return MessagePage(messages=found, total=len(found), page=0, per_page=False, has_more=False)
+async def persist(store: Store, messages: Sequence[Message]) -> None:
+    """Save messages through the store (creating their threads), as Memory does before indexing."""
+    by_thread: dict[str, list[Message]] = {}
+    for message in messages:
+        by_thread.setdefault(message.thread_id or "", []).append(message)
+    for thread_id, group in by_thread.items():
+        if await store.get_thread(thread_id) is None:
+            await store.create_thread(Thread(id=thread_id, resource_id=group[0].resource_id or ""))
+        await store.save_messages(thread_id, group)
 
 
 class FlakyEmbedder:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import numpy as np
 import pytest
 from anyio import wait_all_tasks_blocked
 
@@ -18,26 +17,26 @@ from threadmind.codecs import Message
 from threadmind.errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ValidationError
 from threadmind.stores import _hnsw
 from threadmind.stores._hnsw import HnswVectorStore, _HnswIndex
+from threadmind.stores._memory import InMemoryStore
+from threadmind.stores._protocol import Store
+from threadmind.stores._sqlite import SQLiteStore
 
-from ._support import FlakyEmbedder, JobStore, exact_top_k, make_message, random_text
+from ._support import FlakyEmbedder, exact_top_k, make_message, persist, random_text
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> JobStore:
-    return JobStore(tmp_path / "memory.db")
-
-
-@pytest.fixture(autouse=True)
-def _close_store(store: JobStore) -> Any:
-    yield
-    store.close()
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    store = SQLiteStore(tmp_path / "memory.db", synchronous="NORMAL")
+    await store.open()
+    yield store
+    await store.aclose()
 
 
 @asynccontextmanager
 async def running(
-    store: JobStore, embedder: FlakyEmbedder, vector: HnswVectorStore, **kwargs: Any
+    store: Store, embedder: FlakyEmbedder, vector: HnswVectorStore, **kwargs: Any
 ) -> AsyncIterator[IndexActor]:
-    actor = IndexActor(store=store, vector=vector, embedder=embedder, retry_interval=None, **kwargs)  # type: ignore[arg-type]
+    actor = IndexActor(store=store, vector=vector, embedder=embedder, retry_interval=None, **kwargs)
     async with actor:
         yield actor
 
@@ -55,7 +54,7 @@ def _corpus(rng: random.Random, resources: int, threads: int, per_thread: tuple[
 class TestScopeIsolation:
     @pytest.mark.parametrize("brute_force_limit", [pytest.param(4096, id="exact"), pytest.param(0, id="hnsw")])
     async def test_random_queries_never_leave_their_scope(
-        self, store: JobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brute_force_limit: int
+        self, store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brute_force_limit: int
     ) -> None:
         monkeypatch.setattr(_hnsw, "BRUTE_FORCE_LIMIT", brute_force_limit)
         rng = random.Random(7)
@@ -94,7 +93,7 @@ class TestScopeIsolation:
             assert stats.queries == 200
             assert (stats.ann_queries > 0) == (brute_force_limit == 0)
 
-    async def test_threshold_and_both_scopes(self, store: JobStore, tmp_path: Path) -> None:
+    async def test_threshold_and_both_scopes(self, store: SQLiteStore, tmp_path: Path) -> None:
         embedder = FlakyEmbedder()
         messages = [
             make_message("a", "t1", "r1", "paris hotel booking"),
@@ -116,7 +115,7 @@ class TestScopeIsolation:
 
 
 class TestBatching:
-    async def test_2000_concurrent_upserts_are_coalesced(self, store: JobStore, tmp_path: Path) -> None:
+    async def test_2000_concurrent_upserts_are_coalesced(self, store: SQLiteStore, tmp_path: Path) -> None:
         rng = random.Random(3)
         embedder = FlakyEmbedder(dim=32)
         messages = [
@@ -137,7 +136,7 @@ class TestBatching:
                 assert [h.message_id for h in hits] == [message.id]
             assert actor.statistics().vectors == 2000
 
-    async def test_read_your_writes_and_usage(self, store: JobStore) -> None:
+    async def test_read_your_writes_and_usage(self, store: SQLiteStore) -> None:
         embedder = FlakyEmbedder()
         async with running(store, embedder, HnswVectorStore()) as actor:
             message = make_message("m1", "t1", "r1", "x" * 40)
@@ -151,11 +150,11 @@ class TestBatching:
 
 
 class TestFailures:
-    async def test_outage_records_pending_and_retry_completes(self, store: JobStore, tmp_path: Path) -> None:
+    async def test_outage_records_pending_and_retry_completes(self, store: SQLiteStore, tmp_path: Path) -> None:
         rng = random.Random(5)
         embedder = FlakyEmbedder()
         messages = [make_message(f"m{i}", "t1", "r1", random_text(rng), i) for i in range(20)]
-        store.add(messages)
+        await persist(store, messages)
         async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
             await actor.upsert_messages(messages[:5])
             embedder.fail = True
@@ -172,7 +171,7 @@ class TestFailures:
             for message in messages:
                 assert [h.message_id for h in await actor.query(message.text, top_k=1)] == [message.id]
 
-    async def test_poisoned_text_fails_only_its_caller(self, store: JobStore) -> None:
+    async def test_poisoned_text_fails_only_its_caller(self, store: SQLiteStore) -> None:
         embedder = FlakyEmbedder()
         messages = [make_message(f"m{i}", f"t{i}", "r1", f"message number {i}", i) for i in range(8)]
         embedder.poison = {messages[3].text}
@@ -202,7 +201,7 @@ class TestFailures:
             assert sorted(batch_call) == sorted(r[0] for r in retries)  # per-text retry of that batch
             assert actor.statistics().pending == 1 and actor.statistics().vectors == 8
 
-    async def test_failed_dimension_probe_is_retried(self, store: JobStore, tmp_path: Path) -> None:
+    async def test_failed_dimension_probe_is_retried(self, store: SQLiteStore, tmp_path: Path) -> None:
         embedder = FlakyEmbedder(dim=24, known_dimension=False)
         async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
             embedder.fail = True
@@ -220,7 +219,7 @@ class TestFailures:
             assert await actor.index_name() == "memory_messages_24"
             assert embedder.calls == [["a"], ["a"], ["a"]]
 
-    async def test_dimension_mismatch_before_any_file(self, store: JobStore, tmp_path: Path) -> None:
+    async def test_dimension_mismatch_before_any_file(self, store: SQLiteStore, tmp_path: Path) -> None:
         for known in (True, False):
             embedder = FlakyEmbedder(dim=32, known_dimension=known)
             async with running(store, embedder, HnswVectorStore(tmp_path / "vec"), embedding_dimension=16) as actor:
@@ -231,12 +230,12 @@ class TestFailures:
                     await actor.query("hello", top_k=1)
         assert not (tmp_path / "vec").exists()
 
-    async def test_1536_dimensions_use_the_plain_index_name(self, store: JobStore) -> None:
+    async def test_1536_dimensions_use_the_plain_index_name(self, store: SQLiteStore) -> None:
         async with running(store, FlakyEmbedder(dim=1536), HnswVectorStore()) as actor:
             assert await actor.index_name() == "memory_messages"
 
-    async def test_closed_actor_fails_fast(self, store: JobStore) -> None:
-        actor = IndexActor(store=store, vector=HnswVectorStore(), embedder=FlakyEmbedder())  # type: ignore[arg-type]
+    async def test_closed_actor_fails_fast(self, store: SQLiteStore) -> None:
+        actor = IndexActor(store=store, vector=HnswVectorStore(), embedder=FlakyEmbedder())
         with pytest.raises(ConfigError, match="new"):
             await actor.query("x", top_k=1)
         async with actor:
@@ -244,7 +243,7 @@ class TestFailures:
         with pytest.raises(ConfigError, match="closed"):
             await actor.upsert_messages([make_message("m", "t", "r", "x")])
 
-    async def test_one_vector_store_has_one_owner(self, store: JobStore) -> None:
+    async def test_one_vector_store_has_one_owner(self, store: SQLiteStore) -> None:
         vector = HnswVectorStore()
         async with running(store, FlakyEmbedder(), vector):
             with pytest.raises(ConfigError, match="already used"):
@@ -253,7 +252,7 @@ class TestFailures:
 
 
 class TestChunksAndCopies:
-    async def test_reupsert_replaces_chunks_and_textless_clears(self, store: JobStore) -> None:
+    async def test_reupsert_replaces_chunks_and_textless_clears(self, store: SQLiteStore) -> None:
         embedder = FlakyEmbedder()
         async with running(store, embedder, HnswVectorStore(), max_chunk_chars=20) as actor:
             long = make_message("m1", "t1", "r1", "alpha bravo charlie delta echo foxtrot golf india")
@@ -266,7 +265,7 @@ class TestChunksAndCopies:
             await actor.upsert_messages([make_message("m1", "t1", "r1", "")])
             assert actor.statistics().vectors == 0
 
-    async def test_copy_messages_reuses_vectors(self, store: JobStore) -> None:
+    async def test_copy_messages_reuses_vectors(self, store: SQLiteStore) -> None:
         embedder = FlakyEmbedder()
         async with running(store, embedder, HnswVectorStore(), max_chunk_chars=20) as actor:
             await actor.upsert_messages([
@@ -280,10 +279,10 @@ class TestChunksAndCopies:
             assert [h.message_id for h in hits][:1] == ["b2"] and {h.thread_id for h in hits} == {"t9"}
             assert actor.statistics().vectors == 6
 
-    async def test_reindex_makes_missing_vectors(self, store: JobStore) -> None:
+    async def test_reindex_makes_missing_vectors(self, store: SQLiteStore) -> None:
         rng = random.Random(9)
         messages = [make_message(f"m{i}", f"t{i % 3}", "r1", random_text(rng), i) for i in range(30)]
-        store.add(messages)
+        await persist(store, messages)
         seen: list[tuple[int, int]] = []
         async with running(store, FlakyEmbedder(), HnswVectorStore(), batch_size=8) as actor:
             await actor.upsert_messages(messages[:10])
@@ -294,7 +293,7 @@ class TestChunksAndCopies:
 
 
 class TestDeletes:
-    async def test_delete_racing_upsert_ends_deleted(self, store: JobStore) -> None:
+    async def test_delete_racing_upsert_ends_deleted(self, store: SQLiteStore) -> None:
         rng = random.Random(11)
         messages = [make_message(f"m{i}", f"t{i % 10}", "r1", random_text(rng), i) for i in range(100)]
         async with running(store, FlakyEmbedder(), HnswVectorStore()) as actor:
@@ -310,7 +309,7 @@ class TestDeletes:
             assert await actor.query(messages[0].text, top_k=5) == []
 
     async def test_deletes_and_moves_survive_restart_without_snapshot(
-        self, store: JobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        self, store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         embedder = FlakyEmbedder()
         messages = [
@@ -354,19 +353,28 @@ def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
+def _remove_all(directory: Path) -> None:
+    for path in directory.iterdir():
+        path.unlink()
+
+
+def _garbage_manifest(directory: Path) -> None:
+    (directory / "memory_messages_32.manifest.json").write_bytes(b"{not json")
+
+
 DAMAGE: dict[str, Callable[[Path], None] | None] = {
     "intact": None,
-    "missing": lambda d: [p.unlink() for p in d.iterdir()] and None,
+    "missing": _remove_all,
     "truncated": lambda d: _truncate(d / "memory_messages_32.hnsw"),
     "bit-flipped": lambda d: _flip_byte(d / "memory_messages_32.hnsw"),
     "entries-bit-flipped": lambda d: _flip_byte(d / "memory_messages_32.entries"),
-    "manifest-garbage": lambda d: (d / "memory_messages_32.manifest.json").write_bytes(b"{not json"),
+    "manifest-garbage": _garbage_manifest,
 }
 
 
 class TestRestart:
     @pytest.mark.parametrize("damage", list(DAMAGE))
-    async def test_recall_is_the_same_after_restart(self, store: JobStore, tmp_path: Path, damage: str) -> None:
+    async def test_recall_is_the_same_after_restart(self, store: SQLiteStore, tmp_path: Path, damage: str) -> None:
         rng = random.Random(13)
         messages = _corpus(rng, resources=4, threads=3, per_thread=(5, 10))
         queries = [(random_text(rng, 5), rng.choice(messages)) for _ in range(30)]
@@ -398,18 +406,27 @@ class TestRestart:
     async def test_snapshot_newer_than_database_is_rebuilt(self, tmp_path: Path) -> None:
         embedder = FlakyEmbedder()
         vec = tmp_path / "vec"
-        first = JobStore(tmp_path / "one.db")
-        async with running(first, embedder, HnswVectorStore(vec)) as actor:  # type: ignore[arg-type]
-            await actor.upsert_messages([make_message("a", "t", "r", "alpha")])
-        first.close()
-        second = JobStore(tmp_path / "two.db")
-        try:
-            async with running(second, embedder, HnswVectorStore(vec)) as actor:
-                assert await actor.query("alpha", top_k=3) == []
-                assert actor.statistics().rebuilds == 1
-        finally:
-            second.close()
+        for name, text in (("one.db", "alpha"), ("two.db", None)):
+            store = SQLiteStore(tmp_path / name)
+            async with store, running(store, embedder, HnswVectorStore(vec)) as actor:
+                if text is not None:
+                    await actor.upsert_messages([make_message("a", "t", "r", text)])
+                else:  # the other database knows nothing of the snapshot's vectors
+                    assert await actor.query("alpha", top_k=3) == []
+                    assert actor.statistics().rebuilds == 1
 
 
-def test_numpy_is_float32() -> None:
-    assert FlakyEmbedder().vectors(["abc"]).dtype == np.float32
+async def test_in_memory_store_gets_in_memory_records() -> None:
+    embedder = FlakyEmbedder()
+    messages = [make_message(f"m{i}", "t1", "r1", f"note {i} about paris", i) for i in range(4)]
+    async with InMemoryStore() as store, running(store, embedder, HnswVectorStore()) as actor:
+        await persist(store, messages)
+        await actor.upsert_messages(messages[:2])
+        embedder.fail = True
+        with pytest.raises(EmbedderError):
+            await actor.upsert_messages(messages[2:])
+        embedder.fail = False
+        assert await actor.retry_pending() == 2
+        await actor.delete_messages(["m0"])
+        hits = await actor.query("note about paris", top_k=10, thread_id="t1")
+        assert sorted(h.message_id for h in hits) == ["m1", "m2", "m3"]

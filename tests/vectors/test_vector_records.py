@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from threadmind.stores._memory import InMemoryStore
+from threadmind.stores._sqlite import SQLiteStore
 from threadmind.stores._vector_records import (
     InMemoryVectorRecords,
     PendingVector,
@@ -16,8 +18,6 @@ from threadmind.stores._vector_records import (
     VectorRecords,
     vector_records_for,
 )
-
-from ._support import JobStore
 
 
 def _record(vector_id: str, message_id: str, thread_id: str = "t1", resource_id: str = "r1") -> VectorRecord:
@@ -33,17 +33,14 @@ async def records(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     if request.param == "memory":
         yield InMemoryVectorRecords()
         return
-    store = JobStore(tmp_path / "v.db")
-    try:
+    async with SQLiteStore(tmp_path / "v.db") as store:
         chosen = vector_records_for(store)
         assert isinstance(chosen, SQLiteVectorRecords)
         yield chosen
-    finally:
-        store.close()
 
 
-def test_anything_without_sql_jobs_gets_in_memory_records() -> None:
-    assert isinstance(vector_records_for(object()), InMemoryVectorRecords)
+def test_stores_without_sql_jobs_get_in_memory_records() -> None:
+    assert isinstance(vector_records_for(InMemoryStore()), InMemoryVectorRecords)
 
 
 class TestVectorRecords:
