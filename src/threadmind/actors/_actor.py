@@ -204,20 +204,23 @@ class Actor(abc.ABC, Generic[C]):
         mailbox = self._mailbox
         streak = 0
         try:
-            while True:
-                if streak >= _YIELD_EVERY:
-                    await checkpoint()
-                    streak = 0
-                elif len(mailbox):
-                    # Stop taking queued commands once our own scope is cancelled (no yield otherwise).
-                    await checkpoint_if_cancelled()
-                try:
-                    envelope = mailbox.get_nowait()
-                    streak += 1
-                except anyio.WouldBlock:
-                    envelope = await mailbox.get()
-                    streak = 0
-                await self._process(envelope)
+            # One scope for the loop's life, shielded only while a handler runs: toggling ``shield`` costs
+            # far less than entering a fresh shielded scope per command (~10 µs of a ~30 µs round trip).
+            with anyio.CancelScope() as scope:
+                while True:
+                    if streak >= _YIELD_EVERY:
+                        await checkpoint()
+                        streak = 0
+                    elif len(mailbox):
+                        # Stop taking queued commands once our own scope is cancelled (no yield otherwise).
+                        await checkpoint_if_cancelled()
+                    try:
+                        envelope = mailbox.get_nowait()
+                        streak += 1
+                    except anyio.WouldBlock:
+                        envelope = await mailbox.get()
+                        streak = 0
+                    await self._process(envelope, scope)
         except anyio.EndOfStream:
             return
         finally:
@@ -240,7 +243,7 @@ class Actor(abc.ABC, Generic[C]):
             cache = self._tracer_cache = (provider, provider.get_tracer("threadmind"))
         return cache[1]
 
-    async def _process(self, envelope: _Envelope) -> None:
+    async def _process(self, envelope: _Envelope, scope: anyio.CancelScope) -> None:
         reply = envelope.reply
         if reply is not None and reply.done():
             return  # the caller was cancelled before we started: skip
@@ -264,8 +267,11 @@ class Actor(abc.ABC, Generic[C]):
                 attributes=attributes,
             )
             token = otel_context.attach(trace.set_span_in_context(span, parent))
-            with anyio.CancelScope(shield=True):
+            scope.shield = True  # a started command always runs to completion
+            try:
                 result = await self.handle(command)
+            finally:
+                scope.shield = False
         except Exception as exc:
             self._failed += 1
             if span is not None and span.is_recording():
