@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ._config import MemoryConfig
+from ._config import MessageHistoryConfig
 from ._hygiene import is_transient_signal
 from .codecs import Message, ToolInvocationPart, from_iso, to_iso
 from .stores._protocol import Include, MessageQuery, Store
@@ -131,35 +131,39 @@ def group_by_tool_calls(messages: Sequence[Message]) -> list[list[Message]]:
 
 def _retain(
     newest_first: Sequence[Message], counter: TokenCounter, max_messages: int | None, budget: float
-) -> tuple[list[Message], bool]:
-    """Keep whole groups newest-first while both limits hold; True when a group did not fit."""
+) -> tuple[list[Message], str | None]:
+    """Keep whole groups newest-first while both limits hold; the limit that stopped retention, if any."""
     kept: list[Message] = []
     tokens = float(CONVERSATION_OVERHEAD)
     for group in group_by_tool_calls(newest_first):
         group_tokens = sum(counter.count_message(m) for m in group)
         if max_messages is not None and len(kept) + len(group) > max_messages:
-            return kept, True
+            return kept, "count"
         if tokens + group_tokens > budget:
-            return kept, True
+            return kept, "tokens"
         kept.extend(group)
         tokens += group_tokens
-    return kept, False
+    return kept, None
 
 
 async def load_token_window(
     store: Store,
     thread_id: str,
     resource_id: str | None,
-    config: MemoryConfig,
+    history: MessageHistoryConfig,
+    max_messages: int | None,
     includes: Sequence[Include] = (),
     *,
     counter: TokenCounter | None = None,
     boundary: Boundary | None = None,
     use_stored_boundary: bool = True,
+    include_overflow: bool = False,
 ) -> list[Message]:
-    """History that fits ``max_tokens − at_max_remove_tokens`` (and the count cap), ascending."""
-    history = config.message_history
-    assert history is not None
+    """History that fits ``max_tokens − at_max_remove_tokens`` (and the count cap), ascending.
+
+    With ``include_overflow`` and retention stopped by tokens, everything loaded is returned so that the
+    memory token limiter can trim it (and record the boundary).
+    """
     counter = counter or DefaultTokenCounter()
     budget = history.max_tokens - history.remove_tokens
     if boundary is None and use_stored_boundary:
@@ -182,11 +186,13 @@ async def load_token_window(
             if message.role == "system" or is_transient_signal(message):
                 continue
             loaded.append(message)
-        kept, overflowed = _retain(loaded, counter, config.max_messages, budget)
-        if overflowed or crossed or len(result.messages) < _PAGE:
+        kept, stopped = _retain(loaded, counter, max_messages, budget)
+        if stopped or crossed or len(result.messages) < _PAGE:
             break
         page += 1
-    kept.reverse()
+    if include_overflow and stopped == "tokens":
+        kept = loaded
+    kept = kept[::-1]
     if includes:
         extra = await store.list_messages(
             MessageQuery(thread_id=thread_id, resource_id=resource_id, per_page=0, include=list(includes))

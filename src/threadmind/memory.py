@@ -10,9 +10,12 @@ same task, as with any anyio task group.
 from __future__ import annotations
 
 import enum
+import json
+import logging
+import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
@@ -32,8 +35,18 @@ from ._config import (
     memory_config_from,
     merge_config,
 )
+from ._history import BOUNDARY_KEY, Boundary
 from ._hygiene import persistable
-from ._results import CloneResult, RecallResult, SaveResult, Usage
+from ._results import CloneResult, RecallResult, SaveResult, Usage, WorkingMemoryTemplate
+from ._working_memory import (
+    deep_merge,
+    drop_optional_nulls,
+    instruction,
+    normalize_ws,
+    readonly_instruction,
+    template_for,
+    validate_schema,
+)
 from .actors._registry import ActorRegistry
 from .actors._resource_actor import ResourceActor
 from .actors._thread_actor import (
@@ -46,12 +59,13 @@ from .actors._thread_actor import (
     ThreadActor,
     UpdateThread,
 )
-from .codecs import Message, Resource, Thread, message_from_dict, to_iso, utc_now
+from .codecs import Message, Resource, TextPart, Thread, message_from_dict, to_iso, utc_now
 from .errors import (
     ConfigError,
     EmbedderError,
     InvalidMessage,
     ResourceMismatch,
+    ThreadBusy,
     ThreadmindError,
     ThreadNotFound,
     ValidationError,
@@ -61,7 +75,10 @@ from .tracing import operation_span
 
 if TYPE_CHECKING:
     from .actors._index_actor import IndexActor
+    from .agent import Tool, ToolContext
     from .embedders._protocol import Embedder
+    from .models import LanguageModel
+    from .processors._message_list import MessageList
     from .stores._hnsw import HnswVectorStore
 
 __all__ = (
@@ -77,6 +94,7 @@ __all__ = (
 )
 
 T = TypeVar("T")
+_log = logging.getLogger("threadmind.memory")
 
 _STORAGE_MISSING = (
     "Memory requires a storage provider to function. Add a storage configuration to Memory "
@@ -198,6 +216,8 @@ class Memory:
         self._resources: ActorRegistry[ResourceActor] | None = None
         self._index: IndexActor | None = None
         self._background: anyio.abc.TaskGroup | None = None
+        self._index_name: str | None = None
+        self._routed = _RoutedStore(self)
 
     # lifecycle -----------------------------------------------------------------------------------
     @property
@@ -245,10 +265,14 @@ class Memory:
                     max_chunk_chars=recall.max_chunk_chars,
                 )
                 self._index = await stack.enter_async_context(index)
+                try:  # learn the index name now so get_input_processors() can stay synchronous
+                    await index.dimension()
+                    self._index_name = await index.index_name()
+                except ThreadmindError:
+                    _log.warning("embedder dimension probe failed at start; will retry on first use")
             self._background = await stack.enter_async_context(anyio.create_task_group())
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
+            await stack.aclose()
             raise
         self._stack = stack
         self._state = _State.RUNNING
@@ -261,8 +285,8 @@ class Memory:
         self._state = _State.CLOSED
         stack, self._stack = self._stack, None
         if stack is not None:
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
+            # Task groups must exit in LIFO order in this task, so no extra cancel scope wraps this.
+            await stack.aclose()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -569,8 +593,11 @@ class Memory:
 
         store, _ = self._running()
 
+        history = config.message_history
+        assert history is not None
+
         async def _load() -> list[Message]:
-            return await load_token_window(store, thread_id, resource_id, config, includes)
+            return await load_token_window(store, thread_id, resource_id, history, config.max_messages, includes)
 
         messages = await self._exclusive(thread_id, _load, "load_token_window")
         messages = _visible(messages)
@@ -795,6 +822,312 @@ class Memory:
 
         return await self._exclusive(key, _thread, "working_memory")
 
+    def get_working_memory_template(
+        self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
+    ) -> WorkingMemoryTemplate | None:
+        """The Markdown template (trimmed) or the JSON Schema (draft-07); None when working memory is off."""
+        return template_for(self._call_config(memory_config).working_memory)
+
+    async def get_system_message(
+        self,
+        *,
+        thread_id: str,
+        resource_id: str | None = None,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """The working-memory instruction the model sees (read-only variant when read-only), or None."""
+        config = self._call_config(memory_config)
+        template = template_for(config.working_memory)
+        if template is None:
+            return None
+        data = await self.get_working_memory(thread_id=thread_id, resource_id=resource_id, memory_config=config)
+        if config.read_only:
+            return readonly_instruction(data)
+        return instruction(template, data)
+
+    def list_tools(self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> dict[str, Tool]:
+        """``{"updateWorkingMemory": Tool}`` when working memory is on and writable, else ``{}``."""
+        from .agent import Tool
+
+        config = self._call_config(memory_config)
+        template = template_for(config.working_memory)
+        if template is None or config.read_only:
+            return {}
+        if template.format == "json":
+            schema = dict(config.working_memory.schema or {})
+            parameters: dict[str, Any] = {"type": "object", "properties": {"memory": schema}, "required": ["memory"]}
+            description = (
+                "Update the working memory with new information. Data is merged with existing memory - only "
+                "include fields you want to add or update. To preserve existing data, omit the field entirely. "
+                "Arrays are replaced entirely when provided, so include every item you want to keep. Set a "
+                "field to null to remove it."
+            )
+        else:
+            parameters = {
+                "type": "object",
+                "properties": {"memory": {"type": "string", "description": "The Markdown formatted working memory "
+                                          "content to store. This MUST be a string. Never pass an object."}},
+                "required": ["memory"],
+            }
+            description = (
+                "Update the working memory with new information. Any data not included will be overwritten. "
+                "Always pass data as string to the memory field. Never pass an object."
+            )
+
+        async def _execute(args: Any, context: ToolContext) -> dict[str, Any]:
+            return await self._update_working_memory_tool(args, context, config)
+
+        return {"updateWorkingMemory": Tool("updateWorkingMemory", description, parameters, _execute)}
+
+    async def _update_working_memory_tool(
+        self, args: Any, context: ToolContext, config: MemoryConfig
+    ) -> dict[str, Any]:
+        scope = config.working_memory.scope
+        thread_id, resource_id = context.thread_id, context.resource_id
+        if scope == "thread" and not thread_id:
+            raise ValidationError("Thread ID is required for thread-scoped working memory updates")
+        if scope == "resource" and not resource_id:
+            raise ValidationError("Resource ID is required for resource-scoped working memory updates")
+        if thread_id:
+            thread = await self._ensure_thread(thread_id, resource_id or thread_id)
+            if resource_id and thread.resource_id != resource_id:
+                raise ResourceMismatch(thread_id, thread.resource_id, resource_id, message=(
+                    f"Thread with id {thread_id} resourceId does not match the current resourceId {resource_id}"))
+        key = resource_id if scope == "resource" else thread_id
+        assert key is not None
+        template = template_for(config.working_memory)
+        assert template is not None
+        if template.format == "markdown":
+            value = args.get("memory") if isinstance(args, Mapping) else None
+            if not isinstance(value, str):
+                return {"error": True, "message": "Tool input validation failed for update-working-memory: "
+                                                  "memory must be a string"}
+            skipped = False
+
+            def _replace(old: str | None) -> str | None:
+                nonlocal skipped
+                empty = normalize_ws(template.content)
+                if old and normalize_ws(value) == empty and normalize_ws(old) != empty:
+                    skipped = True
+                    return None
+                return value
+
+            await self._write_working_memory(scope, key, _replace)
+            if skipped:
+                return {"success": False, "message": "Attempted to replace existing working memory with empty "
+                                                     "template. Update skipped to prevent data loss."}
+            return {"success": True}
+        schema = config.working_memory.schema or {}
+        payload = args.get("memory", args) if isinstance(args, Mapping) else args
+        if payload is None:
+            return {"success": True, "message": "No memory data provided, existing memory unchanged."}
+        if isinstance(payload, str):
+            try:
+                payload = json.loads(payload)
+            except ValueError as exc:
+                return {"success": False, "message": f"Failed to parse working memory input as JSON: {exc}. "
+                                                     f"Raw input: {payload[:500]}"}
+        payload = drop_optional_nulls(payload, schema)
+        errors = validate_schema(payload, {**schema, "required": []})
+        if errors or not isinstance(payload, dict):
+            detail = "; ".join(errors) or "memory must be an object"
+            return {"error": True, "message": f"Tool input validation failed for update-working-memory: {detail}"}
+        update = payload
+
+        def _merge(old: str | None) -> str:
+            try:
+                existing = json.loads(old) if old else {}
+            except ValueError:
+                existing = {}
+            return json.dumps(deep_merge(existing, update), separators=(",", ":"), ensure_ascii=False)
+
+        await self._write_working_memory(scope, key, _merge)
+        return {"success": True}
+
+    # processors ----------------------------------------------------------------------------------
+    def _semantic_processor(self, config: MemoryConfig) -> object:
+        from .processors._semantic import SemanticRecall
+
+        recall = config.semantic_recall_config
+        assert recall is not None
+        if self._index is None:
+            raise ConfigError("semantic recall needs a vector store and an embedder",
+                              code="SEMANTIC_RECALL_MISSING_VECTOR_ADAPTER")
+        if self._index_name is None:
+            raise EmbedderError(
+                "Failed to determine the embedder's output dimension. Semantic recall cannot safely select a "
+                "vector index until the embedder returns a usable embedding. Check that the embedder is "
+                "reachable and correctly configured.",
+                code="MASTRA_MEMORY_GET_EMBEDDING_DIMENSION_FAILED",
+            )
+        return SemanticRecall(self._routed, self._index, top_k=recall.top_k, message_range=recall.message_range,
+                              scope=recall.scope, threshold=recall.threshold, index_name=self._index_name)
+
+    def get_input_processors(
+        self, configured: Sequence[object] = (), *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
+    ) -> list[object]:
+        """The memory's input processors in the reference order, skipping ids already ``configured``."""
+        from .processors._history import MemoryTokenLimiter, MessageHistory
+        from .processors._input_filter import MemoryInputFilter
+        from .processors._protocol import processor_id
+        from .processors._working_memory import WorkingMemory
+
+        config = self._call_config(memory_config)
+        taken = {processor_id(p) for p in configured}
+        history_on = config.history_enabled
+        om = config.observational_memory_config
+        routed = self._routed
+        out: list[object] = []
+        if self._storage is None and (history_on or config.working_memory.enabled):
+            code = "MESSAGE_HISTORY_MISSING_STORAGE_ADAPTER" if history_on else "WORKING_MEMORY_MISSING_STORAGE_ADAPTER"
+            raise ConfigError(_STORAGE_MISSING, code=code)
+        if ("message-history" in taken or om is not None or history_on) and "memory-input-filter" not in taken:
+            out.append(MemoryInputFilter(routed, retain_full_input=config.retain_full_input))
+        if config.working_memory.enabled and "working-memory" not in taken:
+            wm = config.working_memory
+            out.append(WorkingMemory(routed, wm.template, wm.scope, config.read_only, schema=wm.schema,
+                                     template_provider=lambda c: self.get_working_memory_template(memory_config=c)))
+        if history_on and om is None and "message-history" not in taken:
+            out.append(MessageHistory(routed, config.max_messages, config.message_history))
+        if config.semantic_recall_config is not None and "semantic-recall" not in taken:
+            out.append(self._semantic_processor(config))
+        history = config.message_history
+        if history_on and history is not None and om is None and "memory-token-limiter" not in taken:
+            out.append(MemoryTokenLimiter(history.max_tokens, history.remove_tokens, on_trim=self._write_boundary))
+        return out
+
+    def get_output_processors(
+        self, configured: Sequence[object] = (), *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
+    ) -> list[object]:
+        """The memory's output processors: ``semantic-recall`` then ``message-history``."""
+        from .processors._history import MessageHistory
+        from .processors._protocol import processor_id
+
+        config = self._call_config(memory_config)
+        taken = {processor_id(p) for p in configured}
+        out: list[object] = []
+        if config.semantic_recall_config is not None and "semantic-recall" not in taken:
+            out.append(self._semantic_processor(config))
+        if config.history_enabled and config.observational_memory_config is None and "message-history" not in taken:
+            out.append(MessageHistory(self._routed, config.max_messages, config.message_history))
+        return out
+
+    async def _processors_for_run(
+        self, configured: Sequence[object], config: MemoryConfig | None, phase: Literal["input", "output"]
+    ) -> list[object]:
+        if config is not None and config.semantic_recall_config is not None and self._index is not None \
+                and self._index_name is None:
+            await self._index.dimension()  # retries a failed probe; raises its error
+            self._index_name = await self._index.index_name()
+        if phase == "input":
+            return self.get_input_processors(configured, memory_config=config)
+        return self.get_output_processors(configured, memory_config=config)
+
+    async def _write_boundary(self, thread_id: str, advance: Callable[[Thread], Boundary | None]) -> Thread | None:
+        """Serialized read-modify-write of the token-limiter boundary in thread metadata."""
+        store, _ = self._running()
+
+        async def _update() -> Thread | None:
+            thread = await store.get_thread(thread_id)
+            if thread is None:
+                raise ThreadNotFound(thread_id)
+            boundary = advance(thread)
+            if boundary is None:
+                return None
+            return await store.update_thread(thread_id, metadata={BOUNDARY_KEY: boundary.to_metadata()})
+
+        return await self._exclusive(thread_id, _update, "advance_boundary")
+
+    # agent turns ---------------------------------------------------------------------------------
+    @asynccontextmanager
+    async def _turn(self, thread_id: str, resource_id: str, policy: str) -> AsyncIterator[None]:
+        """Serialize agent turns on one thread per ``thread_concurrency``."""
+        _, threads = self._running()
+        if policy == "parallel":
+            yield
+            return
+        actor = threads.get(thread_id)
+        actor.turn_started()
+        try:
+            if policy == "reject":
+                try:
+                    actor.turn_lock.acquire_nowait()
+                except anyio.WouldBlock:
+                    raise ThreadBusy(thread_id) from None
+                try:
+                    yield
+                finally:
+                    actor.turn_lock.release()
+            else:
+                async with actor.turn_lock:
+                    yield
+        finally:
+            actor.turn_finished()
+
+    async def _ensure_thread(self, thread_id: str, resource_id: str) -> Thread:
+        """The run's thread, created when missing; another resource's thread is refused."""
+        store, _ = self._running()
+        thread = await store.get_thread(thread_id)
+        if thread is None:
+            try:
+                thread = await self.create_thread(resource_id=resource_id, thread_id=thread_id)
+            except ValidationError:
+                thread = await store.get_thread(thread_id)  # created concurrently by another turn
+                if thread is None:
+                    raise
+        if thread.resource_id and thread.resource_id != resource_id:
+            raise ResourceMismatch(
+                thread_id, thread.resource_id, resource_id, code="AGENT_MEMORY_THREAD_RESOURCE_MISMATCH",
+                message=f'Thread "{thread_id}" belongs to resource "{thread.resource_id}" but resource '
+                        f'"{resource_id}" was provided. A thread can only be used by the resource that owns it.',
+            )
+        return thread
+
+    def _after_turn(
+        self, model: LanguageModel, thread_id: str, resource_id: str, config: MemoryConfig, message_list: MessageList
+    ) -> None:
+        """Start title generation in the background when the thread is untitled (awaited by ``aclose``)."""
+        title = config.generate_title_config
+        if title is None or config.read_only or self._background is None:
+            return
+        own = [m for m in message_list.get_all() if m.thread_id in (None, thread_id)]
+        if len(own) < title.min_messages or not any(m.role == "user" for m in own):
+            return
+        title_model = title.model or model
+        if isinstance(title_model, str):
+            from .models import resolve_model
+
+            title_model = resolve_model(title_model)
+        self._background.start_soon(self._generate_title, title_model, thread_id, own,
+                                    title.instructions or _TITLE_INSTRUCTIONS)
+
+    async def _generate_title(
+        self, model: LanguageModel, thread_id: str, messages: list[Message], instructions: str
+    ) -> None:
+        from .models import ModelRequest
+
+        try:
+            store, _ = self._running()
+            current = await store.get_thread(thread_id)
+            if current is None or current.title:
+                return
+            with operation_span("threadmind.memory.generate_title", "chat", thread_id=thread_id):
+                response = await model.generate(ModelRequest(
+                    system=[instructions], messages=[Message.user(_transcript(messages))]))
+            title = _THINK.sub("", response.text or "").strip().strip("\"'")
+            if not title:
+                return
+
+            async def _set() -> None:
+                thread = await store.get_thread(thread_id)
+                if thread is not None and not thread.title:  # never retitle
+                    await store.update_thread(thread_id, title=title)
+
+            await self._exclusive(thread_id, _set, "set_title")
+        except Exception:
+            _log.warning("title generation for thread %s failed; title left untouched", thread_id, exc_info=True)
+
+
     # tokens --------------------------------------------------------------------------------------
     def estimate_tokens(self, text: str) -> int:
         """Tokens of ``text`` by the memory's token counter (the tokenx-style estimator by default)."""
@@ -835,3 +1168,106 @@ def _is_system_reminder(message: Message) -> bool:
         return isinstance(signal, dict) and signal.get("type") in ("system-reminder", "reactive")
     return False
 
+
+
+class _RoutedStore:
+    """The store as memory processors see it: thread writes and loads go through the thread's actor."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._memory = memory
+
+    @property
+    def _store(self) -> Store:
+        return self._memory.storage
+
+    async def open(self) -> None:
+        """Nothing to do: the memory owns the real store."""
+
+    async def aclose(self) -> None:
+        """Nothing to do: the memory owns the real store."""
+
+    async def create_thread(self, thread: Thread) -> Thread:
+        created: Thread = await self._memory._ask(thread.id, CreateThread(thread))
+        return created
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        return await self._store.get_thread(thread_id)
+
+    async def list_threads(self, **kwargs: Any) -> ThreadPage:
+        return await self._store.list_threads(**kwargs)
+
+    async def update_thread(
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> Thread:
+        thread: Thread = await self._memory._ask(thread_id, UpdateThread(title, metadata))
+        return thread
+
+    async def delete_thread(self, thread_id: str) -> None:
+        await self._memory._ask(thread_id, DeleteThread())
+
+    async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
+        return await self._memory.update_thread_resource_id(thread_id, resource_id=resource_id)
+
+    async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
+        store = self._store
+        return await self._memory._exclusive(
+            thread.id, lambda: store.create_thread_with_messages(thread, messages), "create_thread_with_messages"
+        )
+
+    async def save_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        saved: list[Message] = await self._memory._ask(thread_id, SaveMessages(messages))
+        return saved
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        if isinstance(query.thread_id, str):
+            page: MessagePage = await self._memory._ask(query.thread_id, LoadMessages(query))
+            return page
+        return await self._store.list_messages(query)
+
+    async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        return await self._store.get_messages_by_id(ids)
+
+    async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
+        return await self._memory.update_messages(updates)
+
+    async def delete_messages(self, ids: Sequence[str]) -> set[str]:
+        found = await self._store.get_messages_by_id(ids)
+        await self._memory.delete_messages(list(ids))
+        return {m.thread_id for m in found if m.thread_id}
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        return await self._store.get_resource(resource_id)
+
+    async def update_resource(self, resource_id: str, **kwargs: Any) -> Resource:
+        store = self._store
+        return await self._memory._resource_exclusive(
+            resource_id, lambda: store.update_resource(resource_id, **kwargs), "update_resource"
+        )
+
+
+_THINK = re.compile(r"<think>.*?</think>", re.S)
+_TITLE_INSTRUCTIONS = (
+    "You will generate a short title based on the first message a user begins a conversation with. "
+    "Ensure it is not more than 80 characters long. The title should be a summary of the user's message. "
+    "Do not use quotes or colons. The entire text you return will be used as the title."
+)
+
+
+def _transcript(messages: Sequence[Message]) -> str:
+    from .codecs import ReasoningPart, ToolInvocationPart
+
+    lines: list[str] = []
+    for message in messages:
+        role = "User" if message.role == "user" else "Assistant"
+        for part in message.content.parts:
+            if isinstance(part, TextPart) and part.text.strip():
+                lines.append(f"{role}: {part.text}")
+            elif isinstance(part, ReasoningPart) and part.reasoning.strip():
+                lines.append(f"Reasoning: {part.reasoning}")
+            elif isinstance(part, ToolInvocationPart):
+                inv = part.tool_invocation
+                summary = json.dumps({"args": inv.args, "result": inv.result}, default=str)[:200]
+                lines.append(f"Tool {inv.tool_name} ({inv.state}): {summary}")
+        if not message.content.parts and message.content.content:
+            lines.append(f"{role}: {message.content.content}")
+    return "\n".join(lines)

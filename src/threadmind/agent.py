@@ -1,0 +1,360 @@
+"""The agent runner: memory input processors → user input processors → model/tool loop → user output
+processors → memory output processors.
+
+A ``TripWire`` anywhere ends the run with ``result.tripwire`` set and nothing persisted; a model that
+raises persists nothing and raises ``ModelError``. Turns on one thread follow the memory's
+``thread_concurrency`` policy (``enqueue`` by default: the second turn waits for the first to persist).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ._results import Usage
+from .codecs import (
+    Message,
+    MessageContent,
+    Part,
+    StepStartPart,
+    TextPart,
+    ToolInvocation,
+    ToolInvocationPart,
+    utc_now,
+)
+from .errors import ModelError, ThreadmindError, TripWire, ValidationError
+from .models import LanguageModel, ModelRequest, ModelResponse, ToolSpec, resolve_model
+from .processors._message_list import MessageList
+from .processors._protocol import RequestContext, run_input_processors, run_output_processors
+from .tracing import operation_span
+
+if TYPE_CHECKING:
+    from ._config import MemoryConfig
+    from .memory import Memory
+
+__all__ = ("Agent", "GenerateResult", "Tool", "ToolContext", "TripWireInfo")
+
+AgentInput = str | Message | Mapping[str, Any] | Sequence[str | Message | Mapping[str, Any]]
+
+
+class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
+    """Passed as a second argument to ``execute`` when the function accepts one."""
+
+    thread_id: str | None
+    resource_id: str | None
+    memory: Any = None
+    memory_config: Any = None
+
+
+class Tool:
+    """A tool offered to the model. Without ``execute`` it is a client tool (the run stops at its call)."""
+
+    __slots__ = ("_takes_context", "description", "execute", "name", "parameters")
+
+    def __init__(
+        self,
+        name: str,
+        description: str = "",
+        parameters: Mapping[str, Any] | None = None,
+        execute: Callable[..., Any] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValidationError("Tool `name` must be a non-empty string")
+        self.name = name
+        self.description = description
+        self.parameters: dict[str, Any] = dict(parameters or {"type": "object", "properties": {}})
+        self.execute = execute
+        self._takes_context = False
+        if execute is not None:
+            try:
+                params = [p for p in inspect.signature(execute).parameters.values()
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                self._takes_context = len(params) >= 2
+            except (TypeError, ValueError):  # builtins without a signature
+                self._takes_context = False
+
+    @property
+    def spec(self) -> ToolSpec:
+        """What the model sees of this tool."""
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    async def run(self, args: Any, context: ToolContext) -> Any:
+        """Call ``execute`` (sync or async) with the arguments, and the context when it takes one."""
+        assert self.execute is not None
+        result = self.execute(args, context) if self._takes_context else self.execute(args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def __repr__(self) -> str:
+        kind = "client" if self.execute is None else "server"
+        return f"Tool(name={self.name!r}, {kind})"
+
+
+class TripWireInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a run was aborted and by which processor."""
+
+    reason: str
+    processor_id: str | None = None
+
+
+class GenerateResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of one ``Agent.generate`` run."""
+
+    text: str
+    messages: list[Message]
+    tripwire: TripWireInfo | None = None
+    usage: Usage | None = None
+    finish_reason: str = "stop"
+
+
+def _split_input(value: AgentInput) -> tuple[list[str], list[str | Message | Mapping[str, Any]]]:
+    items: list[str | Message | Mapping[str, Any]]
+    if isinstance(value, (str, Message, Mapping)):
+        items = [value]
+    elif isinstance(value, Sequence):
+        items = list(value)
+    else:
+        raise ValidationError(f"agent input must be a string, a Message or a list of them, not {type(value).__name__}")
+    system: list[str] = []
+    rest: list[str | Message | Mapping[str, Any]] = []
+    for item in items:
+        if isinstance(item, Message) and item.role == "system":
+            system.append(item.text)
+        elif isinstance(item, Mapping) and item.get("role") == "system":
+            content = item.get("content")
+            if isinstance(content, str):
+                system.append(content)
+            elif isinstance(content, Mapping) and isinstance(content.get("content"), str):
+                system.append(content["content"])
+            else:
+                raise ValidationError("a system message needs string content", code="INVALID_SYSTEM_MESSAGE_FORMAT")
+        elif isinstance(item, (str, Message, Mapping)):
+            rest.append(item)
+        else:
+            raise ValidationError(f"agent input items must be strings, Messages or dicts, not {type(item).__name__}")
+    return system, rest
+
+
+def _check_threads(items: Sequence[str | Message | Mapping[str, Any]], thread_id: str | None,
+                   resource_id: str | None) -> None:
+    for i, item in enumerate(items):
+        if isinstance(item, Message):
+            other_thread, other_resource = item.thread_id, item.resource_id
+        elif isinstance(item, Mapping):
+            other_thread = item.get("threadId", item.get("thread_id"))
+            other_resource = item.get("resourceId", item.get("resource_id"))
+        else:
+            continue
+        if thread_id and other_thread and other_thread != thread_id:
+            raise ValidationError(f"input[{i}] belongs to thread {other_thread!r}, not {thread_id!r}")
+        if resource_id and other_resource and other_resource != resource_id:
+            raise ValidationError(f"input[{i}] belongs to resource {other_resource!r}, not {resource_id!r}")
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+class Agent:
+    """An agent: instructions, a model, tools, processors, and optionally memory."""
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str,
+        model: LanguageModel | str,
+        *,
+        memory: Memory | None = None,
+        tools: Sequence[Tool] | None = None,
+        input_processors: Sequence[object] = (),
+        output_processors: Sequence[object] = (),
+    ) -> None:
+        self.name = name
+        self.instructions = instructions
+        self.model: LanguageModel = resolve_model(model) if isinstance(model, str) else model
+        self.memory = memory
+        if tools is not None and (isinstance(tools, Mapping) or not isinstance(tools, Sequence)):
+            raise ValidationError("Agent `tools` must be a list of Tool objects")
+        self.tools: list[Tool] = list(tools or ())
+        for tool in self.tools:
+            if not isinstance(tool, Tool):
+                raise ValidationError(f"Agent `tools` must contain Tool objects, not {type(tool).__name__}")
+        self.input_processors = list(input_processors)
+        self.output_processors = list(output_processors)
+
+    async def generate(
+        self,
+        input: AgentInput,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        memory_options: MemoryConfig | Mapping[str, Any] | None = None,
+        max_steps: int = 5,
+    ) -> GenerateResult:
+        """Run one turn and return the response (``messages`` are the run's response messages)."""
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise ValidationError("max_steps must be a positive integer")
+        system_inputs, conversation = _split_input(input)
+        _check_threads(conversation, thread_id, resource_id)
+        memory = self.memory
+        with operation_span("threadmind.agent.generate", "chat", thread_id=thread_id, resource_id=resource_id,
+                            gen_ai__agent__name=self.name, gen_ai__request__model=self.model.model_id):
+            if memory is None:
+                return await self._run(conversation, system_inputs, None, None, thread_id, resource_id, max_steps)
+            config = memory._call_config(memory_options)
+            if not thread_id or not resource_id:
+                raise ValidationError(
+                    f'A resourceId and a threadId must be provided when using Memory. Saw threadId "{thread_id}" '
+                    f'and resourceId "{resource_id}"',
+                    code="AGENT_MEMORY_MISSING_RESOURCE_ID",
+                )
+            async with memory._turn(thread_id, resource_id, config.thread_concurrency):
+                return await self._run(conversation, system_inputs, memory, config, thread_id, resource_id,
+                                       max_steps)
+
+    async def _run(
+        self,
+        conversation: list[str | Message | Mapping[str, Any]],
+        system_inputs: list[str],
+        memory: Memory | None,
+        config: MemoryConfig | None,
+        thread_id: str | None,
+        resource_id: str | None,
+        max_steps: int,
+    ) -> GenerateResult:
+        thread = None
+        if memory is not None:
+            assert thread_id is not None and resource_id is not None
+            thread = await memory._ensure_thread(thread_id, resource_id)
+        message_list = MessageList(thread_id=thread_id, resource_id=resource_id)
+        if conversation:
+            message_list.add(conversation, "input")
+        context = RequestContext(thread=thread, resource_id=resource_id, memory_config=config)
+        memory_inputs: list[object] = []
+        memory_outputs: list[object] = []
+        tools: dict[str, Tool] = {t.name: t for t in self.tools}
+        if memory is not None:
+            memory_inputs = await memory._processors_for_run(self.input_processors, config, "input")
+            memory_outputs = await memory._processors_for_run(self.output_processors, config, "output")
+            tools.update(memory.list_tools(memory_config=config))
+        usage: Usage | None = None
+        try:
+            message_list = await run_input_processors([*memory_inputs, *self.input_processors], message_list,
+                                                      context)
+            text, finish_reason, usage = await self._loop(message_list, system_inputs, tools, context, memory,
+                                                          max_steps)
+            context.finish_reason = finish_reason
+            message_list = await run_output_processors([*self.output_processors, *memory_outputs], message_list,
+                                                       context)
+        except TripWire as trip:
+            return GenerateResult(text="", messages=[], usage=usage, finish_reason="tripwire",
+                                  tripwire=TripWireInfo(reason=trip.reason, processor_id=trip.processor_id))
+        response = message_list.get_response()
+        if memory is not None and thread_id is not None and resource_id is not None and config is not None:
+            memory._after_turn(self.model, thread_id, resource_id, config, message_list)
+        return GenerateResult(text=text, messages=response, usage=usage, finish_reason=finish_reason)
+
+    async def _loop(
+        self,
+        message_list: MessageList,
+        system_inputs: list[str],
+        tools: dict[str, Tool],
+        context: RequestContext,
+        memory: Memory | None,
+        max_steps: int,
+    ) -> tuple[str, str, Usage | None]:
+        response_id = str(uuid.uuid4())
+        parts: list[Part] = []
+        text = ""
+        usage: Usage | None = None
+        finish_reason = "stop"
+        tool_context = ToolContext(thread_id=context.thread_id or message_list.thread_id,
+                                   resource_id=context.resource_id, memory=memory,
+                                   memory_config=context.memory_config)
+        for _ in range(max_steps):
+            request = ModelRequest(
+                system=[self.instructions, *system_inputs, *message_list.get_system_messages()],
+                messages=message_list.get_all(),
+                tools=[t.spec for t in tools.values()],
+            )
+            response = await self._call_model(request)
+            if response.usage is not None:
+                usage = response.usage if usage is None else usage + response.usage
+            finish_reason = response.finish_reason
+            parts.append(StepStartPart())
+            if response.text:
+                parts.append(TextPart(text=response.text))
+                text = response.text
+            pending_client = False
+            for call in response.tool_calls:
+                invocation, is_client = await self._invoke(call.tool_call_id, call.tool_name, call.args, tools,
+                                                           tool_context)
+                pending_client = pending_client or is_client
+                parts.append(ToolInvocationPart(tool_invocation=invocation))
+            self._publish(message_list, response_id, parts, text)
+            if not response.tool_calls:
+                break
+            if pending_client:
+                finish_reason = "tool-calls"
+                break
+        return text, finish_reason, usage
+
+    async def _call_model(self, request: ModelRequest) -> ModelResponse:
+        with operation_span("threadmind.model.generate", "chat", gen_ai__request__model=self.model.model_id):
+            try:
+                response = await self.model.generate(request)
+            except ThreadmindError as exc:
+                if isinstance(exc, (ModelError, TripWire)):
+                    raise
+                raise ModelError(f"model {self.model.model_id} failed: {exc.message}") from exc
+            except Exception as exc:
+                raise ModelError(f"model {self.model.model_id} failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(response, ModelResponse):
+            raise ModelError(f"model {self.model.model_id} returned {type(response).__name__}, not ModelResponse")
+        return response
+
+    @staticmethod
+    async def _invoke(
+        call_id: str, name: str, args: Any, tools: dict[str, Tool], context: ToolContext
+    ) -> tuple[ToolInvocation, bool]:
+        tool = tools.get(name)
+        if tool is None:
+            return ToolInvocation(state="output-error", tool_call_id=call_id, tool_name=name, args=args,
+                                  error_text=f"Tool {name} not found"), False
+        if tool.execute is None:
+            return ToolInvocation(state="call", tool_call_id=call_id, tool_name=name, args=args), True
+        with operation_span("threadmind.tool.execute", "execute_tool", gen_ai__tool__name=name):
+            try:
+                result = await tool.run(args, context)
+            except Exception as exc:  # a failing tool is reported to the model, not to the caller
+                return ToolInvocation(state="output-error", tool_call_id=call_id, tool_name=name, args=args,
+                                      error_text=f"{type(exc).__name__}: {exc}"), False
+        return ToolInvocation(state="result", tool_call_id=call_id, tool_name=name, args=args,
+                              result=_json_safe(result)), False
+
+    @staticmethod
+    def _publish(message_list: MessageList, response_id: str, parts: list[Part], text: str) -> None:
+        content = MessageContent(parts=list(parts), content=text or None)
+        existing = message_list.get(response_id)
+        if existing is not None:
+            message_list.replace(msgspec.structs.replace(existing, content=content))
+            return
+        created = utc_now()
+        newest = max((m.created_at for m in message_list.get_all()), default=None)
+        if newest is not None and created <= newest:
+            created = newest + timedelta(milliseconds=1)  # the response always sorts after the turn's input
+        message = Message(response_id, "assistant", content, created, message_list.thread_id,
+                          message_list.resource_id)
+        message_list.add(message, "response")
+

@@ -1,0 +1,150 @@
+"""The processor protocol, the per-run request context, and the runner that applies processors in order.
+
+A processor is any object with an ``id`` and at least one of ``async process_input(args)`` and
+``async process_output_result(args)`` (duck typing, as in the reference's guardrail examples). A method
+returns None (the list was changed in place, or not at all), a list of messages (the new messages of that
+phase), or the ``MessageList``. ``args.abort(reason)`` raises :class:`~threadmind.errors.TripWire`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NoReturn, Protocol, runtime_checkable
+
+from .._config import MemoryConfig
+from ..codecs import Message, Thread
+from ..errors import TripWire, ValidationError
+from ._message_list import MessageList
+
+__all__ = (
+    "ProcessInputArgs",
+    "ProcessOutputArgs",
+    "Processor",
+    "RequestContext",
+    "processor_id",
+    "run_input_processors",
+    "run_output_processors",
+)
+
+
+@runtime_checkable
+class Processor(Protocol):
+    """Anything with an ``id``; it may also have ``name``, ``process_input`` and ``process_output_result``."""
+
+    @property
+    def id(self) -> str:
+        """A stable identifier (memory processors de-duplicate by it)."""
+        ...
+
+
+class RequestContext:
+    """What memory processors know about the run: the thread, the resource and the effective options."""
+
+    __slots__ = ("finish_reason", "memory_config", "resource_id", "run_state", "thread")
+
+    def __init__(
+        self,
+        *,
+        thread: Thread | None = None,
+        resource_id: str | None = None,
+        memory_config: MemoryConfig | None = None,
+    ) -> None:
+        self.thread = thread
+        self.resource_id = resource_id if resource_id is not None else (thread.resource_id if thread else None)
+        self.memory_config = memory_config or MemoryConfig()
+        self.run_state: dict[str, Any] = {}
+        self.finish_reason: str | None = None
+
+    @property
+    def thread_id(self) -> str | None:
+        """The thread id, when the run has a thread."""
+        return self.thread.id if self.thread is not None else None
+
+
+class _Args:
+    __slots__ = ("context", "message_list", "messages", "processor_id")
+
+    def __init__(self, messages: list[Message], message_list: MessageList, context: RequestContext,
+                 processor_id: str) -> None:
+        self.messages = messages
+        self.message_list = message_list
+        self.context = context
+        self.processor_id = processor_id
+
+    def abort(self, reason: str = "Aborted by processor") -> NoReturn:
+        """Stop the run: nothing is persisted and ``result.tripwire.reason`` is ``reason``."""
+        raise TripWire(reason, processor_id=self.processor_id)
+
+
+class ProcessInputArgs(_Args):
+    """Arguments of ``process_input``: the conversation so far (``messages``) and the list itself."""
+
+    __slots__ = ()
+
+
+class ProcessOutputArgs(_Args):
+    """Arguments of ``process_output_result``: ``messages`` are the run's response messages."""
+
+    __slots__ = ()
+
+
+def processor_id(processor: object) -> str:
+    """The processor's id, validated."""
+    value = getattr(processor, "id", None)
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"processor {processor!r} needs a non-empty string `id`")
+    return value
+
+
+def _apply_result(result: object, message_list: MessageList, phase_ids: set[str], source: str) -> MessageList:
+    if result is None:
+        return message_list
+    if isinstance(result, MessageList):
+        return result
+    if isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
+        keep: list[Message] = []
+        for item in result:
+            if not isinstance(item, Message):
+                raise ValidationError(f"a processor returned {type(item).__name__} in its message list")
+            keep.append(item)
+        kept_ids = {m.id for m in keep}
+        message_list.remove_by_ids([i for i in phase_ids if i not in kept_ids])
+        for message in keep:
+            if message.id in message_list:
+                if message_list.get(message.id) != message:
+                    message_list.replace(message)
+            else:
+                message_list.add(message, source, merge=False)  # type: ignore[arg-type]
+        return message_list
+    raise ValidationError(f"a processor must return None, a list of messages or the MessageList, "
+                          f"not {type(result).__name__}")
+
+
+async def run_input_processors(
+    processors: Sequence[object], message_list: MessageList, context: RequestContext
+) -> MessageList:
+    """Run ``process_input`` of each processor in order; a TripWire propagates."""
+    for processor in processors:
+        method = getattr(processor, "process_input", None)
+        if method is None:
+            continue
+        pid = processor_id(processor)
+        conversation = message_list.get_all()
+        result = await method(ProcessInputArgs(conversation, message_list, context, pid))
+        message_list = _apply_result(result, message_list, {m.id for m in conversation}, "input")
+    return message_list
+
+
+async def run_output_processors(
+    processors: Sequence[object], message_list: MessageList, context: RequestContext
+) -> MessageList:
+    """Run ``process_output_result`` of each processor in order; a TripWire propagates."""
+    for processor in processors:
+        method = getattr(processor, "process_output_result", None)
+        if method is None:
+            continue
+        pid = processor_id(processor)
+        response = message_list.get_response()
+        result = await method(ProcessOutputArgs(response, message_list, context, pid))
+        message_list = _apply_result(result, message_list, {m.id for m in response}, "response")
+    return message_list
