@@ -99,7 +99,7 @@ class TestOrdering:
 
         async def caller(n: int) -> None:
             sent.append(n)  # ask enqueues before its first yield, so this is the arrival order
-            results[n] = await actor.ask(Op(n, checkpoints=2))
+            results[n] = await actor.ask(Op(n, checkpoints=1))
 
         async with running(actor):
             async with anyio.create_task_group() as tg:
@@ -375,10 +375,10 @@ class Echo(Actor[int]):
 # asyncio debug mode (the suite default) costs ~20x per hop, so this one measurement runs without it.
 @pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {"debug": False}), id="asyncio-nodebug")])
 async def test_measure_ask_round_trip(request: pytest.FixtureRequest) -> None:
-    """Measured, not asserted: µs per ask round trip, best of five runs (a user property of the test)."""
+    """Measured, not asserted: µs per ask round trip, best of three runs (a user property of the test)."""
     actor = Echo("k")
     async with running(actor):
         await actor.ask(0)
-        best = min([await _round_trips(actor.ask, 1000) for _ in range(5)])
+        best = min([await _round_trips(actor.ask, 500) for _ in range(3)])
     request.node.user_properties.append(("ask_round_trip_us", round(best, 1)))
-    assert actor.statistics().processed == 5001
+    assert actor.statistics().processed == 1501

@@ -146,6 +146,7 @@ class Actor(abc.ABC, Generic[C]):
             reply.cancel()
             if retryable:
                 raise _Refused from None
+            await checkpoint()  # even a refusal is a checkpoint (the registry retries without one)
             raise MailboxClosed(f"actor {self.key!r} is closed and accepts no more commands") from None
         except BaseException:
             _abandon(reply)

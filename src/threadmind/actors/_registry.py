@@ -19,6 +19,7 @@ from typing import Any, Generic, Self, TypeVar
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint
 
 from ..errors import ConfigError, ThreadmindError
 from ._actor import Actor, _Refused
@@ -180,11 +181,16 @@ class ActorRegistry(Generic[A]):
         :raises MailboxClosed: the actor stopped (its loop was cancelled) before handling the command.
         """
         for _ in range(_MAX_REFUSALS):
-            actor = self.get(key)
+            try:
+                actor = self.get(key)
+            except ThreadmindError:
+                await checkpoint()  # even a refusal is a checkpoint
+                raise
             try:
                 return await actor._ask(command, True)
             except _Refused:
                 if self._state is not _State.OPEN:
+                    await checkpoint()
                     raise self._closed_error() from None
                 if self._actors.get(key) is actor:  # closed behind our back: drop it, activate anew
                     del self._actors[key]
