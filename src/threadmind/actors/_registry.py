@@ -54,7 +54,9 @@ class ActorRegistry(Generic[A]):
     """Get-or-create actors by key and run them in an owned task group.
 
     Use as ``async with ActorRegistry(factory) as registry:`` (or ``await start()`` / ``await aclose()``
-    from one task). ``factory(key)`` builds an actor whose ``key`` is ``key``.
+    from one task). ``factory(key)`` builds an actor whose ``key`` is ``key``. As with any task group,
+    ``aclose`` must run in the cancel scope ``start`` ran in: do not wrap it in a ``CancelScope`` of its own
+    (running handlers are shielded already).
     """
 
     def __init__(
