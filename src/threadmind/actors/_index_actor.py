@@ -547,8 +547,11 @@ class IndexActor:
             try:
                 read_seq = self._change_counter
                 found = {m.id: m for m in await self._store.get_messages_by_id([p.message_id for p in batch])}
-                items = [self._item(found[p.message_id]) for p in batch if p.message_id in found]
-                gone = [p.message_id for p in batch if p.message_id not in found]
+                items = [
+                    item for p in batch if p.message_id in found and (item := self._item(found[p.message_id])).chunks
+                ]
+                indexed = {item.message_id for item in items}
+                gone = [p.message_id for p in batch if p.message_id not in indexed]  # deleted, or no text any more
                 if gone:
                     await self._records.clear_pending(gone)
                 op = _Upsert(items, read_seq=read_seq)
