@@ -253,6 +253,17 @@ def _upsert(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
         conn.execute(_UPSERT_HEAD + ",".join(["(?,?,?,?,?,?,?)"] * len(chunk)) + _UPSERT_TAIL, params)
 
 
+def _upsert_returning(conn: sqlite3.Connection, rows: Sequence[Row], thread_id: str) -> list[tuple[str, str]]:
+    """Upsert rows of ``thread_id``; rows whose id belongs to another thread are left alone (not returned)."""
+    out: list[tuple[str, str]] = []
+    for chunk in _chunks(rows):
+        params = [value for row in chunk for value in row]
+        out.extend(conn.execute(
+            _UPSERT_HEAD + ",".join(["(?,?,?,?,?,?,?)"] * len(chunk)) + _UPSERT_TAIL
+            + ' WHERE mastra_messages.thread_id = excluded.thread_id RETURNING id, "createdAt"', params))
+    return out
+
+
 def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Row]:
     found: list[Row] = []
     for chunk in _chunks(ids):
@@ -662,23 +673,26 @@ class SQLiteStore:
         resources = {m.resource_id for m in messages}
 
         def job(conn: sqlite3.Connection) -> dict[str, str]:
-            found = conn.execute('SELECT "resourceId" FROM mastra_threads WHERE id = ?', (thread_id,)).fetchone()
+            # Existence check, owner lookup and the updatedAt bump in one statement (undone by the savepoint
+            # if a later check fails).
+            found = conn.execute('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ? RETURNING "resourceId"',
+                                 (to_iso(utc_now()), thread_id)).fetchone()
             if found is None:
                 raise ThreadNotFound(thread_id)
             owner = found[0]
             if resources != {owner}:
                 q.check_owner(thread_id, owner, messages)
-            kept: dict[str, str] = {}
-            for mid, other, created in _existing(conn, [row[0] for row in rows]):
-                if other != thread_id:
-                    raise ValidationError(
-                        f"message id {mid!r} already belongs to thread {other!r}; a message cannot move to "
-                        f"thread {thread_id!r}"
-                    )
-                kept[mid] = created
-            _upsert(conn, rows)
-            _bump(conn, (thread_id,), to_iso(utc_now()))
-            return kept
+            stored = _upsert_returning(conn, rows, thread_id)
+            if len(stored) != len(rows):  # an id of another thread was skipped by the upsert's WHERE
+                for mid, other, _ in _existing(conn, [row[0] for row in rows]):
+                    if other != thread_id:
+                        raise ValidationError(
+                            f"message id {mid!r} already belongs to thread {other!r}; a message cannot move to "
+                            f"thread {thread_id!r}"
+                        )
+            # Only re-saved ids come back with a createdAt other than the one we wrote.
+            written = {row[0]: row[5] for row in rows}
+            return {mid: created for mid, created in stored if created != written[mid]}
 
         kept = await self.execute_write(job)
         return q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
