@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-__all__ = ("from_iso", "from_epoch_ms", "to_epoch_ms", "to_iso", "to_utc_ms", "utc_now")
+__all__ = ("UTC", "from_iso", "from_epoch_ms", "to_epoch_ms", "to_iso", "to_utc_ms", "utc_now")
 
-UTC = timezone.utc
 
 
 def utc_now() -> datetime:
