@@ -21,8 +21,9 @@ LIBSQL = "MASTRA_STORAGE_LIBSQL_"
 
 @pytest.fixture(params=[pytest.param("sqlite", id="sqlite"), pytest.param("memory", id="memory")])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Any = SQLiteStore(tmp_path / "memory.db") if request.param == "sqlite" else InMemoryStore()
+    s: Any = SQLiteStore(tmp_path / "memory.db", synchronous="NORMAL") if request.param == "sqlite" else InMemoryStore()
     async with s:
+        assert isinstance(s, Store)
         yield s
 
 

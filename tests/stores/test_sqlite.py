@@ -228,7 +228,9 @@ class TestLifecycle:
         store = SQLiteStore(tmp_path / "x.db")
         await store.create_thread(Thread(id="t1", resource_id="r1"))  # opens on first use
         assert len(worker_threads() - before) == 2  # one writer, one reader
-        await store.aclose()
+        async with anyio.create_task_group() as tg:  # concurrent closes: both return once it is closed
+            tg.start_soon(store.aclose)
+            tg.start_soon(store.aclose)
         assert worker_threads() - before == set()
         with anyio.fail_after(5):
             with pytest.raises(StorageError):

@@ -118,6 +118,18 @@ async def _in_connection_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite
     return result
 
 
+async def _close_connection(conn: aiosqlite.Connection) -> None:
+    """Close an aiosqlite connection and wait until its worker thread has really exited.
+
+    ``close()`` resolves from inside the worker just before the thread leaves its loop; joining it (off the
+    event loop) makes "no aiosqlite thread left after aclose()" a guarantee rather than a race.
+    """
+    worker = conn._thread
+    await conn.close()
+    if worker.is_alive():
+        await anyio.to_thread.run_sync(worker.join, 5.0)
+
+
 def _call_with_raw(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
     return fn(conn._conn)
 
@@ -317,6 +329,7 @@ class SQLiteStore:
         self._max_batch = max_batch
         self._state = _State.NEW
         self._open_lock = anyio.Lock()
+        self._closed = anyio.Event()
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._queue: deque[_Job] = deque()
@@ -363,7 +376,7 @@ class SQLiteStore:
                 with anyio.CancelScope(shield=True):
                     for conn in (reader, writer):
                         if conn is not None:
-                            await conn.close()
+                            await _close_connection(conn)
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"cannot open {self._path!r}: {exc}") from exc
                 raise
@@ -397,10 +410,17 @@ class SQLiteStore:
         """Run every queued write, then close both connections (their threads end); idempotent."""
         with anyio.CancelScope(shield=True):
             async with self._open_lock:
-                if self._state is not _State.OPEN:
+                if self._state is _State.CLOSING:  # another task is closing: wait for it to finish
+                    closing = True
+                elif self._state is not _State.OPEN:
                     self._state = _State.CLOSED
                     return
-                self._state = _State.CLOSING
+                else:
+                    closing = False
+                    self._state = _State.CLOSING
+            if closing:
+                await self._closed.wait()
+                return
             try:
                 # A no-op job queued last: when it has run, everything queued before it has committed.
                 await self._submit(lambda conn: None)
@@ -408,8 +428,9 @@ class SQLiteStore:
                 self._state = _State.CLOSED
                 for conn in (self._reader, self._writer):
                     if conn is not None:
-                        await conn.close()
+                        await _close_connection(conn)
                 self._reader = self._writer = None
+                self._closed.set()
 
     async def __aenter__(self) -> SQLiteStore:
         await self.open()
