@@ -52,16 +52,20 @@ def template_for(config: WorkingMemoryConfig) -> WorkingMemoryTemplate | None:
 
 
 def schema_skeleton(schema: Mapping[str, Any]) -> Any:
-    """The compact JSON skeleton of a schema: strings → "", arrays → [], objects recursed."""
+    """The compact JSON skeleton of a schema: defaults kept, strings → "", arrays → [], numbers → 0,
+    booleans → false, objects recursed (Mastra's ``generateEmptyFromSchema``)."""
+    if "default" in schema:
+        return json.loads(json.dumps(schema["default"]))
     kind = schema.get("type")
     if kind == "object" or "properties" in schema:
         props = schema.get("properties") or {}
-        return {key: schema_skeleton(value) if isinstance(value, Mapping) else "" for key, value in props.items()}
+        return {key: schema_skeleton(value) if isinstance(value, Mapping) else None for key, value in props.items()}
     if kind == "array":
         return []
-    if kind == "string":
-        return ""
-    return None
+    return _EMPTY.get(kind) if isinstance(kind, str) else None
+
+
+_EMPTY: dict[str, Any] = {"string": "", "number": 0, "integer": 0, "boolean": False}
 
 
 def instruction(template: WorkingMemoryTemplate, data: str | None) -> str:
