@@ -270,13 +270,6 @@ class Memory:
                     self._index_name = await index.index_name()
                 except ThreadmindError:
                     _log.warning("embedder dimension probe failed at start; will retry on first use")
-                if self._index_name is not None:  # a Mastra file: bring its vectors over once (index empty)
-                    from ._interop import import_mastra_vectors
-
-                    try:
-                        await import_mastra_vectors(store, index_names=[self._index_name])
-                    except ThreadmindError:
-                        _log.warning("could not import Mastra vectors into %s", self._index_name, exc_info=True)
             self._background = await stack.enter_async_context(anyio.create_task_group())
         except BaseException:
             await stack.aclose()
@@ -896,7 +889,10 @@ class Memory:
         if scope == "resource" and not resource_id:
             raise ValidationError("Resource ID is required for resource-scoped working memory updates")
         if thread_id:
-            thread = await self._ensure_thread(thread_id, resource_id or thread_id)
+            store, _ = self._running()
+            thread = await store.get_thread(thread_id)
+            if thread is None:
+                thread = await self._ensure_thread(thread_id, resource_id or thread_id)
             if resource_id and thread.resource_id != resource_id:
                 raise ResourceMismatch(thread_id, thread.resource_id, resource_id, message=(
                     f"Thread with id {thread_id} resourceId does not match the current resourceId {resource_id}"))
