@@ -1,0 +1,34 @@
+"""Fixtures for the Memory tests: a store parametrized over SQLite and in-memory, and a running Memory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from threadmind import Memory
+from threadmind.stores import InMemoryStore, SQLiteStore
+from threadmind.stores._protocol import Store
+
+from ._support import StoreFactory
+
+
+@pytest.fixture(params=[pytest.param("sqlite", id="sqlite"), pytest.param("memory", id="inmemory")])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """A factory for fresh stores of the parametrized kind (SQLite files under ``tmp_path``)."""
+    counter = iter(range(1_000_000))
+
+    def _make() -> Store:
+        if request.param == "sqlite":
+            return SQLiteStore(tmp_path / f"memory-{next(counter)}.db")
+        return InMemoryStore()
+
+    return _make
+
+
+@pytest.fixture
+async def memory(make_store: StoreFactory) -> AsyncIterator[Memory]:
+    """A started Memory with default options over the parametrized store."""
+    async with Memory(storage=make_store()) as mem:
+        yield mem
