@@ -1,0 +1,289 @@
+"""Benchmark of the shared workload (bench/WORKLOAD.md phases a–d) against raw baselines.
+
+Run: ``python -m bench.bench_memory [--threads 200 --turns 25 --queries 500] [--phases abcd]``.
+Prints one JSON document: messages/s, latency percentiles, peak RSS, database size, and ratios to plain
+aiosqlite and plain hnswlib doing the same physical work (each baseline runs in its own process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import numpy as np
+
+from threadmind import Memory, Message
+from threadmind.embedders import HashEmbedder
+from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.workload import STREAM_RESOURCE_QUERIES, STREAM_THREAD_QUERIES, Workload
+
+
+def _pcts(samples: Sequence[float]) -> dict[str, float]:
+    arr = np.sort(np.asarray(samples, dtype=np.float64)) * 1000.0
+    if arr.size == 0:
+        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0}
+    return {f"p{q}_ms": round(float(np.percentile(arr, q)), 4) for q in (50, 95, 99)}
+
+
+def _rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _db_size(path: str) -> int:
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+
+
+async def _timed(fn: Callable[[], Awaitable[Any]], out: list[float]) -> None:
+    started = time.perf_counter()
+    await fn()
+    out.append(time.perf_counter() - started)
+
+
+def _memory(path: str, semantic: bool) -> Memory:
+    options: dict[str, Any] = {"lastMessages": 10}
+    if semantic:
+        options["semanticRecall"] = {"topK": 4, "messageRange": 1, "scope": "resource"}
+    return Memory(
+        storage=SQLiteStore(path),
+        vector=HnswVectorStore(path + ".vectors") if semantic else None,
+        embedder=HashEmbedder(dim=384) if semantic else None,
+        options=options,
+    )
+
+
+async def _create_threads(memory: Memory, workload: Workload) -> None:
+    for t in range(workload.threads):
+        await memory.create_thread(thread_id=workload.thread_id(t), resource_id=workload.resource_id(t),
+                                   title=workload.thread_title(t))
+
+
+async def _save_all(memory: Memory, turns: dict[int, list[list[Message]]], concurrency: int,
+                    latencies: list[float]) -> float:
+    """Save every turn; ``concurrency`` threads in flight, sequential within a thread. Returns seconds."""
+    limiter = anyio.Semaphore(concurrency)
+
+    async def _thread(t: int) -> None:
+        async with limiter:
+            for batch in turns[t]:
+                await _timed(lambda b=batch: memory.save_messages(b), latencies)  # type: ignore[misc]
+
+    started = time.perf_counter()
+    if concurrency == 1:
+        for t in turns:
+            for batch in turns[t]:
+                await _timed(lambda b=batch: memory.save_messages(b), latencies)  # type: ignore[misc]
+    else:
+        async with anyio.create_task_group() as tg:
+            for t in turns:
+                tg.start_soon(_thread, t)
+    return time.perf_counter() - started
+
+
+async def _phase_save(workload: Workload, turns: dict[int, list[list[Message]]], workdir: str,
+                      semantic: bool, concurrency: int, name: str) -> dict[str, Any]:
+    path = os.path.join(workdir, f"{name}.db")
+    latencies: list[float] = []
+    async with _memory(path, semantic) as memory:
+        await _create_threads(memory, workload)
+        elapsed = await _save_all(memory, turns, concurrency, latencies)
+    count = workload.message_count
+    return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed),
+            **_pcts(latencies), "db_bytes": _db_size(path)}
+
+
+async def _phase_recall(workload: Workload, turns: dict[int, list[list[Message]]], workdir: str,
+                        calls: int) -> dict[str, Any]:
+    path = os.path.join(workdir, "recall.db")
+    async with _memory(path, False) as memory:
+        await _create_threads(memory, workload)
+        await _save_all(memory, turns, 16, [])
+        for t in range(min(workload.threads, 50)):  # warm up actors and page cache
+            await memory.recall(workload.thread_id(t), resource_id=workload.resource_id(t))
+        latencies: list[float] = []
+        for i in range(calls):
+            t = i % workload.threads
+            started = time.perf_counter()
+            result = await memory.recall(workload.thread_id(t), resource_id=workload.resource_id(t))
+            latencies.append(time.perf_counter() - started)
+            assert len(result.messages) == min(10, 2 * workload.turns)
+    return {"calls": calls, **_pcts(latencies)}
+
+
+async def _phase_semantic(workload: Workload, turns: dict[int, list[list[Message]]], workdir: str,
+                          run_queries: bool) -> dict[str, Any]:
+    path = os.path.join(workdir, "semantic.db")
+    latencies: list[float] = []
+    out: dict[str, Any] = {}
+    async with _memory(path, True) as memory:
+        await _create_threads(memory, workload)
+        elapsed = await _save_all(memory, turns, 16, latencies)
+        count = workload.message_count
+        out["save"] = {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed),
+                       **_pcts(latencies), "db_bytes": _db_size(path)}
+        if run_queries:
+            out["query"] = await _queries(memory, workload)
+    return out
+
+
+async def _queries(memory: Memory, workload: Workload) -> dict[str, Any]:
+    index = memory._index
+    assert index is not None
+    embedder = HashEmbedder(dim=384)
+    messages = [m for t in range(workload.threads) for k in range(workload.turns) for m in workload.messages_for_turn(t, k)]
+    vectors = (await embedder.embed([m.text for m in messages])).vectors
+    owners_resource = np.array([m.resource_id for m in messages])
+    owners_thread = np.array([m.thread_id for m in messages])
+    ids = np.array([m.id for m in messages])
+    result: dict[str, Any] = {}
+    for scope, stream in (("resource", STREAM_RESOURCE_QUERIES), ("thread", STREAM_THREAD_QUERIES)):
+        recall_latencies: list[float] = []
+        index_latencies: list[float] = []
+        hits_total = 0
+        found = 0
+        for q in workload.iter_queries(stream):
+            kwargs = {"resource_id": q.resource_id} if scope == "resource" else {"thread_id": q.thread_id}
+            started = time.perf_counter()
+            hits = await index.query(q.text, top_k=10, **kwargs)
+            index_latencies.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await memory.recall(q.thread_id, resource_id=q.resource_id, per_page=0, vector_search_string=q.text,
+                                thread_config={"semanticRecall": {"topK": 4, "messageRange": 1, "scope": scope}})
+            recall_latencies.append(time.perf_counter() - started)
+            qv = (await embedder.embed([q.text])).vectors[0]
+            mask = owners_resource == q.resource_id if scope == "resource" else owners_thread == q.thread_id
+            scores = vectors[mask] @ qv
+            exact = set(ids[mask][np.argsort(-scores, kind="stable")[:10]])
+            found += len(exact & {h.message_id for h in hits})
+            hits_total += len(exact)
+        result[scope] = {"queries": workload.queries, "index_query": _pcts(index_latencies),
+                         "recall_with_window": _pcts(recall_latencies),
+                         "recall_at_10": round(found / max(1, hits_total), 4)}
+    return result
+
+
+_RAW_SQLITE = r"""
+import asyncio, json, os, sys, time, aiosqlite
+sys.path.insert(0, os.getcwd())
+from threadmind.workload import Workload
+from threadmind.codecs import encode_content, to_iso
+wl = Workload(threads=int(sys.argv[2]), turns=int(sys.argv[3]))
+rows = [(m.id, m.thread_id, encode_content(m.content).decode(), m.role, "v2", to_iso(m.created_at), m.resource_id)
+        for t in range(wl.threads) for k in range(wl.turns) for m in wl.messages_for_turn(t, k)]
+SCHEMA = ('CREATE TABLE mastra_messages (id TEXT NOT NULL PRIMARY KEY, thread_id TEXT NOT NULL, content TEXT NOT NULL,'
+          ' role TEXT NOT NULL, type TEXT NOT NULL, "createdAt" TEXT NOT NULL, "resourceId" TEXT)')
+INSERT = 'INSERT INTO mastra_messages VALUES (?,?,?,?,?,?,?)'
+async def main():
+    out = {}
+    for mode in ("one_transaction", "commit_per_save"):
+        path = os.path.join(sys.argv[1], mode + ".db")
+        async with aiosqlite.connect(path, isolation_level=None) as db:
+            await db.execute("PRAGMA journal_mode=WAL"); await db.execute("PRAGMA synchronous=FULL")
+            await db.execute(SCHEMA)
+            started = time.perf_counter()
+            if mode == "one_transaction":
+                await db.execute("BEGIN IMMEDIATE"); await db.executemany(INSERT, rows); await db.execute("COMMIT")
+            else:
+                for i in range(0, len(rows), 2):
+                    await db.execute("BEGIN IMMEDIATE"); await db.executemany(INSERT, rows[i:i+2]); await db.execute("COMMIT")
+            elapsed = time.perf_counter() - started
+        out[mode] = {"msgs_per_s": round(len(rows) / elapsed), "seconds": round(elapsed, 3)}
+    print(json.dumps(out))
+asyncio.run(main())
+"""
+
+_RAW_HNSW = r"""
+import json, sys, time, os
+import numpy as np, hnswlib
+sys.path.insert(0, os.getcwd())
+from threadmind.workload import Workload
+from threadmind.embedders import HashEmbedder
+wl = Workload(threads=int(sys.argv[1]), turns=int(sys.argv[2]))
+emb = HashEmbedder(dim=384)
+texts = [m.text for t in range(wl.threads) for k in range(wl.turns) for m in wl.messages_for_turn(t, k)]
+vecs = emb.embed_sync(texts).vectors
+queries = emb.embed_sync([wl.query_text(2, q) for q in range(wl.queries)]).vectors
+index = hnswlib.Index(space="cosine", dim=384); index.init_index(max_elements=len(vecs), M=16, ef_construction=64)
+started = time.perf_counter(); index.add_items(vecs, np.arange(len(vecs))); add = time.perf_counter() - started
+index.set_ef(64)
+lat = []
+for q in queries:
+    s = time.perf_counter(); index.knn_query(q, k=10); lat.append(time.perf_counter() - s)
+lat = np.sort(np.array(lat)) * 1000
+print(json.dumps({"add_items_vectors_per_s": round(len(vecs) / add), "knn_query_p50_ms": round(float(np.percentile(lat, 50)), 4),
+                  "knn_query_p99_ms": round(float(np.percentile(lat, 99)), 4)}))
+"""
+
+
+def _run_baseline(script: str, *args: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, check=False,
+                          cwd=os.getcwd())
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr else "failed"}
+    parsed: dict[str, Any] = json.loads(done.stdout)
+    return parsed
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    workload = Workload(threads=args.threads, turns=args.turns, queries=args.queries)
+    turns = {t: [workload.messages_for_turn(t, k) for k in range(workload.turns)] for t in range(workload.threads)}
+    report: dict[str, Any] = {
+        "workload": {"threads": workload.threads, "resources": workload.resources, "turns": workload.turns,
+                     "messages": workload.message_count, "queries": workload.queries},
+        "synchronous": "FULL",
+    }
+    with tempfile.TemporaryDirectory(prefix="threadmind-bench-") as workdir:
+        if "a" in args.phases:
+            report["a_save_sequential"] = await _phase_save(workload, turns, workdir, False, 1, "seq")
+            report["a_save_concurrency_16"] = await _phase_save(workload, turns, workdir, False, 16, "c16")
+        if "b" in args.phases:
+            report["b_recall_last_10"] = await _phase_recall(workload, turns, workdir, args.recalls)
+        if "c" in args.phases or "d" in args.phases:
+            semantic = await _phase_semantic(workload, turns, workdir, "d" in args.phases)
+            report["c_save_semantic_concurrency_16"] = semantic["save"]
+            if "query" in semantic:
+                report["d_semantic_query"] = semantic["query"]
+        report["peak_rss_mb"] = _rss_mb()
+        if not args.no_baselines:
+            raw = _run_baseline(_RAW_SQLITE, workdir, str(workload.threads), str(workload.turns))
+            report["baseline_aiosqlite"] = raw
+            if "a_save_concurrency_16" in report and "one_transaction" in raw:
+                report["ratio_c16_to_raw_one_transaction"] = round(
+                    report["a_save_concurrency_16"]["msgs_per_s"] / raw["one_transaction"]["msgs_per_s"], 3)
+            if "a_save_sequential" in report and "commit_per_save" in raw:
+                report["ratio_sequential_to_raw_commit_per_save"] = round(
+                    report["a_save_sequential"]["msgs_per_s"] / raw["commit_per_save"]["msgs_per_s"], 3)
+            if "c" in args.phases or "d" in args.phases:
+                report["baseline_hnswlib"] = _run_baseline(_RAW_HNSW, str(workload.threads), str(workload.turns))
+    import aiosqlite
+    import hnswlib  # noqa: F401
+    import msgspec
+
+    report["versions"] = {"python": sys.version.split()[0], "aiosqlite": aiosqlite.__version__,
+                          "msgspec": msgspec.__version__, "numpy": np.__version__}
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--threads", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=25)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--recalls", type=int, default=1000)
+    parser.add_argument("--phases", default="abcd")
+    parser.add_argument("--no-baselines", action="store_true")
+    args = parser.parse_args(argv)
+    report = anyio.run(_main, args)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
