@@ -270,6 +270,13 @@ class Memory:
                     self._index_name = await index.index_name()
                 except ThreadmindError:
                     _log.warning("embedder dimension probe failed at start; will retry on first use")
+                if self._index_name is not None:  # a Mastra file: bring its vectors over once (index empty)
+                    from ._interop import import_mastra_vectors
+
+                    try:
+                        await import_mastra_vectors(store, index_names=[self._index_name])
+                    except ThreadmindError:
+                        _log.warning("could not import Mastra vectors into %s", self._index_name, exc_info=True)
             self._background = await stack.enter_async_context(anyio.create_task_group())
         except BaseException:
             await stack.aclose()
