@@ -35,9 +35,27 @@ ATTR_DB_SYSTEM = "db.system.name"
 _VERSION = "0.1.0"
 
 
+class _TracerCache:
+    """Remembers the tracer of the last provider seen; a new global provider is picked up on the next call."""
+
+    __slots__ = ("provider", "tracer")
+
+    def __init__(self) -> None:
+        self.provider: object = None
+        self.tracer: trace.Tracer | None = None
+
+
+_cache = _TracerCache()
+
+
 def get_tracer() -> trace.Tracer:
-    """The threadmind tracer from the current global provider."""
-    return trace.get_tracer("threadmind", _VERSION)
+    """The threadmind tracer from the current global provider (cached per provider: this is a hot path)."""
+    provider = trace.get_tracer_provider()
+    tracer = _cache.tracer
+    if tracer is None or _cache.provider is not provider:
+        tracer = provider.get_tracer("threadmind", _VERSION)
+        _cache.provider, _cache.tracer = provider, tracer
+    return tracer
 
 
 @contextmanager
