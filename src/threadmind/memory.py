@@ -323,6 +323,13 @@ class Memory:
         result: T = await self._ask(thread_id, Exclusive(fn, name))
         return result
 
+    async def _background_exclusive(self, thread_id: str, fn: Callable[[], Awaitable[T]], name: str) -> T:
+        """``_exclusive`` for background work: it still runs while ``aclose()`` drains the background group."""
+        if self._threads is None:
+            raise ThreadmindError("this Memory is closed", code="THREADMIND_CLOSED")
+        result: T = await self._threads.ask(thread_id, Exclusive(fn, name))
+        return result
+
     async def _resource_exclusive(self, resource_id: str, fn: Callable[[], Awaitable[T]], name: str) -> T:
         self._running()
         assert self._resources is not None
@@ -330,7 +337,9 @@ class Memory:
         return result
 
     def _call_config(self, override: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:
-        return merge_config(self._options, override) if override is not None else self._options
+        if override is None or override is self._options:
+            return self._options
+        return _merge_keeping_models(self._options, override)
 
     # threads -------------------------------------------------------------------------------------
     async def create_thread(
@@ -1117,7 +1126,7 @@ class Memory:
         from .models import ModelRequest
 
         try:
-            store, _ = self._running()
+            store = self.storage  # not _running(): aclose() lets background work finish
             current = await store.get_thread(thread_id)
             if current is None or current.title:
                 return
@@ -1133,7 +1142,7 @@ class Memory:
                 if thread is not None and not thread.title:  # never retitle
                     await store.update_thread(thread_id, title=title)
 
-            await self._exclusive(thread_id, _set, "set_title")
+            await self._background_exclusive(thread_id, _set, "set_title")
         except Exception:
             _log.warning("title generation for thread %s failed; title left untouched", thread_id, exc_info=True)
 
@@ -1146,6 +1155,31 @@ class Memory:
         if not isinstance(text, str):
             raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
         return estimate_tokens(text)
+
+
+def _merge_keeping_models(base: MemoryConfig, override: MemoryConfig | Mapping[str, Any]) -> MemoryConfig:
+    """``merge_config`` with model objects swapped for tokens around it (msgspec cannot make builtins of them)."""
+    models: dict[str, Any] = {}
+
+    def hide(config: MemoryConfig) -> MemoryConfig:
+        changes: dict[str, Any] = {}
+        for field in ("generate_title", "observational_memory"):
+            sub = getattr(config, field)
+            model = getattr(sub, "model", None)
+            if model is not None and not isinstance(model, str):
+                token = f"\x00threadmind-model-{len(models)}"
+                models[token] = model
+                changes[field] = msgspec.structs.replace(sub, model=token)
+        return msgspec.structs.replace(config, **changes) if changes else config
+
+    merged = merge_config(hide(base), hide(override) if isinstance(override, MemoryConfig) else override)
+    changes: dict[str, Any] = {}
+    for field in ("generate_title", "observational_memory"):
+        sub = getattr(merged, field)
+        model = getattr(sub, "model", None)
+        if isinstance(model, str) and model in models:
+            changes[field] = msgspec.structs.replace(sub, model=models[model])
+    return msgspec.structs.replace(merged, **changes) if changes else merged
 
 
 def _bind(fn: Callable[[T], Awaitable[Any]], arg: T) -> Callable[[], Awaitable[Any]]:
