@@ -22,6 +22,11 @@ long-lived task group entered there would be bound to that task's cancel scopes.
 shielded from cancellation; a caller cancelled while its job is still queued removes it (nothing written),
 once the job is in a group it commits fully and only the result is dropped.
 
+A ``save_messages`` job is four statements: SAVEPOINT; ``UPDATE mastra_threads ... RETURNING "resourceId"``
+(existence, owner and the ``updatedAt`` bump at once); one multi-row upsert whose ``DO UPDATE ... WHERE`` skips
+ids owned by another thread and whose ``RETURNING`` gives the stored ``createdAt`` of re-saved ids; RELEASE.
+A skipped id fails the job, and its savepoint undoes the bump.
+
 ``execute_write`` and ``execute_read`` are public extension points: the vector layer keeps its own
 ``threadmind_*`` tables in the same file through them.
 """
@@ -272,7 +277,7 @@ def _upsert_returning(conn: sqlite3.Connection, rows: Sequence[Row], thread_id: 
         params = [value for row in chunk for value in row]
         out.extend(conn.execute(
             _UPSERT_HEAD + ",".join(["(?,?,?,?,?,?,?)"] * len(chunk)) + _UPSERT_TAIL
-            + ' WHERE mastra_messages.thread_id = excluded.thread_id RETURNING id, "createdAt"', params))
+            + ' WHERE mastra_messages.thread_id = excluded.thread_id RETURNING id, "createdAt"', params).fetchall())
     return out
 
 
@@ -696,11 +701,12 @@ class SQLiteStore:
         def job(conn: sqlite3.Connection) -> dict[str, str]:
             # Existence check, owner lookup and the updatedAt bump in one statement (undone by the savepoint
             # if a later check fails).
+            # fetchall: a RETURNING statement must run to completion before RELEASE/COMMIT.
             found = conn.execute('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ? RETURNING "resourceId"',
-                                 (to_iso(utc_now()), thread_id)).fetchone()
-            if found is None:
+                                 (to_iso(utc_now()), thread_id)).fetchall()
+            if not found:
                 raise ThreadNotFound(thread_id)
-            owner = found[0]
+            owner = found[0][0]
             if resources != {owner}:
                 q.check_owner(thread_id, owner, messages)
             stored = _upsert_returning(conn, rows, thread_id)
