@@ -59,7 +59,7 @@ from .actors._thread_actor import (
     ThreadActor,
     UpdateThread,
 )
-from .codecs import Message, Resource, TextPart, Thread, message_from_dict, to_iso, utc_now
+from .codecs import Message, MessageContent, Resource, TextPart, Thread, message_from_dict, to_iso, utc_now
 from .errors import (
     ConfigError,
     EmbedderError,
@@ -114,9 +114,29 @@ def _require_id(value: object, field: str) -> str:
     return value
 
 
+_ROLES = frozenset({"user", "assistant", "system", "signal"})
+
+
+def _check_message(message: Message, index: int) -> Message:
+    """A ``Message`` built in Python is not type-checked by msgspec: check the fields stores rely on."""
+    if not isinstance(message.id, str) or not message.id:
+        raise ValidationError(f"messages[{index}].id must be a non-empty string, got {message.id!r}")
+    if message.role not in _ROLES:
+        raise ValidationError(f"messages[{index}].role must be one of {sorted(_ROLES)}, got {message.role!r}")
+    if not isinstance(message.created_at, datetime):
+        got = type(message.created_at).__name__
+        raise ValidationError(f"messages[{index}].created_at must be a datetime, got {got}")
+    if not isinstance(message.content, MessageContent):
+        got = type(message.content).__name__
+        raise ValidationError(f"messages[{index}].content must be a MessageContent, got {got}")
+    if message.type is not None and not isinstance(message.type, str):
+        raise ValidationError(f"messages[{index}].type must be a string or None")
+    return message
+
+
 def _coerce_message(value: object, index: int) -> Message:
     if isinstance(value, Message):
-        return value
+        return _check_message(value, index)
     if isinstance(value, Mapping):
         try:
             return message_from_dict(value)
