@@ -502,11 +502,29 @@ class Memory:
                 usage = Usage(tokens=tokens) if tokens else None
             return SaveResult(messages=saved, usage=usage)
 
+    async def _check_threads(self, by_thread: dict[str, list[Message]]) -> None:
+        """Refuse a batch spanning threads before any part of it is written (each part commits on its own)."""
+        store, _ = self._running()
+        owner: dict[str, str] = {}
+        for thread_id, msgs in by_thread.items():
+            thread = await store.get_thread(thread_id)
+            if thread is None:
+                raise ThreadNotFound(thread_id)
+            for message in msgs:
+                if message.resource_id != thread.resource_id:
+                    raise ResourceMismatch(thread_id, thread.resource_id, str(message.resource_id))
+                owner[message.id] = thread_id
+        for found in await store.get_messages_by_id(list(owner)):
+            if found.thread_id != owner[found.id]:
+                raise ValidationError(f"message id {found.id!r} already belongs to thread {found.thread_id!r}; a "
+                                      f"message cannot move to thread {owner[found.id]!r}")
+
     async def _save_by_thread(self, by_thread: dict[str, list[Message]]) -> list[Message]:
         if len(by_thread) == 1:
             ((thread_id, msgs),) = by_thread.items()
             saved: list[Message] = await self._ask(thread_id, SaveMessages(msgs))
             return saved
+        await self._check_threads(by_thread)
         results: dict[str, list[Message]] = {}
 
         async def _one(thread_id: str, msgs: list[Message]) -> None:
