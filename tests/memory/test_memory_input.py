@@ -1,0 +1,153 @@
+"""Bad input is refused with a typed error naming the problem and nothing written; awkward valid input round-trips."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+import pytest
+
+from threadmind import Memory, Message, MessageContent, TextPart
+from threadmind.codecs import decode_message, encode_json
+from threadmind.errors import InvalidMessage, ResourceMismatch, ThreadNotFound, ValidationError
+
+from ._support import BASE, all_ids, msg
+
+
+async def _setup(memory: Memory) -> None:
+    await memory.create_thread(resource_id="r1", thread_id="t1")
+    await memory.create_thread(resource_id="r2", thread_id="t2")
+    await memory.save_messages([msg("existing", ms=0)])
+    await memory.save_messages([msg("theirs", "t2", "r2", ms=0)])
+
+
+async def _nothing_written(memory: Memory) -> None:
+    assert await all_ids(memory, "t1") == ["existing"]
+    assert await all_ids(memory, "t2") == ["theirs"]
+    (existing,) = await memory.list_messages_by_id(["existing"])
+    assert existing.text == "text of existing"
+
+
+def _bad(**changes: Any) -> Message:
+    return msgspec.structs.replace(msg("new", ms=5), **changes)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "needle"),
+    [
+        pytest.param(lambda: _bad(thread_id=None), ValidationError, "thread_id", id="missing-thread-id"),
+        pytest.param(lambda: _bad(thread_id=""), ValidationError, "thread_id", id="empty-thread-id"),
+        pytest.param(lambda: _bad(resource_id=None), ValidationError, "resource_id", id="missing-resource-id"),
+        pytest.param(lambda: _bad(role="wizard"), ValidationError, "role", id="unknown-role"),
+        pytest.param(lambda: _bad(id=""), ValidationError, "id", id="empty-id"),
+        pytest.param(lambda: _bad(id=17), ValidationError, "id", id="int-id"),
+        pytest.param(lambda: _bad(created_at="2025-01-01"), ValidationError, "created_at", id="str-created-at"),
+        pytest.param(lambda: _bad(content="plain text"), ValidationError, "content", id="str-content"),
+        pytest.param(lambda: 42, ValidationError, r"messages\[1\]", id="not-a-message"),
+        pytest.param(lambda: {"id": "d", "role": "user", "threadId": "t1", "resourceId": "r1",
+                              "createdAt": "not a date", "content": {"format": 2, "parts": []}},
+                     InvalidMessage, "createdAt", id="dict-bad-date"),
+        pytest.param(lambda: {"id": "d", "role": "robot", "threadId": "t1", "resourceId": "r1",
+                              "createdAt": "2025-01-01T00:00:00.000Z", "content": {"format": 2, "parts": []}},
+                     InvalidMessage, "role", id="dict-bad-role"),
+        pytest.param(lambda: msg("new", "t2", "r1", ms=5), ResourceMismatch, "t2", id="other-resources-thread"),
+        pytest.param(lambda: msg("new", "nope", "r1", ms=5), ThreadNotFound, "nope", id="missing-thread"),
+        pytest.param(lambda: msg("theirs", "t1", "r1", ms=5), ValidationError, "theirs", id="id-of-other-thread"),
+    ],
+)
+async def test_bad_message_refused_nothing_written(memory: Memory, bad: Any, error: type[Exception],
+                                                   needle: str) -> None:
+    await _setup(memory)
+    batch = [msg("good", ms=3), bad(), msg("also-good", ms=4)]
+    with pytest.raises(error, match=needle):
+        await memory.save_messages(batch)
+    await _nothing_written(memory)
+    # the thread keeps working afterwards
+    await memory.save_messages([msg("after", ms=9)])
+    assert await all_ids(memory, "t1") == ["existing", "after"]
+
+
+async def test_mixed_thread_batch_is_all_or_nothing(memory: Memory) -> None:
+    """A batch spanning threads where one thread's part is refused writes none of it."""
+    await _setup(memory)
+    with pytest.raises(ResourceMismatch):
+        await memory.save_messages([msg("good", ms=3), msg("bad", "t2", "r1", ms=4)])
+    await _nothing_written(memory)
+    with pytest.raises(ValidationError, match="theirs"):
+        await memory.save_messages([msg("good", ms=3), msg("theirs", "t1", "r1", ms=4)])
+    await _nothing_written(memory)
+
+
+@pytest.mark.parametrize(
+    ("payload", "needle"),
+    [
+        pytest.param(b"{not json", "JSON", id="not-json"),
+        pytest.param(b"\xff\xfe\x00", None, id="not-utf8"),
+        pytest.param(b'{"id": "x", "role": "user"}', "content", id="missing-content"),
+        pytest.param(b'{"id": 5, "role": "user", "content": {"format": 2, "parts": []}, '
+                     b'"createdAt": "2025-01-01T00:00:00.000Z"}', "id", id="int-id"),
+        pytest.param(b'{"id": "x", "role": "wizard", "content": {"format": 2, "parts": []}, '
+                     b'"createdAt": "2025-01-01T00:00:00.000Z"}', "role", id="bad-role"),
+        pytest.param(b"[]", None, id="array"),
+    ],
+)
+def test_decode_message_invalid_bytes(payload: bytes, needle: str | None) -> None:
+    with pytest.raises(InvalidMessage, match=needle) as info:
+        decode_message(payload)
+    assert info.value.code == "INVALID_MESSAGE_CONTENT"
+
+
+def test_decode_message_roundtrip() -> None:
+    original = msg("x", text="hi")
+    assert decode_message(encode_json(original)) == original
+    assert decode_message(memoryview(encode_json(original))).id == "x"
+
+
+class TestAwkwardValidInput:
+    async def test_ten_megabyte_message(self, memory: Memory) -> None:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        big = "x" * (10 * 1024 * 1024 - 7) + "the end"
+        await memory.save_messages([msg("big", text=big)])
+        (stored,) = await memory.list_messages_by_id(["big"])
+        assert len(stored.text) == 10 * 1024 * 1024 and stored.text == big
+
+    async def test_nul_emoji_rtl(self, memory: Memory) -> None:
+        await memory.create_thread(resource_id="r1", thread_id="t1", title="שלום \x00 👋")
+        texts = {
+            "nul": "before\x00after\x00",
+            "emoji": "family 👨‍👩‍👧‍👦 flag 🇫🇷 astral 𝄞",
+            "rtl": "مرحبا بالعالم \u202bembedded\u202c שלום",
+            "mixed": "\u0000\ud7ff\ue000\U0010ffff",
+        }
+        await memory.save_messages([msg(k, ms=i, text=v) for i, (k, v) in enumerate(texts.items())])
+        stored = {m.id: m.text for m in await memory.list_messages_by_id(list(texts))}
+        assert stored == texts
+        recalled = await memory.recall("t1", per_page=False)
+        assert [m.text for m in recalled.messages] == list(texts.values())
+        thread = await memory.get_thread_by_id("t1")
+        assert thread is not None and thread.title == "שלום \x00 👋"
+
+    async def test_message_id_with_odd_characters(self, memory: Memory) -> None:
+        await memory.create_thread(resource_id="r1", thread_id="t'1\"; DROP")
+        await memory.save_messages([msg("id'\x00🙂", "t'1\"; DROP", ms=1)])
+        assert await all_ids(memory, "t'1\"; DROP") == ["id'\x00🙂"]
+
+    async def test_ten_thousand_messages_in_one_batch(self, memory: Memory) -> None:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        batch = [msg(f"m{i:05d}", ms=i // 7) for i in range(10_000)]  # many equal timestamps
+        result = await memory.save_messages(batch)
+        assert len(result.messages) == 10_000
+        assert await all_ids(memory, "t1") == [m.id for m in batch]
+        window = await memory.recall("t1")
+        assert [m.id for m in window.messages] == [m.id for m in batch[-10:]] and window.total == 10_000
+
+    async def test_rich_content_roundtrips(self, memory: Memory) -> None:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        content = MessageContent(parts=[TextPart(text="a"), TextPart(text="b")], metadata={"nested": {"k": [1, 2]}},
+                                 provider_metadata={"p": {"x": None}})
+        message = Message(id="rich", role="assistant", content=content, created_at=BASE + timedelta(seconds=1),
+                          thread_id="t1", resource_id="r1", type="custom")
+        await memory.save_messages([message])
+        (stored,) = await memory.list_messages_by_id(["rich"])
+        assert stored == message
