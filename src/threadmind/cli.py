@@ -1,23 +1,187 @@
 """The ``threadmind`` command: a demo of the embedded default, plus inspection and operation tools.
 
-Errors are one clear line on stderr and exit status 1, never a traceback.
+Every command works on one database (``--db``, default ``memory.db``; vectors live in ``<db>.vectors``) and
+takes the embedder options (``--embedder hash|openai/<model>``, ``--dim N``). Tables and the progress bar use
+``rich`` when it is installed (the ``[cli]`` extra) and stdout is a terminal, else plain text. Errors are one
+clear line on stderr and a non-zero exit status, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
-from typing import Any
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 
-from .errors import ThreadmindError
+from .errors import ConfigError, EmbedderError, InvalidMessage, ThreadmindError, ThreadNotFound
+
+if TYPE_CHECKING:
+    from .codecs import Message
+    from .embedders._protocol import Embedder
+    from .memory import Memory
+    from .stores._sqlite import SQLiteStore
 
 __all__ = ("main",)
+
+_DEFAULT_DB = "memory.db"
+_DEFAULT_DIM = 384
+_IMPORT_BATCH = 500
+_TEXT_WIDTH = 72
+
+
+class _CliError(Exception):
+    """A user-facing failure of a command: printed as one line, exit status 1."""
+
+
+# ------------------------------------------------------------------------------------------- output
+
+
+def _use_rich(stream: TextIO) -> bool:
+    """Rich output only for a terminal and only when rich is installed."""
+    isatty = getattr(stream, "isatty", None)
+    if isatty is None or not isatty():
+        return False
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _width(text: str) -> int:
+    """Terminal columns of ``text``: East Asian wide and full-width characters take two."""
+    if text.isascii():
+        return len(text)
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, title: str | None = None) -> None:
+    """A table on stdout: rich on a terminal, else aligned plain-text columns."""
+    cells = [[str(c) for c in row] for row in rows]
+    if _use_rich(sys.stdout):
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*headers, title=title)
+        for row in cells:
+            table.add_row(*row)
+        Console(file=sys.stdout).print(table)
+        return
+    if title:
+        print(title)
+    widths = [max([_width(h), *(_width(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    for row in [list(headers), *cells]:
+        print("  ".join(c + " " * (w - _width(c)) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _print_pairs(pairs: Sequence[tuple[str, object]], *, title: str | None = None) -> None:
+    _print_table(("field", "value"), [(k, v) for k, v in pairs], title=title)
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A ``progress(done, total)`` callback: a rich bar on a terminal, else one plain line per update."""
+    if _use_rich(sys.stdout):
+        from rich.progress import Progress
+
+        with Progress() as bar:
+            task = bar.add_task(label, total=None)
+
+            def _rich(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            yield _rich
+        return
+
+    def _plain(done: int, total: int) -> None:
+        percent = 100 * done // total if total else 100
+        print(f"{label}: {done}/{total} messages ({percent}%)", flush=True)
+
+    yield _plain
+
+
+def _snippet(text: str, width: int = _TEXT_WIDTH) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _json_line(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover - the loop always returns
+
+
+# ------------------------------------------------------------------------------------------- opening
+
+
+def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
+    """The embedder named by ``--embedder`` and the expected dimension (``--dim``)."""
+    spec: str = args.embedder
+    if spec == "hash":
+        from .embedders._hash import HashEmbedder
+
+        dim = args.dim if args.dim is not None else _DEFAULT_DIM
+        return HashEmbedder(dim=dim), dim
+    if spec.startswith("openai/"):
+        from .embedders._resolve import resolve_embedder
+
+        return resolve_embedder(spec), args.dim
+    raise ConfigError(f"--embedder must be 'hash' or 'openai/<model>', not {spec!r}")
+
+
+def _vectors_path(db: str) -> str:
+    return db + ".vectors"
+
+
+def _require_db(db: str) -> None:
+    if not os.path.exists(db):
+        raise _CliError(f"database {db!r} does not exist (pass --db PATH)")
+
+
+def _memory(args: argparse.Namespace, *, semantic: bool, top_k: int = 4) -> Memory:
+    """A Memory over ``--db``; with ``semantic`` also the vector index and the embedder."""
+    from .memory import Memory
+    from .stores._hnsw import HnswVectorStore
+    from .stores._sqlite import SQLiteStore
+
+    if not semantic:
+        return Memory(storage=SQLiteStore(args.db), options={"lastMessages": False})
+    embedder, dim = _embedder(args)
+    return Memory(
+        storage=SQLiteStore(args.db),
+        vector=HnswVectorStore(_vectors_path(args.db)),
+        embedder=embedder,
+        embedding_dimension=dim,
+        options={"lastMessages": False, "semanticRecall": {"topK": top_k, "messageRange": 0, "scope": "resource"}},
+    )
+
+
+def _sql_store(memory: Memory) -> SQLiteStore:
+    from .stores._sqlite import SQLiteStore
+
+    store = memory.storage
+    assert isinstance(store, SQLiteStore)
+    return store
+
+
+# ------------------------------------------------------------------------------------------- demo
 
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -28,7 +192,6 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    from .embedders import HashEmbedder
     from .memory import Memory
     from .stores import HnswVectorStore, SQLiteStore
     from .workload import Workload
@@ -44,10 +207,12 @@ async def _demo(args: argparse.Namespace) -> int:
     if semantic:
         options["semanticRecall"] = {"topK": 4, "messageRange": 1, "scope": "resource"}
     workload = Workload(threads=args.threads, resources=min(args.resources, args.threads), turns=args.turns)
+    embedder, dim = _embedder(args) if semantic else (None, None)
     memory = Memory(
         storage=SQLiteStore(db_path),
-        vector=HnswVectorStore(db_path + ".vectors") if semantic else None,
-        embedder=HashEmbedder(dim=384) if semantic else None,
+        vector=HnswVectorStore(_vectors_path(db_path)) if semantic else None,
+        embedder=embedder,
+        embedding_dimension=dim,
         options=options,
     )
     print(f"threadmind demo: {args.threads} threads x {args.turns} turns under {workload.resources} resources, "
@@ -74,8 +239,9 @@ async def _demo(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - started
         total = workload.threads * workload.turns * 2
         latencies.sort()
+        p50, p99 = _percentile(latencies, 0.5) * 1000, _percentile(latencies, 0.99) * 1000
         print(f"saved {total} messages in {elapsed:.2f} s: {total / elapsed:,.0f} msgs/s "
-              f"(save p50 {_percentile(latencies, 0.5) * 1000:.2f} ms, p99 {_percentile(latencies, 0.99) * 1000:.2f} ms)")
+              f"(save p50 {p50:.2f} ms, p99 {p99:.2f} ms)")
         recall_times: list[float] = []
         for i in range(200):
             t = i % workload.threads
@@ -96,23 +262,301 @@ async def _demo(args: argparse.Namespace) -> int:
             print(f"semantic recall for {query[:50]!r}: {len(hits.messages)} messages from "
                   f"{len({m.thread_id for m in hits.messages})} threads")
     if workdir is not None and not args.keep:
-        for name in os.listdir(workdir):
-            path = os.path.join(workdir, name)
-            if os.path.isdir(path):
-                for inner in os.listdir(path):
-                    os.remove(os.path.join(path, inner))
-                os.rmdir(path)
-            else:
-                os.remove(path)
-        os.rmdir(workdir)
+        await anyio.to_thread.run_sync(shutil.rmtree, workdir)
     return 0
+
+
+# ------------------------------------------------------------------------------------------- inspection
+
+
+def _message_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    return {str(t): int(n) for t, n in conn.execute("SELECT thread_id, count(*) FROM mastra_messages GROUP BY 1")}
+
+
+async def _threads(args: argparse.Namespace) -> int:
+    from .codecs import thread_to_dict, to_iso
+
+    _require_db(args.db)
+    async with _memory(args, semantic=False) as memory:
+        page = await memory.list_threads(resource_id=args.resource, per_page=False)
+        counts = await _sql_store(memory).execute_read(_message_counts)
+    if args.json:
+        print(json.dumps([thread_to_dict(t) | {"messages": counts.get(t.id, 0)} for t in page.threads],
+                         ensure_ascii=False, indent=2))
+        return 0
+    rows = [(t.id, t.resource_id, t.title, counts.get(t.id, 0), to_iso(t.updated_at)) for t in page.threads]
+    scope = f" of resource {args.resource!r}" if args.resource else ""
+    _print_table(("thread", "resource", "title", "messages", "updated"), rows,
+                 title=f"{page.total} threads{scope}")
+    return 0
+
+
+def _message_row(message: Message) -> tuple[str, str, str, str]:
+    from .codecs import to_iso
+
+    return (to_iso(message.created_at), message.role, message.id, _snippet(message.text))
+
+
+async def _show(args: argparse.Namespace) -> int:
+    from .codecs import message_to_dict, thread_to_dict, to_iso
+
+    _require_db(args.db)
+    async with _memory(args, semantic=False) as memory:
+        thread = await memory.get_thread_by_id(args.thread)
+        if thread is None:
+            raise ThreadNotFound(args.thread)
+        result = await memory.recall(args.thread, per_page=False)
+    if args.json:
+        print(json.dumps({"thread": thread_to_dict(thread), "messages": [message_to_dict(m) for m in result.messages]},
+                         ensure_ascii=False, indent=2))
+        return 0
+    _print_pairs(
+        [("id", thread.id), ("resource", thread.resource_id), ("title", thread.title),
+         ("created", to_iso(thread.created_at)), ("updated", to_iso(thread.updated_at)),
+         ("metadata", json.dumps(thread.metadata, ensure_ascii=False)), ("messages", len(result.messages))],
+        title=f"thread {thread.id}",
+    )
+    _print_table(("created", "role", "id", "text"), [_message_row(m) for m in result.messages])
+    return 0
+
+
+async def _search(args: argparse.Namespace) -> int:
+    if args.top_k < 1:
+        raise _CliError("--top-k must be a positive integer")
+    _require_db(args.db)
+    async with _memory(args, semantic=True, top_k=args.top_k) as memory:
+        if args.thread is not None and await memory.get_thread_by_id(args.thread) is None:
+            raise ThreadNotFound(args.thread)
+        index = memory._index
+        assert index is not None
+        hits = await index.query(args.query, top_k=args.top_k, resource_id=args.resource, thread_id=args.thread)
+        found = {m.id: m for m in await memory.list_messages_by_id([h.message_id for h in hits])}
+    rows = [
+        (f"{hit.score:.4f}", hit.message_id, hit.thread_id, found[hit.message_id].role,
+         _snippet(found[hit.message_id].text))
+        for hit in hits
+        if hit.message_id in found
+    ]
+    scope = f"resource {args.resource!r}" if args.resource is not None else f"thread {args.thread!r}"
+    _print_table(("score", "message", "thread", "role", "text"), rows, title=f"{len(rows)} hits in {scope}")
+    return 0
+
+
+async def _export(args: argparse.Namespace) -> int:
+    from .codecs import message_to_dict
+
+    _require_db(args.db)
+    async with _memory(args, semantic=False) as memory:
+        store = _sql_store(memory)
+        for thread_id in args.threads:
+            if await memory.get_thread_by_id(thread_id) is None:
+                raise ThreadNotFound(thread_id)
+        out = sys.stdout
+        async for message in store.iter_messages(args.threads or None):
+            out.write(_json_line(message_to_dict(message)) + "\n")
+    out.flush()
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- import
+
+
+def _parse_lines(stream: TextIO) -> tuple[list[tuple[int, Message]], list[str]]:
+    """Valid messages with their line numbers, and one error text per bad line."""
+    from .codecs import message_from_dict
+
+    good: list[tuple[int, Message]] = []
+    bad: list[str] = []
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            bad.append(f"line {number}: invalid JSON: {exc.msg} (column {exc.colno})")
+            continue
+        try:
+            message = message_from_dict(value)
+        except InvalidMessage as exc:
+            bad.append(f"line {number}: {exc.message}")
+            continue
+        if not message.thread_id or not message.resource_id:
+            missing = "threadId" if not message.thread_id else "resourceId"
+            bad.append(f"line {number}: `{missing}` is required to import a message")
+            continue
+        good.append((number, message))
+    return good, bad
+
+
+def _read_import_file(path: str) -> tuple[list[tuple[int, Message]], list[str]]:
+    if path == "-":
+        return _parse_lines(sys.stdin)
+    if not os.path.isfile(path):
+        raise _CliError(f"import file {path!r} does not exist")
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return _parse_lines(stream)
+    except UnicodeDecodeError as exc:
+        raise _CliError(f"import file {path!r} is not UTF-8 text: {exc.reason}") from None
+
+
+async def _save_lines(memory: Memory, lines: list[tuple[int, Message]], bad: list[str]) -> tuple[int, bool]:
+    """Save one thread's messages in batches; a failing batch is retried message by message."""
+    saved = 0
+    pending_vectors = False
+    for start in range(0, len(lines), _IMPORT_BATCH):
+        chunk = lines[start : start + _IMPORT_BATCH]
+        try:
+            saved += len((await memory.save_messages([m for _, m in chunk])).messages)
+            continue
+        except EmbedderError:
+            pending_vectors = True  # the messages are saved; their vectors wait for `threadmind reindex`
+            saved += len(chunk)
+            continue
+        except ThreadmindError:
+            pass
+        for number, message in chunk:
+            try:
+                saved += len((await memory.save_messages([message])).messages)
+            except EmbedderError:
+                pending_vectors = True
+                saved += 1
+            except ThreadmindError as exc:
+                bad.append(f"line {number}: {exc.message}")
+    return saved, pending_vectors
+
+
+async def _import(args: argparse.Namespace) -> int:
+    good, bad = await anyio.to_thread.run_sync(_read_import_file, args.file)
+    by_thread: dict[str, list[tuple[int, Message]]] = {}
+    for number, message in good:
+        assert message.thread_id is not None
+        by_thread.setdefault(message.thread_id, []).append((number, message))
+    saved = created = 0
+    pending_vectors = False
+    async with _memory(args, semantic=True) as memory:
+        for thread_id, lines in by_thread.items():
+            resource_id = lines[0][1].resource_id
+            assert resource_id is not None
+            thread = await memory.get_thread_by_id(thread_id)
+            if thread is None:
+                await memory.create_thread(thread_id=thread_id, resource_id=resource_id)
+                created += 1
+            n, pending = await _save_lines(memory, lines, bad)
+            saved += n
+            pending_vectors = pending_vectors or pending
+    bad.sort(key=lambda text: int(text.split(":", 1)[0].removeprefix("line ")))
+    for text in bad:
+        print(f"threadmind: import: {text}", file=sys.stderr)
+    print(f"imported {saved} messages into {len(by_thread)} threads ({created} new); {len(bad)} bad lines")
+    if pending_vectors:
+        print("threadmind: import: some vectors could not be made; run `threadmind reindex`", file=sys.stderr)
+    return 1 if bad else 0
+
+
+# ------------------------------------------------------------------------------------------- operation
+
+
+async def _reindex(args: argparse.Namespace) -> int:
+    _require_db(args.db)
+    async with _memory(args, semantic=True) as memory:
+        index = memory._index  # Memory.reindex() takes no progress callback
+        assert index is not None
+        with _progress("reindex") as progress:
+            made = await index.reindex(progress=progress)
+        name = await index.index_name()
+    print(f"reindex: made {made} vectors in {name}")
+    return 0
+
+
+def _vector_stats(conn: sqlite3.Connection) -> tuple[list[tuple[str, int, int]], int]:
+    """Per index (name, vectors, messages without one), and the pending count; zeros before any vector."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "threadmind_vectors" not in tables:
+        return [], 0
+    per_index: list[tuple[str, int, int]] = []
+    for name, count in conn.execute("SELECT index_name, count(*) FROM threadmind_vectors GROUP BY 1 ORDER BY 1"):
+        missing = conn.execute(
+            "SELECT count(*) FROM mastra_messages m WHERE NOT EXISTS "
+            "(SELECT 1 FROM threadmind_vectors v WHERE v.index_name = ? AND v.message_id = m.id)",
+            (name,),
+        ).fetchone()[0]
+        per_index.append((str(name), int(count), int(missing)))
+    pending = int(conn.execute("SELECT count(*) FROM threadmind_vector_pending").fetchone()[0]) \
+        if "threadmind_vector_pending" in tables else 0
+    return per_index, pending
+
+
+def _disk_size(path: str) -> int:
+    if os.path.isdir(path):
+        return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
+                   if os.path.isfile(os.path.join(path, f)))
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def _sizes(db: str, vectors_dir: str) -> tuple[int, int, bool]:
+    """Database bytes (file + WAL), snapshot bytes, and whether a snapshot folder exists."""
+    return _disk_size(db) + _disk_size(db + "-wal"), _disk_size(vectors_dir), os.path.isdir(vectors_dir)
+
+
+async def _stats(args: argparse.Namespace) -> int:
+    from ._interop import mastra_vector_tables
+
+    _require_db(args.db)
+    async with _memory(args, semantic=False) as memory:
+        store = _sql_store(memory)
+        counts = await store.stats()
+        per_index, pending = await store.execute_read(_vector_stats)
+        mastra_tables = await mastra_vector_tables(store)
+    vectors_dir = _vectors_path(args.db)
+    db_bytes, snapshot_bytes, has_snapshot = await anyio.to_thread.run_sync(_sizes, args.db, vectors_dir)
+    pairs: list[tuple[str, object]] = [
+        ("threads", counts["threads"]),
+        ("messages", counts["messages"]),
+        ("resources", counts["resources"]),
+        ("vectors", sum(n for _, n, _ in per_index)),
+        ("database size", _human_bytes(db_bytes)),
+        ("index snapshot", f"{_human_bytes(snapshot_bytes)} in {vectors_dir}"
+         if has_snapshot else "none (rebuilt from SQL at the next start)"),
+        ("pending vectors", pending),
+    ]
+    for name, count, missing in per_index:
+        health = "ok" if not missing and not pending else "run `threadmind reindex`"
+        pairs.append((f"index {name}", f"{count} vectors; {missing} messages without one; {health}"))
+    if not per_index:
+        pairs.append(("index health", "no vectors yet" + ("; run `threadmind reindex`" if counts["messages"] else "")))
+    for table in mastra_tables:
+        pairs.append((f"mastra table {table.name}", f"dimension {table.dimension} (imported at start when empty)"))
+    _print_pairs(pairs, title=f"threadmind {args.db}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- parser
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=_DEFAULT_DB, metavar="PATH",
+                        help=f"database file (default: {_DEFAULT_DB}; vectors in PATH.vectors)")
+    _embedder_options(common)
+    return common
+
+
+def _embedder_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--embedder", default="hash", metavar="hash|openai/MODEL",
+                        help="embedder for vectors (default: hash)")
+    parser.add_argument("--dim", type=int, default=None, metavar="N",
+                        help=f"embedding dimension (default for hash: {_DEFAULT_DIM})")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="threadmind", description="Conversational memory for AI agents.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _common()
+
     demo = sub.add_parser("demo", help="run the shared workload on the embedded default (SQLite + hnswlib)")
     demo.add_argument("--db", help="database file (default: a fresh temporary file)")
+    _embedder_options(demo)
     demo.add_argument("--threads", type=int, default=200)
     demo.add_argument("--resources", type=int, default=20)
     demo.add_argument("--turns", type=int, default=25)
@@ -120,22 +564,71 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-semantic", action="store_true", help="skip embeddings and the vector index")
     demo.add_argument("--keep", action="store_true", help="keep the temporary database")
     demo.set_defaults(run=_demo)
+
+    threads = sub.add_parser("threads", parents=[common], help="list threads")
+    threads.add_argument("--resource", metavar="R", help="only the threads of this resource")
+    threads.add_argument("--json", action="store_true", help="print JSON (Mastra's thread shape)")
+    threads.set_defaults(run=_threads)
+
+    show = sub.add_parser("show", parents=[common], help="show a thread and its messages")
+    show.add_argument("thread", metavar="THREAD")
+    show.add_argument("--json", action="store_true", help="print JSON (Mastra's thread and message shapes)")
+    show.set_defaults(run=_show)
+
+    search = sub.add_parser("search", parents=[common], help="semantic search in a resource or a thread")
+    search.add_argument("query", metavar="QUERY")
+    scope = search.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--resource", metavar="R", help="search every thread of this resource")
+    scope.add_argument("--thread", metavar="T", help="search this thread only")
+    search.add_argument("--top-k", type=int, default=4, metavar="N", help="number of hits (default: 4)")
+    search.set_defaults(run=_search)
+
+    export = sub.add_parser("export", parents=[common], help="messages as JSON lines (Mastra's shape) on stdout")
+    export.add_argument("threads", nargs="*", metavar="THREAD", help="threads to export (default: all)")
+    export.set_defaults(run=_export)
+
+    imp = sub.add_parser("import", parents=[common], help="import messages from a JSON-lines file ('-': stdin)")
+    imp.add_argument("file", metavar="FILE")
+    imp.set_defaults(run=_import)
+
+    reindex = sub.add_parser("reindex", parents=[common], help="make vectors for messages that have none")
+    reindex.set_defaults(run=_reindex)
+
+    stats = sub.add_parser("stats", parents=[common], help="threads, messages, vectors, sizes and index health")
+    stats.set_defaults(run=_stats)
     return parser
 
 
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real error inside (possibly nested) exception groups raised by task groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``threadmind`` command."""
-    args = _parser().parse_args(argv)
+    """Entry point of the ``threadmind`` command; returns the exit status."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, or a usage error already printed by argparse
+        return exit_.code if isinstance(exit_.code, int) else 2
     try:
         result: int = anyio.run(args.run, args)
-    except ThreadmindError as exc:
-        print(f"threadmind: error: {exc.message} [{exc.code}]", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as exc:
-        print(f"threadmind: error: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except BaseException as raised:  # noqa: BLE001 - the command line never shows a traceback
+        exc = _leaf(raised)
+        if isinstance(exc, KeyboardInterrupt):
+            return 130
+        if isinstance(exc, ThreadmindError):
+            print(f"threadmind: error: {exc.message} [{exc.code}]", file=sys.stderr)
+        elif isinstance(exc, (_CliError, OSError, ValueError)):
+            print(f"threadmind: error: {exc}", file=sys.stderr)
+        elif isinstance(exc, SystemExit):
+            return exc.code if isinstance(exc.code, int) else 1
+        else:
+            print(f"threadmind: error: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     return result
 
 
