@@ -6,11 +6,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from threadmind import Memory, Message
 from threadmind.stores._protocol import Store
 
 BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 StoreFactory = Callable[[], Store]
+
+# asyncio debug mode captures a traceback per task/callback (about 5x slower); the few tests that run
+# thousands of operations use the plain loop so the suite stays fast. Everything else keeps debug on.
+PLAIN_LOOP = pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {"debug": False}), id="plain")])
 
 
 def msg(
