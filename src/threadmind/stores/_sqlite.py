@@ -50,7 +50,7 @@ from opentelemetry.trace import Link, SpanContext
 from ..codecs import Message, MessageContent, Resource, Thread, content_from_text, decode_content, to_iso, utc_now
 from ..codecs._jsonb import decode_jsonb
 from ..codecs._time import from_iso
-from ..errors import ConfigError, InvalidMessage, StorageError, ThreadNotFound, ValidationError
+from ..errors import ConfigError, InvalidMessage, StorageError, ThreadmindError, ThreadNotFound, ValidationError
 from ..tracing import ATTR_DB_SYSTEM, get_tracer
 from . import _query as q
 from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
@@ -94,13 +94,28 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
+class _SaveSpec:
+    """A ``save_messages`` job as data, so consecutive saves in a group run as bulk statements."""
+
+    __slots__ = ("messages", "resources", "rows", "thread_id")
+
+    def __init__(self, thread_id: str, rows: list[Row], messages: Sequence[Message]) -> None:
+        self.thread_id = thread_id
+        self.rows = rows
+        self.messages = messages
+        self.resources = {m.resource_id for m in messages}
+
+
 class _Job:
     """One queued write: the function, its outcome, and the event its caller waits on."""
 
-    __slots__ = ("done", "error", "fn", "link", "started", "value", "wake")
+    __slots__ = ("bulk", "done", "error", "fn", "link", "started", "value", "wake")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any], link: SpanContext | None) -> None:
+    def __init__(
+        self, fn: Callable[[sqlite3.Connection], Any], link: SpanContext | None, bulk: _SaveSpec | None = None
+    ) -> None:
         self.fn = fn
+        self.bulk = bulk
         self.link = link
         self.started = False
         self.done = False
@@ -156,32 +171,112 @@ def _fail_all(jobs: Iterable[_Job], message: str, cause: BaseException | None) -
         job.value = None
 
 
+def _run_one(conn: sqlite3.Connection, jobs: list[_Job], index: int) -> bool:
+    """Run one job in its own savepoint; False when SQLite aborted the whole transaction."""
+    job = jobs[index]
+    try:
+        conn.execute("SAVEPOINT j")
+        job.value = job.fn(conn)
+        conn.execute("RELEASE j")
+    except Exception as exc:
+        job.error = _translate(exc)
+        job.value = None
+        try:
+            conn.execute("ROLLBACK TO j")
+            conn.execute("RELEASE j")
+        except sqlite3.Error:
+            pass
+        if not conn.in_transaction:  # SQLite aborted the whole transaction (disk full, I/O error ...)
+            _fail_all(jobs[:index] + jobs[index + 1:], f"the write transaction was aborted: {exc}", exc)
+            return False
+    except BaseException:
+        conn.rollback()
+        raise
+    return True
+
+
+def _run_saves(conn: sqlite3.Connection, run: list[_Job]) -> bool:
+    """Consecutive save jobs as bulk statements: one owner lookup, one id lookup, one upsert, one bump.
+
+    Each job is validated on its own (thread exists, owner, no id of another thread — including ids claimed
+    by an earlier job of the run), so a bad batch fails alone. Returns False (nothing written) when a
+    statement fails; the caller then runs the jobs one by one in savepoints.
+    """
+    conn.execute("SAVEPOINT bulk")
+    try:
+        thread_ids = list(dict.fromkeys(job.bulk.thread_id for job in run if job.bulk is not None))
+        owners: dict[str, str] = {}
+        for chunk in _chunks(thread_ids):
+            owners.update(conn.execute(
+                f'SELECT id, "resourceId" FROM mastra_threads WHERE id IN ({_placeholders(len(chunk))})', chunk))
+        all_ids = list(dict.fromkeys(row[0] for job in run if job.bulk is not None for row in job.bulk.rows))
+        known: dict[str, tuple[str, str]] = {mid: (tid, created) for mid, tid, created in _existing(conn, all_ids)}
+        rows: list[Row] = []
+        touched: list[str] = []
+        for job in run:
+            spec = job.bulk
+            assert spec is not None
+            try:
+                owner = owners.get(spec.thread_id)
+                if owner is None:
+                    raise ThreadNotFound(spec.thread_id)
+                if spec.resources != {owner}:
+                    q.check_owner(spec.thread_id, owner, spec.messages)
+                local: dict[str, tuple[str, str]] = {}
+                kept: dict[str, str] = {}
+                for row in spec.rows:
+                    mid = row[0]
+                    prior = local.get(mid) or known.get(mid)
+                    if prior is not None and prior[0] != spec.thread_id:
+                        raise ValidationError(
+                            f"message id {mid!r} already belongs to thread {prior[0]!r}; a message cannot move "
+                            f"to thread {spec.thread_id!r}"
+                        )
+                    if prior is None:
+                        local[mid] = (spec.thread_id, row[5])
+                    elif prior[1] != row[5]:
+                        kept[mid] = prior[1]
+            except ThreadmindError as exc:
+                job.error = exc
+                job.value = None
+                continue
+            known.update(local)
+            rows.extend(spec.rows)
+            touched.append(spec.thread_id)
+            job.value = kept
+        if rows:
+            _upsert(conn, rows)
+            _bump(conn, dict.fromkeys(touched), to_iso(utc_now()))
+        conn.execute("RELEASE bulk")
+    except sqlite3.Error:
+        conn.execute("ROLLBACK TO bulk")
+        conn.execute("RELEASE bulk")
+        for job in run:
+            job.error = None
+            job.value = None
+        return False
+    return True
+
+
 def _run_group(conn: sqlite3.Connection, jobs: list[_Job]) -> None:
-    """One transaction for the whole group; each job in its own savepoint; one COMMIT."""
+    """One transaction for the whole group; runs of saves in bulk, other jobs in savepoints; one COMMIT."""
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
         _fail_all(jobs, f"could not start a write transaction: {exc}", exc)
         return
-    for index, job in enumerate(jobs):
-        try:
-            conn.execute("SAVEPOINT j")
-            job.value = job.fn(conn)
-            conn.execute("RELEASE j")
-        except Exception as exc:
-            job.error = _translate(exc)
-            job.value = None
-            try:
-                conn.execute("ROLLBACK TO j")
-                conn.execute("RELEASE j")
-            except sqlite3.Error:
-                pass
-            if not conn.in_transaction:  # SQLite aborted the whole transaction (disk full, I/O error ...)
-                _fail_all(jobs[:index] + jobs[index + 1:], f"the write transaction was aborted: {exc}", exc)
+    index = 0
+    while index < len(jobs):
+        end = index
+        while end < len(jobs) and jobs[end].bulk is not None:
+            end += 1
+        if end - index > 1 and _run_saves(conn, jobs[index:end]):
+            index = end
+            continue
+        for position in range(index, max(end, index + 1)):
+            if not _run_one(conn, jobs, position):
                 return
-        except BaseException:
-            conn.rollback()
-            raise
+        index = max(end, index + 1)
     try:
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
@@ -486,9 +581,9 @@ class SQLiteStore:
                 raise StorageError(f"{self!r} is closed") from exc
             raise
 
-    async def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _submit(self, fn: Callable[[sqlite3.Connection], T], bulk: _SaveSpec | None = None) -> T:
         context = trace.get_current_span().get_span_context()
-        job = _Job(fn, context if context.is_valid else None)
+        job = _Job(fn, context if context.is_valid else None, bulk)
         self._queue.append(job)
         try:
             while not job.done:
@@ -721,7 +816,8 @@ class SQLiteStore:
             written = {row[0]: row[5] for row in rows}
             return {mid: created for mid, created in stored if created != written[mid]}
 
-        kept = await self.execute_write(job)
+        await self._ready()
+        kept = await self._submit(job, _SaveSpec(thread_id, rows, messages))
         return q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
