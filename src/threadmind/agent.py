@@ -13,7 +13,7 @@ import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -28,7 +28,7 @@ from .codecs import (
     ToolInvocationPart,
     utc_now,
 )
-from .errors import ModelError, ThreadmindError, TripWire, ValidationError
+from .errors import EmbedderError, ModelError, ThreadmindError, TripWire, ValidationError
 from .models import LanguageModel, ModelRequest, ModelResponse, ToolSpec, resolve_model
 from .processors._message_list import MessageList
 from .processors._protocol import RequestContext, run_input_processors, run_output_processors
@@ -158,6 +158,38 @@ def _check_threads(items: Sequence[str | Message | Mapping[str, Any]], thread_id
             raise ValidationError(f"input[{i}] belongs to resource {other_resource!r}, not {resource_id!r}")
 
 
+def _final_text(before: list[Message], after: list[Message], text: str) -> str:
+    """The run's text; when output processors changed the response, the text of what they left."""
+    if len(before) == len(after) and all(a is b for a, b in zip(before, after, strict=True)):
+        return text
+    last = next((m for m in reversed(after) if m.role == "assistant"), None)
+    if last is None:
+        return ""
+    if last.content.content is not None:
+        return last.content.content
+    return " ".join(p.text for p in last.content.parts if isinstance(p, TextPart))
+
+
+async def _memory_processors(
+    memory: Memory,
+    configured: Sequence[object],
+    memory_options: MemoryConfig | Mapping[str, Any] | None,
+    config: MemoryConfig | None,
+    phase: Literal["input", "output"],
+) -> list[object]:
+    """Memory's processors for the run, built from the caller's per-call options so they merge exactly once.
+
+    Passing the already merged ``config`` would merge it over the instance options a second time, which
+    loses per-call values equal to the defaults (``{"retainFullInput": False}`` over ``True``).
+    """
+    build = memory.get_input_processors if phase == "input" else memory.get_output_processors
+    try:
+        return build(configured, memory_config=memory_options)
+    except EmbedderError:  # the embedder's dimension probe failed at start: retry it (raising its error)
+        await memory._processors_for_run((), config, phase)
+        return build(configured, memory_config=memory_options)
+
+
 def _json_safe(value: Any) -> Any:
     try:
         json.dumps(value)
@@ -211,7 +243,8 @@ class Agent:
         with operation_span("threadmind.agent.generate", "chat", thread_id=thread_id, resource_id=resource_id,
                             gen_ai__agent__name=self.name, gen_ai__request__model=self.model.model_id):
             if memory is None:
-                return await self._run(conversation, system_inputs, None, None, thread_id, resource_id, max_steps)
+                return await self._run(conversation, system_inputs, None, None, None, thread_id, resource_id,
+                                       max_steps)
             config = memory._call_config(memory_options)
             if not thread_id or not resource_id:
                 raise ValidationError(
@@ -220,8 +253,8 @@ class Agent:
                     code="AGENT_MEMORY_MISSING_RESOURCE_ID",
                 )
             async with memory._turn(thread_id, resource_id, config.thread_concurrency):
-                return await self._run(conversation, system_inputs, memory, config, thread_id, resource_id,
-                                       max_steps)
+                return await self._run(conversation, system_inputs, memory, config, memory_options, thread_id,
+                                       resource_id, max_steps)
 
     async def _run(
         self,
@@ -229,6 +262,7 @@ class Agent:
         system_inputs: list[str],
         memory: Memory | None,
         config: MemoryConfig | None,
+        memory_options: MemoryConfig | Mapping[str, Any] | None,
         thread_id: str | None,
         resource_id: str | None,
         max_steps: int,
@@ -238,6 +272,10 @@ class Agent:
             assert thread_id is not None and resource_id is not None
             thread = await memory._ensure_thread(thread_id, resource_id)
         message_list = MessageList(thread_id=thread_id, resource_id=resource_id)
+        # System texts live in the list so processors see them (token budgets count the whole prompt).
+        for system_text in (self.instructions, *system_inputs):
+            if system_text:
+                message_list.add_system(system_text)
         if conversation:
             message_list.add(conversation, "input")
         context = RequestContext(thread=thread, resource_id=resource_id, memory_config=config)
@@ -245,18 +283,20 @@ class Agent:
         memory_outputs: list[object] = []
         tools: dict[str, Tool] = {t.name: t for t in self.tools}
         if memory is not None:
-            memory_inputs = await memory._processors_for_run(self.input_processors, config, "input")
-            memory_outputs = await memory._processors_for_run(self.output_processors, config, "output")
-            tools.update(memory.list_tools(memory_config=config))
+            memory_inputs = await _memory_processors(memory, self.input_processors, memory_options, config, "input")
+            memory_outputs = await _memory_processors(memory, self.output_processors, memory_options, config,
+                                                      "output")
+            tools.update(memory.list_tools(memory_config=memory_options))  # merged once, like `config`
         usage: Usage | None = None
         try:
             message_list = await run_input_processors([*memory_inputs, *self.input_processors], message_list,
                                                       context)
-            text, finish_reason, usage = await self._loop(message_list, system_inputs, tools, context, memory,
-                                                          max_steps)
+            text, finish_reason, usage = await self._loop(message_list, tools, context, memory, max_steps)
             context.finish_reason = finish_reason
+            before = message_list.get_response()
             message_list = await run_output_processors([*self.output_processors, *memory_outputs], message_list,
                                                        context)
+            text = _final_text(before, message_list.get_response(), text)
         except TripWire as trip:
             return GenerateResult(text="", messages=[], usage=usage, finish_reason="tripwire",
                                   tripwire=TripWireInfo(reason=trip.reason, processor_id=trip.processor_id))
@@ -268,7 +308,6 @@ class Agent:
     async def _loop(
         self,
         message_list: MessageList,
-        system_inputs: list[str],
         tools: dict[str, Tool],
         context: RequestContext,
         memory: Memory | None,
@@ -284,7 +323,7 @@ class Agent:
                                    memory_config=context.memory_config)
         for _ in range(max_steps):
             request = ModelRequest(
-                system=[self.instructions, *system_inputs, *message_list.get_system_messages()],
+                system=message_list.get_system_messages(),
                 messages=message_list.get_all(),
                 tools=[t.spec for t in tools.values()],
             )
