@@ -1,0 +1,135 @@
+"""MessageHistory through Agent.generate (reference §3.2): the window loaded and what the turn persists."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from threadmind.agent import Agent, Tool
+from threadmind.codecs import TextPart, ToolInvocationPart
+from threadmind.errors import ModelError
+from threadmind.models import ModelRequest, ModelResponse, ScriptedModel, ToolCall
+
+from ._support import RESOURCE, THREAD, base_time, by_id, msg, open_memory, seed, stored, text_msg, texts, tool_part
+
+
+def _history(n: int) -> list:  # type: ignore[type-arg]
+    t0 = base_time()
+    return [text_msg("user" if i % 2 == 0 else "assistant", f"m{i}", id=f"m{i}", at=t0 + timedelta(seconds=i))
+            for i in range(n)]
+
+
+async def test_last_n_are_shown_oldest_first(tmp_path: Path) -> None:
+    async with open_memory(tmp_path, {"lastMessages": 3}) as memory:
+        await seed(memory, _history(8))
+        model = ScriptedModel(["ok"])
+        await Agent("a", "i", model, memory=memory).generate("now", thread_id=THREAD, resource_id=RESOURCE)
+        assert texts(model.requests[0].messages) == ["m5", "m6", "m7", "now"]
+
+
+async def test_system_rows_are_never_loaded(tmp_path: Path) -> None:
+    t0 = base_time()
+    async with open_memory(tmp_path, {"lastMessages": 3}) as memory:
+        await seed(memory, _history(4))
+        # A system row written by an old client straight into the store (save_messages would drop it).
+        await memory.storage.save_messages(THREAD, [text_msg("system", "old system row", id="s1",
+                                                             at=t0 + timedelta(seconds=10))])
+        model = ScriptedModel(["ok"])
+        await Agent("a", "i", model, memory=memory).generate("now", thread_id=THREAD, resource_id=RESOURCE)
+        request = model.requests[0]
+        assert all(m.role != "system" for m in request.messages)
+        assert "old system row" not in request.system
+        assert texts(request.messages)[-1] == "now"
+        assert "m3" in texts(request.messages)
+
+
+async def test_read_only_per_call_saves_nothing(tmp_path: Path) -> None:
+    async with open_memory(tmp_path) as memory:
+        await seed(memory, _history(2))
+        model = ScriptedModel(["ok"])
+        result = await Agent("a", "i", model, memory=memory).generate(
+            "now", thread_id=THREAD, resource_id=RESOURCE, memory_options={"readOnly": True})
+        assert result.text == "ok"
+        assert texts(model.requests[0].messages) == ["m0", "m1", "now"]  # history still loads
+        assert texts(await stored(memory)) == ["m0", "m1"]
+
+
+async def test_last_messages_false_neither_loads_nor_saves(tmp_path: Path) -> None:
+    async with open_memory(tmp_path, {"lastMessages": False}) as memory:
+        await seed(memory, _history(2))
+        model = ScriptedModel(["ok"])
+        await Agent("a", "i", model, memory=memory).generate("now", thread_id=THREAD, resource_id=RESOURCE)
+        assert texts(model.requests[0].messages) == ["now"]
+        assert texts(await stored(memory)) == ["m0", "m1"]
+
+
+async def test_partial_calls_working_memory_tool_and_tags_are_not_persisted(tmp_path: Path) -> None:
+    t0 = base_time()
+    options = {"workingMemory": {"enabled": True, "scope": "thread"}, "retainFullInput": True}
+    async with open_memory(tmp_path, options) as memory:
+        await seed(memory, _history(2))
+        echoed = msg("assistant", TextPart(text="streamed"), tool_part("partial-call", "p1"),
+                     id="a-partial", at=t0 + timedelta(seconds=5), text="streamed")
+        model = ScriptedModel([
+            ModelResponse(tool_calls=[ToolCall("wm1", "updateWorkingMemory", {"memory": "# Notes\n- likes tea"})]),
+            "Sure. <working_memory>secret notes</working_memory> Done.",
+        ])
+        agent = Agent("a", "i", model, memory=memory)
+        result = await agent.generate([echoed, text_msg("user", "remember tea", id="u-new",
+                                                        at=t0 + timedelta(seconds=6))],
+                                      thread_id=THREAD, resource_id=RESOURCE)
+        assert "<working_memory>" in result.text  # the caller sees the raw answer
+        rows = await stored(memory)
+        partial = by_id(rows, "a-partial")
+        assert [type(p).__name__ for p in partial.content.parts] == ["TextPart"]
+        response = rows[-1]
+        assert response.role == "assistant"
+        names = [p.tool_invocation.tool_name for p in response.content.parts if isinstance(p, ToolInvocationPart)]
+        assert "updateWorkingMemory" not in names
+        joined = " ".join(p.text for p in response.content.parts if isinstance(p, TextPart))
+        assert "secret notes" not in joined and "<working_memory>" not in joined
+        assert "Done." in joined
+        assert "secret notes" not in (response.content.content or "")
+        wm = await memory.get_working_memory(thread_id=THREAD, resource_id=RESOURCE)
+        assert wm is not None and "likes tea" in wm
+
+
+async def test_missing_thread_is_created_before_the_model_runs(tmp_path: Path) -> None:
+    async with open_memory(tmp_path) as memory:
+        seen: list[object] = []
+
+        async def step(request: ModelRequest) -> str:
+            seen.append(await memory.get_thread_by_id("fresh", resource_id=RESOURCE))
+            return "ok"
+
+        await Agent("a", "i", ScriptedModel([step]), memory=memory).generate(
+            "hi", thread_id="fresh", resource_id=RESOURCE)
+        thread = await memory.get_thread_by_id("fresh")
+        assert thread is not None and thread.resource_id == RESOURCE and thread.title == ""
+        assert seen and seen[0] is not None
+        assert texts(await stored(memory, "fresh")) == ["hi", "ok"]
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("boom"), ModelError("upstream down")])
+async def test_a_model_that_raises_persists_nothing(tmp_path: Path, failure: BaseException) -> None:
+    async with open_memory(tmp_path) as memory:
+        await seed(memory, _history(2))
+        model = ScriptedModel([failure])
+        with pytest.raises(ModelError):
+            await Agent("a", "i", model, memory=memory).generate("now", thread_id=THREAD, resource_id=RESOURCE)
+        assert texts(await stored(memory)) == ["m0", "m1"]
+        # The thread stays usable.
+        model2 = ScriptedModel(["fine"])
+        await Agent("a", "i", model2, memory=memory).generate("again", thread_id=THREAD, resource_id=RESOURCE)
+        assert texts(await stored(memory)) == ["m0", "m1", "again", "fine"]
+
+
+async def test_a_model_failing_on_the_second_step_persists_nothing(tmp_path: Path) -> None:
+    async with open_memory(tmp_path) as memory:
+        model = ScriptedModel([ModelResponse(tool_calls=[ToolCall("c1", "echo", {"x": 1})]), RuntimeError("late")])
+        agent = Agent("a", "i", model, memory=memory, tools=[Tool("echo", execute=lambda args: args)])
+        with pytest.raises(ModelError):
+            await agent.generate("go", thread_id=THREAD, resource_id=RESOURCE)
+        assert await stored(memory) == []
