@@ -60,6 +60,7 @@ __all__ = ("SQLiteStore", "StoreStatistics")
 
 T = TypeVar("T")
 
+_LINGER = 0.0005  # seconds a leader may wait for the callers of the previous group (see _gather)
 _CHUNK = 500  # rows per multi-row statement: 7 × 500 parameters, far below SQLite's 32 766 limit
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _MSG_COLS = 'id, content, role, type, "createdAt", thread_id, "resourceId", rowid'
@@ -437,6 +438,7 @@ class SQLiteStore:
         self._commits = 0
         self._jobs = 0
         self._largest = 0
+        self._last_group = 1
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r}, state={self._state.value})"
@@ -614,7 +616,9 @@ class SQLiteStore:
         try:
             with anyio.CancelScope(shield=True):
                 while not own.done and self._queue:
+                    await self._gather()
                     batch = [self._queue.popleft() for _ in range(min(self._max_batch, len(self._queue)))]
+                    self._last_group = len(batch)
                     for job in batch:
                         job.started = True
                     await self._commit(batch)
@@ -625,6 +629,20 @@ class SQLiteStore:
             self._writing = False
             if self._queue:
                 self._queue[0].wake.set()
+
+    async def _gather(self) -> None:
+        """Under concurrency, give the callers of the last group a moment to queue their next job.
+
+        A caller whose job is committing cannot queue its next one, so without this the groups alternate
+        between halves of the callers. Only when the last group had several jobs (never for one caller),
+        and at most ``_LINGER`` seconds: a fraction of the fsync it saves.
+        """
+        target = min(self._last_group, self._max_batch)
+        if target <= 1 or len(self._queue) >= target:
+            return
+        deadline = anyio.current_time() + _LINGER
+        while len(self._queue) < target and anyio.current_time() < deadline:
+            await anyio.sleep(0)
 
     async def _commit(self, batch: list[_Job]) -> None:
         links = [Link(job.link) for job in batch if job.link is not None]
