@@ -138,7 +138,8 @@ async def _queries(memory: Memory, workload: Workload) -> dict[str, Any]:
     index = memory._index
     assert index is not None
     embedder = HashEmbedder(dim=384)
-    messages = [m for t in range(workload.threads) for k in range(workload.turns) for m in workload.messages_for_turn(t, k)]
+    messages = [m for t in range(workload.threads) for k in range(workload.turns)
+                for m in workload.messages_for_turn(t, k)]
     vectors = (await embedder.embed([m.text for m in messages])).vectors
     owners_resource = np.array([m.resource_id for m in messages])
     owners_thread = np.array([m.thread_id for m in messages])
@@ -193,7 +194,9 @@ async def main():
                 await db.execute("BEGIN IMMEDIATE"); await db.executemany(INSERT, rows); await db.execute("COMMIT")
             else:
                 for i in range(0, len(rows), 2):
-                    await db.execute("BEGIN IMMEDIATE"); await db.executemany(INSERT, rows[i:i+2]); await db.execute("COMMIT")
+                    await db.execute("BEGIN IMMEDIATE")
+                    await db.executemany(INSERT, rows[i:i+2])
+                    await db.execute("COMMIT")
             elapsed = time.perf_counter() - started
         out[mode] = {"msgs_per_s": round(len(rows) / elapsed), "seconds": round(elapsed, 3)}
     print(json.dumps(out))
@@ -218,7 +221,8 @@ lat = []
 for q in queries:
     s = time.perf_counter(); index.knn_query(q, k=10); lat.append(time.perf_counter() - s)
 lat = np.sort(np.array(lat)) * 1000
-print(json.dumps({"add_items_vectors_per_s": round(len(vecs) / add), "knn_query_p50_ms": round(float(np.percentile(lat, 50)), 4),
+print(json.dumps({"add_items_vectors_per_s": round(len(vecs) / add),
+                  "knn_query_p50_ms": round(float(np.percentile(lat, 50)), 4),
                   "knn_query_p99_ms": round(float(np.percentile(lat, 99)), 4)}))
 """
 

@@ -74,6 +74,7 @@ from .stores._protocol import DateRange, Include, MessagePage, MessageQuery, Sto
 from .tracing import operation_span
 
 if TYPE_CHECKING:
+    from ._observational import ObservationalMemoryEngine
     from .actors._index_actor import IndexActor
     from .agent import Tool, ToolContext
     from .embedders._protocol import Embedder
@@ -225,9 +226,11 @@ class Memory:
         self._embedding_dimension = embedding_dimension
         if self._options.semantic_recall_config is not None:
             if self._vector is None:
-                raise ConfigError("Semantic recall requires a vector store to be configured.", code="THREADMIND_CONFIG_VECTOR")
+                raise ConfigError("Semantic recall requires a vector store to be configured.",
+                                  code="THREADMIND_CONFIG_VECTOR")
             if self._embedder is None:
-                raise ConfigError("Semantic recall requires an embedder to be configured.", code="THREADMIND_CONFIG_EMBEDDER")
+                raise ConfigError("Semantic recall requires an embedder to be configured.",
+                                  code="THREADMIND_CONFIG_EMBEDDER")
         self._idle_timeout = idle_timeout
         self._max_actors = max_actors
         self._state = _State.NEW
@@ -238,6 +241,7 @@ class Memory:
         self._background: anyio.abc.TaskGroup | None = None
         self._index_name: str | None = None
         self._routed = _RoutedStore(self)
+        self._om_engine: ObservationalMemoryEngine | None = None
 
     # lifecycle -----------------------------------------------------------------------------------
     @property
@@ -690,7 +694,8 @@ class Memory:
                 by_thread.setdefault(old.thread_id or "", []).append(update)
             updated: list[Message] = []
             for thread_id, subset in by_thread.items():
-                updated.extend(await self._exclusive(thread_id, _bind(store.update_messages, subset), "update_messages"))
+                updated.extend(
+                    await self._exclusive(thread_id, _bind(store.update_messages, subset), "update_messages"))
             if self._index is not None and self._options.semantic_recall_config is not None:
                 changed = [m for m in updated if existing[m.id].content != m.content]
                 if changed:
@@ -1051,6 +1056,8 @@ class Memory:
         history = config.message_history
         if history_on and history is not None and om is None and "memory-token-limiter" not in taken:
             out.append(MemoryTokenLimiter(history.max_tokens, history.remove_tokens, on_trim=self._write_boundary))
+        if om is not None and "observational-memory" not in taken:
+            out.append(self._observational_processor(om))
         return out
 
     def get_output_processors(
@@ -1067,7 +1074,21 @@ class Memory:
             out.append(self._semantic_processor(config))
         if config.history_enabled and config.observational_memory_config is None and "message-history" not in taken:
             out.append(MessageHistory(self._routed, config.max_messages, config.message_history))
+        om = config.observational_memory_config
+        if om is not None and "observational-memory" not in taken:
+            out.append(self._observational_processor(om))
         return out
+
+    def _observational_processor(self, om: ObservationalMemoryConfig) -> object:
+        """The ``observational-memory`` processor; its engine (records, in-flight observations) lives per memory."""
+        from ._observational import ObservationalMemoryEngine
+        from .processors._observational import ObservationalMemory
+
+        if self._storage is None:
+            raise ConfigError(_STORAGE_MISSING, code="THREADMIND_STORAGE_MISSING")
+        if self._om_engine is None:
+            self._om_engine = ObservationalMemoryEngine(self)
+        return ObservationalMemory(self._routed, self._om_engine, om)
 
     async def _processors_for_run(
         self, configured: Sequence[object], config: MemoryConfig | None, phase: Literal["input", "output"]
@@ -1144,6 +1165,8 @@ class Memory:
         self, model: LanguageModel, thread_id: str, resource_id: str, config: MemoryConfig, message_list: MessageList
     ) -> None:
         """Start title generation in the background when the thread is untitled (awaited by ``aclose``)."""
+        if self._om_engine is not None and config.observational_memory_config is not None:
+            self._om_engine.note_agent_model(thread_id, resource_id, model)  # the Observer's fallback model
         title = config.generate_title_config
         if title is None or config.read_only or self._background is None:
             return

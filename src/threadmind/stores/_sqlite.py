@@ -439,6 +439,7 @@ class SQLiteStore:
         self._jobs = 0
         self._largest = 0
         self._last_group = 1
+        self._arrival = anyio.Event()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r}, state={self._state.value})"
@@ -587,6 +588,7 @@ class SQLiteStore:
         context = trace.get_current_span().get_span_context()
         job = _Job(fn, context if context.is_valid else None, bulk)
         self._queue.append(job)
+        self._arrival.set()
         try:
             while not job.done:
                 if not self._writing:
@@ -641,8 +643,13 @@ class SQLiteStore:
         if target <= 1 or len(self._queue) >= target:
             return
         deadline = anyio.current_time() + _LINGER
-        while len(self._queue) < target and anyio.current_time() < deadline:
-            await anyio.sleep(0)
+        while len(self._queue) < target:
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                return
+            self._arrival = anyio.Event()
+            with anyio.move_on_after(remaining):
+                await self._arrival.wait()
 
     async def _commit(self, batch: list[_Job]) -> None:
         links = [Link(job.link) for job in batch if job.link is not None]
