@@ -1,0 +1,404 @@
+"""Observational memory: an Observer condenses old messages into a dated log, a Reflector condenses the log.
+
+Reference §8.1. The record (``mastra_observational_memory``, see ``stores/_om.py``) holds the observations
+and a cursor (``lastObservedAt`` + ``observedMessageIds``); messages past the cursor are "unobserved" and
+still sent verbatim. When they exceed ``message_tokens`` an observation runs in the memory's background
+task group; only past ``block_after`` does a turn wait for it. Every read-modify-write of a record runs
+through the owning actor (the thread's, or the resource's for resource scope), and the model calls run
+between two such steps, so a turn is never held up by a slow Observer unless it has to be.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import msgspec
+
+from ._config import ObservationalMemoryConfig
+from ._hygiene import is_transient_signal
+from .actors._thread_actor import Exclusive
+from .codecs import Message, ReasoningPart, TextPart, ToolInvocationPart, utc_now
+from .errors import ThreadmindError
+from .stores._om import ObservationalMemoryStore, OMRecord, lookup_key, om_store_for
+from .stores._protocol import DateRange, MessageQuery, Store
+from .tokens import DefaultTokenCounter, TokenCounter
+from .tracing import operation_span
+
+if TYPE_CHECKING:
+    from .memory import Memory
+    from .models import LanguageModel
+
+__all__ = (
+    "OBSERVATIONS_PREAMBLE",
+    "OBSERVER_INSTRUCTIONS",
+    "REFLECTOR_INSTRUCTIONS",
+    "ObservationalMemoryEngine",
+    "block_after_tokens",
+    "observations_system_message",
+)
+
+T = TypeVar("T")
+_log = logging.getLogger("threadmind.observational")
+
+OBSERVATIONS_PREAMBLE = "The following observations block contains your memory of past conversations with this user."
+
+OBSERVER_INSTRUCTIONS = (
+    "You are the Observer of a conversational agent's memory. Read the new messages of the conversation and "
+    "write concise observations of everything worth remembering: facts about the user, their preferences, goals "
+    "and decisions, what was asked and answered, tasks in progress, and any commitments the assistant made. "
+    "Write one observation per line starting with '* ' and a priority marker (🔴 important, 🟡 maybe useful, "
+    "🟢 minor), include times as (HH:MM) when known, and keep names, numbers and exact values. Do not repeat "
+    "observations already listed under previous observations. Output only the observation lines."
+)
+
+REFLECTOR_INSTRUCTIONS = (
+    "You are the Reflector of a conversational agent's memory. The observations below have grown too long. "
+    "Rewrite them into a shorter log that keeps every fact still relevant: merge duplicates, drop what was "
+    "superseded, keep dates as 'Date:' headers and keep the one-observation-per-line '* ' format with priority "
+    "markers. Output only the condensed observations."
+)
+
+_MAX_ROUNDS = 8  # observation rounds one background job may run before yielding to the next trigger
+
+
+def block_after_tokens(config: ObservationalMemoryConfig) -> float:
+    """Unobserved tokens past which a turn waits for the Observer (default 1.2 × ``message_tokens``)."""
+    value = config.block_after
+    if value is None:
+        return 1.2 * config.message_tokens
+    return value * config.message_tokens if 1 <= value < 100 else float(value)
+
+
+def observations_system_message(observations: str) -> str:
+    """The system text the model sees: the preamble and the ``<observations>`` block."""
+    return f"{OBSERVATIONS_PREAMBLE}\n\n<observations>\n{observations.strip()}\n</observations>"
+
+
+def _date_header(messages: Sequence[Message]) -> str:
+    first = messages[0].created_at
+    last = messages[-1].created_at
+    start = f"{first:%b} {first.day}, {first.year}"
+    end = f"{last:%b} {last.day}, {last.year}"
+    return f"Date: {start}" if start == end else f"Date: {start} - {end}"
+
+
+def _transcript(messages: Sequence[Message]) -> str:
+    lines: list[str] = []
+    for message in messages:
+        stamp = f"{message.created_at:%Y-%m-%d %H:%M}"
+        role = {"user": "User", "assistant": "Assistant"}.get(message.role, message.role.capitalize())
+        texts: list[str] = []
+        for part in message.content.parts:
+            if isinstance(part, TextPart) and part.text.strip():
+                texts.append(part.text)
+            elif isinstance(part, ReasoningPart) and part.reasoning.strip():
+                texts.append(f"(reasoning) {part.reasoning}")
+            elif isinstance(part, ToolInvocationPart):
+                inv = part.tool_invocation
+                summary = json.dumps({"args": inv.args, "result": inv.result}, default=str)[:500]
+                texts.append(f"(tool {inv.tool_name}, {inv.state}) {summary}")
+        if not message.content.parts and message.content.content:
+            texts.append(message.content.content)
+        if texts:
+            lines.append(f"[{stamp}] {role}: " + "\n".join(texts))
+    return "\n".join(lines)
+
+
+class _Snapshot(msgspec.Struct, kw_only=True):
+    record: OMRecord | None
+    messages: list[Message]
+    tokens: int
+
+
+class ObservationalMemoryEngine:
+    """Observation state of one ``Memory``: records, in-flight observations, and the Observer/Reflector calls."""
+
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        token_counter: TokenCounter | None = None,
+        retries: int = 3,
+        backoff: float = 0.05,
+    ) -> None:
+        self._memory = memory
+        self._records: ObservationalMemoryStore | None = None
+        self.counter: TokenCounter = token_counter or DefaultTokenCounter()
+        self.retries = retries
+        self.backoff = backoff
+        self._inflight: dict[str, anyio.Event] = {}
+        self._agent_models: dict[str, LanguageModel] = {}
+        self.observer_failures = 0
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    @property
+    def records(self) -> ObservationalMemoryStore:
+        """The OM record store (the SQLite table, or a dictionary)."""
+        if self._records is None:
+            self._records = om_store_for(self._memory.storage)
+        return self._records
+
+    @property
+    def _store(self) -> Store:
+        return self._memory.storage
+
+    @staticmethod
+    def key(config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> str:
+        """The record's lookup key for this scope."""
+        return lookup_key(config.scope, thread_id, resource_id)
+
+    def note_agent_model(self, thread_id: str, resource_id: str | None, model: LanguageModel) -> None:
+        """Remember the agent's model: the Observer's fallback when the options name none."""
+        self._agent_models[f"thread:{thread_id}"] = model
+        if resource_id:
+            self._agent_models[f"resource:{resource_id}"] = model
+
+    def _model(
+        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None
+    ) -> LanguageModel | None:
+        model = config.model
+        if isinstance(model, str):
+            from .models import resolve_model
+
+            return resolve_model(model)
+        if model is not None:
+            result: LanguageModel = model
+            return result
+        return self._agent_models.get(f"thread:{thread_id}") or (
+            self._agent_models.get(f"resource:{resource_id}") if resource_id else None)
+
+    async def _serialized(
+        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+        fn: Callable[[], Awaitable[T]], name: str,
+    ) -> T:
+        """Run ``fn`` on the owning actor (works while ``aclose()`` drains background work)."""
+        memory = self._memory
+        if config.scope == "resource" and resource_id:
+            registry = memory._resources
+            if registry is None:
+                raise ThreadmindError("this Memory is closed", code="THREADMIND_CLOSED")
+            result: T = await registry.ask(resource_id, Exclusive(fn, name))
+            return result
+        return await memory._background_exclusive(thread_id, fn, name)
+
+    # -- reading -------------------------------------------------------------------------------------
+    async def _unobserved(
+        self, store: Store, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+        record: OMRecord | None,
+    ) -> list[Message]:
+        cursor = record.last_observed_at if record is not None else None
+        seen = set(record.observed_message_ids) if record is not None else set()
+        threads: str | list[str] = thread_id
+        if config.scope == "resource" and resource_id:
+            page = await store.list_threads(resource_id=resource_id, per_page=False)
+            threads = [t.id for t in page.threads] or [thread_id]
+        query = MessageQuery(
+            thread_id=threads,
+            resource_id=resource_id if config.scope == "resource" else None,
+            per_page=False,
+            direction="ASC",
+            date_range=DateRange(start=cursor) if cursor is not None else None,
+            include_total=False,
+        )
+        page_ = await store.list_messages(query)
+        return [m for m in page_.messages
+                if m.id not in seen and m.role != "system" and not is_transient_signal(m)]
+
+    async def load(
+        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, store: Store
+    ) -> tuple[OMRecord | None, list[Message]]:
+        """The current record and the unobserved messages (read through ``store``, e.g. the routed store)."""
+        record = await self.records.current(self.key(config, thread_id, resource_id))
+        return record, await self._unobserved(store, config, thread_id, resource_id, record)
+
+    # -- scheduling ----------------------------------------------------------------------------------
+    def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
+        """Start a background observation for this key unless one is running; True when started."""
+        background = self._memory._background
+        key = self.key(config, thread_id, resource_id)
+        if background is None or key in self._inflight:
+            return False
+        done = self._inflight[key] = anyio.Event()
+        background.start_soon(self._background_job, config, thread_id, resource_id, key, done,
+                              name=f"threadmind.om.observe[{key}]")
+        return True
+
+    async def _background_job(
+        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, key: str,
+        done: anyio.Event,
+    ) -> None:
+        try:
+            for _ in range(_MAX_ROUNDS):
+                if not await self._observe_once(config, thread_id, resource_id):
+                    break
+        except Exception:
+            _log.warning("observational memory for %s failed; history stays raw", key, exc_info=True)
+        finally:
+            if self._inflight.get(key) is done:
+                del self._inflight[key]
+            done.set()
+
+    async def ensure_below_block(
+        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, tokens: int
+    ) -> bool:
+        """Called by a turn whose unobserved tokens exceed ``block_after``: wait for (or run) an observation.
+
+        Returns True when an observation completed (the caller reloads). After the Observer's retries fail,
+        returns False and the turn proceeds on raw history.
+        """
+        key = self.key(config, thread_id, resource_id)
+        running = self._inflight.get(key)
+        if running is not None:
+            await running.wait()
+            return True
+        done = self._inflight[key] = anyio.Event()
+        try:
+            return await self._observe_once(config, thread_id, resource_id)
+        except Exception:
+            _log.warning("observational memory for %s failed; the turn proceeds on raw history", key,
+                         exc_info=True)
+            return False
+        finally:
+            if self._inflight.get(key) is done:
+                del self._inflight[key]
+            done.set()
+
+    def inflight(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
+        """Whether an observation for this key is running now."""
+        return self.key(config, thread_id, resource_id) in self._inflight
+
+    # -- the Observer and the Reflector -------------------------------------------------------------
+    async def _call(self, model: LanguageModel, system: str, prompt: str, what: str) -> str:
+        """One model call with bounded retries (exponential backoff); raises the last error."""
+        from .models import ModelRequest
+
+        delay = self.backoff
+        for attempt in range(1, self.retries + 1):
+            try:
+                with operation_span(f"threadmind.om.{what}", "chat", gen_ai__request__model=model.model_id):
+                    response = await model.generate(ModelRequest(system=[system], messages=[Message.user(prompt)]))
+                text = (response.text or "").strip()
+                if not text:
+                    raise ThreadmindError(f"the {what} returned no text", code="THREADMIND_OM_EMPTY")
+                return text
+            except Exception:
+                self.observer_failures += 1
+                if attempt == self.retries:
+                    raise
+                await anyio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _observe_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
+        """One observation round: snapshot → Observer → commit (→ Reflector → new generation). True if observed."""
+        key = self.key(config, thread_id, resource_id)
+        store = self._store
+        records = self.records
+
+        async def _snapshot() -> _Snapshot:
+            record = await records.current(key)
+            messages = await self._unobserved(store, config, thread_id, resource_id, record)
+            return _Snapshot(record=record, messages=messages, tokens=self.counter.count_messages(messages))
+
+        snap = await self._serialized(config, thread_id, resource_id, _snapshot, "om_snapshot")
+        if snap.tokens <= config.message_tokens or not snap.messages:
+            return False
+        model = self._model(config, thread_id, resource_id)
+        if model is None:
+            _log.warning("observational memory for %s has no model (set observationalMemory.model)", key)
+            return False
+        previous = snap.record.active_observations if snap.record is not None else ""
+        prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
+                  f"New messages to observe:\n{_transcript(snap.messages)}")
+        observed = await self._call(model, OBSERVER_INSTRUCTIONS, prompt, "observer")
+        block = f"{_date_header(snap.messages)}\n{observed}"
+
+        async def _commit() -> OMRecord | None:
+            current = await records.current(key)
+            if not _same(current, snap.record):
+                return None  # someone else observed meanwhile: drop this result, never duplicate
+            now = utc_now()
+            last = max(m.created_at for m in snap.messages)
+            ids = [m.id for m in snap.messages]
+            if current is not None and current.last_observed_at == last:
+                ids = [*current.observed_message_ids, *ids]  # ties at the cursor stay excluded by id
+            text = f"{current.active_observations.rstrip()}\n\n{block}" if current and current.active_observations \
+                else block
+            if current is None:
+                record = OMRecord(id=str(uuid.uuid4()), lookup_key=key, scope=config.scope,
+                                  resource_id=resource_id, thread_id=thread_id if config.scope == "thread" else None,
+                                  origin_type="observation", config=_config_json(config), created_at=now,
+                                  updated_at=now)
+            else:
+                record = current.copy()
+                if record.origin_type == "initialization":
+                    record.origin_type = "observation"
+            record.active_observations = text
+            record.last_observed_at = last
+            record.observed_message_ids = ids
+            record.observation_token_count = self.counter.count_text(text)
+            record.total_tokens_observed += snap.tokens
+            record.pending_message_tokens = 0
+            record.updated_at = now
+            await records.put(record)
+            return record
+
+        committed = await self._serialized(config, thread_id, resource_id, _commit, "om_observe")
+        if committed is None:
+            return False
+        if committed.observation_token_count > config.observation_tokens:
+            await self._reflect(config, thread_id, resource_id, committed, model)
+        return True
+
+    async def _reflect(
+        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,
+        model: LanguageModel,
+    ) -> None:
+        """Condense the observations into a new generation (``originType`` "reflection")."""
+        try:
+            condensed = await self._call(model, REFLECTOR_INSTRUCTIONS, base.active_observations, "reflector")
+        except Exception:
+            _log.warning("reflection for %s failed; observations kept as they are", base.lookup_key, exc_info=True)
+            return
+        records = self.records
+
+        async def _commit() -> None:
+            current = await records.current(base.lookup_key)
+            if not _same(current, base):
+                return
+            now = utc_now()
+            record = base.copy()
+            record.id = str(uuid.uuid4())
+            record.origin_type = "reflection"
+            record.generation_count = base.generation_count + 1
+            record.active_observations = condensed
+            record.observation_token_count = self.counter.count_text(condensed)
+            record.last_reflection_at = now
+            record.created_at = record.updated_at = now
+            await records.put(record)
+
+        await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
+
+
+def _same(a: OMRecord | None, b: OMRecord | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.id, a.generation_count, a.last_observed_at, a.active_observations) == \
+        (b.id, b.generation_count, b.last_observed_at, b.active_observations)
+
+
+def _config_json(config: ObservationalMemoryConfig) -> dict[str, Any]:
+    model = config.model
+    model_id = model if isinstance(model, str) else getattr(model, "model_id", None)
+    return {
+        "scope": config.scope,
+        "model": model_id,
+        "observation": {"messageTokens": config.message_tokens, "bufferTokens": config.buffer_tokens,
+                        "blockAfter": config.block_after},
+        "reflection": {"observationTokens": config.observation_tokens},
+    }

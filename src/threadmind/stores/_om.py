@@ -1,0 +1,298 @@
+"""Observational-memory records: one row per generation in Mastra's ``mastra_observational_memory`` table.
+
+SQLite gets the reference's table (column names, declared types and ``NOT NULL`` as Mastra's
+``OBSERVATIONAL_MEMORY_SCHEMA``), created ``IF NOT EXISTS`` on first use through the store's writer;
+JSON columns are written as JSON text, timestamps as ISO-8601 text, booleans as 0/1. Any other store
+keeps its records in a dictionary owned by the :class:`ObservationalMemoryStore` object.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+import anyio
+import msgspec
+
+from ..codecs import from_iso, to_iso
+from ..codecs._jsonb import decode_jsonb
+from ..errors import StorageError
+
+__all__ = ("OM_TABLE", "OMRecord", "ObservationalMemoryStore", "lookup_key", "om_store_for")
+
+OM_TABLE = "mastra_observational_memory"
+
+OriginType = Literal["initialization", "observation", "reflection"]
+
+# (column, declared type, NOT NULL) in Mastra's order.
+_COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("id", "TEXT", True),
+    ("lookupKey", "TEXT", True),
+    ("scope", "TEXT", True),
+    ("resourceId", "TEXT", False),
+    ("threadId", "TEXT", False),
+    ("activeObservations", "TEXT", True),
+    ("activeObservationsPendingUpdate", "TEXT", False),
+    ("originType", "TEXT", True),
+    ("config", "TEXT", True),
+    ("generationCount", "INTEGER", True),
+    ("lastObservedAt", "TEXT", False),
+    ("lastReflectionAt", "TEXT", False),
+    ("pendingMessageTokens", "INTEGER", True),
+    ("totalTokensObserved", "INTEGER", True),
+    ("observationTokenCount", "INTEGER", True),
+    ("isObserving", "INTEGER", True),
+    ("isReflecting", "INTEGER", True),
+    ("observedMessageIds", "TEXT", False),
+    ("observedTimezone", "TEXT", False),
+    ("bufferedObservations", "TEXT", False),
+    ("bufferedObservationTokens", "INTEGER", False),
+    ("bufferedMessageIds", "TEXT", False),
+    ("bufferedReflection", "TEXT", False),
+    ("bufferedReflectionTokens", "INTEGER", False),
+    ("bufferedReflectionInputTokens", "INTEGER", False),
+    ("reflectedObservationLineCount", "INTEGER", False),
+    ("bufferedObservationChunks", "TEXT", False),
+    ("isBufferingObservation", "INTEGER", True),
+    ("isBufferingReflection", "INTEGER", True),
+    ("lastBufferedAtTokens", "INTEGER", True),
+    ("lastBufferedAtTime", "TEXT", False),
+    ("metadata", "TEXT", False),
+    ("createdAt", "TEXT", True),
+    ("updatedAt", "TEXT", True),
+)
+_NAMES = tuple(name for name, _, _ in _COLUMNS)
+_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {OM_TABLE} (\n"
+    + ",\n".join(
+        f'  "{name}" {kind}{" NOT NULL" if not_null else ""}{" PRIMARY KEY" if name == "id" else ""}'
+        for name, kind, not_null in _COLUMNS
+    )
+    + "\n)",
+    f'CREATE INDEX IF NOT EXISTS idx_om_lookup_key ON {OM_TABLE} ("lookupKey")',
+)
+_SELECT = ", ".join(f'"{name}"' for name in _NAMES)
+_INSERT = f"INSERT OR REPLACE INTO {OM_TABLE} ({_SELECT}) VALUES ({', '.join('?' for _ in _NAMES)})"
+
+
+def lookup_key(scope: str, thread_id: str | None, resource_id: str | None) -> str:
+    """``thread:<id>`` or ``resource:<id>``: how records of one scope key are found."""
+    return f"resource:{resource_id}" if scope == "resource" else f"thread:{thread_id}"
+
+
+class OMRecord(msgspec.Struct, kw_only=True):
+    """One generation of observational memory (the live one is the highest ``generation_count``)."""
+
+    id: str
+    lookup_key: str
+    scope: Literal["thread", "resource"]
+    resource_id: str | None
+    thread_id: str | None
+    active_observations: str = ""
+    origin_type: OriginType = "initialization"
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+    generation_count: int = 0
+    last_observed_at: datetime | None = None
+    last_reflection_at: datetime | None = None
+    pending_message_tokens: int = 0
+    total_tokens_observed: int = 0
+    observation_token_count: int = 0
+    is_observing: bool = False
+    is_reflecting: bool = False
+    observed_message_ids: list[str] = msgspec.field(default_factory=list)
+    observed_timezone: str | None = None
+    metadata: dict[str, Any] | None = None
+    created_at: datetime
+    updated_at: datetime
+
+    def copy(self) -> OMRecord:
+        """An independent copy (records handed out are never shared with the store's own)."""
+        return msgspec.structs.replace(self, config=dict(self.config),
+                                       observed_message_ids=list(self.observed_message_ids),
+                                       metadata=dict(self.metadata) if self.metadata is not None else None)
+
+
+def _row(record: OMRecord) -> tuple[Any, ...]:
+    values: dict[str, Any] = {
+        "id": record.id,
+        "lookupKey": record.lookup_key,
+        "scope": record.scope,
+        "resourceId": record.resource_id,
+        "threadId": record.thread_id,
+        "activeObservations": record.active_observations,
+        "originType": record.origin_type,
+        "config": json.dumps(record.config, separators=(",", ":"), default=str),
+        "generationCount": record.generation_count,
+        "lastObservedAt": to_iso(record.last_observed_at) if record.last_observed_at else None,
+        "lastReflectionAt": to_iso(record.last_reflection_at) if record.last_reflection_at else None,
+        "pendingMessageTokens": record.pending_message_tokens,
+        "totalTokensObserved": record.total_tokens_observed,
+        "observationTokenCount": record.observation_token_count,
+        "isObserving": int(record.is_observing),
+        "isReflecting": int(record.is_reflecting),
+        "observedMessageIds": json.dumps(record.observed_message_ids, separators=(",", ":")),
+        "observedTimezone": record.observed_timezone,
+        "isBufferingObservation": 0,
+        "isBufferingReflection": 0,
+        "lastBufferedAtTokens": 0,
+        "metadata": json.dumps(record.metadata, separators=(",", ":")) if record.metadata is not None else None,
+        "createdAt": to_iso(record.created_at),
+        "updatedAt": to_iso(record.updated_at),
+    }
+    return tuple(values.get(name) for name in _NAMES)
+
+
+def _json(value: Any, where: str) -> Any:
+    """A JSON text column, or a JSONB blob as Mastra writes them."""
+    if value is None:
+        return None
+    try:
+        return decode_jsonb(value) if isinstance(value, (bytes, bytearray)) else json.loads(value)
+    except ValueError as exc:
+        raise StorageError(f"{where} is not valid JSON/JSONB: {exc}") from exc
+
+
+def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> OMRecord:
+    v = dict(zip(_NAMES, row, strict=True))
+    where = f"{OM_TABLE}[{v['id']}]"
+    return OMRecord(
+        id=v["id"],
+        lookup_key=v["lookupKey"],
+        scope="resource" if v["scope"] == "resource" else "thread",
+        resource_id=v["resourceId"],
+        thread_id=v["threadId"],
+        active_observations=v["activeObservations"] or "",
+        origin_type=v["originType"],
+        config=_json(v["config"], where + ".config") or {},
+        generation_count=int(v["generationCount"] or 0),
+        last_observed_at=from_iso(v["lastObservedAt"]) if v["lastObservedAt"] else None,
+        last_reflection_at=from_iso(v["lastReflectionAt"]) if v["lastReflectionAt"] else None,
+        pending_message_tokens=int(v["pendingMessageTokens"] or 0),
+        total_tokens_observed=int(v["totalTokensObserved"] or 0),
+        observation_token_count=int(v["observationTokenCount"] or 0),
+        is_observing=bool(v["isObserving"]),
+        is_reflecting=bool(v["isReflecting"]),
+        observed_message_ids=list(_json(v["observedMessageIds"], where + ".observedMessageIds") or []),
+        observed_timezone=v["observedTimezone"],
+        metadata=_json(v["metadata"], where + ".metadata"),
+        created_at=from_iso(v["createdAt"]),
+        updated_at=from_iso(v["updatedAt"]),
+    )
+
+
+class ObservationalMemoryStore(Protocol):
+    """Where OM records live: the current generation per lookup key, and every generation for history."""
+
+    async def current(self, key: str) -> OMRecord | None:
+        """The newest generation for ``key``, or None."""
+        ...
+
+    async def history(self, key: str) -> list[OMRecord]:
+        """Every generation for ``key``, oldest first."""
+        ...
+
+    async def put(self, record: OMRecord) -> None:
+        """Insert or replace a record by id."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Forget every generation for ``key``."""
+        ...
+
+
+class _SQLiteOMStore:
+    """OM records in the SQLite file, through the store's group-commit writer and snapshot reader."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._ready = False
+        self._lock = anyio.Lock()
+
+    async def _ensure(self) -> None:
+        if self._ready:
+            return
+        async with self._lock:
+            if not self._ready:
+
+                def create(conn: sqlite3.Connection) -> None:
+                    for statement in _DDL:
+                        conn.execute(statement)
+
+                await self._store.execute_write(create)
+                self._ready = True
+
+    async def current(self, key: str) -> OMRecord | None:
+        await self._ensure()
+        columns = _SELECT
+
+        def read(conn: sqlite3.Connection) -> OMRecord | None:
+            row = conn.execute(
+                f'SELECT {columns} FROM {OM_TABLE} WHERE "lookupKey" = ? '
+                'ORDER BY "generationCount" DESC, "createdAt" DESC LIMIT 1', (key,)
+            ).fetchone()
+            return _from_row(tuple(row)) if row is not None else None
+
+        result: OMRecord | None = await self._store.execute_read(read)
+        return result
+
+    async def history(self, key: str) -> list[OMRecord]:
+        await self._ensure()
+        columns = _SELECT
+
+        def read(conn: sqlite3.Connection) -> list[OMRecord]:
+            rows = conn.execute(
+                f'SELECT {columns} FROM {OM_TABLE} WHERE "lookupKey" = ? ORDER BY "generationCount", "createdAt"',
+                (key,),
+            ).fetchall()
+            return [_from_row(tuple(r)) for r in rows]
+
+        result: list[OMRecord] = await self._store.execute_read(read)
+        return result
+
+    async def put(self, record: OMRecord) -> None:
+        await self._ensure()
+        row = _row(record)
+        await self._store.execute_write(lambda conn: conn.execute(_INSERT, row) and None)
+
+    async def delete(self, key: str) -> None:
+        await self._ensure()
+        await self._store.execute_write(
+            lambda conn: conn.execute(f'DELETE FROM {OM_TABLE} WHERE "lookupKey" = ?', (key,)) and None
+        )
+
+
+class _DictOMStore:
+    """OM records in a dictionary (for ``InMemoryStore`` and any store without ``execute_write``)."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, dict[str, OMRecord]] = {}
+
+    async def current(self, key: str) -> OMRecord | None:
+        await anyio.lowlevel.checkpoint()
+        records = self._records.get(key)
+        if not records:
+            return None
+        newest = max(records.values(), key=lambda r: (r.generation_count, r.created_at))
+        return newest.copy()
+
+    async def history(self, key: str) -> list[OMRecord]:
+        await anyio.lowlevel.checkpoint()
+        records = self._records.get(key, {})
+        return [r.copy() for r in sorted(records.values(), key=lambda r: (r.generation_count, r.created_at))]
+
+    async def put(self, record: OMRecord) -> None:
+        await anyio.lowlevel.checkpoint()
+        self._records.setdefault(record.lookup_key, {})[record.id] = record.copy()
+
+    async def delete(self, key: str) -> None:
+        await anyio.lowlevel.checkpoint()
+        self._records.pop(key, None)
+
+
+def om_store_for(store: object) -> ObservationalMemoryStore:
+    """The OM record store for a memory store: the SQLite table when it has a writer, else a dictionary."""
+    if callable(getattr(store, "execute_write", None)) and callable(getattr(store, "execute_read", None)):
+        return _SQLiteOMStore(store)
+    return _DictOMStore()

@@ -1,0 +1,293 @@
+"""Observational memory: observation, reflection, context shaping, concurrency, failures, the SQLite row."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from threadmind._observational import OBSERVATIONS_PREAMBLE, OBSERVER_INSTRUCTIONS, REFLECTOR_INSTRUCTIONS
+from threadmind.agent import Agent
+from threadmind.errors import ModelError
+from threadmind.memory import Memory, MemoryConfig, ObservationalMemoryConfig
+from threadmind.models import ModelRequest, ModelResponse
+from threadmind.models._scripted import ScriptedModel
+from threadmind.processors._protocol import processor_id
+from threadmind.stores._memory import InMemoryStore
+from threadmind.stores._om import OMRecord, om_store_for
+from threadmind.stores._sqlite import SQLiteStore
+
+OM_COLUMNS = [
+    "id", "lookupKey", "scope", "resourceId", "threadId", "activeObservations", "activeObservationsPendingUpdate",
+    "originType", "config", "generationCount", "lastObservedAt", "lastReflectionAt", "pendingMessageTokens",
+    "totalTokensObserved", "observationTokenCount", "isObserving", "isReflecting", "observedMessageIds",
+    "observedTimezone", "bufferedObservations", "bufferedObservationTokens", "bufferedMessageIds",
+    "bufferedReflection", "bufferedReflectionTokens", "bufferedReflectionInputTokens",
+    "reflectedObservationLineCount", "bufferedObservationChunks", "isBufferingObservation", "isBufferingReflection",
+    "lastBufferedAtTokens", "lastBufferedAtTime", "metadata", "createdAt", "updatedAt",
+]
+
+
+def _long(tag: str) -> str:
+    return f"{tag}: " + " ".join(f"word{i}" for i in range(30))
+
+
+def _observer(calls: list[str], *, reflection: str = "* condensed") -> Callable[[ModelRequest], str]:
+    def step(request: ModelRequest) -> str:
+        if request.system[0] == REFLECTOR_INSTRUCTIONS:
+            calls.append("reflect")
+            return reflection
+        assert request.system[0] == OBSERVER_INSTRUCTIONS
+        calls.append(request.messages[0].text)
+        return f"* 🔴 observation {len(calls)}"
+
+    return step
+
+
+def _endless(step: Callable[[ModelRequest], Any]) -> ScriptedModel:
+    return ScriptedModel(iter(lambda: step, None))
+
+
+def _om_memory(store: Any, model: Any, **om: Any) -> Memory:
+    extra = om.pop("extra", {})
+    config = ObservationalMemoryConfig(model=model, message_tokens=om.pop("message_tokens", 50), **om)
+    return Memory(storage=store, options=MemoryConfig(observational_memory=config, **extra))
+
+
+async def _records(memory: Memory, key: str = "thread:t1") -> list[OMRecord]:
+    assert memory._om_engine is not None
+    return await memory._om_engine.records.history(key)
+
+
+def test_processors_replace_history() -> None:
+    memory = Memory(storage=InMemoryStore(), options={"observationalMemory": True})
+    assert [processor_id(p) for p in memory.get_input_processors()] == ["memory-input-filter", "observational-memory"]
+    assert [processor_id(p) for p in memory.get_output_processors()] == ["observational-memory"]
+    dict_config = Memory(storage=InMemoryStore(), options={"observationalMemory": {
+        "observation": {"messageTokens": 123}, "reflection": {"observationTokens": 456}}})
+    om = dict_config.options.observational_memory_config
+    assert om is not None and (om.message_tokens, om.observation_tokens) == (123, 456)
+    assert [processor_id(p) for p in Memory(storage=InMemoryStore()).get_output_processors()] == ["message-history"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_observation_replaces_observed_messages(tmp_path: Path, kind: str) -> None:
+    store = InMemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "om.db")
+    calls: list[str] = []
+    observer = _endless(_observer(calls))
+    model = ScriptedModel(["r1", "r2", "r3"])
+    async with _om_memory(store, observer) as memory:
+        agent = Agent("a", "be brief", model, memory=memory)
+        first = await agent.generate(_long("turn one"), thread_id="t1", resource_id="r1")
+        await agent.generate(_long("turn two"), thread_id="t1", resource_id="r1")
+        await agent.generate("short three", thread_id="t1", resource_id="r1")
+        records = await _records(memory)
+        assert records, "an observation record exists"
+        cursor = records[-1].last_observed_at
+        assert cursor is not None and cursor >= first.messages[-1].created_at
+        assert records[-1].observed_message_ids
+    # the observer saw turn one, in a transcript
+    assert "turn one" in calls[0] and "Assistant: r1" in calls[0]
+    # turn 3 sees the observations as a system text, and not turn one's messages verbatim
+    request = model.requests[2]
+    blocks = [s for s in request.system if s.startswith(OBSERVATIONS_PREAMBLE)]
+    assert len(blocks) == 1 and "<observations>" in blocks[0] and "Date: " in blocks[0]
+    assert "* 🔴 observation 1" in blocks[0]
+    assert all("turn one" not in m.text for m in request.messages)
+    assert request.messages[-1].text == "short three"
+    record = records[-1]
+    assert record.origin_type == "observation" and record.generation_count == 0
+    assert record.observation_token_count > 0 and record.total_tokens_observed > 50
+    assert record.last_observed_at is not None
+    assert record.lookup_key == "thread:t1" and record.thread_id == "t1" and record.scope == "thread"
+
+
+async def test_below_threshold_sends_everything(tmp_path: Path) -> None:
+    calls: list[str] = []
+    model = ScriptedModel(["r1", "r2"])
+    async with _om_memory(InMemoryStore(), _endless(_observer(calls)), message_tokens=10_000) as memory:
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate("hello", thread_id="t1", resource_id="r1")
+        await agent.generate("again", thread_id="t1", resource_id="r1")
+        assert await _records(memory) == []
+    assert calls == []
+    assert [m.text for m in model.requests[1].messages] == ["hello", "r1", "again"]
+    assert not any(s.startswith(OBSERVATIONS_PREAMBLE) for s in model.requests[1].system)
+
+
+async def test_reflection_starts_a_new_generation(tmp_path: Path) -> None:
+    calls: list[str] = []
+    observer = _endless(_observer(calls, reflection="* 🔴 condensed"))
+    model = _endless(lambda request: "ok")
+    async with _om_memory(SQLiteStore(tmp_path / "om.db"), observer, observation_tokens=8) as memory:
+        agent = Agent("a", "i", model, memory=memory)
+        for i in range(3):
+            await agent.generate(_long(f"turn {i}"), thread_id="t1", resource_id="r1")
+        await agent.generate("last", thread_id="t1", resource_id="r1")
+        records = await _records(memory)
+    assert "reflect" in calls
+    origins = [r.origin_type for r in records]
+    assert origins[0] == "observation" and "reflection" in origins
+    reflected = next(r for r in records if r.origin_type == "reflection")
+    assert reflected.generation_count >= 1 and reflected.last_reflection_at is not None
+    assert reflected.active_observations.startswith("* 🔴 condensed")
+    assert [r.generation_count for r in records] == list(range(len(records)))
+    # the newest generation is what the model saw on the last turn
+    block = next(s for s in model.requests[-1].system if s.startswith(OBSERVATIONS_PREAMBLE))
+    assert records[-1].active_observations.strip() in block
+
+
+@pytest.mark.parametrize("policy", ["enqueue", "parallel"])
+async def test_burst_on_one_thread_observes_each_message_once(tmp_path: Path, policy: str) -> None:
+    calls: list[str] = []
+    observer = _endless(_observer(calls))
+    model = _endless(lambda request: "ok")
+    store = SQLiteStore(tmp_path / "om.db")
+    async with _om_memory(store, observer, extra={"thread_concurrency": policy}) as memory:
+        agent = Agent("a", "i", model, memory=memory)
+
+        async def turn(i: int) -> None:
+            await agent.generate(_long(f"msg-{i:03d}"), thread_id="t1", resource_id="r1")
+
+        async with anyio.create_task_group() as tg:
+            for i in range(30):
+                tg.start_soon(turn, i)
+        stored = (await memory.recall("t1", per_page=False)).messages
+    async with SQLiteStore(tmp_path / "om.db") as reopened:  # after aclose: every observation has committed
+        records = await om_store_for(reopened).history("thread:t1")
+    assert len(stored) == 60
+    assert calls, "observations ran"
+    assert all("New messages to observe:" in c for c in calls), [c[:300] for c in calls if "New messages" not in c]
+    for i in range(30):
+        tag = f"msg-{i:03d}"
+        assert sum(tag in c.split("New messages to observe:")[1] for c in calls) <= 1, tag
+    blocks = records[-1].active_observations.count("* 🔴 observation")
+    assert blocks == len(calls)  # every observer result was committed exactly once
+    assert len(set(records[-1].observed_message_ids)) == len(records[-1].observed_message_ids)
+
+
+async def test_turn_does_not_wait_below_block_after(tmp_path: Path) -> None:
+    release = anyio.Event()
+    started = anyio.Event()
+
+    async def slow(request: ModelRequest) -> ModelResponse:
+        started.set()
+        await release.wait()
+        return ModelResponse(text="* slow observation")
+
+    observer = _endless(slow)
+    model = ScriptedModel(["r1", "r2"])
+    async with _om_memory(InMemoryStore(), observer, block_after=100_000) as memory:
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate(_long("one"), thread_id="t1", resource_id="r1")
+        await started.wait()
+        with anyio.fail_after(5):
+            await agent.generate(_long("two"), thread_id="t1", resource_id="r1")
+        assert memory._om_engine is not None
+        assert memory._om_engine.inflight(memory.options.observational_memory_config,  # type: ignore[arg-type]
+                                          "t1", "r1")
+        assert len(model.requests[1].messages) == 3  # raw history while the Observer works
+        release.set()
+        engine = memory._om_engine
+    # aclose waited for the observation
+    assert observer.calls >= 1
+    assert (await engine.records.current("thread:t1")) is not None
+
+
+async def test_turn_waits_past_block_after(tmp_path: Path) -> None:
+    calls: list[str] = []
+    observer = _endless(_observer(calls))
+    model = ScriptedModel(["r1", "r2"])
+    async with _om_memory(InMemoryStore(), observer) as memory:
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate(_long("one") + " " + _long("more"), thread_id="t1", resource_id="r1")
+        await agent.generate("two", thread_id="t1", resource_id="r1")
+    assert len(calls) == 1
+    assert [m.text for m in model.requests[1].messages] == ["two"]
+
+
+async def test_failing_observer_does_not_block_the_turn(tmp_path: Path) -> None:
+    def raising(request: ModelRequest) -> str:
+        raise ModelError("observer down")
+
+    observer = _endless(raising)
+    model = ScriptedModel(["r1", "r2", "r3"])
+    async with _om_memory(InMemoryStore(), observer) as memory:
+        assert memory._om_engine is None
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate(_long("one"), thread_id="t1", resource_id="r1")
+        engine = memory._om_engine
+        assert engine is not None
+        with anyio.fail_after(5):  # retries: 3 attempts, 0.05 s then 0.1 s backoff per observation
+            result = await agent.generate(_long("two"), thread_id="t1", resource_id="r1")
+        assert result.text == "r2"
+        assert await _records(memory) == []
+        with anyio.fail_after(5):
+            await agent.generate("three", thread_id="t1", resource_id="r1")
+    assert observer.calls >= 3 and observer.calls % 3 == 0
+    # raw history: every earlier message is still sent verbatim
+    assert [m.text for m in model.requests[2].messages][-1] == "three"
+    assert len(model.requests[2].messages) == 5
+
+
+async def test_sqlite_row_has_reference_columns(tmp_path: Path) -> None:
+    db = tmp_path / "om.db"
+    calls: list[str] = []
+    async with _om_memory(SQLiteStore(db), _endless(_observer(calls))) as memory:
+        agent = Agent("a", "i", ScriptedModel(["r1", "r2"]), memory=memory)
+        await agent.generate(_long("one"), thread_id="t1", resource_id="r1")
+        await agent.generate(_long("two"), thread_id="t1", resource_id="r1")
+    conn = sqlite3.connect(db)
+    try:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(mastra_observational_memory)")]
+        assert columns == OM_COLUMNS
+        not_null = {row[1] for row in conn.execute("PRAGMA table_info(mastra_observational_memory)") if row[3]}
+        assert {"activeObservations", "config", "lastBufferedAtTokens", "observationTokenCount"} <= not_null
+        indexes = [row[1] for row in conn.execute("PRAGMA index_list(mastra_observational_memory)")]
+        assert "idx_om_lookup_key" in indexes
+        rows = conn.execute('SELECT "lookupKey", "scope", "threadId", "originType", "generationCount", '
+                            '"observedMessageIds", "lastObservedAt", "isObserving" '
+                            "FROM mastra_observational_memory").fetchall()
+    finally:
+        conn.close()
+    assert len(rows) == 1
+    key, scope, thread, origin, generation, ids, last, observing = rows[0]
+    assert (key, scope, thread, origin, generation, observing) == ("thread:t1", "thread", "t1", "observation", 0, 0)
+    assert ids.startswith("[") and last.endswith("Z")
+    # the record survives a restart
+    async with _om_memory(SQLiteStore(db), _endless(_observer(calls))) as memory:
+        model = ScriptedModel(["r3"])
+        await Agent("a", "i", model, memory=memory).generate("three", thread_id="t1", resource_id="r1")
+    assert any(s.startswith(OBSERVATIONS_PREAMBLE) for s in model.requests[0].system)
+
+
+async def test_agent_model_is_the_default_observer(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def step(request: ModelRequest) -> str:
+        if request.system[0] == OBSERVER_INSTRUCTIONS:
+            seen.append("observer")
+            return "* observed by the agent model"
+        return "ok"
+
+    model = _endless(step)
+    options = {"observationalMemory": {"observation": {"messageTokens": 50}}}
+    async with Memory(storage=InMemoryStore(), options=options) as memory:
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate(_long("one"), thread_id="t1", resource_id="r1")
+        await agent.generate(_long("two"), thread_id="t1", resource_id="r1")
+        records = await _records(memory)
+    assert seen and records and "observed by the agent model" in records[-1].active_observations
+
+
+async def test_read_only_turn_neither_persists_nor_observes(tmp_path: Path) -> None:
+    calls: list[str] = []
+    async with _om_memory(InMemoryStore(), _endless(_observer(calls))) as memory:
+        agent = Agent("a", "i", ScriptedModel(["r1"]), memory=memory)
+        await agent.generate(_long("one"), thread_id="t1", resource_id="r1", memory_options={"readOnly": True})
+        assert (await memory.recall("t1", per_page=False)).messages == []
+    assert calls == []
