@@ -1,0 +1,170 @@
+"""The real Mastra packages (node) read a threadmind-written SQLite file and report what threadmind wrote.
+
+The pinned packages of ``interop/package.json`` are installed once into a cache folder outside the package
+(``$THREADMIND_INTEROP_CACHE`` or ``~/.cache/threadmind-interop``) and reused; ``interop/read_db.mjs`` runs
+there with node. Skipped only when node/npm are missing or the install fails for lack of network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from threadmind.codecs import message_from_dict, message_to_dict, thread_to_dict
+from threadmind.memory import Memory
+from threadmind.stores._sqlite import SQLiteStore
+
+REPO = Path(__file__).resolve().parents[2]
+INTEROP = REPO / "interop"
+FIXTURE = Path("/work/shared/fixtures/mastra-1.71")
+MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text()) if FIXTURE.exists() else {}
+PINNED = {"@mastra/core": "1.71.0", "@mastra/memory": "1.31.0", "@mastra/libsql": "1.23.1"}
+_NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENETUNREACH",
+                   "network", "getaddrinfo")
+
+pytestmark = [
+    pytest.mark.skipif(not MANIFEST, reason="Mastra fixture not available"),
+    pytest.mark.timeout(600),  # a cold npm install; warm runs take seconds
+]
+
+RESOURCE_WM = "# User Information\n- **First Name**: Zoë\n- **Interests**: 日本語, \"quotes\" and \\backslashes\\\n"
+THREAD_WM = "# Scratch\n- line one\n\ttabbed 🚀\n"
+RESOURCE_METADATA = {"plan": "pro", "limits": {"daily": 100, "burst": 2.5}, "tags": ["a", "b"], "none": None}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _cache_root() -> Path:
+    configured = os.environ.get("THREADMIND_INTEROP_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache" / "threadmind-interop"
+
+
+def _installed(folder: Path) -> bool:
+    for name, version in PINNED.items():
+        manifest = folder / "node_modules" / name / "package.json"
+        if not manifest.is_file() or json.loads(manifest.read_text())["version"] != version:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def mastra_dir() -> Path:
+    """A folder whose node_modules holds the pinned Mastra packages, plus a copy of read_db.mjs."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed to run the Mastra packages")
+    package_json = (INTEROP / "package.json").read_bytes()
+    folder = _cache_root() / hashlib.sha256(package_json).hexdigest()[:16]
+    if not _installed(folder):
+        staging = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        (staging / "package.json").write_bytes(package_json)
+        try:
+            done = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", str(staging)],
+                cwd=staging, capture_output=True, text=True, timeout=540, check=False,
+            )
+        except subprocess.TimeoutExpired:
+            shutil.rmtree(staging, ignore_errors=True)
+            pytest.skip("npm install timed out (no network to the npm registry?)")
+        if done.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            output = done.stdout + done.stderr
+            if any(marker in output for marker in _NETWORK_ERRORS):
+                pytest.skip(f"npm install failed for lack of network: {output.strip().splitlines()[-1]}")
+            pytest.fail(f"npm install failed:\n{output}")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(staging, folder)
+    assert _installed(folder)
+    shutil.copyfile(INTEROP / "read_db.mjs", folder / "read_db.mjs")
+    return folder
+
+
+def _read_with_mastra(folder: Path, db: Path) -> dict[str, Any]:
+    node = shutil.which("node")
+    assert node is not None
+    done = subprocess.run([node, "read_db.mjs", str(db)], cwd=folder, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+async def _write_with_threadmind(db: Path) -> dict[str, Any]:
+    """Threads, messages and working memory of the Mastra fixture, written by threadmind; returns its view."""
+    memory = Memory(storage=SQLiteStore(db), options={"workingMemory": {"enabled": True, "scope": "resource"}})
+    thread_scope = {"workingMemory": {"enabled": True, "scope": "thread"}}
+    view: dict[str, Any] = {"threads": {}, "messages": {}, "resource_wm": {}, "thread_wm": {}}
+    async with memory:
+        for thread in MANIFEST["threads"]:
+            await memory.create_thread(thread_id=thread["id"], resource_id=thread["resourceId"],
+                                       title=thread["title"], metadata=thread["metadata"])
+        for messages in MANIFEST["messages"].values():
+            await memory.save_messages([message_from_dict(m) for m in messages])
+        await memory.update_working_memory(thread_id="thread-basic", resource_id="res-alice",
+                                           working_memory=RESOURCE_WM)
+        await memory.update_working_memory(thread_id="thread-meta", resource_id="res-bob", working_memory=THREAD_WM,
+                                           memory_config=thread_scope)
+        await memory.storage.update_resource("res-bob", metadata=RESOURCE_METADATA)
+        for thread in (await memory.list_threads(per_page=False)).threads:
+            view["threads"][thread.id] = thread_to_dict(thread)
+            recalled = await memory.recall(thread.id, per_page=False)
+            view["messages"][thread.id] = [message_to_dict(m) for m in recalled.messages]
+            view["thread_wm"][thread.id] = await memory.get_working_memory(
+                thread_id=thread.id, resource_id=thread.resource_id, memory_config=thread_scope)
+            view["resource_wm"][thread.resource_id] = await memory.get_working_memory(
+                thread_id=thread.id, resource_id=thread.resource_id)
+    return view
+
+
+async def test_mastra_reads_what_threadmind_wrote(mastra_dir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "threadmind.db"
+    mine = await _write_with_threadmind(db)
+    theirs = _read_with_mastra(mastra_dir, db)
+
+    # threads: every field, metadata type-exact and in key order
+    assert [t["id"] for t in theirs["threads"]] == sorted(mine["threads"], key=lambda i: mine["threads"][i]
+                                                          ["createdAt"])
+    for thread in theirs["threads"]:
+        expected = mine["threads"][thread["id"]]
+        assert set(thread) == set(expected)
+        for field in expected:
+            assert _canonical(thread[field]) == _canonical(expected[field]), (thread["id"], field)
+        assert json.dumps(thread["metadata"]) == json.dumps(expected["metadata"])
+
+    # messages: the same ids in the same order, every field and every content field
+    assert set(theirs["messages"]) == set(mine["messages"])
+    for thread_id, messages in theirs["messages"].items():
+        expected = mine["messages"][thread_id]
+        assert [m["id"] for m in messages] == [m["id"] for m in expected], thread_id
+        for got, want in zip(messages, expected, strict=True):
+            assert set(got) == set(want), got["id"]
+            for field in want:
+                assert _canonical(got[field]) == _canonical(want[field]), (got["id"], field)
+            for key in want["content"]:
+                assert _canonical(got["content"][key]) == _canonical(want["content"][key]), (got["id"], key)
+
+    # working memory in both scopes, and the resource row threadmind wrote
+    assert theirs["workingMemory"]["resource"] == mine["resource_wm"]
+    assert theirs["workingMemory"]["resource"]["res-alice"] == RESOURCE_WM
+    assert theirs["workingMemory"]["thread"] == mine["thread_wm"]
+    assert theirs["workingMemory"]["thread"]["thread-meta"] == THREAD_WM
+    bob = theirs["resources"]["res-bob"]
+    assert json.dumps(bob["metadata"]) == json.dumps(RESOURCE_METADATA)
+    assert theirs["resources"]["res-alice"]["workingMemory"] == RESOURCE_WM
+
+    # and the file Mastra has opened (it adds its other tables) still reads the same in threadmind
+    async with Memory(storage=SQLiteStore(db)) as memory:
+        for thread_id, expected in mine["messages"].items():
+            again = await memory.recall(thread_id, per_page=False)
+            assert [message_to_dict(m) for m in again.messages] == expected
