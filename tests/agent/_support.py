@@ -51,7 +51,7 @@ async def open_memory(
     **kwargs: Any,
 ) -> AsyncIterator[Memory]:
     """A started Memory on a SQLite file under ``tmp_path`` (its store wrapped in CountingStore if asked)."""
-    store: Any = SQLiteStore(str(tmp_path / name))
+    store: Any = SQLiteStore(str(tmp_path / name), synchronous="NORMAL")  # WAL: durable enough for tests
     if counting:
         store = CountingStore(store)
     async with Memory(storage=store, options=dict(options) if options is not None else None, **kwargs) as memory:

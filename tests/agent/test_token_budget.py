@@ -138,7 +138,7 @@ async def test_tool_call_and_result_messages_are_removed_together(tmp_path: Path
     t0 = base_time()
     pair_dropped = pair_kept = 0
     async with open_memory(tmp_path) as memory:
-        for budget in range(100, 260, 8):
+        for budget in range(100, 260, 16):
             thread_id = f"t{budget}"
             history = [
                 msg("assistant", tool_part("call", "c1", args={"city": "Paris"}), id=f"{thread_id}-call", at=t0,
