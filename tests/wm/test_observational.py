@@ -291,3 +291,19 @@ async def test_read_only_turn_neither_persists_nor_observes(tmp_path: Path) -> N
         await agent.generate(_long("one"), thread_id="t1", resource_id="r1", memory_options={"readOnly": True})
         assert (await memory.recall("t1", per_page=False)).messages == []
     assert calls == []
+
+
+async def test_resource_scope_shares_observations_across_threads(tmp_path: Path) -> None:
+    calls: list[str] = []
+    model = _endless(lambda request: "ok")
+    async with _om_memory(SQLiteStore(tmp_path / "om.db"), _endless(_observer(calls)), scope="resource") as memory:
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate(_long("on thread one"), thread_id="t1", resource_id="r1")
+        await agent.generate(_long("more on thread one"), thread_id="t1", resource_id="r1")
+        await agent.generate("now thread two", thread_id="t2", resource_id="r1")
+        records = await _records(memory, "resource:r1")
+    assert records and records[-1].scope == "resource" and records[-1].resource_id == "r1"
+    assert records[-1].thread_id is None
+    assert "on thread one" in calls[0]
+    block = next(s for s in model.requests[-1].system if s.startswith(OBSERVATIONS_PREAMBLE))
+    assert "* 🔴 observation 1" in block  # thread two sees what was observed on thread one
