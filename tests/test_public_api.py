@@ -1,0 +1,76 @@
+"""The public surface: ``__all__`` matches the SPEC in both directions, and imports stay light."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+SPEC_NAMES: dict[str, set[str]] = {
+    "threadmind": {
+        "Memory", "MemoryConfig", "MessageHistoryConfig", "SemanticRecallConfig", "MessageRange", "IndexConfig",
+        "WorkingMemoryConfig", "ObservationalMemoryConfig", "GenerateTitleConfig", "Message", "MessageContent",
+        "TextPart", "ReasoningPart", "ToolInvocationPart", "ToolInvocation", "StepStartPart", "FilePart",
+        "SourcePart", "UnknownPart", "Thread", "Resource", "SaveResult", "RecallResult", "ThreadPage",
+        "CloneResult", "Usage", "WorkingMemoryTemplate",
+    },
+    "threadmind.codecs": {"encode_json", "decode_message", "message_from_dict", "message_to_dict"},
+    "threadmind.stores": {"SQLiteStore", "InMemoryStore", "HnswVectorStore"},
+    "threadmind.embedders": {"Embedder", "HashEmbedder", "OpenAIEmbedder", "Embeddings"},
+    "threadmind.processors": {
+        "Processor", "MessageList", "RequestContext", "MemoryInputFilter", "MessageHistory", "SemanticRecall",
+        "WorkingMemory", "TokenLimiter",
+    },
+    "threadmind.models": {
+        "LanguageModel", "ModelRequest", "ModelResponse", "ToolCall", "ScriptedModel", "OpenAIChatModel",
+    },
+    "threadmind.agent": {"Agent", "Tool", "GenerateResult"},
+    "threadmind.errors": {
+        "ThreadmindError", "ConfigError", "ValidationError", "InvalidMessage", "ThreadNotFound", "ResourceMismatch",
+        "StorageError", "ThreadBusy", "EmbeddingDimensionMismatch", "EmbedderError", "ModelError", "TripWire",
+    },
+}
+
+
+@pytest.mark.parametrize("module_name", sorted(SPEC_NAMES))
+def test_spec_names_are_exported(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    exported = set(getattr(module, "__all__", ()))
+    assert SPEC_NAMES[module_name] <= exported, SPEC_NAMES[module_name] - exported
+    for name in exported:
+        assert hasattr(module, name), f"{module_name}.__all__ lists {name} but it does not exist"
+
+
+def test_top_level_all_is_exactly_the_spec() -> None:
+    import threadmind
+
+    assert set(threadmind.__all__) == SPEC_NAMES["threadmind"]
+    assert list(threadmind.__all__) == sorted(threadmind.__all__)
+
+
+def test_errors_form_one_tree() -> None:
+    from threadmind import errors
+
+    for name in SPEC_NAMES["threadmind.errors"]:
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.ThreadmindError)
+    assert issubclass(errors.InvalidMessage, errors.ValidationError)
+    assert issubclass(errors.ConfigError, ValueError)
+
+
+def test_import_does_not_load_optional_dependencies() -> None:
+    code = (
+        "import sys, threadmind, threadmind.stores, threadmind.agent, threadmind.processors, threadmind.embedders;"
+        "bad = [m for m in ('httpx', 'opentelemetry.sdk') if m in sys.modules];"
+        "print(','.join(bad))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_public_classes_show_their_public_module() -> None:
+    from threadmind.stores import SQLiteStore
+
+    assert SQLiteStore.__module__ == "threadmind.stores"
