@@ -1,0 +1,135 @@
+"""Spans through Memory: the caller's trace carries across mailboxes and group commits; no message text leaks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from threadmind import Memory
+from threadmind.stores import SQLiteStore
+
+from ._support import StoreFactory, msg
+
+SECRET = "the-launch-code-is-0000"
+
+
+def _by_id(spans: Sequence[ReadableSpan]) -> dict[int, ReadableSpan]:
+    return {span.context.span_id: span for span in spans}
+
+
+def _chain(span: ReadableSpan, index: dict[int, ReadableSpan]) -> list[ReadableSpan]:
+    """The span's ancestors, nearest first (only those that were exported)."""
+    out: list[ReadableSpan] = []
+    parent = span.parent
+    while parent is not None and parent.span_id in index:
+        span = index[parent.span_id]
+        out.append(span)
+        parent = span.parent
+    return out
+
+
+def _threadmind(spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
+    return [s for s in spans if s.name.startswith("threadmind.")]
+
+
+async def test_save_spans_descend_from_caller(tmp_path: Path, span_exporter: InMemorySpanExporter) -> None:
+    async with Memory(storage=SQLiteStore(tmp_path / "spans.db")) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        span_exporter.clear()
+        tracer = trace.get_tracer("test")
+        with tracer.start_as_current_span("caller") as caller:
+            await memory.save_messages([msg("a", text=SECRET), msg("b", text=SECRET, ms=1)])
+        spans = span_exporter.get_finished_spans()  # before aclose(), whose final flush has no caller
+    index = _by_id(spans)
+    trace_id = caller.get_span_context().trace_id
+    names = {s.name for s in _threadmind(spans)}
+    assert {"threadmind.memory.save_messages", "threadmind.actor.SaveMessages",
+            "threadmind.store.group_commit"} <= names, names
+    for span in _threadmind(spans):
+        assert span.context.trace_id == trace_id, span.name
+        assert caller.get_span_context().span_id in {a.context.span_id for a in _chain(span, index)}, span.name
+    op = next(s for s in spans if s.name == "threadmind.memory.save_messages")
+    assert op.attributes is not None
+    assert op.attributes["gen_ai.operation.name"] == "upsert_memory"
+    assert op.attributes["gen_ai.conversation.id"] == "t1"
+    assert op.attributes["threadmind.thread.id"] == "t1"
+    actor = next(s for s in spans if s.name == "threadmind.actor.SaveMessages")
+    assert op in _chain(actor, index)
+    store = next(s for s in spans if s.name == "threadmind.store.group_commit")
+    assert store.attributes is not None and store.attributes["db.system.name"] == "sqlite"
+    for span in spans:
+        for value in (span.attributes or {}).values():
+            assert SECRET not in str(value), span.name
+        for event in span.events:
+            assert SECRET not in str(event.attributes), span.name
+
+
+async def test_every_public_operation_has_a_span(make_store: StoreFactory,
+                                                 span_exporter: InMemorySpanExporter) -> None:
+    async with Memory(storage=make_store()) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        await memory.save_messages([msg("a")])
+        await memory.recall("t1")
+        await memory.update_messages([{"id": "a", "content": {"content": "b"}}])
+        await memory.delete_messages(["a"])
+        await memory.delete_thread("t1")
+    ops = {s.name: (s.attributes or {}).get("gen_ai.operation.name") for s in span_exporter.get_finished_spans()}
+    assert ops["threadmind.memory.create_thread"] == "update_memory"
+    assert ops["threadmind.memory.save_messages"] == "upsert_memory"
+    assert ops["threadmind.memory.recall"] == "search_memory"
+    assert ops["threadmind.memory.update_messages"] == "update_memory"
+    assert ops["threadmind.memory.delete_messages"] == "delete_memory"
+    assert ops["threadmind.memory.delete_thread"] == "delete_memory"
+
+
+async def test_concurrent_saves_no_threadmind_root(tmp_path: Path, span_exporter: InMemorySpanExporter) -> None:
+    async with Memory(storage=SQLiteStore(tmp_path / "spans.db")) as memory:
+        for i in range(16):
+            await memory.create_thread(resource_id="r1", thread_id=f"t{i}")
+        span_exporter.clear()
+        tracer = trace.get_tracer("test")
+        callers: dict[int, int] = {}
+
+        async def _caller(i: int) -> None:
+            with tracer.start_as_current_span(f"caller-{i}") as span:
+                callers[span.get_span_context().span_id] = span.get_span_context().trace_id
+                await memory.save_messages([msg(f"m{i}-{j}", f"t{i}", ms=j, text=SECRET) for j in range(3)])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(_caller, i)
+        spans = span_exporter.get_finished_spans()  # before aclose(), whose final flush has no caller
+    index = _by_id(spans)
+    ours = _threadmind(spans)
+    assert ours
+    linked: set[int] = set()
+    for span in ours:
+        assert span.parent is not None, f"{span.name} is a root"
+        ancestors = {a.context.span_id for a in _chain(span, index)}
+        assert ancestors & set(callers), f"{span.name} does not descend from a caller"
+        assert span.context.trace_id in set(callers.values())
+        if span.name == "threadmind.store.group_commit":
+            for link in span.links:
+                linked.add(link.context.span_id)
+                assert link.context.trace_id in set(callers.values())
+            assert SECRET not in str(span.attributes)
+    # every caller's own actor span is in that caller's trace
+    actor_spans = [s for s in ours if s.name == "threadmind.actor.SaveMessages"]
+    assert len(actor_spans) == 16
+    assert {next(a.context.span_id for a in _chain(s, index) if a.context.span_id in callers)
+            for s in actor_spans} == set(callers)
+    # group commits shared by several callers link to the callers' (descendant) spans
+    groups = [s for s in ours if s.name == "threadmind.store.group_commit"]
+    shared = [g for g in groups if len(g.links) > 1]
+    assert shared, "16 concurrent saves on 16 threads should share at least one group commit"
+    for group in shared:
+        linked_callers = set()
+        for link in group.links:
+            assert link.context.span_id in index
+            linked_callers |= {a.context.span_id for a in _chain(index[link.context.span_id], index)} & set(callers)
+        assert len(linked_callers) == len(group.links)
