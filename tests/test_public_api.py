@@ -70,7 +70,15 @@ def test_import_does_not_load_optional_dependencies() -> None:
     assert done.stdout.strip() == ""
 
 
-def test_public_classes_show_their_public_module() -> None:
-    from threadmind.stores import SQLiteStore
 
-    assert SQLiteStore.__module__ == "threadmind.stores"
+
+def test_structs_resolve_their_annotations_after_import() -> None:
+    # msgspec resolves postponed annotations in the defining module; a re-export must not rename it.
+    code = (
+        "import threadmind, threadmind.models, threadmind.processors, threadmind.stores, threadmind.embedders;"
+        "from threadmind._config import memory_config_from;"
+        "c = memory_config_from({'generateTitle': {'minMessages': 2}, 'semanticRecall': {'topK': 3}});"
+        "print(c.generate_title.min_messages, c.semantic_recall.top_k)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["2", "3"]

@@ -67,7 +67,3 @@ __all__ = (
     "WorkingMemoryConfig",
     "WorkingMemoryTemplate",
 )
-
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name

@@ -296,8 +296,19 @@ def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, 
     return merged
 
 
+def _plain(value: Any) -> Any:
+    """Configs as camelCase dicts; anything that is not a config (a model object) is kept as it is."""
+    if isinstance(value, msgspec.Struct):
+        return {f.encode_name: _plain(getattr(value, f.name)) for f in msgspec.structs.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _as_dict(config: MemoryConfig) -> dict[str, Any]:
-    data: dict[str, Any] = msgspec.to_builtins(config, enc_hook=lambda o: o)
+    data: dict[str, Any] = _plain(config)
     return data
 
 

@@ -363,7 +363,7 @@ class Memory:
     def _call_config(self, override: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:
         if override is None or override is self._options:
             return self._options
-        return _merge_keeping_models(self._options, override)
+        return merge_config(self._options, override)
 
     # threads -------------------------------------------------------------------------------------
     async def create_thread(
@@ -1216,31 +1216,6 @@ class Memory:
         if not isinstance(text, str):
             raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
         return estimate_tokens(text)
-
-
-def _merge_keeping_models(base: MemoryConfig, override: MemoryConfig | Mapping[str, Any]) -> MemoryConfig:
-    """``merge_config`` with model objects swapped for tokens around it (msgspec cannot make builtins of them)."""
-    models: dict[str, Any] = {}
-
-    def hide(config: MemoryConfig) -> MemoryConfig:
-        changes: dict[str, Any] = {}
-        for field in ("generate_title", "observational_memory"):
-            sub = getattr(config, field)
-            model = getattr(sub, "model", None)
-            if model is not None and not isinstance(model, str):
-                token = f"\x00threadmind-model-{len(models)}"
-                models[token] = model
-                changes[field] = msgspec.structs.replace(sub, model=token)
-        return msgspec.structs.replace(config, **changes) if changes else config
-
-    merged = merge_config(hide(base), hide(override) if isinstance(override, MemoryConfig) else override)
-    changes: dict[str, Any] = {}
-    for field in ("generate_title", "observational_memory"):
-        sub = getattr(merged, field)
-        model = getattr(sub, "model", None)
-        if isinstance(model, str) and model in models:
-            changes[field] = msgspec.structs.replace(sub, model=models[model])
-    return msgspec.structs.replace(merged, **changes) if changes else merged
 
 
 def _bind(fn: Callable[[T], Awaitable[Any]], arg: T) -> Callable[[], Awaitable[Any]]:

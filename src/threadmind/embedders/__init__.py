@@ -9,7 +9,3 @@ from ._protocol import Embeddings as Embeddings
 from ._resolve import resolve_embedder as resolve_embedder
 
 __all__ = ("Embedder", "Embeddings", "HashEmbedder", "OpenAIEmbedder", "resolve_embedder")
-
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name

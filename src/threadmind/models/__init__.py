@@ -25,8 +25,3 @@ __all__ = (
     "resolve_model",
 )
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type):  # reprs and docs show the public path
-        _obj.__module__ = __name__
-del _name, _obj

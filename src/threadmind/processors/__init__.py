@@ -27,7 +27,3 @@ __all__ = (
     "TokenLimiter",
     "WorkingMemory",
 )
-
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name

@@ -23,7 +23,3 @@ __all__ = (
     "Store",
     "ThreadPage",
 )
-
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name

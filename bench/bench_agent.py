@@ -1,0 +1,106 @@
+"""Per-turn memory overhead of the agent pipeline (everything but the model), on a 1 000-message thread.
+
+Run: ``python -m bench.bench_agent [--turns 300] [--history 1000]``. Prints JSON: p50/p99 of the memory
+overhead per turn (memory input processors + persist; the model's own time is subtracted) for last-10
+history, a token budget, working memory, and semantic recall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import numpy as np
+
+from threadmind import Memory, Message
+from threadmind.agent import Agent
+from threadmind.embedders import HashEmbedder
+from threadmind.models import ModelRequest, ModelResponse
+from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.workload import Workload
+
+
+class _TimedModel:
+    """Answers instantly and records how long the model step itself took (to subtract it)."""
+
+    model_id = "bench/instant"
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.context_sizes: list[int] = []
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        self.context_sizes.append(len(request.messages))
+        response = ModelResponse(text="ok, noted")
+        self.seconds += time.perf_counter() - started
+        return response
+
+
+def _pcts(samples: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(samples, dtype=np.float64) * 1000.0
+    return {f"p{q}_ms": round(float(np.percentile(arr, q)), 4) for q in (50, 95, 99)}
+
+
+async def _scenario(name: str, options: dict[str, Any], workdir: str, history: int, turns: int,
+                    semantic: bool = False) -> dict[str, Any]:
+    path = os.path.join(workdir, f"{name}.db")
+    memory = Memory(
+        storage=SQLiteStore(path),
+        vector=HnswVectorStore(path + ".vectors") if semantic else None,
+        embedder=HashEmbedder(dim=384) if semantic else None,
+        options=options,
+    )
+    workload = Workload(threads=1, resources=1, turns=history // 2)
+    async with memory:
+        await memory.create_thread(thread_id=workload.thread_id(0), resource_id=workload.resource_id(0))
+        batch: list[Message] = []
+        for k in range(workload.turns):
+            batch.extend(workload.messages_for_turn(0, k))
+        for start in range(0, len(batch), 500):
+            await memory.save_messages(batch[start:start + 500])
+        model = _TimedModel()
+        agent = Agent("bench", "You are a benchmark.", model, memory=memory)
+        overheads: list[float] = []
+        for i in range(turns):
+            before = model.seconds
+            started = time.perf_counter()
+            await agent.generate(f"question number {i} about the tokyo flight", thread_id=workload.thread_id(0),
+                                 resource_id=workload.resource_id(0))
+            overheads.append(time.perf_counter() - started - (model.seconds - before))
+    return {"turns": turns, "history_messages": history, **_pcts(overheads),
+            "context_messages_p50": int(np.median(model.context_sizes))}
+
+
+async def _main(args: argparse.Namespace) -> dict[str, Any]:
+    report: dict[str, Any] = {"synchronous": "FULL"}
+    with tempfile.TemporaryDirectory(prefix="threadmind-bench-agent-") as workdir:
+        report["last_10"] = await _scenario("last10", {"lastMessages": 10}, workdir, args.history, args.turns)
+        report["token_budget_2000"] = await _scenario(
+            "tokens", {"messageHistory": {"maxTokens": 2000}}, workdir, args.history, args.turns)
+        report["last_10_working_memory"] = await _scenario(
+            "wm", {"lastMessages": 10, "workingMemory": {"enabled": True}}, workdir, args.history, args.turns)
+        report["last_10_semantic_recall"] = await _scenario(
+            "semantic", {"lastMessages": 10, "semanticRecall": {"topK": 4, "messageRange": 1}}, workdir,
+            args.history, args.turns, semantic=True)
+    base = report["last_10"]["p50_ms"]
+    report["working_memory_extra_p50_ms"] = round(report["last_10_working_memory"]["p50_ms"] - base, 4)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--history", type=int, default=1000)
+    args = parser.parse_args(argv)
+    print(json.dumps(anyio.run(_main, args), indent=2))
+
+
+if __name__ == "__main__":
+    main()
