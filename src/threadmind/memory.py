@@ -443,6 +443,8 @@ class Memory:
             await self._ask(thread_id, DeleteThread())
             if self._index is not None:
                 await self._index.delete_thread(thread_id)
+            if self._om_engine is not None:  # the thread's observations go with it (reference §1 deleteThread)
+                await self._om_engine.records.delete(f"thread:{thread_id}")
 
     async def update_thread_resource_id(self, thread_id: str, *, resource_id: str) -> Thread:
         """Move a thread and all its messages (and vectors) to another resource."""

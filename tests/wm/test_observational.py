@@ -307,3 +307,18 @@ async def test_resource_scope_shares_observations_across_threads(tmp_path: Path)
     assert "on thread one" in calls[0]
     block = next(s for s in model.requests[-1].system if s.startswith(OBSERVATIONS_PREAMBLE))
     assert "* 🔴 observation 1" in block  # thread two sees what was observed on thread one
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_delete_thread_removes_its_observations(tmp_path: Path, kind: str) -> None:
+    store = InMemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "om.db")
+    calls: list[str] = []
+    async with _om_memory(store, _endless(_observer(calls))) as memory:
+        agent = Agent("a", "i", _endless(lambda request: "ok"), memory=memory)
+        await agent.generate(_long("turn one"), thread_id="t1", resource_id="r1")
+        await agent.generate(_long("turn two"), thread_id="t1", resource_id="r1")
+        with anyio.fail_after(5):
+            while not await _records(memory):
+                await anyio.sleep(0.01)
+        await memory.delete_thread("t1")
+        assert await _records(memory) == []
