@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from .._history import group_by_tool_calls
 from ..codecs import Message, TextPart
 from ..errors import ConfigError
 from ..tokens import TokenLimiterCounter
@@ -98,14 +99,18 @@ class TokenLimiter:
         if total <= self.limit:
             return
         target = self.limit - self.at_max_remove_tokens
+
+        def removable(message: Message) -> bool:
+            sources = message_list.sources_of(message.id)
+            return "memory" in sources and not (sources & {"input", "response", "context"})
+
         removed: list[str] = []
-        for message in messages:
+        for group in group_by_tool_calls(messages):  # a tool call and its result leave together
             if total <= target:
                 break
-            sources = message_list.sources_of(message.id)
-            if "memory" in sources and not (sources & {"input", "response", "context"}):
-                removed.append(message.id)
-                total -= self.counter.message_tokens(message)
+            if all(removable(m) for m in group):
+                removed.extend(m.id for m in group)
+                total -= sum(self.counter.message_tokens(m) for m in group)
         message_list.remove_by_ids(removed)
 
     async def process_output_result(self, args: ProcessOutputArgs) -> None:
