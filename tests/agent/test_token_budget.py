@@ -265,3 +265,26 @@ async def test_estimator_numbers_through_memory(tmp_path: Path) -> None:
         assert memory.estimate_tokens("x" * 400) == 67
         assert memory.estimate_tokens("The quick brown fox jumps over the lazy dog.") == 10
         assert memory.estimate_tokens("") == 0
+
+
+async def test_token_limiter_memory_only_mode_removes_tool_groups_together(tmp_path: Path) -> None:
+    t0 = base_time()
+    history = [
+        msg("assistant", tool_part("call", "c1", args={"city": "Paris, the capital of France " * 8}), id="call",
+            at=t0),
+        msg("assistant", tool_part("result", "c1", args={}, result="sunny"), id="result",
+            at=t0 + timedelta(seconds=1)),
+    ] + [text_msg("user" if i % 2 == 0 else "assistant", f"message {i} lorem ipsum dolor sit", id=f"m{i}",
+                  at=t0 + timedelta(seconds=2 + i)) for i in range(6)]
+    counter = TokenLimiterCounter()
+    total = 24 + counter.system_tokens("i") + sum(counter.message_tokens(m) for m in history)
+    async with open_memory(tmp_path, {"lastMessages": 20}) as memory:
+        await seed(memory, history)
+        # Over the limit by less than the call message alone weighs: trimming the call must take its result too.
+        limiter = TokenLimiter({"limit": int(total), "trimMode": "memory-only", "atMaxRemoveTokens": 0})
+        model = ScriptedModel(["ok"])
+        await Agent("a", "i", model, memory=memory, input_processors=[limiter]).generate(
+            "now", thread_id=THREAD, resource_id=RESOURCE)
+        seen = [m.id for m in model.requests[0].messages]
+        assert "call" not in seen and "result" not in seen
+        assert seen[:6] == [f"m{i}" for i in range(6)]
