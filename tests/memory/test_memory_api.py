@@ -278,13 +278,13 @@ class TestMessages:
         before = await memory.get_thread_by_id("t1")
         assert before is not None
         await anyio.sleep(0.002)
-        await memory.delete_messages(["a", saved.messages[1], {"id": "c"}, "unknown"])  # type: ignore[list-item]
+        await memory.delete_messages(["a", saved.messages[1], {"id": "c"}, "unknown"])
         assert await all_ids(memory, "t1") == ["d"]
         after = await memory.get_thread_by_id("t1")
         assert after is not None and after.updated_at > before.updated_at
         await memory.delete_messages([])
         with pytest.raises(ValidationError, match="^Invalid input: must be an array"):
-            await memory.delete_messages("d")  # type: ignore[arg-type]
+            await memory.delete_messages("d")
         with pytest.raises(ValidationError, match="^Invalid input: array items"):
             await memory.delete_messages([3])  # type: ignore[list-item]
         with pytest.raises(ValidationError, match="^All message IDs must be non-empty strings"):
@@ -293,7 +293,7 @@ class TestMessages:
 
     async def test_list_messages_by_id_validation(self, memory: Memory) -> None:
         with pytest.raises(ValidationError):
-            await memory.list_messages_by_id("abc")  # type: ignore[arg-type]
+            await memory.list_messages_by_id("abc")
         with pytest.raises(ValidationError, match=r"ids\[1\]"):
             await memory.list_messages_by_id(["a", ""])
         assert await memory.list_messages_by_id([]) == []

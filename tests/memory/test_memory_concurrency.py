@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 
 import anyio
 import pytest
@@ -66,7 +67,7 @@ async def test_concurrent_saves_with_one_shared_timestamp(memory: Memory) -> Non
 async def test_1000_threads_saved_in_parallel(memory: Memory) -> None:
     async with anyio.create_task_group() as tg:
         for i in range(1000):
-            tg.start_soon(lambda i=i: memory.create_thread(resource_id=f"r{i % 10}", thread_id=f"t{i}"))
+            tg.start_soon(partial(memory.create_thread, resource_id=f"r{i % 10}", thread_id=f"t{i}"))
     async with anyio.create_task_group() as tg:
         for i in range(1000):
             batch = [msg(f"t{i}-{j}", f"t{i}", f"r{i % 10}", ms=j) for j in range(2)]

@@ -1,0 +1,146 @@
+"""Semantic recall through Memory: SQLite + HnswVectorStore + HashEmbedder, scopes, deletes, embedder outages."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from threadmind import Memory
+from threadmind.embedders import Embeddings, HashEmbedder
+from threadmind.errors import EmbedderError, ValidationError
+from threadmind.stores import HnswVectorStore, SQLiteStore
+
+from ._support import msg
+
+TOPICS = [
+    "booking a flight to tokyo for the spring conference",
+    "my grandmother's lasagna recipe with fresh basil",
+    "the quarterly invoice for the garden maintenance team",
+    "learning to play jazz piano chords in the evening",
+    "weekend hiking trail near the mountain lake",
+    "debugging the database connection timeout in production",
+]
+
+
+def _options(scope: str = "resource", **extra: Any) -> dict[str, Any]:
+    return {"semanticRecall": {"topK": 1, "messageRange": 1, "scope": scope, **extra}, "lastMessages": 2}
+
+
+def _memory(tmp_path: Path, embedder: Any = None, scope: str = "resource") -> Memory:
+    return Memory(storage=SQLiteStore(tmp_path / "memory.db"), vector=HnswVectorStore(tmp_path / "vec"),
+                  embedder=embedder or HashEmbedder(dim=64), options=_options(scope))
+
+
+async def _fill(memory: Memory, thread_id: str = "t1", resource_id: str = "r1", prefix: str = "") -> list[str]:
+    await memory.create_thread(resource_id=resource_id, thread_id=thread_id)
+    ids = [f"{prefix}{thread_id}-{i}" for i in range(len(TOPICS))]
+    result = await memory.save_messages([msg(mid, thread_id, resource_id, ms=i, text=f"{TOPICS[i]} ({thread_id})")
+                                         for i, mid in enumerate(ids)])
+    assert result.usage is not None and result.usage.tokens > 0  # texts are new to the embedding cache
+    return ids
+
+
+@pytest.fixture
+async def memory(tmp_path: Path) -> AsyncIterator[Memory]:
+    async with _memory(tmp_path) as mem:
+        yield mem
+
+
+async def test_recall_returns_hit_with_its_window(memory: Memory) -> None:
+    ids = await _fill(memory)
+    result = await memory.recall("t1", resource_id="r1", vector_search_string="grandmother lasagna recipe basil")
+    got = [m.id for m in result.messages]
+    # the hit (index 1) with one before and one after, plus the last-2 history window, chronological
+    assert got == [ids[0], ids[1], ids[2], ids[4], ids[5]]
+    assert not result.degraded
+    plain = await memory.recall("t1", resource_id="r1")
+    assert [m.id for m in plain.messages] == ids[-2:]
+
+
+async def test_scope_resource_vs_thread(tmp_path: Path) -> None:
+    async with _memory(tmp_path, scope="resource") as memory:
+        await _fill(memory, "t1", "r1")
+        other = await _fill(memory, "t2", "r1")
+        await _fill(memory, "t3", "r2")
+        await memory.create_thread(resource_id="r1", thread_id="empty")
+        result = await memory.recall("empty", resource_id="r1", vector_search_string="jazz piano chords evening")
+        got = [m.id for m in result.messages]
+        assert any(g.startswith("t1-") or g.startswith("t2-") for g in got)
+        assert not any(g.startswith("t3-") for g in got)  # never another resource's
+        assert other[3] in got or "t1-3" in got
+        with pytest.raises(ValidationError, match="resourceId"):
+            await memory.recall("empty", vector_search_string="jazz")
+    async with Memory(storage=SQLiteStore(tmp_path / "memory.db"), vector=HnswVectorStore(tmp_path / "vec"),
+                      embedder=HashEmbedder(dim=64), options=_options("thread")) as memory:
+        result = await memory.recall("empty", resource_id="r1", vector_search_string="jazz piano chords evening")
+        assert result.messages == []  # thread scope: nothing from t1/t2
+        t2 = await memory.recall("t2", vector_search_string="jazz piano chords evening")
+        assert {m.thread_id for m in t2.messages} == {"t2"} and "t2-3" in [m.id for m in t2.messages]
+
+
+async def test_delete_messages_removes_vectors(memory: Memory) -> None:
+    ids = await _fill(memory)
+    index = memory._index  # the vector side itself: a deleted message's vector must be gone, not just skipped
+    assert index is not None
+    query = "learning to play jazz piano chords"
+    assert ids[3] in [h.message_id for h in await index.query(query, top_k=10, resource_id="r1")]
+    await memory.delete_messages([ids[3]])
+    assert ids[3] not in [h.message_id for h in await index.query(query, top_k=10, resource_id="r1")]
+    result = await memory.recall("t1", resource_id="r1", vector_search_string="learning to play jazz piano chords")
+    assert ids[3] not in [m.id for m in result.messages]
+    await memory.delete_thread("t1")
+    assert await index.query(query, top_k=10, resource_id="r1") == []
+    await memory.create_thread(resource_id="r1", thread_id="t9")
+    after = await memory.recall("t9", resource_id="r1", vector_search_string="grandmother lasagna recipe")
+    assert after.messages == []
+
+
+async def test_reindex_without_missing_vectors_is_zero(memory: Memory) -> None:
+    await _fill(memory)
+    assert await memory.reindex() == 0
+
+
+class _SwitchEmbedder:
+    """HashEmbedder that raises while ``broken`` (the true edge of the system)."""
+
+    def __init__(self) -> None:
+        self.inner = HashEmbedder(dim=64)
+        self.broken = False
+
+    @property
+    def model_id(self) -> str:
+        return "switch-hash"
+
+    @property
+    def dimension(self) -> int | None:
+        return 64
+
+    async def embed(self, texts: list[str]) -> Embeddings:
+        if self.broken:
+            raise ConnectionError("embedding service down")
+        return await self.inner.embed(texts)
+
+
+async def test_embedder_outage_and_recovery(tmp_path: Path) -> None:
+    embedder = _SwitchEmbedder()
+    async with _memory(tmp_path, embedder=embedder) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        embedder.broken = True
+        batch = [msg(f"m{i}", ms=i, text=TOPICS[i]) for i in range(len(TOPICS))]
+        with pytest.raises(EmbedderError) as info:
+            await memory.save_messages(batch)
+        assert isinstance(info.value.__cause__, ConnectionError) or info.value.__cause__ is not None
+        stored = await memory.recall("t1", per_page=False)
+        assert [m.id for m in stored.messages] == [m.id for m in batch]  # the messages were saved anyway
+        degraded = await memory.recall("t1", resource_id="r1", vector_search_string="lasagna recipe")
+        assert degraded.degraded is True
+        assert [m.id for m in degraded.messages] == ["m4", "m5"]  # history only
+        embedder.broken = False
+        made = await memory.reindex()
+        assert made >= len(batch)
+        healed = await memory.recall("t1", resource_id="r1", vector_search_string="grandmother lasagna recipe basil")
+        assert not healed.degraded
+        assert [m.id for m in healed.messages] == ["m0", "m1", "m2", "m4", "m5"]
