@@ -37,6 +37,7 @@ _DEFAULT_DB = "memory.db"
 _DEFAULT_DIM = 384
 _IMPORT_BATCH = 500
 _TEXT_WIDTH = 72
+_WRAPPING = frozenset({"title", "text", "value"})
 
 
 class _CliError(Exception):
@@ -72,7 +73,9 @@ def _print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, ti
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(*headers, title=title)
+        table = Table(title=title)
+        for header in headers:  # ids and times never wrap or truncate (users copy them); free text wraps
+            table.add_column(header, no_wrap=header not in _WRAPPING, overflow="fold")
         for row in cells:
             table.add_row(*row)
         Console(file=sys.stdout).print(table)
