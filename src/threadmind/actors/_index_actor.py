@@ -268,6 +268,9 @@ class IndexActor:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._retry_scope: anyio.CancelScope | None = None
         self._writer_done = anyio.Event()
+        self._flush_wanted = anyio.Event()
+        self._flusher_done = anyio.Event()
+        self._flush_stop = False
         # Store reads (retry, reindex) race deletes and moves; changes made after a read make it stale.
         self._change_counter = 0
         self._store_reads = 0
@@ -292,6 +295,7 @@ class IndexActor:
         self._task_group = task_group
         self._state = _State.RUNNING
         task_group.start_soon(self._writer)
+        task_group.start_soon(self._flusher)
         await task_group.start(self._retry_loop)
 
     async def aclose(self) -> None:
@@ -306,6 +310,9 @@ class IndexActor:
                     self._retry_scope.cancel()
                 self._send.close()
                 await self._writer_done.wait()
+                self._flush_stop = True
+                self._flush_wanted.set()
+                await self._flusher_done.wait()
                 await self._save_snapshot()
         finally:
             self._receive.close()
@@ -676,6 +683,24 @@ class IndexActor:
                     op.done.set()
             self._writer_done.set()
 
+    async def _flusher(self) -> None:
+        """Add staged vectors to hnswlib in the background, many batches per ``add_items`` call."""
+        try:
+            while True:
+                await self._flush_wanted.wait()
+                self._flush_wanted = anyio.Event()
+                index = self._index
+                if index is not None and index.staged:
+                    try:
+                        with anyio.CancelScope(shield=True):
+                            await self._run(index.flush)
+                    except Exception:  # the vectors stay staged (still searchable); the next flush retries
+                        logger.exception("adding staged vectors to the hnswlib index failed")
+                if self._flush_stop:
+                    return
+        finally:
+            self._flusher_done.set()
+
     async def _collect(self, first: _Upsert) -> tuple[list[_Upsert], _Op | None]:
         """Consecutive queued upserts up to ``batch_size`` texts, lingering once for late arrivals."""
         batch = [first]
@@ -783,7 +808,9 @@ class IndexActor:
                 await self._add_pending(failed)
                 return
             matrix = np.stack(rows).astype(np.float32)
-            await self._run(index.upsert, entries, matrix, seq)
+            # Staged: exact search sees them now; hnswlib gets them from the flusher, off the callers' path.
+            await self._run(index.upsert, entries, matrix, seq, True)
+            self._flush_wanted.set()
         if cleared:
             seq = await self._records.delete_by_message_ids(index.name, cleared)
             await self._run(index.delete_messages, cleared, seq)

@@ -234,6 +234,9 @@ class _HnswIndex:
         self._index.set_ef(self.ef_search)
         self._deleted_slots = 0
         self._next_label = 0
+        # Rows whose vectors are searchable exactly (matrix + scope maps) but not yet in hnswlib: an upsert
+        # returns after staging; ``flush`` adds them with one ``add_items`` off the caller's path.
+        self._staged: dict[int, int] = {}  # label -> row
         self._entries: list[_Entry | None] = []
         self._free_rows: list[int] = []
         self._matrix: F32 = np.zeros((capacity, self.dim), dtype=np.float32)
@@ -269,15 +272,11 @@ class _HnswIndex:
             vectors = vectors / (norms + np.float32(1e-30))
         return vectors
 
-    def _add(self, entries: list[_Entry], vectors: F32) -> None:
-        """Add rows with fresh labels in one ``add_items`` call (replacing deleted slots)."""
+    def _add(self, entries: list[_Entry], vectors: F32, *, defer: bool = False) -> None:
+        """Give rows fresh labels and make them searchable; ``add_items`` now, or at ``flush`` when deferred."""
         n = len(entries)
         if n == 0:
             return
-        slots_needed = self._index.element_count + max(0, n - self._deleted_slots)
-        if slots_needed > self._index.max_elements:
-            self._index.resize_index(max(slots_needed, 2 * self._index.max_elements))
-        self._deleted_slots = max(0, self._deleted_slots - n)
         rows = np.empty(n, dtype=np.int64)
         labels = np.arange(self._next_label, self._next_label + n, dtype=np.int64)
         self._next_label += n
@@ -289,8 +288,35 @@ class _HnswIndex:
         self._matrix[rows] = prepared
         for i, entry in enumerate(entries):
             self._link(int(rows[i]), entry)
+        if defer:
+            for i in range(n):
+                self._staged[int(labels[i])] = int(rows[i])
+            return
+        self._add_items(prepared, labels)
+
+    def _add_items(self, prepared: F32, labels: npt.NDArray[np.int64]) -> None:
+        n = len(labels)
+        slots_needed = self._index.element_count + max(0, n - self._deleted_slots)
+        if slots_needed > self._index.max_elements:
+            self._index.resize_index(max(slots_needed, 2 * self._index.max_elements))
+        self._deleted_slots = max(0, self._deleted_slots - n)
         self._index.add_items(prepared, labels, replace_deleted=True)
         self.add_items_calls += 1
+
+    @property
+    def staged(self) -> int:
+        """Vectors searchable exactly but not yet added to hnswlib."""
+        return len(self._staged)
+
+    def flush(self) -> int:
+        """Add every staged vector to hnswlib in one ``add_items`` call; returns how many."""
+        if not self._staged:
+            return 0
+        labels = np.fromiter(self._staged.keys(), dtype=np.int64, count=len(self._staged))
+        rows = np.fromiter(self._staged.values(), dtype=np.int64, count=len(self._staged))
+        self._staged = {}
+        self._add_items(np.ascontiguousarray(self._matrix[rows]), labels)
+        return len(labels)
 
     def _take_row(self) -> int:
         if self._free_rows:
@@ -315,8 +341,9 @@ class _HnswIndex:
     def _remove_row(self, row: int) -> None:
         entry = self._entries[row]
         assert entry is not None
-        self._index.mark_deleted(entry.label)
-        self._deleted_slots += 1
+        if self._staged.pop(entry.label, None) is None:  # a staged vector never reached hnswlib
+            self._index.mark_deleted(entry.label)
+            self._deleted_slots += 1
         self._entries[row] = None
         self._free_rows.append(row)
         del self._row_of_vector[entry.vector_id]
@@ -336,11 +363,11 @@ class _HnswIndex:
             self._remove_row(row)
 
     # mutations (each records the SQL sequence it reflects) ----------------------------------------
-    def upsert(self, entries: list[_Entry], vectors: F32, seq: int) -> None:
-        """Replace every vector of the entries' messages with these (one ``add_items`` call)."""
+    def upsert(self, entries: list[_Entry], vectors: F32, seq: int, defer: bool = False) -> None:
+        """Replace every vector of the entries' messages with these (one ``add_items`` call, or staged)."""
         for message_id in {e.message_id for e in entries}:
             self._remove_message(message_id)
-        self._add(entries, vectors)
+        self._add(entries, vectors, defer=defer)
         self.applied_seq = max(self.applied_seq, seq)
 
     def upsert_records(self, records: Sequence[VectorRecord], seq: int) -> None:
@@ -412,6 +439,8 @@ class _HnswIndex:
         if size == 0 or k < 1:
             return []
         query = np.ascontiguousarray(query, dtype=np.float32).reshape(self.dim)
+        if size > BRUTE_FORCE_LIMIT:
+            self.flush()  # ANN must see every live vector
         hits = None if size <= BRUTE_FORCE_LIMIT else self._ann(query, k, scope, size)
         if hits is None:
             rows = self._row_of_vector.values() if scope is None else scope
@@ -501,6 +530,7 @@ class _HnswIndex:
         if self.directory is None:
             return False
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.flush()
         hnsw_path, entries_path, manifest_path = self._files()
         hnsw_tmp = hnsw_path.with_name(hnsw_path.name + ".tmp")
         self._index.save_index(str(hnsw_tmp))
