@@ -59,7 +59,17 @@ from .actors._thread_actor import (
     ThreadActor,
     UpdateThread,
 )
-from .codecs import Message, MessageContent, Resource, TextPart, Thread, message_from_dict, to_iso, utc_now
+from .codecs import (
+    Message,
+    MessageContent,
+    Resource,
+    TextPart,
+    Thread,
+    encode_json,
+    message_from_dict,
+    to_iso,
+    utc_now,
+)
 from .errors import (
     ConfigError,
     EmbedderError,
@@ -144,6 +154,18 @@ def _coerce_message(value: object, index: int) -> Message:
         except InvalidMessage as exc:
             raise InvalidMessage(exc.message.replace("`$.", f"`messages[{index}].")) from exc
     raise ValidationError(f"messages[{index}] must be a Message or a dict, not {type(value).__name__}")
+
+
+def _check_metadata(metadata: object) -> None:
+    """Thread metadata must be a dict that encodes as JSON (msgspec raises NotImplementedError otherwise)."""
+    if metadata is None:
+        return
+    if not isinstance(metadata, Mapping):
+        raise ValidationError(f"`metadata` must be a dict, got {type(metadata).__name__}")
+    try:
+        encode_json(dict(metadata))
+    except (TypeError, ValueError, NotImplementedError, msgspec.EncodeError) as exc:
+        raise ValidationError(f"`metadata` is not JSON-serializable: {exc}") from exc
 
 
 def _include_from(value: object, index: int) -> Include:
@@ -380,8 +402,7 @@ class Memory:
             _require_id(thread_id, "thread_id")
         if title is not None and not isinstance(title, str):
             raise ValidationError(f"`title` must be a string, got {type(title).__name__}")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise ValidationError(f"`metadata` must be a dict, got {type(metadata).__name__}")
+        _check_metadata(metadata)
         thread_id = thread_id or str(uuid.uuid4())
         now = utc_now()
         thread = Thread(thread_id, resource_id, title or "", dict(metadata) if metadata is not None else None, now, now)
@@ -430,8 +451,7 @@ class Memory:
         _require_id(thread_id, "thread_id")
         if title is not None and not isinstance(title, str):
             raise ValidationError(f"`title` must be a string, got {type(title).__name__}")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise ValidationError(f"`metadata` must be a dict, got {type(metadata).__name__}")
+        _check_metadata(metadata)
         with operation_span("threadmind.memory.update_thread", "update_memory", thread_id=thread_id):
             thread: Thread = await self._ask(thread_id, UpdateThread(title, metadata))
             return thread
@@ -752,8 +772,7 @@ class Memory:
         if message_limit is not None and (isinstance(message_limit, bool) or not isinstance(message_limit, int)
                                           or message_limit < 0):
             raise ValidationError("message_limit must be a non-negative integer")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise ValidationError("`metadata` must be a dict")
+        _check_metadata(metadata)
         with operation_span("threadmind.memory.clone_thread", "update_memory", thread_id=source_thread_id,
                             resource_id=resource_id):
             store, _ = self._running()
