@@ -713,6 +713,10 @@ class Memory:
                 old = existing.get(update["id"])
                 if old is None:
                     raise ValidationError(f"updates[{i}].id: message {update['id']!r} does not exist")
+                for key in ("resource_id", "resourceId"):  # a message always carries its thread's owner
+                    if key in update and update[key] != old.resource_id:
+                        raise ValidationError(f"updates[{i}].{key}: message {old.id!r} belongs to resource "
+                                              f"{old.resource_id!r}; use update_thread_resource_id to move threads")
                 by_thread.setdefault(old.thread_id or "", []).append(update)
             updated: list[Message] = []
             for thread_id, subset in by_thread.items():
