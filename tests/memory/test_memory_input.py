@@ -151,3 +151,40 @@ class TestAwkwardValidInput:
         await memory.save_messages([message])
         (stored,) = await memory.list_messages_by_id(["rich"])
         assert stored == message
+
+
+class TestUpdatesStayInTheirThread:
+    async def test_update_cannot_move_message_to_another_thread(self, memory: Memory) -> None:
+        await _setup(memory)
+        for key in ("thread_id", "threadId"):
+            with pytest.raises(ValidationError, match="t2"):
+                await memory.update_messages([{"id": "existing", key: "t2"}])
+        await _nothing_written(memory)
+
+    async def test_update_cannot_give_message_another_resource(self, memory: Memory) -> None:
+        """A message always carries its thread's resource id, or resource-scoped recall would leak it."""
+        await _setup(memory)
+        for key in ("resource_id", "resourceId"):
+            with pytest.raises(ValidationError, match="resource"):
+                await memory.update_messages([{"id": "existing", key: "r2"}])
+        (stored,) = await memory.list_messages_by_id(["existing"])
+        assert stored.resource_id == "r1"
+        await memory.update_messages([{"id": "existing", "resource_id": "r1", "content": {"content": "same owner"}}])
+        assert (await memory.list_messages_by_id(["existing"]))[0].text == "same owner"
+
+
+@pytest.mark.parametrize("metadata", [
+    pytest.param({"x": object()}, id="object"),
+    pytest.param({"nested": {"deep": [1, object()]}}, id="nested"),
+])
+async def test_unserializable_metadata_is_validation_error(memory: Memory, metadata: dict[str, Any]) -> None:
+    await memory.create_thread(resource_id="r1", thread_id="t1", metadata={"ok": 1})
+    with pytest.raises(ValidationError, match="metadata"):
+        await memory.create_thread(resource_id="r1", thread_id="t2", metadata=metadata)
+    with pytest.raises(ValidationError, match="metadata"):
+        await memory.update_thread("t1", metadata=metadata)
+    with pytest.raises(ValidationError, match="metadata"):
+        await memory.clone_thread("t1", new_thread_id="t3", metadata=metadata)
+    assert await memory.get_thread_by_id("t2") is None and await memory.get_thread_by_id("t3") is None
+    thread = await memory.get_thread_by_id("t1")
+    assert thread is not None and thread.metadata == {"ok": 1}
