@@ -255,12 +255,14 @@ async def test_agent_turn_exports_one_span_tree(otlp: _Detachable, receiver: _Re
     under_tool = [s for s in ours if s.parent_span_id == tool.span_id]
     assert under_tool
 
-    # shared work (the embedding batch) is its own trace, linked to the callers of this trace
-    shared = [s for s in spans if s.trace_id != trace_id and s.name == "threadmind.index.batch"]
-    for span in shared:
-        assert not span.parent_span_id and span.links  # a batch may also serve the earlier, unrelated turn
+    # shared work (the embedding batch) links to every caller and is a child of its first caller: never a root
+    batches = [s for s in spans if s.name == "threadmind.index.batch"]
+    assert batches
+    for span in batches:
+        assert span.links and span.parent_span_id == span.links[0].span_id
+        assert span.trace_id == span.links[0].trace_id
         assert _attrs(span)["gen_ai.operation.name"] == "embeddings"
-    assert any(link.trace_id == trace_id and link.span_id in by_id for span in shared for link in span.links)
+    assert any(link.trace_id == trace_id and link.span_id in by_id for span in batches for link in span.links)
 
     # no message text anywhere
     for span in spans:

@@ -747,7 +747,10 @@ class IndexActor:
         links = [op.link for op in ops if op.link is not None]
         tracer = trace.get_tracer("threadmind")
         attributes: dict[str, str | int] = {ATTR_OPERATION: "embeddings", "threadmind.batch.size": len(ops)}
-        with tracer.start_as_current_span("threadmind.index.batch", links=links, attributes=attributes):
+        # Shared work: linked to every caller, and a child of the first so it is never a new root.
+        parent = trace.set_span_in_context(trace.NonRecordingSpan(links[0].context)) if links else None
+        with tracer.start_as_current_span("threadmind.index.batch", context=parent, links=links,
+                                          attributes=attributes):
             try:
                 index = await self._ensure_index()
             except Exception as exc:
