@@ -144,3 +144,24 @@ async def test_embedder_outage_and_recovery(tmp_path: Path) -> None:
         healed = await memory.recall("t1", resource_id="r1", vector_search_string="grandmother lasagna recipe basil")
         assert not healed.degraded
         assert [m.id for m in healed.messages] == ["m0", "m1", "m2", "m4", "m5"]
+
+
+async def test_vectors_follow_moves_clones_and_edits(memory: Memory) -> None:
+    ids = await _fill(memory, "t1", "r1")
+    await memory.update_thread_resource_id("t1", resource_id="r2")
+    await memory.create_thread(resource_id="r1", thread_id="x1")
+    await memory.create_thread(resource_id="r2", thread_id="x2")
+    query = "grandmother's lasagna recipe with fresh basil"
+    assert (await memory.recall("x1", resource_id="r1", vector_search_string=query)).messages == []
+    moved = await memory.recall("x2", resource_id="r2", vector_search_string=query)
+    assert ids[1] in [m.id for m in moved.messages]
+    clone = await memory.clone_thread("t1", new_thread_id="c1", resource_id="r3")
+    await memory.create_thread(resource_id="r3", thread_id="x3")
+    cloned = await memory.recall("x3", resource_id="r3", vector_search_string=query)
+    assert clone.id_map[ids[1]] in [m.id for m in cloned.messages]
+    assert not {m.id for m in cloned.messages} & set(ids)  # the originals stay with r2
+    new_text = "quantum chromodynamics lecture notes"
+    content = {"content": new_text, "parts": [{"type": "text", "text": new_text}]}
+    await memory.update_messages([{"id": ids[0], "content": content}])
+    edited = await memory.recall("x2", resource_id="r2", vector_search_string=new_text)
+    assert edited.messages[0].id == ids[0]
