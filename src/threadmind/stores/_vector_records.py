@@ -243,7 +243,8 @@ class SQLiteVectorRecords:
             seq = _next_seq(conn)
             for part in _chunks(message_ids):
                 old = conn.execute(
-                    "SELECT vector_id FROM threadmind_vectors WHERE index_name = ? "
+                    # `+index_name`: look up by message_id (its index), not by scanning the whole PK prefix
+                    "SELECT vector_id FROM threadmind_vectors WHERE +index_name = ? "
                     f"AND message_id IN ({_marks(len(part))})",
                     (index_name, *part),
                 ).fetchall()
@@ -285,7 +286,7 @@ class SQLiteVectorRecords:
                 if index_name is None:
                     _tombstone_where(conn, seq, where, part)
                 else:
-                    _tombstone_where(conn, seq, f"index_name = ? AND {where}", (index_name, *part))
+                    _tombstone_where(conn, seq, f"+index_name = ? AND {where}", (index_name, *part))
                 conn.execute(f"DELETE FROM threadmind_vector_pending WHERE {where}", part)
             return seq
 
@@ -348,7 +349,7 @@ class SQLiteVectorRecords:
                 out.extend(
                     _record(row)
                     for row in conn.execute(
-                        f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE index_name = ? "
+                        f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE +index_name = ? "
                         f"AND message_id IN ({_marks(len(part))}) ORDER BY message_id, vector_id",
                         (index_name, *part),
                     )
