@@ -203,6 +203,19 @@ class _Command(_Op):
         self.args = args
 
 
+class _Stages:
+    """Ordering points of one pipelined batch: its SQL writes are queued; its vectors are applied."""
+
+    __slots__ = ("applied", "queued")
+
+    def __init__(self) -> None:
+        self.queued = anyio.Event()
+        self.applied = anyio.Event()
+
+
+_PIPELINE = 4  # upsert batches in flight at once
+
+
 class _State(Enum):
     NEW = "new"
     RUNNING = "running"
@@ -496,10 +509,27 @@ class IndexActor:
                 vector = vectors[0]
                 self._cache.put(self._embedder.model_id, text, vector)
             self._queries += 1
-            hits: list[SearchHit] = await self._run(
-                lambda: index.search(vector, top_k, resource_id=resource_id, thread_id=thread_id, threshold=threshold)
-            )
+            hits = await self._search(index, vector, top_k, resource_id, thread_id)
+            if threshold is not None:
+                hits = [h for h in hits if h.score >= threshold]
             return [VectorHit(h.message_id, h.thread_id, h.resource_id, h.score) for h in hits]
+
+    async def _search(
+        self, index: _HnswIndex, vector: F32, top_k: int, resource_id: str | None, thread_id: str | None
+    ) -> list[SearchHit]:
+        """Exact over small scopes on the loop; large scopes ask hnswlib (worker thread) for candidates and
+        filter them here. The maps only change on the loop, so a search always sees one consistent state."""
+        scope, size = index.scope_rows(resource_id, thread_id)
+        if size == 0:
+            return []
+        fetch = index.ann_fetch(top_k, size)
+        if fetch is not None:
+            candidates = await self._run(index.knn, index.take_flush(), vector, fetch)
+            scope, size = index.scope_rows(resource_id, thread_id)  # it may have changed meanwhile
+            hits = index.ann_hits(candidates, top_k, scope, size) if candidates is not None else None
+            if hits is not None:
+                return hits
+        return index.exact(vector, top_k, scope, size)
 
     def _note_change(self, messages: Sequence[str] = (), thread: str | None = None) -> None:
         """Remember a delete/move while store reads are in flight, so their stale results are dropped."""
@@ -654,21 +684,33 @@ class IndexActor:
         return vectors, int(result.usage_tokens)
 
     async def _writer(self) -> None:
+        """Drain the FIFO. Upsert batches are pipelined (up to ``_PIPELINE`` in flight): batch N+1 embeds and
+        queues its SQL write while batch N waits for its commit; SQL writes are queued, and vectors staged, in
+        batch order. A command (delete, move, copy) first waits until every earlier batch is applied.
+        """
         carry: _Op | None = None
         try:
-            while True:
-                if carry is None:
-                    try:
-                        carry = await self._receive.receive()
-                    except (anyio.EndOfStream, anyio.ClosedResourceError):
-                        break
-                op, carry = carry, None
-                if isinstance(op, _Upsert):
-                    batch, carry = await self._collect(op)
-                    await self._guarded(batch, self._process_upserts(batch))
-                else:
-                    assert isinstance(op, _Command)
-                    await self._guarded([op], self._process_command(op))
+            async with anyio.create_task_group() as pipeline:
+                slots = anyio.Semaphore(_PIPELINE)
+                previous: _Stages | None = None
+                while True:
+                    if carry is None:
+                        try:
+                            carry = await self._receive.receive()
+                        except (anyio.EndOfStream, anyio.ClosedResourceError):
+                            break
+                    op, carry = carry, None
+                    if isinstance(op, _Upsert):
+                        batch, carry = await self._collect(op)
+                        await slots.acquire()
+                        stages = _Stages()
+                        pipeline.start_soon(self._pipelined, batch, previous, stages, slots)
+                        previous = stages
+                    else:
+                        assert isinstance(op, _Command)
+                        if previous is not None:
+                            await previous.applied.wait()
+                        await self._guarded([op], self._process_command(op))
         finally:
             closed = ConfigError("the index actor closed before this operation ran", code="THREADMIND_INDEX_CLOSED")
             leftovers = [carry] if carry is not None else []
@@ -683,6 +725,18 @@ class IndexActor:
                     op.done.set()
             self._writer_done.set()
 
+    async def _pipelined(
+        self, batch: list[_Upsert], previous: _Stages | None, stages: _Stages, slots: anyio.Semaphore
+    ) -> None:
+        try:
+            await self._guarded(batch, self._process_upserts(batch, previous, stages))
+        finally:
+            stages.queued.set()
+            if previous is not None:
+                await previous.applied.wait()
+            stages.applied.set()
+            slots.release()
+
     async def _flusher(self) -> None:
         """Add staged vectors to hnswlib in the background, many batches per ``add_items`` call."""
         try:
@@ -693,7 +747,7 @@ class IndexActor:
                 if index is not None and index.staged:
                     try:
                         with anyio.CancelScope(shield=True):
-                            await self._run(index.flush)
+                            await self._run(index.apply_flush, index.take_flush())
                     except Exception:  # the vectors stay staged (still searchable); the next flush retries
                         logger.exception("adding staged vectors to the hnswlib index failed")
                 if self._flush_stop:
@@ -742,7 +796,9 @@ class IndexActor:
         changed = max(self._changed_messages.get(item.message_id, -1), self._changed_threads.get(item.thread_id, -1))
         return changed > op.read_seq
 
-    async def _process_upserts(self, ops: list[_Upsert]) -> None:
+    async def _process_upserts(
+        self, ops: list[_Upsert], previous: _Stages | None = None, stages: _Stages | None = None
+    ) -> None:
         self._batches += 1
         links = [op.link for op in ops if op.link is not None]
         tracer = trace.get_tracer("threadmind")
@@ -758,9 +814,11 @@ class IndexActor:
                     op.error = exc
                 await self._add_pending([(i, exc) for op in ops for i in op.items if i.chunks])
                 return
-            await self._apply_upserts(index, ops)
+            await self._apply_upserts(index, ops, previous, stages)
 
-    async def _apply_upserts(self, index: _HnswIndex, ops: list[_Upsert]) -> None:
+    async def _apply_upserts(
+        self, index: _HnswIndex, ops: list[_Upsert], previous: _Stages | None = None, stages: _Stages | None = None
+    ) -> None:
         # The latest version of each message in the batch wins; stale store reads are dropped.
         latest: dict[str, tuple[_Upsert, _Item]] = {}
         for op in ops:
@@ -801,6 +859,10 @@ class IndexActor:
                 op.usage += usage.get(chunk, 0.0)
             op.vectors += len(item.chunks)
             owners.append(op)
+        if previous is not None:  # SQL writes are queued in batch order (the store commits in queue order)
+            await previous.queued.wait()
+        if stages is not None and not cleared:
+            stages.queued.set()  # set before the call: its job is queued before the call first suspends
         if records:
             try:
                 seq = await self._records.upsert(index.name, records)
@@ -811,12 +873,19 @@ class IndexActor:
                 await self._add_pending(failed)
                 return
             matrix = np.stack(rows).astype(np.float32)
-            # Staged: exact search sees them now; hnswlib gets them from the flusher, off the callers' path.
-            await self._run(index.upsert, entries, matrix, seq, True)
+            if previous is not None:  # vectors are applied in batch order
+                await previous.applied.wait()
+            # Staged on the loop: exact search sees them now; the flusher hands them to hnswlib later.
+            index.upsert(entries, matrix, seq, True)
             self._flush_wanted.set()
         if cleared:
+            if previous is not None:
+                await previous.applied.wait()
             seq = await self._records.delete_by_message_ids(index.name, cleared)
-            await self._run(index.delete_messages, cleared, seq)
+            if stages is not None:
+                stages.queued.set()
+            index.delete_messages(cleared, seq)
+            self._flush_wanted.set()
         if failed:
             await self._add_pending(failed)
         elif self._pending and records:
@@ -881,17 +950,17 @@ class IndexActor:
                 (ids,) = op.args
                 seq = await self._records.delete_by_message_ids(None, ids)
                 if index is not None:
-                    await self._run(index.delete_messages, ids, seq)
+                    index.delete_messages(ids, seq)
             elif op.kind == "delete_thread":
                 (thread_id,) = op.args
                 seq = await self._records.delete_by_thread(thread_id)
                 if index is not None:
-                    await self._run(index.delete_thread, thread_id, seq)
+                    index.delete_thread(thread_id, seq)
             elif op.kind == "move_thread":
                 thread_id, resource_id = op.args
                 seq = await self._records.move_thread(thread_id, resource_id)
                 if index is not None:
-                    await self._run(index.move_thread, thread_id, resource_id, seq)
+                    index.move_thread(thread_id, resource_id, seq)
             elif op.kind == "copy":
                 id_map, thread_id, resource_id = op.args
                 index = await self._load_locked()
@@ -907,9 +976,10 @@ class IndexActor:
                 ]
                 if copies:
                     seq = await self._records.upsert(index.name, copies)
-                    await self._run(index.upsert_records, copies, seq)
+                    index.upsert_records(copies, seq, defer=True)
             else:  # pragma: no cover - every kind is listed above
                 raise ThreadmindError(f"unknown index command {op.kind!r}")
+            self._flush_wanted.set()
             if self._pending and op.kind != "copy":
                 self._pending = await self._records.pending_count()
 

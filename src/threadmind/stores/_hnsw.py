@@ -1,7 +1,9 @@
 """HnswVectorStore: the hnswlib index that serves semantic recall, as a validated on-disk cache of SQL vectors.
 
-Only the index actor touches an index, always from one worker thread at a time (hnswlib must have one
-owner: adding while querying fails spuriously and resizing while querying crashes). The SQL records are
+Only the index actor touches an index. Its maps and brute-force matrix change only on the event loop
+(staging an upsert, deleting, moving, exact search); hnswlib itself is called only from one worker thread
+at a time (adding while querying fails spuriously and resizing while querying crashes), fed with copies:
+``take_flush`` (loop) hands deletions and staged vectors to ``apply_flush`` / ``knn`` (thread). The SQL records are
 the source of truth; the files under ``path`` are a snapshot that is checked against a sha256 manifest
 before hnswlib ever reads them, and rebuilt from SQL when missing, truncated or corrupt.
 
@@ -203,6 +205,17 @@ def decode_records(records: Sequence[VectorRecord], dim: int) -> tuple[list[_Ent
     return entries, matrix.reshape(len(records), dim)
 
 
+class _FlushPlan:
+    """Work for hnswlib taken from the loop-side state: labels to mark deleted, vectors to add."""
+
+    __slots__ = ("labels", "marks", "vectors")
+
+    def __init__(self, marks: list[int], labels: npt.NDArray[np.int64], vectors: F32) -> None:
+        self.marks = marks
+        self.labels = labels
+        self.vectors = vectors
+
+
 class _HnswIndex:
     """One hnswlib index plus the maps that make exact scoped search possible. Not thread-safe by design."""
 
@@ -237,6 +250,7 @@ class _HnswIndex:
         # Rows whose vectors are searchable exactly (matrix + scope maps) but not yet in hnswlib: an upsert
         # returns after staging; ``flush`` adds them with one ``add_items`` off the caller's path.
         self._staged: dict[int, int] = {}  # label -> row
+        self._to_mark: list[int] = []  # labels removed from the maps, still live in hnswlib
         self._entries: list[_Entry | None] = []
         self._free_rows: list[int] = []
         self._matrix: F32 = np.zeros((capacity, self.dim), dtype=np.float32)
@@ -308,15 +322,32 @@ class _HnswIndex:
         """Vectors searchable exactly but not yet added to hnswlib."""
         return len(self._staged)
 
-    def flush(self) -> int:
-        """Add every staged vector to hnswlib in one ``add_items`` call; returns how many."""
-        if not self._staged:
-            return 0
-        labels = np.fromiter(self._staged.keys(), dtype=np.int64, count=len(self._staged))
-        rows = np.fromiter(self._staged.values(), dtype=np.int64, count=len(self._staged))
+    def take_flush(self) -> _FlushPlan:
+        """(event loop) What hnswlib has not seen yet: deletions, then staged vectors (copied)."""
+        plan = _FlushPlan(self._to_mark, np.zeros(0, dtype=np.int64), np.zeros((0, self.dim), dtype=np.float32))
+        if self._staged:
+            plan.labels = np.fromiter(self._staged.keys(), dtype=np.int64, count=len(self._staged))
+            rows = np.fromiter(self._staged.values(), dtype=np.int64, count=len(self._staged))
+            plan.vectors = np.ascontiguousarray(self._matrix[rows])
+        self._to_mark = []
         self._staged = {}
-        self._add_items(np.ascontiguousarray(self._matrix[rows]), labels)
-        return len(labels)
+        return plan
+
+    def apply_flush(self, plan: _FlushPlan) -> int:
+        """(worker thread, the index's only hnswlib user) Mark deletions, then add staged vectors."""
+        for label in plan.marks:
+            try:
+                self._index.mark_deleted(label)
+            except RuntimeError:  # already gone (a rebuild in between); nothing to delete
+                continue
+            self._deleted_slots += 1
+        if len(plan.labels):
+            self._add_items(plan.vectors, plan.labels)
+        return len(plan.labels)
+
+    def flush(self) -> int:
+        """Both halves at once, for callers that own the index outright (start, close, tests)."""
+        return self.apply_flush(self.take_flush())
 
     def _take_row(self) -> int:
         if self._free_rows:
@@ -342,8 +373,7 @@ class _HnswIndex:
         entry = self._entries[row]
         assert entry is not None
         if self._staged.pop(entry.label, None) is None:  # a staged vector never reached hnswlib
-            self._index.mark_deleted(entry.label)
-            self._deleted_slots += 1
+            self._to_mark.append(entry.label)  # hnswlib hears of it at the next flush (worker thread)
         self._entries[row] = None
         self._free_rows.append(row)
         del self._row_of_vector[entry.vector_id]
@@ -370,10 +400,10 @@ class _HnswIndex:
         self._add(entries, vectors, defer=defer)
         self.applied_seq = max(self.applied_seq, seq)
 
-    def upsert_records(self, records: Sequence[VectorRecord], seq: int) -> None:
+    def upsert_records(self, records: Sequence[VectorRecord], seq: int, *, defer: bool = False) -> None:
         """:meth:`upsert` from stored records (replay, clone)."""
         entries, vectors = decode_records(records, self.dim)
-        self.upsert(entries, vectors, seq)
+        self.upsert(entries, vectors, seq, defer)
 
     def delete_messages(self, message_ids: Sequence[str], seq: int) -> None:
         """Drop every vector of these messages."""
@@ -422,10 +452,8 @@ class _HnswIndex:
         self.snapshot_seq = None
 
     # search --------------------------------------------------------------------------------------
-    def search(
-        self, query: F32, k: int, *, resource_id: str | None, thread_id: str | None, threshold: float | None
-    ) -> list[SearchHit]:
-        """Top ``k`` messages in scope by their best chunk, best first; exact for small scopes."""
+    def scope_rows(self, resource_id: str | None, thread_id: str | None) -> tuple[set[int] | None, int]:
+        """(event loop) The rows in scope (None = every row) and how many."""
         scope: set[int] | None
         if thread_id is not None:
             scope = self._rows_of_thread.get(thread_id, set())
@@ -435,16 +463,72 @@ class _HnswIndex:
             scope = self._rows_of_resource.get(resource_id, set())
         else:
             scope = None
-        size = self.count if scope is None else len(scope)
+        return scope, self.count if scope is None else len(scope)
+
+    def ann_fetch(self, k: int, size: int) -> int | None:
+        """How many HNSW candidates a scope of ``size`` needs, or None when brute force is the better plan."""
+        if size <= BRUTE_FORCE_LIMIT:
+            return None
+        live = self.count
+        fetch = min(live, max(2 * k, math.ceil(2 * k * live / size)))
+        return None if fetch > MAX_ANN_FETCH else fetch
+
+    def knn(self, plan: _FlushPlan, query: F32, fetch: int) -> tuple[list[int], list[float]] | None:
+        """(worker thread) Flush, then the ``fetch`` nearest labels and distances; None if unreachable."""
+        self.apply_flush(plan)
+        self._index.set_ef(max(self.ef_search, fetch))
+        try:
+            labels, distances = self._index.knn_query(query, k=fetch, num_threads=1)
+        except RuntimeError:  # fewer than `fetch` results reachable
+            return None
+        self.ann_queries += 1
+        return labels[0].tolist(), distances[0].tolist()
+
+    def ann_hits(
+        self, candidates: tuple[list[int], list[float]], k: int, scope: set[int] | None, size: int
+    ) -> list[SearchHit] | None:
+        """(event loop) Scope-filter HNSW candidates; None when too few survive (brute force decides)."""
+        hits: dict[str, SearchHit] = {}
+        seen_in_scope = 0
+        for label, distance in zip(*candidates, strict=True):
+            row = self._row_of_label.get(int(label))
+            if row is None or (scope is not None and row not in scope):
+                continue  # deleted since, or outside the scope
+            seen_in_scope += 1
+            message_id, hit = self._hit(row, self._distance_score(float(distance)))
+            if message_id not in hits:
+                hits[message_id] = hit
+                if len(hits) == k:
+                    break
+        if len(hits) < k and seen_in_scope < size:
+            return None
+        return sorted(hits.values(), key=lambda h: -h.score)
+
+    def exact(self, query: F32, k: int, scope: set[int] | None, size: int) -> list[SearchHit]:
+        """(event loop) Exact top ``k`` messages over the scope's rows."""
         if size == 0 or k < 1:
             return []
-        query = np.ascontiguousarray(query, dtype=np.float32).reshape(self.dim)
-        if size > BRUTE_FORCE_LIMIT:
-            self.flush()  # ANN must see every live vector
-        hits = None if size <= BRUTE_FORCE_LIMIT else self._ann(query, k, scope, size)
+        rows = self._row_of_vector.values() if scope is None else scope
+        return self._brute_force(self._as_query(query), k, np.fromiter(rows, dtype=np.int64, count=size))
+
+    def _as_query(self, query: F32) -> F32:
+        return np.ascontiguousarray(query, dtype=np.float32).reshape(self.dim)
+
+    def search(
+        self, query: F32, k: int, *, resource_id: str | None, thread_id: str | None, threshold: float | None
+    ) -> list[SearchHit]:
+        """Top ``k`` messages in scope by their best chunk, best first; for callers that own the index outright."""
+        scope, size = self.scope_rows(resource_id, thread_id)
+        if size == 0 or k < 1:
+            return []
+        query = self._as_query(query)
+        hits = None
+        fetch = self.ann_fetch(k, size)
+        if fetch is not None:
+            candidates = self.knn(self.take_flush(), query, fetch)
+            hits = self.ann_hits(candidates, k, scope, size) if candidates is not None else None
         if hits is None:
-            rows = self._row_of_vector.values() if scope is None else scope
-            hits = self._brute_force(query, k, np.fromiter(rows, dtype=np.int64, count=size))
+            hits = self.exact(query, k, scope, size)
         if threshold is not None:
             hits = [h for h in hits if h.score >= threshold]
         return hits
@@ -485,34 +569,6 @@ class _HnswIndex:
             if take >= n:
                 return list(hits.values())
             take = min(n, take * 4)
-
-    def _ann(self, query: F32, k: int, scope: set[int] | None, size: int) -> list[SearchHit] | None:
-        """HNSW with over-fetch and post-filter; None when brute force must decide."""
-        live = self.count
-        fetch = min(live, max(2 * k, math.ceil(2 * k * live / size)))
-        if fetch > MAX_ANN_FETCH:
-            return None
-        self._index.set_ef(max(self.ef_search, fetch))
-        try:
-            labels, distances = self._index.knn_query(query, k=fetch, num_threads=1)
-        except RuntimeError:  # fewer than `fetch` results reachable
-            return None
-        self.ann_queries += 1
-        hits: dict[str, SearchHit] = {}
-        seen_in_scope = 0
-        for label, distance in zip(labels[0].tolist(), distances[0].tolist(), strict=True):
-            row = self._row_of_label.get(int(label))
-            if row is None or (scope is not None and row not in scope):
-                continue
-            seen_in_scope += 1
-            message_id, hit = self._hit(row, self._distance_score(float(distance)))
-            if message_id not in hits:
-                hits[message_id] = hit
-                if len(hits) == k:
-                    break
-        if len(hits) < k and seen_in_scope < size:
-            return None
-        return sorted(hits.values(), key=lambda h: -h.score)
 
     def _distance_score(self, distance: float) -> float:
         if self.space == "l2":
