@@ -80,7 +80,7 @@ from .errors import (
     ThreadNotFound,
     ValidationError,
 )
-from .stores._protocol import DateRange, Include, MessagePage, MessageQuery, Store, ThreadPage
+from .stores._protocol import DateRange, Include, MessagePage, MessageQuery, SaveHook, Store, ThreadPage
 from .tracing import operation_span
 
 if TYPE_CHECKING:
@@ -521,9 +521,11 @@ class Memory:
             self._running()
             if not batch:
                 return SaveResult(messages=[])
-            saved = await self._save_by_thread(by_thread)
+            embed = self._index is not None and config.semantic_recall_config is not None
+            marker = self._index.pending_marker() if embed and self._index is not None else None
+            saved = await self._save_by_thread(by_thread, marker)
             usage: Usage | None = None
-            if self._index is not None and config.semantic_recall_config is not None:
+            if embed and self._index is not None:
                 tokens = await self._index.upsert_messages(saved)
                 usage = Usage(tokens=tokens) if tokens else None
             return SaveResult(messages=saved, usage=usage)
@@ -545,16 +547,18 @@ class Memory:
                 raise ValidationError(f"message id {found.id!r} already belongs to thread {found.thread_id!r}; a "
                                       f"message cannot move to thread {owner[found.id]!r}")
 
-    async def _save_by_thread(self, by_thread: dict[str, list[Message]]) -> list[Message]:
+    async def _save_by_thread(
+        self, by_thread: dict[str, list[Message]], marker: SaveHook | None = None
+    ) -> list[Message]:
         if len(by_thread) == 1:
             ((thread_id, msgs),) = by_thread.items()
-            saved: list[Message] = await self._ask(thread_id, SaveMessages(msgs))
+            saved: list[Message] = await self._ask(thread_id, SaveMessages(msgs, marker))
             return saved
         await self._check_threads(by_thread)
         results: dict[str, list[Message]] = {}
 
         async def _one(thread_id: str, msgs: list[Message]) -> None:
-            results[thread_id] = await self._ask(thread_id, SaveMessages(msgs))
+            results[thread_id] = await self._ask(thread_id, SaveMessages(msgs, marker))
 
         async with anyio.create_task_group() as tg:
             for thread_id, msgs in by_thread.items():
@@ -1319,8 +1323,10 @@ class _RoutedStore:
             thread.id, lambda: store.create_thread_with_messages(thread, messages), "create_thread_with_messages"
         )
 
-    async def save_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
-        saved: list[Message] = await self._memory._ask(thread_id, SaveMessages(messages))
+    async def save_messages(
+        self, thread_id: str, messages: Sequence[Message], *, after: SaveHook | None = None
+    ) -> list[Message]:
+        saved: list[Message] = await self._memory._ask(thread_id, SaveMessages(messages, after))
         return saved
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
@@ -37,7 +38,7 @@ from ..embedders._protocol import Embedder
 from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ThreadmindError, ValidationError
 from ..stores._hnsw import HnswVectorStore, SearchHit, _Entry, _HnswIndex
 from ..stores._protocol import MessageQuery, Store
-from ..stores._vector_records import PendingVector, VectorRecord, vector_records_for
+from ..stores._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord, vector_records_for
 from ..tracing import ATTR_OPERATION, operation_span
 
 __all__ = ("IndexActor", "IndexStatistics", "VectorHit", "chunk_text", "message_text")
@@ -206,11 +207,12 @@ class _Command(_Op):
 class _Stages:
     """Ordering points of one pipelined batch: its SQL writes are queued; its vectors are applied."""
 
-    __slots__ = ("applied", "queued")
+    __slots__ = ("applied", "durable", "queued")
 
     def __init__(self) -> None:
         self.queued = anyio.Event()
         self.applied = anyio.Event()
+        self.durable = anyio.Event()
 
 
 _PIPELINE = 4  # upsert batches in flight at once
@@ -281,6 +283,7 @@ class IndexActor:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._retry_scope: anyio.CancelScope | None = None
         self._writer_done = anyio.Event()
+        self._started_at = 0.0
         self._flush_wanted = anyio.Event()
         self._flusher_done = anyio.Event()
         self._flush_stop = False
@@ -302,6 +305,9 @@ class IndexActor:
         if self._state is not _State.NEW:
             raise ConfigError(f"the index actor cannot start: it is {self._state.value}")
         self._vector._claim(self)
+        self._started_at = time.time()
+        if isinstance(self._records, SQLiteVectorRecords):
+            await self._records.ensure_tables()
         self._send, self._receive = anyio.create_memory_object_stream[_Op](max_buffer_size=4096)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
@@ -370,6 +376,14 @@ class IndexActor:
         """Run hnswlib work in a worker thread; the limiter makes it the index's only user."""
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
+    def pending_marker(self) -> Callable[[Any, Sequence[Message]], None] | None:
+        """A hook for the message save's own transaction that marks its messages as awaiting vectors.
+
+        Vectors are written behind the caller's back (after they are queryable); the mark makes that crash-safe.
+        None when the vector records are not in the message store's database.
+        """
+        return SQLiteVectorRecords.pending_marker if isinstance(self._records, SQLiteVectorRecords) else None
+
     # dimension and index -------------------------------------------------------------------------
     async def dimension(self) -> int:
         """The embedding dimension: known from the embedder, else probed once with ``embed(["a"])``.
@@ -434,7 +448,7 @@ class IndexActor:
             records, _, seq = await self._records.load(name, 0)
             await self._run(index.rebuild, records, seq)
             self._rebuilds += 1
-        self._pending = await self._records.pending_count()
+        self._pending = await self._records.pending_count(self._started_at)
         self._index = index
         return index
 
@@ -575,9 +589,10 @@ class IndexActor:
     async def retry_pending(self) -> int:
         """Embed messages recorded as pending; returns the number of vectors made."""
         self._check_running()
+        await self._call(_Command("barrier"))  # earlier write-behind upserts have cleared their marks
         made = 0
         while True:
-            batch = await self._records.take_pending(self._batch_size)
+            batch = await self._records.take_pending(self._batch_size, self._started_at)
             if not batch:
                 break
             self._store_reads += 1
@@ -600,7 +615,7 @@ class IndexActor:
             made += op.vectors
             if op.error is not None or len(batch) < self._batch_size:
                 break
-        self._pending = await self._records.pending_count()
+        self._pending = await self._records.pending_count(self._started_at)
         return made
 
     async def reindex(self, progress: Callable[[int, int], None] | None = None) -> int:
@@ -611,6 +626,7 @@ class IndexActor:
         """
         self._check_running()
         index = await self._ensure_index()
+        await self._call(_Command("barrier"))  # earlier write-behind upserts are in SQL before we look
         self._store_reads += 1
         try:
             read_seq = self._change_counter
@@ -637,7 +653,7 @@ class IndexActor:
                     progress(done, len(todo))
         finally:
             self._end_store_read()
-        self._pending = await self._records.pending_count()
+        self._pending = await self._records.pending_count(self._started_at)
         if first_error is not None:
             raise _fresh(first_error)
         return made
@@ -708,8 +724,8 @@ class IndexActor:
                         previous = stages
                     else:
                         assert isinstance(op, _Command)
-                        if previous is not None:
-                            await previous.applied.wait()
+                        if previous is not None:  # a command sees every earlier upsert committed
+                            await previous.durable.wait()
                         await self._guarded([op], self._process_command(op))
         finally:
             closed = ConfigError("the index actor closed before this operation ran", code="THREADMIND_INDEX_CLOSED")
@@ -735,6 +751,9 @@ class IndexActor:
             if previous is not None:
                 await previous.applied.wait()
             stages.applied.set()
+            if previous is not None:
+                await previous.durable.wait()
+            stages.durable.set()
             slots.release()
 
     async def _flusher(self) -> None:
@@ -859,6 +878,18 @@ class IndexActor:
                 op.usage += usage.get(chunk, 0.0)
             op.vectors += len(item.chunks)
             owners.append(op)
+        if records:
+            # Write-behind: stage first (exact search sees the vectors at once), answer the callers, then make
+            # the rows durable. Each message's pending marker was written with the message itself (see
+            # `pending_marker`), so a crash before this SQL write is repaired by `retry_pending` at the next start.
+            matrix = np.stack(rows).astype(np.float32)
+            if previous is not None:  # vectors are applied in batch order
+                await previous.applied.wait()
+            index.upsert(entries, matrix, index.applied_seq, True)
+            self._flush_wanted.set()
+            for op in owners:
+                if op.error is None and op.read_seq is None:  # retries and reindex wait for durability
+                    op.done.set()
         if previous is not None:  # SQL writes are queued in batch order (the store commits in queue order)
             await previous.queued.wait()
         if stages is not None and not cleared:
@@ -867,17 +898,11 @@ class IndexActor:
             try:
                 seq = await self._records.upsert(index.name, records)
             except Exception as exc:
-                for op in owners:
-                    op.error = op.error or exc
+                logger.exception("vectors stay in memory but could not be stored; they are pending")
                 failed.extend((item, exc) for _, item in latest.values() if item.chunks)
                 await self._add_pending(failed)
                 return
-            matrix = np.stack(rows).astype(np.float32)
-            if previous is not None:  # vectors are applied in batch order
-                await previous.applied.wait()
-            # Staged on the loop: exact search sees them now; the flusher hands them to hnswlib later.
-            index.upsert(entries, matrix, seq, True)
-            self._flush_wanted.set()
+            index.applied_seq = max(index.applied_seq, seq)
         if cleared:
             if previous is not None:
                 await previous.applied.wait()
@@ -889,7 +914,7 @@ class IndexActor:
         if failed:
             await self._add_pending(failed)
         elif self._pending and records:
-            self._pending = await self._records.pending_count()
+            self._pending = await self._records.pending_count(self._started_at)
 
     async def _embed_texts(
         self, chunks: list[str]
@@ -938,11 +963,13 @@ class IndexActor:
                  for i, _ in failed],
                 str(failed[0][1])[:500],
             )
-            self._pending = await self._records.pending_count()
+            self._pending = await self._records.pending_count(self._started_at)
         except Exception:
             logger.exception("could not record %d messages as pending", len(failed))
 
     async def _process_command(self, op: _Command) -> None:
+        if op.kind == "barrier":  # nothing to do: reaching here means every earlier op has finished
+            return
         # The load lock keeps a concurrent first load from missing this change.
         async with self._load_lock:
             index = self._index
@@ -981,7 +1008,7 @@ class IndexActor:
                 raise ThreadmindError(f"unknown index command {op.kind!r}")
             self._flush_wanted.set()
             if self._pending and op.kind != "copy":
-                self._pending = await self._records.pending_count()
+                self._pending = await self._records.pending_count(self._started_at)
 
     async def _retry_loop(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Retry pending messages at start, then every ``retry_interval`` seconds with backoff while any remain."""
@@ -989,7 +1016,7 @@ class IndexActor:
             self._retry_scope = scope
             task_status.started()
             try:
-                self._pending = await self._records.pending_count()
+                self._pending = await self._records.pending_count(self._started_at)
             except Exception:
                 logger.exception("could not read pending vectors")
             delay = self._retry_interval or 0.0

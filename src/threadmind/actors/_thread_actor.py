@@ -15,7 +15,7 @@ import anyio
 import msgspec
 
 from ..codecs import Message, Thread
-from ..stores._protocol import MessagePage, MessageQuery, Store
+from ..stores._protocol import MessagePage, MessageQuery, SaveHook, Store
 from ._actor import Actor
 
 __all__ = (
@@ -31,9 +31,10 @@ __all__ = (
 
 
 class SaveMessages(msgspec.Struct, frozen=True):
-    """Upsert a batch of this thread's messages atomically."""
+    """Upsert a batch of this thread's messages atomically (``after`` runs inside the same transaction)."""
 
     messages: Sequence[Message]
+    after: SaveHook | None = None
 
     def span_attributes(self) -> dict[str, str | int]:
         return {"threadmind.messages.count": len(self.messages)}
@@ -111,8 +112,10 @@ class ThreadActor(Actor[ThreadCommand]):
     async def handle(self, command: ThreadCommand) -> Any:
         store = self._store
         match command:
-            case SaveMessages(messages):
-                return await store.save_messages(self.key, messages)
+            case SaveMessages(messages, after):
+                if after is None:
+                    return await store.save_messages(self.key, messages)
+                return await store.save_messages(self.key, messages, after=after)
             case LoadMessages(query):
                 page: MessagePage = await store.list_messages(query)
                 return page

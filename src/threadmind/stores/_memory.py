@@ -21,7 +21,7 @@ import msgspec
 from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import StorageError, ThreadNotFound, ValidationError
 from . import _query as q
-from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
+from ._protocol import UNSET, MessagePage, MessageQuery, SaveHook, ThreadPage, UnsetType
 
 __all__ = ("InMemoryStore",)
 
@@ -216,7 +216,9 @@ class InMemoryStore:
             if entry is not None:
                 self._threads[thread_id] = (msgspec.structs.replace(entry[0], updated_at=now), entry[1])
 
-    async def save_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+    async def save_messages(
+        self, thread_id: str, messages: Sequence[Message], *, after: SaveHook | None = None
+    ) -> list[Message]:
         """Upsert messages of one thread atomically, in order (see the ``Store`` protocol)."""
         await self._ready()
         q.validate_messages(thread_id, messages)

@@ -18,6 +18,7 @@ from ..codecs import Message, Resource, Thread
 __all__ = (
     "UNSET",
     "DateRange",
+    "SaveHook",
     "Include",
     "MessagePage",
     "MessageQuery",
@@ -27,6 +28,8 @@ __all__ = (
 )
 
 T = TypeVar("T")
+#: A hook run inside a message save's own transaction (SQL stores pass their connection).
+SaveHook = Callable[[Any, Sequence[Message]], None]
 UNSET = msgspec.UNSET
 UnsetType = msgspec.UnsetType
 
@@ -136,8 +139,13 @@ class Store(Protocol):
         ...
 
     # messages ----------------------------------------------------------------------------------
-    async def save_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+    async def save_messages(
+        self, thread_id: str, messages: Sequence[Message], *, after: SaveHook | None = None
+    ) -> list[Message]:
         """Upsert messages of one thread atomically, in order.
+
+        ``after(conn, messages)`` is an optional hook run in the same transaction after the rows are written
+        (SQL stores pass their connection; stores without one may ignore it).
 
         Checks in the same transaction: the thread exists (``ThreadNotFound``), every message has this
         ``thread_id`` and the thread's ``resource_id`` (``ResourceMismatch``), no id already belongs to

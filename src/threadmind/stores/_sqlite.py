@@ -76,6 +76,7 @@ _json_any = msgspec.json.Decoder()
 _EXISTS_CODE = "THREADMIND_THREAD_EXISTS"
 
 Row = tuple[Any, ...]
+SaveHook = Callable[[sqlite3.Connection, Sequence[Message]], None]
 SortKey = tuple[str, int]
 
 
@@ -98,13 +99,14 @@ class _State(enum.Enum):
 class _SaveSpec:
     """A ``save_messages`` job as data, so consecutive saves in a group run as bulk statements."""
 
-    __slots__ = ("messages", "resources", "rows", "thread_id")
+    __slots__ = ("after", "messages", "resources", "rows", "thread_id")
 
-    def __init__(self, thread_id: str, rows: list[Row], messages: Sequence[Message]) -> None:
+    def __init__(self, thread_id: str, rows: list[Row], messages: Sequence[Message], after: SaveHook | None) -> None:
         self.thread_id = thread_id
         self.rows = rows
         self.messages = messages
         self.resources = {m.resource_id for m in messages}
+        self.after = after
 
 
 class _Job:
@@ -214,6 +216,7 @@ def _run_saves(conn: sqlite3.Connection, run: list[_Job]) -> bool:
         known: dict[str, tuple[str, str]] = {mid: (tid, created) for mid, tid, created in _existing(conn, all_ids)}
         rows: list[Row] = []
         touched: list[str] = []
+        hooks: list[_SaveSpec] = []
         for job in run:
             spec = job.bulk
             assert spec is not None
@@ -244,10 +247,15 @@ def _run_saves(conn: sqlite3.Connection, run: list[_Job]) -> bool:
             known.update(local)
             rows.extend(spec.rows)
             touched.append(spec.thread_id)
+            if spec.after is not None:
+                hooks.append(spec)
             job.value = kept
         if rows:
             _upsert(conn, rows)
             _bump(conn, dict.fromkeys(touched), to_iso(utc_now()))
+        for spec in hooks:
+            assert spec.after is not None
+            spec.after(conn, spec.messages)
         conn.execute("RELEASE bulk")
     except sqlite3.Error:
         conn.execute("ROLLBACK TO bulk")
@@ -809,8 +817,14 @@ class SQLiteStore:
 
     # -- messages ----------------------------------------------------------------------------------------
 
-    async def save_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
-        """Upsert messages of one thread atomically, in order (see the ``Store`` protocol)."""
+    async def save_messages(
+        self, thread_id: str, messages: Sequence[Message], *, after: SaveHook | None = None
+    ) -> list[Message]:
+        """Upsert messages of one thread atomically, in order (see the ``Store`` protocol).
+
+        ``after(conn, messages)`` runs inside the same transaction once the rows are written (the vector
+        layer records its pending marks there).
+        """
         q.validate_messages(thread_id, messages)
         if not messages:
             await self._idle_checkpoint()
@@ -837,12 +851,14 @@ class SQLiteStore:
                             f"message id {mid!r} already belongs to thread {other!r}; a message cannot move to "
                             f"thread {thread_id!r}"
                         )
+            if after is not None:
+                after(conn, messages)
             # Only re-saved ids come back with a createdAt other than the one we wrote.
             written = {row[0]: row[5] for row in rows}
             return {mid: created for mid, created in stored if created != written[mid]}
 
         await self._ready()
-        kept = await self._submit(job, _SaveSpec(thread_id, rows, messages))
+        kept = await self._submit(job, _SaveSpec(thread_id, rows, messages, after))
         return q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:

@@ -8,6 +8,7 @@ deleted vector can never come back. Messages whose vectors could not be made wai
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -15,6 +16,8 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 import anyio.lowlevel
 import msgspec
+
+from ..codecs import Message
 
 __all__ = (
     "InMemoryVectorRecords",
@@ -90,15 +93,18 @@ class VectorRecords(Protocol):
     async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
         """Record messages that need vectors; an existing entry gets ``attempts + 1`` and the new error."""
 
-    async def take_pending(self, limit: int) -> list[PendingVector]:
-        """Up to ``limit`` pending entries, least attempted first (they stay until cleared)."""
+    async def take_pending(self, limit: int, before: float | None = None) -> list[PendingVector]:
+        """Up to ``limit`` pending entries, least attempted first (they stay until cleared).
+
+        With ``before`` (a ``time.time()``), in-flight markers written after it (attempts 0) are left out.
+        """
         ...
 
     async def clear_pending(self, ids: Sequence[str]) -> None:
         """Remove pending entries by message id."""
 
-    async def pending_count(self) -> int:
-        """How many messages are pending."""
+    async def pending_count(self, before: float | None = None) -> int:
+        """How many messages are pending (``before`` as in :meth:`take_pending`)."""
         ...
 
     async def message_ids_with_vectors(self, index_name: str) -> set[str]:
@@ -234,6 +240,23 @@ class SQLiteVectorRecords:
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         await self._ensure()
         return await self._store.execute_read(fn)
+
+    async def ensure_tables(self) -> None:
+        """Create our tables now (before any message save carries a pending marker)."""
+        await self._ensure()
+
+    @staticmethod
+    def pending_marker(conn: sqlite3.Connection, messages: Sequence[Message]) -> None:
+        """(inside a message save's transaction) Mark the messages as awaiting vectors.
+
+        The write-behind vector upsert clears the marks; a crash in between leaves them for ``retry_pending``.
+        """
+        now = time.time()
+        conn.executemany(
+            "INSERT INTO threadmind_vector_pending (message_id, thread_id, resource_id, attempts, last_error, "
+            "created_at, updated_at) VALUES (?, ?, ?, 0, NULL, ?, ?) ON CONFLICT (message_id) DO NOTHING",
+            [(m.id, m.thread_id, m.resource_id or "", now, now) for m in messages],
+        )
 
     async def upsert(self, index_name: str, records: Sequence[VectorRecord]) -> int:
         message_ids = sorted({r.message_id for r in records})
@@ -381,14 +404,14 @@ class SQLiteVectorRecords:
 
         await self._write(_job)
 
-    async def take_pending(self, limit: int) -> list[PendingVector]:
+    async def take_pending(self, limit: int, before: float | None = None) -> list[PendingVector]:
         def _job(conn: sqlite3.Connection) -> list[PendingVector]:
             return [
                 PendingVector(message_id=r[0], thread_id=r[1], resource_id=r[2], attempts=r[3], last_error=r[4])
                 for r in conn.execute(
                     "SELECT message_id, thread_id, resource_id, attempts, last_error FROM threadmind_vector_pending "
-                    "ORDER BY attempts, updated_at, message_id LIMIT ?",
-                    (limit,),
+                    "WHERE attempts > 0 OR created_at < ? ORDER BY attempts, updated_at, message_id LIMIT ?",
+                    (math.inf if before is None else before, limit),
                 )
             ]
 
@@ -403,9 +426,12 @@ class SQLiteVectorRecords:
 
         await self._write(_job)
 
-    async def pending_count(self) -> int:
+    async def pending_count(self, before: float | None = None) -> int:
         def _job(conn: sqlite3.Connection) -> int:
-            return int(conn.execute("SELECT count(*) FROM threadmind_vector_pending").fetchone()[0])
+            return int(conn.execute(
+                "SELECT count(*) FROM threadmind_vector_pending WHERE attempts > 0 OR created_at < ?",
+                (math.inf if before is None else before,),
+            ).fetchone()[0])
 
         return await self._read(_job)
 
@@ -532,7 +558,7 @@ class InMemoryVectorRecords:
                 now,
             )
 
-    async def take_pending(self, limit: int) -> list[PendingVector]:
+    async def take_pending(self, limit: int, before: float | None = None) -> list[PendingVector]:
         await anyio.lowlevel.checkpoint()
         ordered = sorted(self._pending.values(), key=lambda e: (e[0].attempts, e[1], e[0].message_id))
         return [pending for pending, _ in ordered[:limit]]
@@ -542,9 +568,9 @@ class InMemoryVectorRecords:
         for message_id in ids:
             self._pending.pop(message_id, None)
 
-    async def pending_count(self) -> int:
+    async def pending_count(self, before: float | None = None) -> int:
         await anyio.lowlevel.checkpoint()
-        return len(self._pending)
+        return len(self._pending)  # no in-flight markers here: every entry is a real failure
 
     async def message_ids_with_vectors(self, index_name: str) -> set[str]:
         await anyio.lowlevel.checkpoint()
