@@ -77,3 +77,16 @@ class TestEmbeddingCache:
         assert cache.get("m", "a") is None
         with pytest.raises(ConfigError, match="cache_size"):
             EmbeddingCache(-1)
+
+
+def test_short_text_fast_path_matches_word_packing() -> None:
+    import random
+
+    from threadmind.actors._index_actor import _pack_words
+
+    rng = random.Random(7)
+    pieces = ["a", "word", "é", "日本", "😀", " ", "  ", "\t", "\n", "\u00a0", "\u3000", "x" * 9]
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        budget = rng.randint(2 * len(text), 2 * len(text) + 40) or 1
+        assert chunk_text(text, budget) == _pack_words(text, budget), repr(text)

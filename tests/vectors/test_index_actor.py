@@ -62,7 +62,10 @@ class TestScopeIsolation:
         embedder = FlakyEmbedder(dim=64)
         vectors = embedder.vectors([m.text for m in messages])
         async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
-            await actor.upsert_messages(messages)
+            half = len(messages) // 2
+            await actor.upsert_messages(messages[:half])
+            assert await actor.flush() == half  # one half in HNSW, the other staged: both searched together
+            await actor.upsert_messages(messages[half:])
             for q in range(200):
                 target = rng.choice(messages)
                 scope = "thread" if q % 2 else "resource"

@@ -43,11 +43,17 @@ def test_deleting_a_staged_vector_never_touches_hnswlib() -> None:
     assert index.count == 2 and index.staged == 1
 
 
-def test_ann_queries_flush_first() -> None:
+def test_ann_searches_staged_vectors_beside_hnsw() -> None:
     index = _index()
     n = BRUTE_FORCE_LIMIT + 50
     vectors = _vectors(n, 4)
     index.upsert(_entries("m", n), vectors, seq=1, defer=True)
-    hits = index.search(vectors[7], 3, resource_id=None, thread_id=None, threshold=None)
-    assert index.staged == 0
-    assert hits[0].message_id == "m7"
+    assert index.flush() == n
+    fresh = _vectors(3, 5)
+    index.upsert(_entries("new", 3), fresh, seq=2, defer=True)
+    hits = index.search(fresh[1], 3, resource_id=None, thread_id=None, threshold=None)
+    assert index.staged == 3  # queries never flush
+    assert hits[0].message_id == "new1" and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    old = index.search(vectors[7], 3, resource_id=None, thread_id=None, threshold=None)
+    assert old[0].message_id == "m7"
+    assert index.ann_queries == 2

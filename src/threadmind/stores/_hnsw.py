@@ -250,6 +250,7 @@ class _HnswIndex:
         # Rows whose vectors are searchable exactly (matrix + scope maps) but not yet in hnswlib: an upsert
         # returns after staging; ``flush`` adds them with one ``add_items`` off the caller's path.
         self._staged: dict[int, int] = {}  # label -> row
+        self._staged_rows: set[int] = set()
         self._to_mark: list[int] = []  # labels removed from the maps, still live in hnswlib
         self._entries: list[_Entry | None] = []
         self._free_rows: list[int] = []
@@ -305,6 +306,7 @@ class _HnswIndex:
         if defer:
             for i in range(n):
                 self._staged[int(labels[i])] = int(rows[i])
+            self._staged_rows.update(int(r) for r in rows)
             return
         self._add_items(prepared, labels)
 
@@ -322,6 +324,11 @@ class _HnswIndex:
         """Vectors searchable exactly but not yet added to hnswlib."""
         return len(self._staged)
 
+    @property
+    def marks(self) -> int:
+        """Deletions not yet applied to hnswlib."""
+        return len(self._to_mark)
+
     def take_flush(self) -> _FlushPlan:
         """(event loop) What hnswlib has not seen yet: deletions, then staged vectors (copied)."""
         plan = _FlushPlan(self._to_mark, np.zeros(0, dtype=np.int64), np.zeros((0, self.dim), dtype=np.float32))
@@ -331,6 +338,7 @@ class _HnswIndex:
             plan.vectors = np.ascontiguousarray(self._matrix[rows])
         self._to_mark = []
         self._staged = {}
+        self._staged_rows = set()
         return plan
 
     def apply_flush(self, plan: _FlushPlan) -> int:
@@ -372,7 +380,9 @@ class _HnswIndex:
     def _remove_row(self, row: int) -> None:
         entry = self._entries[row]
         assert entry is not None
-        if self._staged.pop(entry.label, None) is None:  # a staged vector never reached hnswlib
+        if self._staged.pop(entry.label, None) is not None:  # a staged vector never reached hnswlib
+            self._staged_rows.discard(row)
+        else:
             self._to_mark.append(entry.label)  # hnswlib hears of it at the next flush (worker thread)
         self._entries[row] = None
         self._free_rows.append(row)
@@ -469,13 +479,21 @@ class _HnswIndex:
         """How many HNSW candidates a scope of ``size`` needs, or None when brute force is the better plan."""
         if size <= BRUTE_FORCE_LIMIT:
             return None
-        live = self.count
+        live = self.count - len(self._staged)  # what hnswlib holds
+        if live < k:
+            return None
         fetch = min(live, max(2 * k, math.ceil(2 * k * live / size)))
         return None if fetch > MAX_ANN_FETCH else fetch
 
-    def knn(self, plan: _FlushPlan, query: F32, fetch: int) -> tuple[list[int], list[float]] | None:
-        """(worker thread) Flush, then the ``fetch`` nearest labels and distances; None if unreachable."""
-        self.apply_flush(plan)
+    def staged_in(self, scope: set[int] | None) -> set[int]:
+        """(event loop) Rows of the scope that hnswlib does not hold yet (searched exactly beside it)."""
+        if scope is None:
+            return set(self._staged_rows)
+        small, large = (scope, self._staged_rows) if len(scope) < len(self._staged_rows) else (self._staged_rows, scope)
+        return {row for row in small if row in large}
+
+    def knn(self, query: F32, fetch: int) -> tuple[list[int], list[float]] | None:
+        """(worker thread) The ``fetch`` nearest labels and distances in hnswlib; None if unreachable."""
         self._index.set_ef(max(self.ef_search, fetch))
         try:
             labels, distances = self._index.knn_query(query, k=fetch, num_threads=1)
@@ -504,6 +522,15 @@ class _HnswIndex:
             return None
         return sorted(hits.values(), key=lambda h: -h.score)
 
+    def merge(self, a: list[SearchHit], b: list[SearchHit], k: int) -> list[SearchHit]:
+        """Best ``k`` messages of two hit lists (best score per message)."""
+        best: dict[str, SearchHit] = {}
+        for hit in (*a, *b):
+            old = best.get(hit.message_id)
+            if old is None or hit.score > old.score:
+                best[hit.message_id] = hit
+        return sorted(best.values(), key=lambda h: -h.score)[:k]
+
     def exact(self, query: F32, k: int, scope: set[int] | None, size: int) -> list[SearchHit]:
         """(event loop) Exact top ``k`` messages over the scope's rows."""
         if size == 0 or k < 1:
@@ -525,8 +552,11 @@ class _HnswIndex:
         hits = None
         fetch = self.ann_fetch(k, size)
         if fetch is not None:
-            candidates = self.knn(self.take_flush(), query, fetch)
-            hits = self.ann_hits(candidates, k, scope, size) if candidates is not None else None
+            staged = self.staged_in(scope)
+            candidates = self.knn(query, fetch)
+            hits = self.ann_hits(candidates, k, scope, size - len(staged)) if candidates is not None else None
+            if hits is not None and staged:
+                hits = self.merge(hits, self.exact(query, k, staged, len(staged)), k)
         if hits is None:
             hits = self.exact(query, k, scope, size)
         if threshold is not None:
