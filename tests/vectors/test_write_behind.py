@@ -49,7 +49,7 @@ async def test_lost_vector_write_is_repaired_at_the_next_start(tmp_path: Path, m
         assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [0]
     async with _memory(db) as memory:  # a new process: the retry at start repairs the lost rows
         with anyio.fail_after(10):
-            while _rows(db, "SELECT count(*) FROM threadmind_vector_pending") != [0]:
+            while _rows(db, "SELECT count(*) FROM threadmind_vector_pending") != [0]:  # noqa: ASYNC110
                 await anyio.sleep(0.02)
         assert sorted(_rows(db, "SELECT message_id FROM threadmind_vectors")) == ["m0", "m1", "m2"]
         found = await memory.recall("t1", resource_id="r1", per_page=0, vector_search_string="zebra passport")

@@ -318,7 +318,7 @@ async def test_delete_thread_removes_its_observations(tmp_path: Path, kind: str)
         await agent.generate(_long("turn one"), thread_id="t1", resource_id="r1")
         await agent.generate(_long("turn two"), thread_id="t1", resource_id="r1")
         with anyio.fail_after(5):
-            while not await _records(memory):
+            while not await _records(memory):  # noqa: ASYNC110
                 await anyio.sleep(0.01)
         await memory.delete_thread("t1")
         assert await _records(memory) == []

@@ -259,7 +259,7 @@ class IndexActor:
         embedding_dimension: int | None = None,
         max_chunk_chars: int = 16384,
         batch_size: int = 256,
-        linger: float = 0.002,
+        linger: float = 0.0005,
         cache_size: int = 1000,
         retry_interval: float | None = 5.0,
     ) -> None:
