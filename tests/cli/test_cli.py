@@ -14,7 +14,7 @@ import pytest
 
 from threadmind import cli
 
-FIXTURE = Path("/work/shared/fixtures/mastra-1.71")
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures
 MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text()) if FIXTURE.exists() else {}
 needs_fixture = pytest.mark.skipif(not MANIFEST, reason="Mastra fixture not available")
 COMMANDS = ("demo", "threads", "show", "search", "export", "import", "reindex", "stats")

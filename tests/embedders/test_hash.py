@@ -22,7 +22,7 @@ from threadmind.embedders._hash import HashEmbedder, _chunk_counts, _normalise
 from threadmind.embedders._protocol import Embedder
 from threadmind.errors import ConfigError, ValidationError
 
-FIXTURE = Path("/work/shared/fixtures/mastra-1.71")
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures
 FIRST_MESSAGE = (
     "context schedule and might compare delta large golf cancel tokyo might table remember message user "
     "assistant window delta schedule charlie or recipe column must from node meeting blue thanks bag recipe"

@@ -23,7 +23,7 @@ from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
 
-FIXTURE = Path("/work/shared/fixtures/mastra-1.71")
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures
 MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text()) if FIXTURE.exists() else {}
 pytestmark = pytest.mark.skipif(not MANIFEST, reason="Mastra fixture not available")
 

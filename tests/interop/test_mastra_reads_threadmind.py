@@ -23,7 +23,7 @@ from threadmind.stores._sqlite import SQLiteStore
 
 REPO = Path(__file__).resolve().parents[2]
 INTEROP = REPO / "interop"
-FIXTURE = Path("/work/shared/fixtures/mastra-1.71")
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures
 MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text()) if FIXTURE.exists() else {}
 PINNED = {"@mastra/core": "1.71.0", "@mastra/memory": "1.31.0", "@mastra/libsql": "1.23.1"}
 _NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENETUNREACH",

@@ -16,7 +16,7 @@ from threadmind.codecs import Message, message_to_dict, resource_to_dict, thread
 from threadmind.stores._protocol import Include, MessageQuery
 from threadmind.stores._sqlite import SQLiteStore
 
-FIXTURE = Path("/work/shared/fixtures/mastra-1.71")
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures
 MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text()) if FIXTURE.exists() else {}
 pytestmark = pytest.mark.skipif(not MANIFEST, reason="Mastra fixture not available")
 
