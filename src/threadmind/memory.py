@@ -826,7 +826,11 @@ class Memory:
             self._running()
             if self._index is None:
                 return 0
-            return await self._index.reindex()
+
+            def _progress(done: int, total: int) -> None:
+                _log.info("reindex: %d/%d messages embedded", done, total)
+
+            return await self._index.reindex(_progress)
 
     # working memory ------------------------------------------------------------------------------
     def _wm_scope_key(self, config: MemoryConfig, thread_id: str, resource_id: str | None) -> tuple[str, str]:
