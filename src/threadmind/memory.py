@@ -81,6 +81,7 @@ from .errors import (
     ValidationError,
 )
 from .stores._protocol import DateRange, Include, MessagePage, MessageQuery, SaveHook, Store, ThreadPage
+from .tokens import DefaultTokenCounter, TokenCounter
 from .tracing import operation_span
 
 if TYPE_CHECKING:
@@ -220,6 +221,8 @@ class Memory:
     :param embedding_dimension: the expected vector length; a different embedder output raises
         ``EmbeddingDimensionMismatch`` before any index is created.
     :param options: a ``MemoryConfig`` or a dict in Mastra's camelCase shape.
+    :param token_counter: counts tokens for budgets and ``estimate_tokens``; the reference-compatible
+        estimator by default, or ``ExactTokenCounter()`` (extra ``[tokens]``) for real BPE counts.
     """
 
     def __init__(
@@ -231,6 +234,7 @@ class Memory:
         embedding_dimension: int | None = None,
         options: MemoryConfig | Mapping[str, Any] | None = None,
         idle_timeout: float = 300.0,
+        token_counter: TokenCounter | None = None,
         max_actors: int = 10_000,
     ) -> None:
         self._options = memory_config_from(options)
@@ -254,6 +258,7 @@ class Memory:
                 raise ConfigError("Semantic recall requires an embedder to be configured.",
                                   code="THREADMIND_CONFIG_EMBEDDER")
         self._idle_timeout = idle_timeout
+        self._tokens: TokenCounter = token_counter or DefaultTokenCounter()
         self._max_actors = max_actors
         self._state = _State.NEW
         self._stack: AsyncExitStack | None = None
@@ -681,7 +686,8 @@ class Memory:
         assert history is not None
 
         async def _load() -> list[Message]:
-            return await load_token_window(store, thread_id, resource_id, history, config.max_messages, includes)
+            return await load_token_window(store, thread_id, resource_id, history, config.max_messages, includes,
+                                           counter=self._tokens)
 
         messages = await self._exclusive(thread_id, _load, "load_token_window")
         messages = _visible(messages)
@@ -1083,12 +1089,14 @@ class Memory:
             out.append(WorkingMemory(routed, wm.template, wm.scope, config.read_only, schema=wm.schema,
                                      template_provider=lambda c: self.get_working_memory_template(memory_config=c)))
         if history_on and om is None and "message-history" not in taken:
-            out.append(MessageHistory(routed, config.max_messages, config.message_history))
+            out.append(MessageHistory(routed, config.max_messages, config.message_history,
+                                      token_counter=self._tokens))
         if config.semantic_recall_config is not None and "semantic-recall" not in taken:
             out.append(self._semantic_processor(config))
         history = config.message_history
         if history_on and history is not None and om is None and "memory-token-limiter" not in taken:
-            out.append(MemoryTokenLimiter(history.max_tokens, history.remove_tokens, on_trim=self._write_boundary))
+            out.append(MemoryTokenLimiter(history.max_tokens, history.remove_tokens, token_counter=self._tokens,
+                                          on_trim=self._write_boundary))
         if om is not None and "observational-memory" not in taken:
             out.append(self._observational_processor(om))
         return out
@@ -1106,7 +1114,8 @@ class Memory:
         if config.semantic_recall_config is not None and "semantic-recall" not in taken:
             out.append(self._semantic_processor(config))
         if config.history_enabled and config.observational_memory_config is None and "message-history" not in taken:
-            out.append(MessageHistory(self._routed, config.max_messages, config.message_history))
+            out.append(MessageHistory(self._routed, config.max_messages, config.message_history,
+                                      token_counter=self._tokens))
         om = config.observational_memory_config
         if om is not None and "observational-memory" not in taken:
             out.append(self._observational_processor(om))
@@ -1244,11 +1253,9 @@ class Memory:
     # tokens --------------------------------------------------------------------------------------
     def estimate_tokens(self, text: str) -> int:
         """Tokens of ``text`` by the memory's token counter (the tokenx-style estimator by default)."""
-        from .tokens import estimate_tokens
-
         if not isinstance(text, str):
             raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
-        return estimate_tokens(text)
+        return self._tokens.count_text(text)
 
 
 def _bind(fn: Callable[[T], Awaitable[Any]], arg: T) -> Callable[[], Awaitable[Any]]:

