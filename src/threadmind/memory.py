@@ -55,6 +55,7 @@ from .actors._thread_actor import (
     DeleteThread,
     Exclusive,
     LoadMessages,
+    LoadWindow,
     SaveMessages,
     ThreadActor,
     UpdateThread,
@@ -611,6 +612,13 @@ class Memory:
             store, _ = self._running()
             if not config.history_enabled and per_page is None and semantic is None and not includes:
                 return RecallResult(messages=[], total=0, page=page, per_page=0, has_more=False)
+            limit = config.max_messages
+            if (per_page is None and page == 0 and direction is None and not includes and window is None
+                    and semantic is None and config.message_history is None and limit):
+                # The default window comes from the thread actor's in-memory tail: no database read when warm.
+                tail: MessagePage = await self._ask(thread_id, LoadWindow(limit, resource_id))
+                return RecallResult(messages=_visible(tail.messages), total=tail.total, page=0, per_page=limit,
+                                    has_more=tail.has_more)
             if resource_id is not None:
                 thread = await store.get_thread(thread_id)
                 tolerate_missing = semantic is not None and semantic.scope == "resource"
@@ -1342,6 +1350,12 @@ class _RoutedStore:
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         if isinstance(query.thread_id, str):
+            if (query.direction == "DESC" and query.page == 0 and not query.include and query.date_range is None
+                    and not query.metadata and isinstance(query.per_page, int) and query.per_page is not True
+                    and query.per_page > 0):  # "the last N": served from the actor's tail
+                window: MessagePage = await self._memory._ask(
+                    query.thread_id, LoadWindow(query.per_page, query.resource_id, tolerate_missing=True))
+                return msgspec.structs.replace(window, messages=window.messages[::-1])
             page: MessagePage = await self._memory._ask(query.thread_id, LoadMessages(query))
             return page
         return await self._store.list_messages(query)

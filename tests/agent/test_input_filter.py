@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from threadmind.agent import Agent, Tool
 from threadmind.codecs import TextPart, ToolInvocationPart
 from threadmind.models import ScriptedModel
+from threadmind.stores import MessageQuery
 
 from ._support import (
     RESOURCE,
@@ -151,7 +155,20 @@ async def test_empty_thread_is_seeded_with_the_whole_input_and_provider_metadata
         assert by_id(rows, "u1").content.parts[0].provider_metadata == PM  # user messages are untouched
 
 
-async def test_no_storage_call_when_nothing_would_be_trimmed(tmp_path: Path) -> None:
+async def test_no_storage_call_when_nothing_would_be_trimmed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The filter's storage is the memory's routed store (its "last 1" probe may be answered by the thread
+    # actor's tail without a database read), so spy at that level, and on the database below it.
+    from threadmind.memory import _RoutedStore
+
+    probes: list[MessageQuery] = []
+    original = _RoutedStore.list_messages
+
+    async def spy(self: _RoutedStore, query: MessageQuery) -> Any:
+        if query.per_page == 1:
+            probes.append(query)
+        return await original(self, query)
+
+    monkeypatch.setattr(_RoutedStore, "list_messages", spy)
     async with open_memory(tmp_path, counting=True) as memory:
         store = memory.storage
         assert isinstance(store, CountingStore)
@@ -159,13 +176,13 @@ async def test_no_storage_call_when_nothing_would_be_trimmed(tmp_path: Path) -> 
         agent = _agent(model, memory)
         await agent.generate("hello", thread_id=THREAD, resource_id=RESOURCE)
         await agent.generate(["a", "b"], thread_id=THREAD, resource_id=RESOURCE)
-        assert store.probe_queries() == []
+        assert probes == [] and store.probe_queries() == []
         assert store.by_id_calls == []
-        # Control: an echo that does get trimmed probes storage exactly once.
+        # Control: an echo that does get trimmed probes its storage exactly once.
         rows = await stored(memory)
         model2 = ScriptedModel(["three"])
         await _agent(model2, memory).generate([*rows, "c"], thread_id=THREAD, resource_id=RESOURCE)
-        assert len(store.probe_queries()) == 1
+        assert len(probes) == 1
 
 
 async def _retain_case(tmp_path: Path, options: dict[str, object] | None,

@@ -15,15 +15,19 @@ import anyio
 import msgspec
 
 from ..codecs import Message, Thread
+from ..errors import ResourceMismatch, ThreadNotFound
 from ..stores._protocol import MessagePage, MessageQuery, SaveHook, Store
 from ._actor import Actor
+from ._tail import Tail
 
 __all__ = (
+    "TAIL_CAPACITY",
     "CreateThread",
     "DeleteMessages",
     "DeleteThread",
     "Exclusive",
     "LoadMessages",
+    "LoadWindow",
     "SaveMessages",
     "ThreadActor",
     "UpdateThread",
@@ -44,6 +48,18 @@ class LoadMessages(msgspec.Struct, frozen=True):
     """Read a page of this thread's messages."""
 
     query: MessageQuery
+
+
+class LoadWindow(msgspec.Struct, frozen=True):
+    """The newest ``limit`` messages (ascending) and the thread's message count, from the actor's tail.
+
+    With ``resource_id`` the thread must belong to it (``ResourceMismatch``) and exist (``ThreadNotFound``,
+    unless ``tolerate_missing``).
+    """
+
+    limit: int
+    resource_id: str | None = None
+    tolerate_missing: bool = False
 
 
 class CreateThread(msgspec.Struct, frozen=True):
@@ -79,7 +95,12 @@ class Exclusive(msgspec.Struct, frozen=True):
         return {"threadmind.exclusive.name": self.name}
 
 
-ThreadCommand = SaveMessages | LoadMessages | CreateThread | UpdateThread | DeleteThread | DeleteMessages | Exclusive
+ThreadCommand = (
+    SaveMessages | LoadMessages | LoadWindow | CreateThread | UpdateThread | DeleteThread | DeleteMessages | Exclusive
+)
+
+TAIL_CAPACITY = 64  # newest messages a thread actor keeps in memory
+TAIL_TTL = 2.0  # seconds before the tail is re-read (bounds staleness if another process writes the thread)
 
 
 class ThreadActor(Actor[ThreadCommand]):
@@ -90,6 +111,7 @@ class ThreadActor(Actor[ThreadCommand]):
         self._store = store
         self.turn_lock = anyio.Lock()
         self._turns = 0
+        self._tail: Tail | None = None
 
     @property
     def thread_id(self) -> str:
@@ -113,20 +135,65 @@ class ThreadActor(Actor[ThreadCommand]):
         store = self._store
         match command:
             case SaveMessages(messages, after):
-                if after is None:
-                    return await store.save_messages(self.key, messages)
-                return await store.save_messages(self.key, messages, after=after)
+                try:
+                    if after is None:
+                        saved = await store.save_messages(self.key, messages)
+                    else:
+                        saved = await store.save_messages(self.key, messages, after=after)
+                except BaseException:
+                    self._tail = None  # the outcome is unknown to us: re-read next time
+                    raise
+                if self._tail is not None and not self._tail.merge(saved, TAIL_CAPACITY):
+                    self._tail = None
+                return saved
             case LoadMessages(query):
                 page: MessagePage = await store.list_messages(query)
                 return page
+            case LoadWindow(limit, resource_id, tolerate_missing):
+                return await self._window(limit, resource_id, tolerate_missing)
             case CreateThread(thread):
-                return await store.create_thread(thread)
+                self._tail = None
+                created = await store.create_thread(thread)
+                self._tail = Tail([], 0, created.resource_id, clock=self._clock, ttl=TAIL_TTL)
+                return created
             case UpdateThread(title, metadata):
                 return await store.update_thread(self.key, title=title, metadata=metadata)
             case DeleteThread():
+                self._tail = None
                 return await store.delete_thread(self.key)
             case DeleteMessages(ids):
+                self._tail = None
                 return await store.delete_messages(ids)
             case Exclusive(fn):
+                self._tail = None  # an arbitrary read-modify-write: do not trust the tail afterwards
                 return await fn()
         raise TypeError(f"unknown thread command {type(command).__name__}")  # pragma: no cover
+
+    async def _window(self, limit: int, resource_id: str | None, tolerate_missing: bool) -> MessagePage:
+        tail = self._tail if self._tail is not None and self._tail.fresh else None
+        window = tail.window(limit) if tail is not None else None
+        if tail is None or window is None:
+            tail = await self._load_tail(max(limit, TAIL_CAPACITY))
+            window = tail.window(limit)
+            assert window is not None
+            if self._tail is None and resource_id is not None:  # rows of mixed resources: ask the store exactly
+                page = await self._store.list_messages(
+                    MessageQuery(thread_id=self.key, resource_id=resource_id, per_page=limit, direction="DESC"))
+                window = page.messages[::-1]
+                tail = Tail(window, page.total, tail.owner, clock=self._clock, ttl=0.0)
+        if resource_id is not None:
+            if tail.owner is None and not tolerate_missing:
+                raise ThreadNotFound(self.key, message=f"No thread found with id {self.key}")
+            if tail.owner is not None and tail.owner != resource_id:
+                raise ResourceMismatch(self.key, tail.owner, resource_id)
+        return MessagePage(messages=window, total=tail.total, page=0, per_page=limit, has_more=tail.total > limit)
+
+    async def _load_tail(self, size: int) -> Tail:
+        thread = await self._store.get_thread(self.key)
+        page = await self._store.list_messages(MessageQuery(thread_id=self.key, per_page=size, direction="DESC"))
+        owner = thread.resource_id if thread is not None else None
+        messages = page.messages[::-1]
+        tail = Tail(messages, page.total, owner, clock=self._clock, ttl=TAIL_TTL)
+        # Only a tail whose rows all carry the owner's resource id answers resource-filtered reads exactly.
+        self._tail = tail if all(m.resource_id == owner for m in messages) else None
+        return tail
