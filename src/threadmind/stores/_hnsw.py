@@ -310,13 +310,13 @@ class _HnswIndex:
             return
         self._add_items(prepared, labels)
 
-    def _add_items(self, prepared: F32, labels: npt.NDArray[np.int64]) -> None:
+    def _add_items(self, prepared: F32, labels: npt.NDArray[np.int64], *, threads: int = -1) -> None:
         n = len(labels)
         slots_needed = self._index.element_count + max(0, n - self._deleted_slots)
         if slots_needed > self._index.max_elements:
             self._index.resize_index(max(slots_needed, 2 * self._index.max_elements))
         self._deleted_slots = max(0, self._deleted_slots - n)
-        self._index.add_items(prepared, labels, replace_deleted=True)
+        self._index.add_items(prepared, labels, num_threads=threads, replace_deleted=True)
         self.add_items_calls += 1
 
     @property
@@ -349,8 +349,8 @@ class _HnswIndex:
             except RuntimeError:  # already gone (a rebuild in between); nothing to delete
                 continue
             self._deleted_slots += 1
-        if len(plan.labels):
-            self._add_items(plan.vectors, plan.labels)
+        if len(plan.labels):  # background work: one core, the other stays with the event loop and SQLite
+            self._add_items(plan.vectors, plan.labels, threads=1)
         return len(plan.labels)
 
     def flush(self) -> int:
