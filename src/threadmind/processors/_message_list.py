@@ -218,7 +218,7 @@ class MessageList:
 
     def _place(self, new: Message, source: str, merge: bool) -> None:
         """Apply reference §4.4 rules 1-5 for one converted message."""
-        index = self._index(new.id)
+        index = self._index(new.id) if new.id in self._sources else None  # every listed id has a sources entry
         old = self._messages[index] if index is not None else None
         if old is not None and index is not None:
             old_sources = self._sources.get(old.id, set())
@@ -238,8 +238,9 @@ class MessageList:
         if self._messages and merge:
             latest_index = len(self._messages) - 1
             latest = self._messages[latest_index]
-            if (latest_index > self._last_sealed_index() and (old is None or not is_sealed(old))
-                    and should_merge(latest, new, source)):
+            # should_merge first: it is cheap and false for stored rows, so the sealed scan rarely runs.
+            if (should_merge(latest, new, source) and (old is None or not is_sealed(old))
+                    and latest_index > self._last_sealed_index()):
                 self._messages[latest_index] = merge_assistant(latest, new)
                 self._tag(latest.id, source)
                 return
