@@ -54,6 +54,7 @@ from .actors._thread_actor import (
     DeleteMessages,
     DeleteThread,
     Exclusive,
+    GetThread,
     LoadMessages,
     LoadWindow,
     SaveMessages,
@@ -1195,7 +1196,7 @@ class Memory:
     async def _ensure_thread(self, thread_id: str, resource_id: str) -> Thread:
         """The run's thread, created when missing; another resource's thread is refused."""
         store, _ = self._running()
-        thread = await store.get_thread(thread_id)
+        thread: Thread | None = await self._ask(thread_id, GetThread())
         if thread is None:
             try:
                 thread = await self.create_thread(resource_id=resource_id, thread_id=thread_id)

@@ -27,6 +27,7 @@ __all__ = (
     "DeleteThread",
     "Exclusive",
     "LoadMessages",
+    "GetThread",
     "LoadWindow",
     "SaveMessages",
     "ThreadActor",
@@ -60,6 +61,10 @@ class LoadWindow(msgspec.Struct, frozen=True):
     limit: int
     resource_id: str | None = None
     tolerate_missing: bool = False
+
+
+class GetThread(msgspec.Struct, frozen=True):
+    """The thread row (or None), from the actor's cache when fresh; its ``updated_at`` may lag behind saves."""
 
 
 class CreateThread(msgspec.Struct, frozen=True):
@@ -96,7 +101,8 @@ class Exclusive(msgspec.Struct, frozen=True):
 
 
 ThreadCommand = (
-    SaveMessages | LoadMessages | LoadWindow | CreateThread | UpdateThread | DeleteThread | DeleteMessages | Exclusive
+    SaveMessages | LoadMessages | LoadWindow | GetThread | CreateThread | UpdateThread | DeleteThread | DeleteMessages
+    | Exclusive
 )
 
 TAIL_CAPACITY = 64  # newest messages a thread actor keeps in memory
@@ -112,6 +118,7 @@ class ThreadActor(Actor[ThreadCommand]):
         self.turn_lock = anyio.Lock()
         self._turns = 0
         self._tail: Tail | None = None
+        self._thread: tuple[Thread | None, float] | None = None  # (row, expires at)
 
     @property
     def thread_id(self) -> str:
@@ -145,29 +152,45 @@ class ThreadActor(Actor[ThreadCommand]):
                     raise
                 if self._tail is not None and not self._tail.merge(saved, TAIL_CAPACITY):
                     self._tail = None
+                # The cached row stays: only its updatedAt moved, and GetThread serves agent turns, which
+                # need the owner and metadata (Memory.get_thread_by_id reads the store).
                 return saved
             case LoadMessages(query):
                 page: MessagePage = await store.list_messages(query)
                 return page
             case LoadWindow(limit, resource_id, tolerate_missing):
                 return await self._window(limit, resource_id, tolerate_missing)
+            case GetThread():
+                cached = self._thread
+                if cached is not None and self._clock() < cached[1]:
+                    return cached[0]
+                row = await store.get_thread(self.key)
+                self._remember(row)
+                return row
             case CreateThread(thread):
-                self._tail = None
+                self._tail = self._thread = None
                 created = await store.create_thread(thread)
                 self._tail = Tail([], 0, created.resource_id, clock=self._clock, ttl=TAIL_TTL)
+                self._remember(created)
                 return created
             case UpdateThread(title, metadata):
-                return await store.update_thread(self.key, title=title, metadata=metadata)
+                self._thread = None
+                updated = await store.update_thread(self.key, title=title, metadata=metadata)
+                self._remember(updated)
+                return updated
             case DeleteThread():
-                self._tail = None
+                self._tail = self._thread = None
                 return await store.delete_thread(self.key)
             case DeleteMessages(ids):
-                self._tail = None
+                self._tail = self._thread = None  # updatedAt moves
                 return await store.delete_messages(ids)
             case Exclusive(fn):
-                self._tail = None  # an arbitrary read-modify-write: do not trust the tail afterwards
+                self._tail = self._thread = None  # an arbitrary read-modify-write: trust neither afterwards
                 return await fn()
         raise TypeError(f"unknown thread command {type(command).__name__}")  # pragma: no cover
+
+    def _remember(self, thread: Thread | None) -> None:
+        self._thread = (thread, self._clock() + TAIL_TTL)
 
     async def _window(self, limit: int, resource_id: str | None, tolerate_missing: bool) -> MessagePage:
         tail = self._tail if self._tail is not None and self._tail.fresh else None

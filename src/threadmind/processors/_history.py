@@ -112,13 +112,23 @@ class MessageHistory:
                 kept.append(clean)
         if not kept:
             return None
-        if await self.storage.get_thread(thread_id) is None:
-            now = utc_now()
-            thread = Thread(thread_id, resource_id or thread_id, "", {}, now, now)
-            await self.storage.create_thread(thread)
-            context.thread = thread
-        await self.storage.save_messages(thread_id, kept)
+        # The run's thread was loaded (or created) at its start; otherwise look. A thread deleted meanwhile
+        # surfaces as ThreadNotFound from the save and is re-created, as the reference ensures it exists.
+        if context.thread is None or context.thread.id != thread_id:
+            if await self.storage.get_thread(thread_id) is None:
+                await self._create_thread(context, thread_id, resource_id)
+        try:
+            await self.storage.save_messages(thread_id, kept)
+        except ThreadNotFound:
+            await self._create_thread(context, thread_id, resource_id)
+            await self.storage.save_messages(thread_id, kept)
         return None
+
+    async def _create_thread(self, context: RequestContext, thread_id: str, resource_id: str | None) -> None:
+        now = utc_now()
+        thread = Thread(thread_id, resource_id or thread_id, "", {}, now, now)
+        await self.storage.create_thread(thread)
+        context.thread = thread
 
 
 class MemoryTokenLimiter:
