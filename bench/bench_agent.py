@@ -78,6 +78,41 @@ async def _scenario(name: str, options: dict[str, Any], workdir: str, history: i
             "context_messages_p50": int(np.median(model.context_sizes))}
 
 
+async def _observational(workdir: str, turns: int) -> dict[str, Any]:
+    """Observational memory with a scripted Observer: per-turn overhead and how long each observation takes."""
+    from threadmind._observational import ObservationalMemoryEngine
+
+    observations: list[float] = []
+    original = ObservationalMemoryEngine._observe_once
+
+    async def timed(self: ObservationalMemoryEngine, *args: Any) -> bool:
+        started = time.perf_counter()
+        try:
+            return await original(self, *args)
+        finally:
+            observations.append(time.perf_counter() - started)
+
+    ObservationalMemoryEngine._observe_once = timed  # type: ignore[method-assign]
+    try:
+        observer = _TimedModel()
+        path = os.path.join(workdir, "om.db")
+        options = {"observationalMemory": {"model": observer, "observation": {"messageTokens": 300}}}
+        model = _TimedModel()
+        overheads: list[float] = []
+        async with Memory(storage=SQLiteStore(path), options=options) as memory:
+            agent = Agent("bench", "You are a benchmark.", model, memory=memory)
+            for i in range(turns):
+                before = model.seconds
+                started = time.perf_counter()
+                await agent.generate(f"turn {i}: " + "please remember the tokyo flight and the hotel " * 3,
+                                     thread_id="om-thread", resource_id="om-resource")
+                overheads.append(time.perf_counter() - started - (model.seconds - before))
+    finally:
+        ObservationalMemoryEngine._observe_once = original  # type: ignore[method-assign]
+    return {"turns": turns, **_pcts(overheads), "observations": len(observations),
+            "observation": _pcts(observations) if observations else {}}
+
+
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"synchronous": "FULL"}
     with tempfile.TemporaryDirectory(prefix="threadmind-bench-agent-") as workdir:
@@ -89,6 +124,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         report["last_10_semantic_recall"] = await _scenario(
             "semantic", {"lastMessages": 10, "semanticRecall": {"topK": 4, "messageRange": 1}}, workdir,
             args.history, args.turns, semantic=True)
+        report["observational_memory"] = await _observational(workdir, min(args.turns, 100))
     base = report["last_10"]["p50_ms"]
     report["working_memory_extra_p50_ms"] = round(report["last_10_working_memory"]["p50_ms"] - base, 4)
     return report
