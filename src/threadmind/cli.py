@@ -623,6 +623,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         exc = _leaf(raised)
         if isinstance(exc, KeyboardInterrupt):
             return 130
+        if isinstance(exc, BrokenPipeError):  # e.g. `threadmind threads | head`: the reader left, nothing to say
+            try:
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush at exit
+            except OSError:
+                pass
+            return 0
         if isinstance(exc, ThreadmindError):
             print(f"threadmind: error: {exc.message} [{exc.code}]", file=sys.stderr)
         elif isinstance(exc, (_CliError, OSError, ValueError)):
