@@ -10,7 +10,6 @@ between two such steps, so a turn is never held up by a slow Observer unless it 
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,8 +20,9 @@ import msgspec
 
 from ._config import ObservationalMemoryConfig
 from ._hygiene import is_transient_signal
+from ._transcript import part_texts
 from .actors._thread_actor import Exclusive
-from .codecs import Message, ReasoningPart, TextPart, ToolInvocationPart, utc_now
+from .codecs import Message, utc_now
 from .errors import ThreadmindError
 from .stores._om import ObservationalMemoryStore, OMRecord, lookup_key, om_store_for
 from .stores._protocol import DateRange, MessageQuery, Store
@@ -92,18 +92,7 @@ def _transcript(messages: Sequence[Message]) -> str:
     for message in messages:
         stamp = f"{message.created_at:%Y-%m-%d %H:%M}"
         role = {"user": "User", "assistant": "Assistant"}.get(message.role, message.role.capitalize())
-        texts: list[str] = []
-        for part in message.content.parts:
-            if isinstance(part, TextPart) and part.text.strip():
-                texts.append(part.text)
-            elif isinstance(part, ReasoningPart) and part.reasoning.strip():
-                texts.append(f"(reasoning) {part.reasoning}")
-            elif isinstance(part, ToolInvocationPart):
-                inv = part.tool_invocation
-                summary = json.dumps({"args": inv.args, "result": inv.result}, default=str)[:500]
-                texts.append(f"(tool {inv.tool_name}, {inv.state}) {summary}")
-        if not message.content.parts and message.content.content:
-            texts.append(message.content.content)
+        texts = [text if kind == "text" else f"({kind}) {text}" for kind, text in part_texts(message, tool_chars=500)]
         if texts:
             lines.append(f"[{stamp}] {role}: " + "\n".join(texts))
     return "\n".join(lines)

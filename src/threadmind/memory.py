@@ -65,7 +65,6 @@ from .codecs import (
     Message,
     MessageContent,
     Resource,
-    TextPart,
     Thread,
     encode_json,
     message_from_dict,
@@ -1391,20 +1390,12 @@ _TITLE_INSTRUCTIONS = (
 
 
 def _transcript(messages: Sequence[Message]) -> str:
-    from .codecs import ReasoningPart, ToolInvocationPart
+    from ._transcript import part_texts
 
+    labels = {"reasoning": "Reasoning", "tool": "Tool"}
     lines: list[str] = []
     for message in messages:
         role = "User" if message.role == "user" else "Assistant"
-        for part in message.content.parts:
-            if isinstance(part, TextPart) and part.text.strip():
-                lines.append(f"{role}: {part.text}")
-            elif isinstance(part, ReasoningPart) and part.reasoning.strip():
-                lines.append(f"Reasoning: {part.reasoning}")
-            elif isinstance(part, ToolInvocationPart):
-                inv = part.tool_invocation
-                summary = json.dumps({"args": inv.args, "result": inv.result}, default=str)[:200]
-                lines.append(f"Tool {inv.tool_name} ({inv.state}): {summary}")
-        if not message.content.parts and message.content.content:
-            lines.append(f"{role}: {message.content.content}")
+        for kind, text in part_texts(message, tool_chars=200):
+            lines.append(f"{labels.get(kind, role)}: {text}")
     return "\n".join(lines)

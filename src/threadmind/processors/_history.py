@@ -30,11 +30,6 @@ __all__ = ("MemoryTokenLimiter", "MessageHistory")
 BoundaryWriter = Callable[[str, Callable[[Thread], Boundary | None]], Awaitable[Thread | None]]
 
 
-def _thread_ids(args: ProcessInputArgs | ProcessOutputArgs) -> tuple[str | None, str | None]:
-    context = args.context
-    return (context.thread_id or args.message_list.thread_id,
-            context.resource_id or args.message_list.resource_id)
-
 
 class MessageHistory:
     """Processor ``message-history``: loads the last N (or a token window) and persists the turn."""
@@ -63,7 +58,7 @@ class MessageHistory:
         return int(self.last_messages)
 
     async def process_input(self, args: ProcessInputArgs) -> None:
-        thread_id, resource_id = _thread_ids(args)
+        thread_id, resource_id = args.ids()
         if not thread_id:
             return None
         limit = self.token_limit
@@ -95,7 +90,7 @@ class MessageHistory:
 
     async def process_output_result(self, args: ProcessOutputArgs) -> None:
         context = args.context
-        thread_id, resource_id = _thread_ids(args)
+        thread_id, resource_id = args.ids()
         if not thread_id or context.memory_config.read_only:
             return None
         message_list = args.message_list

@@ -20,11 +20,6 @@ __all__ = ("ObservationalMemory",)
 _TOKENS_KEY = "observational-memory.unobserved-tokens"
 
 
-def _ids(args: ProcessInputArgs | ProcessOutputArgs) -> tuple[str | None, str | None]:
-    context = args.context
-    return (context.thread_id or args.message_list.thread_id,
-            context.resource_id or args.message_list.resource_id)
-
 
 class ObservationalMemory:
     """Processor ``observational-memory``: observations plus unobserved history in; persist and observe out."""
@@ -41,7 +36,7 @@ class ObservationalMemory:
         return args.context.memory_config.observational_memory_config or self.config
 
     async def process_input(self, args: ProcessInputArgs) -> None:
-        thread_id, resource_id = _ids(args)
+        thread_id, resource_id = args.ids()
         if not thread_id:
             return None
         config = self._config(args)
@@ -62,7 +57,7 @@ class ObservationalMemory:
 
     async def process_output_result(self, args: ProcessOutputArgs) -> None:
         context = args.context
-        thread_id, resource_id = _ids(args)
+        thread_id, resource_id = args.ids()
         if not thread_id or context.memory_config.read_only:
             return None
         message_list = args.message_list

@@ -9,7 +9,7 @@ phase), or the ``MessageList``. ``args.abort(reason)`` raises :class:`~threadmin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NoReturn, Protocol, runtime_checkable
+from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from .._config import MemoryConfig
 from ..codecs import Message, Thread
@@ -71,6 +71,11 @@ class _Args:
         self.context = context
         self.processor_id = processor_id
 
+    def ids(self) -> tuple[str | None, str | None]:
+        """The run's thread and resource ids (request context first, then the list's own)."""
+        return (self.context.thread_id or self.message_list.thread_id,
+                self.context.resource_id or self.message_list.resource_id)
+
     def abort(self, reason: str = "Aborted by processor") -> NoReturn:
         """Stop the run: nothing is persisted and ``result.tripwire.reason`` is ``reason``."""
         raise TripWire(reason, processor_id=self.processor_id)
@@ -120,31 +125,33 @@ def _apply_result(result: object, message_list: MessageList, phase_ids: set[str]
                           f"not {type(result).__name__}")
 
 
+async def _run(
+    processors: Sequence[object], message_list: MessageList, context: RequestContext, phase: Literal["input", "output"]
+) -> MessageList:
+    method_name = "process_input" if phase == "input" else "process_output_result"
+    args_type = ProcessInputArgs if phase == "input" else ProcessOutputArgs
+    for processor in processors:
+        method = getattr(processor, method_name, None)
+        if method is None:
+            continue
+        pid = processor_id(processor)
+        # input processors see the conversation; output processors the run's response messages
+        messages = message_list.get_all() if phase == "input" else message_list.get_response()
+        result = await method(args_type(messages, message_list, context, pid))
+        message_list = _apply_result(result, message_list, {m.id for m in messages},
+                                     "input" if phase == "input" else "response")
+    return message_list
+
+
 async def run_input_processors(
     processors: Sequence[object], message_list: MessageList, context: RequestContext
 ) -> MessageList:
     """Run ``process_input`` of each processor in order; a TripWire propagates."""
-    for processor in processors:
-        method = getattr(processor, "process_input", None)
-        if method is None:
-            continue
-        pid = processor_id(processor)
-        conversation = message_list.get_all()
-        result = await method(ProcessInputArgs(conversation, message_list, context, pid))
-        message_list = _apply_result(result, message_list, {m.id for m in conversation}, "input")
-    return message_list
+    return await _run(processors, message_list, context, "input")
 
 
 async def run_output_processors(
     processors: Sequence[object], message_list: MessageList, context: RequestContext
 ) -> MessageList:
     """Run ``process_output_result`` of each processor in order; a TripWire propagates."""
-    for processor in processors:
-        method = getattr(processor, "process_output_result", None)
-        if method is None:
-            continue
-        pid = processor_id(processor)
-        response = message_list.get_response()
-        result = await method(ProcessOutputArgs(response, message_list, context, pid))
-        message_list = _apply_result(result, message_list, {m.id for m in response}, "response")
-    return message_list
+    return await _run(processors, message_list, context, "output")
