@@ -25,7 +25,7 @@ from ..stores._protocol import MessageQuery, Store
 from ..tokens import DefaultTokenCounter, TokenCounter, TokenLimiterCounter
 from ._protocol import ProcessInputArgs, ProcessOutputArgs, RequestContext
 
-__all__ = ("MemoryTokenLimiter", "MessageHistory")
+__all__ = ("MemoryTokenLimiter", "MessageHistory", "persist_turn")
 
 BoundaryWriter = Callable[[str, Callable[[Thread], Boundary | None]], Awaitable[Thread | None]]
 
@@ -89,41 +89,48 @@ class MessageHistory:
         return None
 
     async def process_output_result(self, args: ProcessOutputArgs) -> None:
-        context = args.context
-        thread_id, resource_id = args.ids()
-        if not thread_id or context.memory_config.read_only:
-            return None
-        message_list = args.message_list
-        response = message_list.get_response()
-        to_save = [*message_list.get_input(), *response]
-        if not to_save:
-            return None
-        if context.finish_reason == "error" and not response:
-            return None  # avoid an orphan user message after a failed generation
-        kept: list[Message] = []
-        for message in sorted(to_save, key=lambda m: m.created_at):
-            clean = persistable(message, drop_partial_calls=True)
-            if clean is not None:
-                kept.append(clean)
-        if not kept:
-            return None
-        # The run's thread was loaded (or created) at its start; otherwise look. A thread deleted meanwhile
-        # surfaces as ThreadNotFound from the save and is re-created, as the reference ensures it exists.
-        if context.thread is None or context.thread.id != thread_id:
-            if await self.storage.get_thread(thread_id) is None:
-                await self._create_thread(context, thread_id, resource_id)
-        try:
-            await self.storage.save_messages(thread_id, kept)
-        except ThreadNotFound:
-            await self._create_thread(context, thread_id, resource_id)
-            await self.storage.save_messages(thread_id, kept)
+        await persist_turn(self.storage, args)
         return None
 
-    async def _create_thread(self, context: RequestContext, thread_id: str, resource_id: str | None) -> None:
-        now = utc_now()
-        thread = Thread(thread_id, resource_id or thread_id, "", {}, now, now)
-        await self.storage.create_thread(thread)
-        context.thread = thread
+
+async def persist_turn(storage: Store, args: ProcessOutputArgs) -> list[Message]:
+    """Save the run's input and response messages (reference ``persistMessages``); returns what was saved.
+
+    Nothing when the run has no thread or is read-only, or after an error finish with no response (no orphan
+    user message). System messages, transient signals, partial calls and working-memory parts and tags are
+    dropped. The run's thread was loaded (or created) at its start; a thread deleted meanwhile surfaces as
+    ThreadNotFound from the save and is re-created, as the reference ensures the thread exists.
+    """
+    context = args.context
+    thread_id, resource_id = args.ids()
+    if not thread_id or context.memory_config.read_only:
+        return []
+    message_list = args.message_list
+    response = message_list.get_response()
+    if context.finish_reason == "error" and not response:
+        return []
+    kept: list[Message] = []
+    for message in sorted([*message_list.get_input(), *response], key=lambda m: m.created_at):
+        clean = persistable(message, drop_partial_calls=True)
+        if clean is not None:
+            kept.append(clean)
+    if not kept:
+        return []
+    if (context.thread is None or context.thread.id != thread_id) and await storage.get_thread(thread_id) is None:
+        await _create_thread(storage, context, thread_id, resource_id)
+    try:
+        await storage.save_messages(thread_id, kept)
+    except ThreadNotFound:
+        await _create_thread(storage, context, thread_id, resource_id)
+        await storage.save_messages(thread_id, kept)
+    return kept
+
+
+async def _create_thread(storage: Store, context: RequestContext, thread_id: str, resource_id: str | None) -> None:
+    now = utc_now()
+    thread = Thread(thread_id, resource_id or thread_id, "", {}, now, now)
+    await storage.create_thread(thread)
+    context.thread = thread
 
 
 class MemoryTokenLimiter:

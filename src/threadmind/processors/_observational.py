@@ -9,10 +9,9 @@ background. Reference §8.1.
 from __future__ import annotations
 
 from .._config import ObservationalMemoryConfig
-from .._hygiene import persistable
 from .._observational import ObservationalMemoryEngine, block_after_tokens, observations_system_message
-from ..codecs import Message, Thread, utc_now
 from ..stores._protocol import Store
+from ._history import persist_turn
 from ._protocol import ProcessInputArgs, ProcessOutputArgs
 
 __all__ = ("ObservationalMemory",)
@@ -58,24 +57,9 @@ class ObservationalMemory:
     async def process_output_result(self, args: ProcessOutputArgs) -> None:
         context = args.context
         thread_id, resource_id = args.ids()
-        if not thread_id or context.memory_config.read_only:
+        kept = await persist_turn(self.storage, args)
+        if not kept or thread_id is None:
             return None
-        message_list = args.message_list
-        response = message_list.get_response()
-        if context.finish_reason == "error" and not response:
-            return None
-        kept: list[Message] = []
-        for message in sorted([*message_list.get_input(), *response], key=lambda m: m.created_at):
-            clean = persistable(message, drop_partial_calls=True)
-            if clean is not None:
-                kept.append(clean)
-        if kept:
-            if await self.storage.get_thread(thread_id) is None:
-                now = utc_now()
-                thread = Thread(thread_id, resource_id or thread_id, "", {}, now, now)
-                await self.storage.create_thread(thread)
-                context.thread = thread
-            await self.storage.save_messages(thread_id, kept)
         config = self._config(args)
         before = context.run_state.get(_TOKENS_KEY)
         engine = self.engine
