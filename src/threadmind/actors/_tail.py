@@ -55,19 +55,21 @@ class Tail:
         """Fold a committed save in; False when the tail can no longer be kept exact (drop it)."""
         index = {m.id: i for i, m in enumerate(self.messages)}
         oldest: datetime | None = self._created[0] if self._created else None
+        fresh: list[Message] = []
         for message in saved:
             at = index.get(message.id)
-            if at is not None:  # re-saved: new content, same place (the store keeps created_at and position)
-                if message.created_at != self._created[at]:
-                    return False
+            if at is None:
+                fresh.append(message)
+            elif message.created_at != self._created[at]:
+                return False
+            else:  # re-saved: new content, same place (the store keeps created_at and position)
                 self.messages[at] = message
-                continue
+        for message in fresh:  # new rows: after every stored row with the same created_at
             if not self.complete and (oldest is None or message.created_at <= oldest):
                 return False  # older than the window: an old message re-saved, or a new one we cannot place
             position = bisect.bisect_right(self._created, message.created_at)
             self.messages.insert(position, message)
             self._created.insert(position, message.created_at)
-            index = {m.id: i for i, m in enumerate(self.messages)}
             self.total += 1
         if len(self.messages) > capacity:
             drop = len(self.messages) - capacity
