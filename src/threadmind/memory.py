@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
@@ -350,6 +351,11 @@ class Memory:
     async def __aenter__(self) -> Self:
         await self.start()
         return self
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) is _State.RUNNING:
+            warnings.warn("unclosed Memory; use `async with memory:` or await memory.aclose()", ResourceWarning,
+                          stacklevel=1)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
