@@ -227,7 +227,7 @@ class TestLifecycle:
         before = worker_threads()
         store = SQLiteStore(tmp_path / "x.db")
         await store.create_thread(Thread(id="t1", resource_id="r1"))  # opens on first use
-        assert len(worker_threads() - before) == 2  # one writer, one reader
+        assert len(worker_threads() - before) == 3  # writer, reader and checkpointer connections
         async with anyio.create_task_group() as tg:  # concurrent closes: both return once it is closed
             tg.start_soon(store.aclose)
             tg.start_soon(store.aclose)
@@ -289,3 +289,24 @@ class TestLifecycle:
             SQLiteStore(tmp_path / "x.db", **kwargs)
         with pytest.raises(ConfigError):
             SQLiteStore(":memory:")
+
+
+class TestCheckpoints:
+    async def test_the_wal_is_checkpointed_outside_the_commit_path(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import threadmind.stores._sqlite as sqlite_module
+
+        monkeypatch.setattr(sqlite_module, "_CHECK_EVERY", 4)
+        monkeypatch.setattr(sqlite_module, "_WAL_CHECKPOINT_BYTES", 32 << 10)
+        path = tmp_path / "x.db"
+        async with SQLiteStore(path) as store:
+            await store.create_thread(Thread(id="t1", resource_id="r1"))
+            start = path.stat().st_size
+            for i in range(60):
+                message = Message.user("x" * 2000, id=f"m{i}", thread_id="t1", resource_id="r1")
+                await store.save_messages("t1", [message])
+            # auto-checkpoints are off on the writer: pages reached the main file through the checkpointer
+            assert path.stat().st_size > start + 60 * 2000
+            page = await store.list_messages(MessageQuery(thread_id="t1", per_page=False))
+            assert len(page.messages) == 60

@@ -60,6 +60,8 @@ __all__ = ("SQLiteStore", "StoreStatistics")
 
 T = TypeVar("T")
 
+_CHECK_EVERY = 64  # commits between WAL size checks
+_WAL_CHECKPOINT_BYTES = 8 << 20  # checkpoint once the WAL holds this much
 _LINGER = 0.0005  # seconds a leader may wait for the callers of the previous group (see _gather)
 _CHUNK = 500  # rows per multi-row statement: 7 × 500 parameters, far below SQLite's 32 766 limit
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
@@ -294,6 +296,16 @@ def _run_group(conn: sqlite3.Connection, jobs: list[_Job]) -> None:
         _fail_all(jobs, f"commit failed, nothing in this group was written: {exc}", exc)
 
 
+def _checkpoint_if_large(conn: sqlite3.Connection, wal: str) -> None:
+    """(checkpointer thread) A PASSIVE checkpoint when the WAL has grown past the threshold."""
+    try:
+        size = os.path.getsize(wal)
+    except OSError:
+        return
+    if size >= _WAL_CHECKPOINT_BYTES:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
 def _read_tx(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
     """Wrap a read in one read transaction so multi-statement reads see one snapshot."""
 
@@ -448,6 +460,9 @@ class SQLiteStore:
         self._largest = 0
         self._last_group = 1
         self._arrival = anyio.Event()
+        self._checkpointer: aiosqlite.Connection | None = None
+        self._checkpointing = False
+        self._checked_at = 0
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r}, state={self._state.value})"
@@ -477,21 +492,23 @@ class SQLiteStore:
                 return
             if self._state is not _State.NEW:
                 raise StorageError(f"{self!r} is closed")
-            writer = reader = None
+            writer = reader = checkpointer = None
             try:
                 writer = await aiosqlite.connect(self._path, isolation_level=None, cached_statements=256)
                 await _in_connection_thread(writer, self._setup_writer)
                 reader = await aiosqlite.connect(self._path, isolation_level=None, cached_statements=256)
                 await _in_connection_thread(reader, self._setup_reader)
+                checkpointer = await aiosqlite.connect(self._path, isolation_level=None)
+                await checkpointer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):
-                    for conn in (reader, writer):
+                    for conn in (checkpointer, reader, writer):
                         if conn is not None:
                             await _close_connection(conn)
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"cannot open {self._path!r}: {exc}") from exc
                 raise
-            self._writer, self._reader = writer, reader
+            self._writer, self._reader, self._checkpointer = writer, reader, checkpointer
             self._state = _State.OPEN
 
     def _opened(self) -> bool:
@@ -503,6 +520,8 @@ class SQLiteStore:
         if str(mode).lower() != "wal":
             raise StorageError(f"could not switch {self._path!r} to WAL mode (got {mode!r})")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        # Checkpoints run on their own connection (see _maybe_checkpoint), never inside a group's COMMIT.
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.create_function("tm_json", 1, _tm_json, deterministic=True)
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -537,10 +556,10 @@ class SQLiteStore:
                 await self._submit(lambda conn: None)
             finally:
                 self._state = _State.CLOSED
-                for conn in (self._reader, self._writer):
+                for conn in (self._checkpointer, self._reader, self._writer):
                     if conn is not None:
                         await _close_connection(conn)
-                self._reader = self._writer = None
+                self._reader = self._writer = self._checkpointer = None
                 self._closed.set()
 
     async def __aenter__(self) -> SQLiteStore:
@@ -613,12 +632,33 @@ class SQLiteStore:
             if not self._writing and self._queue:
                 self._queue[0].wake.set()  # hand the writer role on
             raise
+        await self._maybe_checkpoint()
         # A caller cancelled while its job ran still gets the cancellation (the job itself committed).
         await anyio.lowlevel.checkpoint_if_cancelled()
         if job.error is not None:
             raise job.error
         result: T = job.value
         return result
+
+    async def _maybe_checkpoint(self) -> None:
+        """Every ``_CHECK_EVERY`` commits, one caller checks the WAL and checkpoints it (PASSIVE) when large.
+
+        This runs on a third connection after the caller's own job committed, so no group ever waits for a
+        checkpoint inside its COMMIT (SQLite's default auto-checkpoint would); PASSIVE never blocks writers.
+        """
+        checkpointer = self._checkpointer
+        if checkpointer is None or self._checkpointing or self._commits - self._checked_at < _CHECK_EVERY:
+            return
+        self._checked_at = self._commits
+        self._checkpointing = True
+        wal = self._path + "-wal"
+        try:
+            with anyio.CancelScope(shield=True):
+                await _in_connection_thread(checkpointer, lambda conn: _checkpoint_if_large(conn, wal))
+        except (sqlite3.Error, OSError, ValueError):  # a skipped checkpoint only lets the WAL grow a little
+            pass
+        finally:
+            self._checkpointing = False
 
     async def _lead(self, own: _Job) -> None:
         """Act as the writer: commit groups from the queue until ``own`` is done, then hand over."""
