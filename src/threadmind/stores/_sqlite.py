@@ -255,9 +255,12 @@ def _run_saves(conn: sqlite3.Connection, run: list[_Job]) -> bool:
         if rows:
             _upsert(conn, rows)
             _bump(conn, dict.fromkeys(touched), to_iso(utc_now()))
-        for spec in hooks:
+        by_hook: dict[SaveHook, list[Message]] = {}
+        for spec in hooks:  # one call per distinct hook, with every message of the run
             assert spec.after is not None
-            spec.after(conn, spec.messages)
+            by_hook.setdefault(spec.after, []).extend(spec.messages)
+        for hook, messages in by_hook.items():
+            hook(conn, messages)
         conn.execute("RELEASE bulk")
     except sqlite3.Error:
         conn.execute("ROLLBACK TO bulk")
