@@ -306,7 +306,7 @@ class TestCheckpoints:
             for i in range(60):
                 message = Message.user("x" * 2000, id=f"m{i}", thread_id="t1", resource_id="r1")
                 await store.save_messages("t1", [message])
-            # auto-checkpoints are off on the writer: pages reached the main file through the checkpointer
+            # far below the auto-checkpoint size: the pages reached the main file through the checkpointer
             assert path.stat().st_size > start + 60 * 2000
             page = await store.list_messages(MessageQuery(thread_id="t1", per_page=False))
             assert len(page.messages) == 60
