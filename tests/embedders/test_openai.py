@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -15,27 +14,8 @@ from threadmind.embedders._openai import OpenAIEmbedder
 from threadmind.embedders._protocol import Embedder, Embeddings
 from threadmind.embedders._resolve import resolve_embedder
 from threadmind.errors import ConfigError, EmbedderError
-from threadmind.models import _http
 
 KEY = "sk-embed-secret-987654321"
-
-
-@pytest.fixture
-def fake_openai() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Retry delays asked for; nothing actually waits."""
-    recorded: list[float] = []
-
-    async def record(seconds: float) -> None:
-        recorded.append(seconds)
-
-    monkeypatch.setattr(_http, "_sleep", record)
-    return recorded
 
 
 def _embedder(server: FakeOpenAI, model: str = "fake-embed", **kwargs: Any) -> OpenAIEmbedder:

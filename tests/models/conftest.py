@@ -1,29 +1,7 @@
-"""Fixtures for the model tests: the fake OpenAI-compatible server and a recorder for retry delays."""
+"""The model tests use the shared fake OpenAI server fixtures."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from tests._openai_fixtures import fake_openai, sleeps
 
-import pytest
-from tests._openai_server import FakeOpenAI
-
-from threadmind.models import _http
-
-
-@pytest.fixture
-def fake_openai() -> Iterator[FakeOpenAI]:
-    """A running fake server; stopped after the test."""
-    with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Retry delays the HTTP layer asked for; nothing actually waits."""
-    recorded: list[float] = []
-
-    async def record(seconds: float) -> None:
-        recorded.append(seconds)
-
-    monkeypatch.setattr(_http, "_sleep", record)
-    return recorded
+__all__ = ("fake_openai", "sleeps")
