@@ -23,6 +23,7 @@ __all__ = (
     "ATTR_THREAD_ID",
     "get_tracer",
     "operation_span",
+    "tracing_enabled",
 )
 
 ATTR_OPERATION = "gen_ai.operation.name"
@@ -38,14 +39,29 @@ _VERSION = "0.1.0"
 class _TracerCache:
     """Remembers the tracer of the last provider seen; a new global provider is picked up on the next call."""
 
-    __slots__ = ("provider", "tracer")
+    __slots__ = ("enabled", "provider", "tracer")
 
     def __init__(self) -> None:
         self.provider: object = None
         self.tracer: trace.Tracer | None = None
+        self.enabled = False
 
 
 _cache = _TracerCache()
+
+
+def tracing_enabled() -> bool:
+    """False while no tracer provider is installed: every span would be a no-op, so none is made at all.
+
+    The global provider can be set only once, so once this is True it stays True.
+    """
+    if _cache.enabled:
+        return True
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
+        return False
+    _cache.enabled = True
+    return True
 
 
 def get_tracer() -> trace.Tracer:
@@ -72,6 +88,9 @@ def operation_span(
 
     Exceptions are recorded and mark the span as an error; they propagate unchanged.
     """
+    if not tracing_enabled():  # the hot path without an SDK: no span objects, no context switches
+        yield trace.INVALID_SPAN
+        return
     attrs: dict[str, Any] = {ATTR_OPERATION: operation}
     if thread_id is not None:
         attrs[ATTR_CONVERSATION_ID] = thread_id

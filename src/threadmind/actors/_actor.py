@@ -24,6 +24,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..errors import ThreadmindError
+from ..tracing import tracing_enabled
 from ._mailbox import Mailbox, MailboxClosed, MailboxStatistics
 
 __all__ = ("Actor", "ActorStatistics")
@@ -254,6 +255,15 @@ class Actor(abc.ABC, Generic[C]):
         span: trace.Span | None = None
         token: contextvars.Token[otel_context.Context] | None = None
         try:
+            if not tracing_enabled():  # no SDK installed: skip the no-op span and the context switch
+                scope.shield = True
+                try:
+                    result = await self.handle(command)
+                finally:
+                    scope.shield = False
+                if reply is not None and not reply.done():
+                    reply.set_result(result)
+                return
             attributes: dict[str, str | int] = {
                 "threadmind.actor.key": self.key,
                 "threadmind.mailbox.depth": envelope.depth,
