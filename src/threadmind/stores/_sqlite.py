@@ -670,7 +670,7 @@ class SQLiteStore:
                 while not own.done and self._queue:
                     await self._gather()
                     batch = [self._queue.popleft() for _ in range(min(self._max_batch, len(self._queue)))]
-                    self._last_group = len(batch)
+                    self._last_group = max(len(batch), self._last_group - 1)  # jumps up, decays slowly
                     for job in batch:
                         job.started = True
                     await self._commit(batch)
