@@ -8,7 +8,7 @@ on a span unless ``capture_content`` is switched on by the caller.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from opentelemetry import trace
@@ -39,12 +39,13 @@ _VERSION = "0.1.0"
 class _TracerCache:
     """Remembers the tracer of the last provider seen; a new global provider is picked up on the next call."""
 
-    __slots__ = ("enabled", "provider", "tracer")
+    __slots__ = ("checked", "enabled", "provider", "tracer")
 
     def __init__(self) -> None:
         self.provider: object = None
         self.tracer: trace.Tracer | None = None
         self.enabled = False
+        self.checked = False
 
 
 _cache = _TracerCache()
@@ -57,6 +58,12 @@ def tracing_enabled() -> bool:
     """
     if _cache.enabled:
         return True
+    # ``get_tracer_provider()`` consults ``os.environ`` on every call while no provider is set, which costs
+    # more than a whole mailbox hop; the API's module global says the same thing for free. The environment
+    # variable path is still honoured: it is read once, by the first call below.
+    if _cache.checked and getattr(trace, "_TRACER_PROVIDER", True) is None:
+        return False
+    _cache.checked = True
     provider = trace.get_tracer_provider()
     if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
         return False
@@ -74,7 +81,21 @@ def get_tracer() -> trace.Tracer:
     return tracer
 
 
-@contextmanager
+class _NoSpan(AbstractContextManager[Span]):
+    """What ``operation_span`` returns while tracing is off: one shared object, nothing to allocate."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        return trace.INVALID_SPAN
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+
+
 def operation_span(
     name: str,
     operation: str,
@@ -83,14 +104,26 @@ def operation_span(
     resource_id: str | None = None,
     kind: SpanKind = SpanKind.INTERNAL,
     **attributes: Any,
-) -> Iterator[Span]:
+) -> AbstractContextManager[Span]:
     """A span for one public memory operation, with the GenAI memory attributes set.
 
-    Exceptions are recorded and mark the span as an error; they propagate unchanged.
+    Exceptions are recorded and mark the span as an error; they propagate unchanged. Without a tracer
+    provider this is a shared no-op (no span objects, no context switches: the hot paths stay hot).
     """
-    if not tracing_enabled():  # the hot path without an SDK: no span objects, no context switches
-        yield trace.INVALID_SPAN
-        return
+    if not tracing_enabled():
+        return _NO_SPAN
+    return _recording_span(name, operation, thread_id, resource_id, kind, attributes)
+
+
+@contextmanager
+def _recording_span(
+    name: str,
+    operation: str,
+    thread_id: str | None,
+    resource_id: str | None,
+    kind: SpanKind,
+    attributes: dict[str, Any],
+) -> Iterator[Span]:
     attrs: dict[str, Any] = {ATTR_OPERATION: operation}
     if thread_id is not None:
         attrs[ATTR_CONVERSATION_ID] = thread_id

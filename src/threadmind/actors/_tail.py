@@ -21,7 +21,7 @@ __all__ = ("Tail",)
 class Tail:
     """The newest ``capacity`` messages of a thread (ascending), the thread's message count and owner."""
 
-    __slots__ = ("_clock", "_created", "_expires", "complete", "messages", "owner", "total")
+    __slots__ = ("_clock", "_created", "_expires", "_ids", "complete", "messages", "owner", "total")
 
     def __init__(
         self,
@@ -34,6 +34,7 @@ class Tail:
     ) -> None:
         self.messages = list(messages)
         self._created = [m.created_at for m in self.messages]
+        self._ids = {m.id for m in self.messages}
         self.total = total
         self.owner = owner
         self.complete = total <= len(self.messages)
@@ -53,11 +54,12 @@ class Tail:
 
     def merge(self, saved: Sequence[Message], capacity: int) -> bool:
         """Fold a committed save in; False when the tail can no longer be kept exact (drop it)."""
-        index = {m.id: i for i, m in enumerate(self.messages)}
+        ids = self._ids
         oldest: datetime | None = self._created[0] if self._created else None
         fresh: list[Message] = []
         for message in saved:
-            at = index.get(message.id)
+            # Most saves carry only new ids: the id set answers without indexing the tail on every save.
+            at = next(i for i, m in enumerate(self.messages) if m.id == message.id) if message.id in ids else None
             if at is None:
                 fresh.append(message)
             elif message.created_at != self._created[at]:
@@ -70,9 +72,11 @@ class Tail:
             position = bisect.bisect_right(self._created, message.created_at)
             self.messages.insert(position, message)
             self._created.insert(position, message.created_at)
+            ids.add(message.id)
             self.total += 1
         if len(self.messages) > capacity:
             drop = len(self.messages) - capacity
+            ids.difference_update(m.id for m in self.messages[:drop])
             del self.messages[:drop]
             del self._created[:drop]
             self.complete = False

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
+
 __all__ = ("UTC", "from_iso", "from_epoch_ms", "to_epoch_ms", "to_iso", "to_utc_ms", "utc_now")
 
+_encode = msgspec.json.encode
 
 
 def utc_now() -> datetime:
@@ -24,10 +27,12 @@ def to_iso(value: datetime) -> str:
     """``2025-01-01T00:00:00.000Z``: the fixed-width form that sorts correctly as text."""
     if value.tzinfo is not None and value.utcoffset():
         value = value.astimezone(UTC)
-    return (
-        f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
-        f"{value.second:02d}.{value.microsecond // 1000:03d}Z"
-    )
+    # msgspec's C encoder (~0.6 µs) instead of isoformat (~3 µs) or field formatting (~4.5 µs): this runs for
+    # every saved message. It writes ``"YYYY-MM-DDTHH:MM:SS[.ffffff][Z]"``, the fraction only when nonzero.
+    raw = _encode(value)
+    if raw[20:21] == b".":
+        return raw[1:24].decode() + "Z"
+    return raw[1:20].decode() + ".000Z"
 
 
 def from_iso(text: str) -> datetime:

@@ -33,6 +33,7 @@ A skipped id fails the job, and its savepoint undoes the bump.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import os
 import sqlite3
@@ -126,7 +127,15 @@ class _Job:
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
-        self.wake = anyio.Event()
+        # Set while the caller is parked; a plain asyncio future (like the actors' replies): an anyio Event
+        # costs a backend lookup per creation, twice per save on the hot path.
+        self.wake: asyncio.Future[None] | None = None
+
+    def rouse(self) -> None:
+        """Wake the parked caller (to collect its result, or to take over as the writer)."""
+        wake = self.wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
 
 
 # -- thread-side helpers (run on aiosqlite's worker threads) ----------------------------------------------
@@ -617,13 +626,15 @@ class SQLiteStore:
         job = _Job(fn, context if context.is_valid else None, bulk)
         self._queue.append(job)
         self._arrival.set()
+        led = False
         try:
             while not job.done:
                 if not self._writing:
+                    led = True
                     await self._lead(job)
                     continue
-                job.wake = anyio.Event()
-                await job.wake.wait()
+                job.wake = asyncio.get_running_loop().create_future()
+                await job.wake
         except BaseException:
             if not job.started:
                 try:
@@ -631,11 +642,13 @@ class SQLiteStore:
                 except ValueError:  # pragma: no cover - an unstarted job is always queued
                     pass
             if not self._writing and self._queue:
-                self._queue[0].wake.set()  # hand the writer role on
+                self._queue[0].rouse()  # hand the writer role on
             raise
         await self._maybe_checkpoint()
-        # A caller cancelled while its job ran still gets the cancellation (the job itself committed).
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        if led:
+            # A leader cancelled while it wrote (shielded) still gets the cancellation (its job committed).
+            # A parked caller needs no check: its wait above was the cancellation point.
+            await anyio.lowlevel.checkpoint_if_cancelled()
         if job.error is not None:
             raise job.error
         result: T = job.value
@@ -676,11 +689,11 @@ class SQLiteStore:
                     await self._commit(batch)
                     for job in batch:
                         job.done = True
-                        job.wake.set()
+                        job.rouse()
         finally:
             self._writing = False
             if self._queue:
-                self._queue[0].wake.set()
+                self._queue[0].rouse()
 
     async def _gather(self) -> None:
         """Under concurrency, give the callers of the last group a moment to queue their next job.
