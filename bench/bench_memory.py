@@ -203,6 +203,67 @@ async def main():
 asyncio.run(main())
 """
 
+_RAW_CEILING = r"""
+# The physical ceiling: plain sqlite3 on the calling thread (no event loop, no thread hops, no validation), the
+# same file schema (Mastra's tables + threadmind's vector tables), the same statements a save issues, FULL.
+import json, os, sqlite3, sys, time
+import numpy as np
+sys.path.insert(0, os.getcwd())
+from threadmind.workload import Workload
+from threadmind.embedders import HashEmbedder
+from threadmind.codecs import encode_content, to_iso
+from threadmind.stores._schema import create_schema
+from threadmind.stores._vector_records import _SCHEMA as VECTOR_SCHEMA
+wl = Workload(threads=int(sys.argv[2]), turns=int(sys.argv[3]))
+turns = {t: [[(m.id, m.thread_id, encode_content(m.content).decode(), m.role, "v2", to_iso(m.created_at),
+               m.resource_id) for m in wl.messages_for_turn(t, k)] for k in range(wl.turns)] for t in range(wl.threads)}
+texts = {row[0]: m.text for t in range(wl.threads) for k in range(wl.turns)
+         for row, m in zip(turns[t][k], wl.messages_for_turn(t, k))}
+vectors = dict(zip(texts, HashEmbedder(dim=384).embed_sync(list(texts.values())).vectors.astype("<f4")))
+UPSERT = ('INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") VALUES {} '
+          'ON CONFLICT(id) DO UPDATE SET thread_id = excluded.thread_id, content = excluded.content, '
+          'role = excluded.role, type = excluded.type, "resourceId" = excluded."resourceId"')
+VEC = ("INSERT INTO threadmind_vectors (index_name, vector_id, message_id, thread_id, resource_id, role, created_at, "
+       "embedding, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+def open_db(name):
+    conn = sqlite3.connect(os.path.join(sys.argv[1], name), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL"); conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("BEGIN"); create_schema(conn)
+    for statement in VECTOR_SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.executemany('INSERT INTO mastra_threads VALUES (?, ?, ?, NULL, ?, ?)',
+                     [(wl.thread_id(t), wl.resource_id(t), "t", "2025-01-01T00:00:00.000Z", "2025-01-01T00:00:00.000Z")
+                      for t in range(wl.threads)])
+    conn.execute("COMMIT")
+    return conn
+def commit(conn, saves, semantic, seq):
+    rows = [row for save in saves for row in save]
+    conn.execute("BEGIN IMMEDIATE")
+    conn.executemany('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?',
+                     [("2026-01-01T00:00:00.000Z", save[0][1]) for save in saves])
+    conn.execute(UPSERT.format(",".join(["(?,?,?,?,?,?,?)"] * len(rows))), [v for row in rows for v in row])
+    if semantic:
+        conn.executemany(VEC, [("memory_messages_384", r[0], r[0], r[1], r[6], r[3], r[5], vectors[r[0]].tobytes(), seq)
+                               for r in rows])
+    conn.execute("COMMIT")
+def run(name, group, semantic):
+    conn = open_db(name)
+    order = ([[turns[t][k]] for t in range(wl.threads) for k in range(wl.turns)] if group == 1 else
+             [[turns[t][k] for t in range(base, min(base + group, wl.threads))]
+              for base in range(0, wl.threads, group) for k in range(wl.turns)])
+    started = time.perf_counter()
+    for seq, saves in enumerate(order, 1):
+        commit(conn, saves, semantic, seq)
+    elapsed = time.perf_counter() - started
+    conn.close()
+    messages = sum(len(save) for saves in order for save in saves)
+    return {"msgs_per_s": round(messages / elapsed), "commits": len(order)}
+print(json.dumps({"sequential_commit_per_save": run("seq.db", 1, False),
+                  "group_of_16_saves_per_commit": run("c16.db", 16, False),
+                  "semantic_group_of_16_saves_per_commit": run("sem.db", 16, True)}))
+"""
+
 _RAW_HNSW = r"""
 import json, sys, time, os
 import numpy as np, hnswlib
@@ -265,6 +326,15 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             if "a_save_sequential" in report and "commit_per_save" in raw:
                 report["ratio_sequential_to_raw_commit_per_save"] = round(
                     report["a_save_sequential"]["msgs_per_s"] / raw["commit_per_save"]["msgs_per_s"], 3)
+            ceiling = _run_baseline(_RAW_CEILING, workdir, str(workload.threads), str(workload.turns))
+            report["ceiling_plain_sqlite3_same_schema"] = ceiling
+            pairs = (("a_save_sequential", "sequential_commit_per_save", "ratio_sequential_to_ceiling"),
+                     ("a_save_concurrency_16", "group_of_16_saves_per_commit", "ratio_c16_to_ceiling"),
+                     ("c_save_semantic_concurrency_16", "semantic_group_of_16_saves_per_commit",
+                      "ratio_semantic_to_ceiling"))
+            for ours, theirs, key in pairs:
+                if ours in report and theirs in ceiling:
+                    report[key] = round(report[ours]["msgs_per_s"] / ceiling[theirs]["msgs_per_s"], 3)
             if "c" in args.phases or "d" in args.phases:
                 report["baseline_hnswlib"] = _run_baseline(_RAW_HNSW, str(workload.threads), str(workload.turns))
     import aiosqlite

@@ -111,6 +111,27 @@ class TestGroupCommit:
                                         .fetchone())
         assert half is None  # the failed job's own statement was rolled back to its savepoint
 
+    async def test_lone_failing_job_rolls_back_and_the_writer_goes_on(self, store: SQLiteStore) -> None:
+        # A group of one runs without a savepoint: the transaction itself must undo the job's partial writes.
+        def half_then_fail(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO threadmind_meta (key, value) VALUES ('half', '1')")
+            raise ValueError("boom after one row")
+
+        with pytest.raises(ValueError, match="boom after one row"):
+            await store.execute_write(half_then_fail)
+        with pytest.raises(StorageError, match="no such table"):
+            await store.execute_write(lambda c: c.execute("INSERT INTO nope VALUES (1)"))
+        await store.execute_write(lambda c: c.execute("INSERT INTO threadmind_meta (key, value) VALUES ('after', '2')"))
+        rows = await store.execute_read(lambda c: c.execute(
+            "SELECT key FROM threadmind_meta WHERE key IN ('half', 'after') ORDER BY key").fetchall())
+        assert rows == [("after",)]
+        assert store.statistics().largest_group == 1  # each ran as a group of one (the path under test)
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        with pytest.raises(ThreadNotFound):
+            await store.save_messages("missing", [msg(1, thread="missing")])
+        saved = await store.save_messages("t1", [msg(2)])
+        assert [m.id for m in saved] == ["t1-m00002"]
+
     async def test_cancelled_queued_job_is_dropped(self, store: SQLiteStore) -> None:
         await store.create_thread(Thread(id="t1", resource_id="r1"))
         gate = _Gate()

@@ -39,7 +39,7 @@ from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, Thr
 from ..stores._hnsw import HnswVectorStore, SearchHit, _Entry, _HnswIndex
 from ..stores._protocol import MessageQuery, Store
 from ..stores._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord, vector_records_for
-from ..tracing import ATTR_OPERATION, operation_span
+from ..tracing import ATTR_OPERATION, operation_span, tracing_enabled
 
 __all__ = ("IndexActor", "IndexStatistics", "VectorHit", "chunk_text", "message_text")
 
@@ -58,6 +58,8 @@ _MAX_RETRY_DELAY = 300.0
 
 # JavaScript's \s: what Mastra's `text.split(/\s+/)` and `trim()` treat as whitespace.
 _JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_JS_SPACE_CHARS = "".join(chr(c) for c in (*range(9, 14), 32, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029,
+                                            0x202F, 0x205F, 0x3000, 0xFEFF))  # the same set, for str.strip
 _SPLIT = re.compile(f"[{_JS_SPACE}]+")
 _TRIM = re.compile(f"^[{_JS_SPACE}]+|[{_JS_SPACE}]+$")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
@@ -72,9 +74,9 @@ def message_text(message: Message) -> str:
     Text parts are joined with a space and trimmed; an empty result means the message gets no vector.
     """
     content = message.content.content
-    if content and _TRIM.sub("", content):
+    if content and content.strip(_JS_SPACE_CHARS):
         return content
-    return _TRIM.sub("", " ".join(p.text for p in message.content.parts if isinstance(p, TextPart)))
+    return " ".join(p.text for p in message.content.parts if isinstance(p, TextPart)).strip(_JS_SPACE_CHARS)
 
 
 def _u16len(text: str) -> int:
@@ -108,7 +110,9 @@ def chunk_text(text: str, max_chars: int = 16384) -> list[str]:
     trailing space; a word longer than the budget flushes the chunk and is hard-split. No empty chunks.
     """
     if 2 * len(text) <= max_chars:  # fits whatever its UTF-16 length: one chunk, whitespace collapsed
-        collapsed = _SPLIT.sub(" ", text)
+        # isprintable() is False for every JS whitespace but the ASCII space, so printable text without a
+        # double space has nothing to collapse (the common case; skips a regex pass per message).
+        collapsed = text if text.isprintable() and "  " not in text else _SPLIT.sub(" ", text)
         collapsed = collapsed[1:] if collapsed.startswith(" ") else collapsed
         return [collapsed] if collapsed else []
     return _pack_words(text, max_chars)
@@ -184,8 +188,10 @@ class _Op:
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.error: BaseException | None = None
-        context = trace.get_current_span().get_span_context()
-        self.link = Link(context) if context.is_valid else None
+        self.link: Link | None = None
+        if tracing_enabled():
+            context = trace.get_current_span().get_span_context()
+            self.link = Link(context) if context.is_valid else None
 
 
 class _Upsert(_Op):

@@ -52,7 +52,7 @@ from ..codecs import Message, MessageContent, Resource, Thread, content_from_tex
 from ..codecs._jsonb import decode_jsonb
 from ..codecs._time import from_iso
 from ..errors import ConfigError, InvalidMessage, StorageError, ThreadmindError, ThreadNotFound, ValidationError
-from ..tracing import ATTR_DB_SYSTEM, get_tracer
+from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
 from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
 from ._schema import create_schema
@@ -281,8 +281,41 @@ def _run_saves(conn: sqlite3.Connection, run: list[_Job]) -> bool:
     return True
 
 
+def _run_single(conn: sqlite3.Connection, job: _Job) -> None:
+    """A group of one (every save of a lone caller): the transaction itself is the job's atomic unit.
+
+    Two statements fewer than a savepoint per job; on failure the whole transaction rolls back, which for a
+    single job is exactly what its savepoint would have undone.
+    """
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        _fail_all([job], f"could not start a write transaction: {exc}", exc)
+        return
+    try:
+        job.value = job.fn(conn)
+    except Exception as exc:
+        job.error = _translate(exc)
+        job.value = None
+        if conn.in_transaction:
+            conn.rollback()
+        return
+    except BaseException:
+        conn.rollback()
+        raise
+    try:
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        if conn.in_transaction:
+            conn.rollback()
+        _fail_all([job], f"commit failed, nothing in this group was written: {exc}", exc)
+
+
 def _run_group(conn: sqlite3.Connection, jobs: list[_Job]) -> None:
     """One transaction for the whole group; runs of saves in bulk, other jobs in savepoints; one COMMIT."""
+    if len(jobs) == 1:
+        _run_single(conn, jobs[0])
+        return
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
@@ -622,8 +655,11 @@ class SQLiteStore:
             raise
 
     async def _submit(self, fn: Callable[[sqlite3.Connection], T], bulk: _SaveSpec | None = None) -> T:
-        context = trace.get_current_span().get_span_context()
-        job = _Job(fn, context if context.is_valid else None, bulk)
+        link: SpanContext | None = None
+        if tracing_enabled():
+            context = trace.get_current_span().get_span_context()
+            link = context if context.is_valid else None
+        job = _Job(fn, link, bulk)
         self._queue.append(job)
         self._arrival.set()
         led = False
@@ -715,21 +751,27 @@ class SQLiteStore:
                 await self._arrival.wait()
 
     async def _commit(self, batch: list[_Job]) -> None:
-        links = [Link(job.link) for job in batch if job.link is not None]
-        with get_tracer().start_as_current_span(
-            "threadmind.store.group_commit", links=links,
-            attributes={ATTR_DB_SYSTEM: "sqlite", "threadmind.store.group_size": len(batch)},
-        ):
-            writer = self._writer
-            try:
-                if writer is None:
-                    raise StorageError(f"{self!r} is closed")
-                await _in_connection_thread(writer, lambda conn: _run_group(conn, batch))
-            except Exception as exc:
-                _fail_all(batch, f"the write group failed: {exc}", exc)
+        if not tracing_enabled():  # no SDK: not even a no-op span on the hot path
+            await self._write_group(batch)
+        else:
+            links = [Link(job.link) for job in batch if job.link is not None]
+            with get_tracer().start_as_current_span(
+                "threadmind.store.group_commit", links=links,
+                attributes={ATTR_DB_SYSTEM: "sqlite", "threadmind.store.group_size": len(batch)},
+            ):
+                await self._write_group(batch)
         self._commits += 1
         self._jobs += len(batch)
         self._largest = max(self._largest, len(batch))
+
+    async def _write_group(self, batch: list[_Job]) -> None:
+        writer = self._writer
+        try:
+            if writer is None:
+                raise StorageError(f"{self!r} is closed")
+            await _in_connection_thread(writer, lambda conn: _run_group(conn, batch))
+        except Exception as exc:
+            _fail_all(batch, f"the write group failed: {exc}", exc)
 
     # -- threads -----------------------------------------------------------------------------------------
 
