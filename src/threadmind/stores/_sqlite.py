@@ -212,6 +212,10 @@ def _run_one(conn: sqlite3.Connection, jobs: list[_Job], index: int) -> bool:
 def _run_saves(conn: sqlite3.Connection, run: list[_Job]) -> bool:
     """Consecutive save jobs as bulk statements: one owner lookup, one id lookup, one upsert, one bump.
 
+    Few statements matter beyond SQLite's own cost: sqlite3 releases the GIL around every step and must win
+    it back afterwards, which under load means waiting for the busy event loop; a multi-row statement is one
+    step where ``executemany`` is one per row.
+
     Each job is validated on its own (thread exists, owner, no id of another thread — including ids claimed
     by an earlier job of the run), so a bad batch fails alone. Returns False (nothing written) when a
     statement fails; the caller then runs the jobs one by one in savepoints.
@@ -453,7 +457,11 @@ def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Row]:
 
 
 def _bump(conn: sqlite3.Connection, thread_ids: Iterable[str], now: str) -> None:
-    conn.executemany('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ?', [(now, t) for t in thread_ids])
+    # One statement rather than executemany: every executed row is a GIL round trip for this thread, and
+    # under load the event loop holds the GIL, so each round trip can wait (see _run_saves).
+    for chunk in _chunks(list(thread_ids)):
+        conn.execute(f'UPDATE mastra_threads SET "updatedAt" = ? WHERE id IN ({_placeholders(len(chunk))})',
+                     (now, *chunk))
 
 
 def _message_row(message: Message) -> Row:

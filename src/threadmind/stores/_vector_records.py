@@ -252,11 +252,15 @@ class SQLiteVectorRecords:
         The write-behind vector upsert clears the marks; a crash in between leaves them for ``retry_pending``.
         """
         now = time.time()
-        conn.executemany(
-            "INSERT INTO threadmind_vector_pending (message_id, thread_id, resource_id, attempts, last_error, "
-            "created_at, updated_at) VALUES (?, ?, ?, 0, NULL, ?, ?) ON CONFLICT (message_id) DO NOTHING",
-            [(m.id, m.thread_id, m.resource_id or "", now, now) for m in messages],
-        )
+        # Multi-row statements, not executemany: one GIL round trip per statement instead of per row.
+        for start in range(0, len(messages), _IN_CHUNK):
+            part = messages[start : start + _IN_CHUNK]
+            conn.execute(
+                "INSERT INTO threadmind_vector_pending (message_id, thread_id, resource_id, attempts, last_error, "
+                "created_at, updated_at) VALUES " + ",".join(["(?, ?, ?, 0, NULL, ?, ?)"] * len(part))
+                + " ON CONFLICT (message_id) DO NOTHING",
+                [value for m in part for value in (m.id, m.thread_id, m.resource_id or "", now, now)],
+            )
 
     async def upsert(self, index_name: str, records: Sequence[VectorRecord]) -> int:
         message_ids = sorted({r.message_id for r in records})
@@ -283,18 +287,21 @@ class SQLiteVectorRecords:
                         [(g[0], g[1]) for g in gone],
                     )
                 conn.execute(f"DELETE FROM threadmind_vector_pending WHERE message_id IN ({_marks(len(part))})", part)
-            conn.executemany(
-                "INSERT INTO threadmind_vectors (index_name, vector_id, message_id, thread_id, resource_id, role, "
-                "created_at, embedding, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (index_name, vector_id) DO UPDATE SET message_id = excluded.message_id, "
-                "thread_id = excluded.thread_id, resource_id = excluded.resource_id, role = excluded.role, "
-                "created_at = excluded.created_at, embedding = excluded.embedding, seq = excluded.seq",
-                [
-                    (index_name, r.vector_id, r.message_id, r.thread_id, r.resource_id, r.role, r.created_at,
-                     r.embedding, seq)
-                    for r in records
-                ],
-            )
+            for start in range(0, len(records), _IN_CHUNK):  # multi-row: one GIL round trip per statement
+                rows = records[start : start + _IN_CHUNK]
+                conn.execute(
+                    "INSERT INTO threadmind_vectors (index_name, vector_id, message_id, thread_id, resource_id, "
+                    "role, created_at, embedding, seq) VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
+                    + " ON CONFLICT (index_name, vector_id) DO UPDATE SET message_id = excluded.message_id, "
+                    "thread_id = excluded.thread_id, resource_id = excluded.resource_id, role = excluded.role, "
+                    "created_at = excluded.created_at, embedding = excluded.embedding, seq = excluded.seq",
+                    [
+                        value
+                        for r in rows
+                        for value in (index_name, r.vector_id, r.message_id, r.thread_id, r.resource_id, r.role,
+                                      r.created_at, r.embedding, seq)
+                    ],
+                )
             return seq
 
         return await self._write(_job)
