@@ -92,3 +92,21 @@ class TestVectorRecords:
         assert [p.message_id for p in await records.take_pending(10)] == ["m0"]
         await records.delete_by_thread("t1")
         assert await records.pending_count() == 0
+
+
+async def test_large_batches_span_several_statements(tmp_path: Path) -> None:
+    """Vector rows and pending marks are written as multi-row statements in chunks; nothing lost at the seams."""
+    from threadmind.codecs import Message
+
+    async with SQLiteStore(tmp_path / "big.db") as store:
+        records = vector_records_for(store)
+        assert isinstance(records, SQLiteVectorRecords)
+        await records.ensure_tables()
+        messages = [Message.user(f"text {i}", id=f"m{i}", thread_id="t1", resource_id="r1") for i in range(1203)]
+        await store.execute_write(lambda conn: SQLiteVectorRecords.pending_marker(conn, messages))
+        assert await records.pending_count() == 1203
+        await records.upsert("idx", [_record(f"m{i}", f"m{i}") for i in range(1203)])
+        assert await records.pending_count() == 0  # the upsert cleared every mark, across chunks
+        loaded, _, _ = await records.load("idx")
+        assert sorted(r.vector_id for r in loaded) == sorted(f"m{i}" for i in range(1203))
+        assert all(r.embedding == _record("x", "x").embedding for r in loaded)
