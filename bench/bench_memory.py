@@ -259,9 +259,9 @@ def run(name, group, semantic):
     conn.close()
     messages = sum(len(save) for saves in order for save in saves)
     return {"msgs_per_s": round(messages / elapsed), "commits": len(order)}
-print(json.dumps({"sequential_commit_per_save": run("seq.db", 1, False),
-                  "group_of_16_saves_per_commit": run("c16.db", 16, False),
-                  "semantic_group_of_16_saves_per_commit": run("sem.db", 16, True)}))
+print(json.dumps({"sequential_commit_per_save": run("ceiling-seq.db", 1, False),
+                  "group_of_16_saves_per_commit": run("ceiling-c16.db", 16, False),
+                  "semantic_group_of_16_saves_per_commit": run("ceiling-semantic.db", 16, True)}))
 """
 
 _RAW_HNSW = r"""
