@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 
 __all__ = ("UTC", "from_iso", "from_epoch_ms", "to_epoch_ms", "to_iso", "to_utc_ms", "utc_now")
 
 _encode = msgspec.json.encode
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def utc_now() -> datetime:
-    """Now, timezone-aware UTC, truncated to milliseconds (what the database can hold)."""
-    now = datetime.now(UTC)
-    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
+    """Now, timezone-aware UTC, truncated to milliseconds (what the database can hold).
+
+    Integer milliseconds onto the epoch: exact, and faster than ``now()`` followed by ``replace()``.
+    """
+    return _EPOCH + timedelta(milliseconds=time.time_ns() // 1_000_000)
 
 
 def to_utc_ms(value: datetime) -> datetime:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any, Literal, TypeAlias
 
 from threadmind.codecs import Message, ToolInvocationPart, new_id, utc_now
@@ -43,6 +44,7 @@ MessageInput: TypeAlias = "str | Message | Mapping[str, Any]"
 
 _SOURCES: frozenset[str] = frozenset({"memory", "input", "response", "context", "system"})
 _ONE_MS = timedelta(milliseconds=1)
+_CREATED_AT = attrgetter("created_at")  # the sort key (C level; the list is re-sorted on every add)
 
 
 def _normalize_source(source: str) -> str:
@@ -189,7 +191,7 @@ class MessageList:
         if source != "memory":
             message = stamp_parts(message, to_epoch_ms(self._now()))
         self._place(message, source, merge)
-        self._messages.sort(key=lambda m: m.created_at)
+        self._messages.sort(key=_CREATED_AT)
 
     def _index(self, message_id: str) -> int | None:
         for index in range(len(self._messages) - 1, -1, -1):
@@ -301,7 +303,7 @@ class MessageList:
             raise ValidationError(f"`message.id` {message.id!r} is not in the MessageList; use add() for new ones")
         self._messages[index] = message
         self._see(message.created_at)
-        self._messages.sort(key=lambda m: m.created_at)
+        self._messages.sort(key=_CREATED_AT)
 
     # --- reading ----------------------------------------------------------------------------------------------
 
