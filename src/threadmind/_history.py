@@ -7,7 +7,7 @@ rows, it only excludes them from future context windows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -130,13 +130,13 @@ def group_by_tool_calls(messages: Sequence[Message]) -> list[list[Message]]:
 
 
 def _retain(
-    newest_first: Sequence[Message], counter: TokenCounter, max_messages: int | None, budget: float
+    newest_first: Sequence[Message], count: Callable[[Message], float], max_messages: int | None, budget: float
 ) -> tuple[list[Message], str | None]:
     """Keep whole groups newest-first while both limits hold; the limit that stopped retention, if any."""
     kept: list[Message] = []
     tokens = float(CONVERSATION_OVERHEAD)
     for group in group_by_tool_calls(newest_first):
-        group_tokens = sum(counter.count_message(m) for m in group)
+        group_tokens = sum(count(m) for m in group)
         if max_messages is not None and len(kept) + len(group) > max_messages:
             return kept, "count"
         if tokens + group_tokens > budget:
@@ -172,6 +172,16 @@ async def load_token_window(
             boundary = read_boundary(thread.metadata, history.max_tokens, history.remove_tokens)
     loaded: list[Message] = []
     kept: list[Message] = []
+    # Retention is re-run over everything loaded after each page (a tool group may straddle pages), so each
+    # message's count is remembered for this call: keyed by object id, valid while `loaded` holds them all.
+    counted: dict[int, float] = {}
+
+    def count(message: Message) -> float:
+        tokens = counted.get(id(message))
+        if tokens is None:
+            tokens = counted[id(message)] = counter.count_message(message)
+        return tokens
+
     page = 0
     while True:
         result = await store.list_messages(
@@ -186,7 +196,7 @@ async def load_token_window(
             if message.role == "system" or is_transient_signal(message):
                 continue
             loaded.append(message)
-        kept, stopped = _retain(loaded, counter, max_messages, budget)
+        kept, stopped = _retain(loaded, count, max_messages, budget)
         if stopped or crossed or len(result.messages) < _PAGE:
             break
         page += 1
