@@ -860,6 +860,9 @@ class IndexActor:
         self, ops: list[_Upsert], previous: _Stages | None = None, stages: _Stages | None = None
     ) -> None:
         self._batches += 1
+        if not tracing_enabled():  # no SDK: skip even the no-op span on this per-batch path
+            await self._process_batch(ops, previous, stages)
+            return
         links = [op.link for op in ops if op.link is not None]
         tracer = trace.get_tracer("threadmind")
         attributes: dict[str, str | int] = {ATTR_OPERATION: "embeddings", "threadmind.batch.size": len(ops)}
@@ -867,14 +870,17 @@ class IndexActor:
         parent = trace.set_span_in_context(trace.NonRecordingSpan(links[0].context)) if links else None
         with tracer.start_as_current_span("threadmind.index.batch", context=parent, links=links,
                                           attributes=attributes):
-            try:
-                index = await self._ensure_index()
-            except Exception as exc:
-                for op in ops:
-                    op.error = exc
-                await self._add_pending([(i, exc) for op in ops for i in op.items if i.chunks])
-                return
-            await self._apply_upserts(index, ops, previous, stages)
+            await self._process_batch(ops, previous, stages)
+
+    async def _process_batch(self, ops: list[_Upsert], previous: _Stages | None, stages: _Stages | None) -> None:
+        try:
+            index = await self._ensure_index()
+        except Exception as exc:
+            for op in ops:
+                op.error = exc
+            await self._add_pending([(i, exc) for op in ops for i in op.items if i.chunks])
+            return
+        await self._apply_upserts(index, ops, previous, stages)
 
     async def _apply_upserts(
         self, index: _HnswIndex, ops: list[_Upsert], previous: _Stages | None = None, stages: _Stages | None = None
