@@ -31,7 +31,9 @@ __all__ = (
 
 BOUNDARY_KEY = "memoryTokenLimiter"
 CONVERSATION_OVERHEAD = 24
-_PAGE = 40
+_PAGE = 64
+# Rows per page of the token-window loader. Equal to the thread actor's tail (TAIL_CAPACITY), so the first
+# page is served from memory and a window of up to 128 messages costs one read (40 rows cost two).
 
 
 class Boundary(msgspec.Struct, frozen=True):
