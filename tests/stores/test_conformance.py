@@ -269,6 +269,19 @@ class TestListMessages:
         page = await filled.list_messages(MessageQuery(thread_id="t1", per_page=0))
         assert (page.messages, page.total, page.has_more) == ([], 0, False)
 
+    @pytest.mark.parametrize("direction", ["ASC", "DESC"])
+    async def test_without_total_the_pages_and_has_more_are_the_same(self, filled: Store, direction: str) -> None:
+        # include_total=False lets a store skip counting; the rows and has_more must not change.
+        for per_page in (1, 7, 25, 49, 50, 51, False):
+            for page_no in range(0, 9 if per_page else 1):
+                query: dict[str, Any] = {"thread_id": "t1", "per_page": per_page, "page": page_no,
+                                         "direction": direction}
+                counted = await filled.list_messages(MessageQuery(**query))
+                uncounted = await filled.list_messages(MessageQuery(**query, include_total=False))
+                assert [m.id for m in uncounted.messages] == [m.id for m in counted.messages], query
+                assert uncounted.has_more == counted.has_more, query
+                assert uncounted.total <= counted.total or not counted.messages, query
+
     async def test_only_includes_with_per_page_zero(self, filled: Store) -> None:
         page = await filled.list_messages(MessageQuery(
             thread_id="t1", per_page=0, include=[Include(id="t1-m0010", with_previous_messages=1)]))

@@ -62,6 +62,8 @@ class MessageQuery(msgspec.Struct, frozen=True, kw_only=True):
     include: list[Include] = msgspec.field(default_factory=list)
     date_range: DateRange | None = None
     metadata: dict[str, Any] | None = None  # scalar equality on content.metadata.<key>
+    # False: the store may skip counting; ``total`` is then only the rows through this page (+1 when more
+    # follow) and ``has_more`` stays exact. For readers that page on without showing a total.
     include_total: bool = True
 
 

@@ -1001,12 +1001,18 @@ class SQLiteStore:
                 page: list[tuple[SortKey, Message]] = []
                 total = 0
             else:
-                total = conn.execute(f"SELECT COUNT(*) FROM mastra_messages WHERE {clause}", params).fetchone()[0]
-                rows = conn.execute(
-                    f'SELECT {_MSG_COLS} FROM mastra_messages WHERE {clause} ORDER BY "createdAt" {order}, '
-                    f"rowid {order} LIMIT ? OFFSET ?",
-                    [*params, -1 if flt.limit is None else flt.limit, flt.offset],
-                ).fetchall()
+                select = (f'SELECT {_MSG_COLS} FROM mastra_messages WHERE {clause} ORDER BY "createdAt" {order}, '
+                          f"rowid {order} LIMIT ? OFFSET ?")
+                limit = -1 if flt.limit is None else flt.limit
+                if query.include_total:
+                    total = conn.execute(f"SELECT COUNT(*) FROM mastra_messages WHERE {clause}", params).fetchone()[0]
+                    rows = conn.execute(select, [*params, limit, flt.offset]).fetchall()
+                else:  # no COUNT(*) (a scan of the thread): one row past the page says whether more follow
+                    rows = conn.execute(select, [*params, limit + 1 if limit >= 0 else -1, flt.offset]).fetchall()
+                    more = 0 <= limit < len(rows)
+                    if more:
+                        rows.pop()
+                    total = flt.offset + len(rows) + (1 if more else 0)
                 page = _keyed(rows)
             extra = _include_rows(conn, flt)
             messages = q.assemble(page, extra, flt.descending)
