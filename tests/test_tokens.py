@@ -306,3 +306,16 @@ class TestTokenLimiterCounter:
         assert exact == pytest.approx(24 + 9.8 + 5.8 + counter.message_tokens(messages[1]))
         assert counter.count_messages(messages) == math.ceil(24 + 5.8 + counter.message_tokens(messages[1]))
         assert counter.count_messages([]) == 0
+
+
+def test_step_start_fast_path_counts_as_the_generic_part_walk() -> None:
+    """Plain step-start parts skip the JavaScript-number walk; every shape must still count the same."""
+    from threadmind.codecs import StepStartPart
+    from threadmind.tokens import _js_json, _part_dict, _without_token_estimate
+
+    counter = DefaultTokenCounter()
+    shapes = [StepStartPart(), StepStartPart(created_at=1732000000123, model="gpt-5"), StepStartPart(model='é"x'),
+              StepStartPart(provider_metadata={"a": 1.0}), StepStartPart(metadata={"ratio": 2.0, "n": [1.5, 3.0]})]
+    for part in shapes:
+        generic = counter.count_text(_js_json(_without_token_estimate(_part_dict(part))))
+        assert counter._part_tokens(part) == (generic, 0, 0), part

@@ -24,6 +24,7 @@ from .codecs import (
     Message,
     Part,
     ReasoningPart,
+    StepStartPart,
     TextPart,
     ToolInvocation,
     ToolInvocationPart,
@@ -374,6 +375,10 @@ class DefaultTokenCounter:
             return self._tool_tokens(part.tool_invocation)
         if isinstance(part, UnknownPart) and part.type.startswith("data-"):
             return 0, 0, 0
+        if type(part) is StepStartPart and part.metadata is None and part.provider_metadata is None:
+            # Every assistant message has one: its fields (str, int) encode exactly as JSON.stringify would,
+            # so skip the generic walk that reformats floats the JavaScript way.
+            return self.count_text(_json_encoder.encode(part).decode("utf-8")), 0, 0
         attachment = _attachment_tokens(part)
         if attachment is not None:
             return attachment, 0, 0
