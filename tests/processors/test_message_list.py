@@ -171,6 +171,37 @@ class TestOrdering:
         assert ml.get("early").created_at == T0 - timedelta(days=3)  # type: ignore[union-attr]
 
 
+    def test_skipping_the_sort_after_in_order_appends_changes_nothing(self) -> None:
+        """Random adds (ties, out-of-order rows, repeated ids, assistant merges): the list must equal one that
+        re-sorts after every message, as the list did before appends in order skipped the sort."""
+
+        class AlwaysSorted(MessageList):
+            def _add_one(self, message: Message, source: str, merge: bool) -> None:
+                super()._add_one(message, source, merge)
+                self._messages.sort(key=lambda m: m.created_at)
+
+        rng = random.Random(11)
+        for _ in range(200):
+            counters = [itertools.count(1), itertools.count(1)]
+            lists = [cls(thread_id="t1", resource_id="r1", generate_id=lambda c=c: f"gen-{next(c)}", now=Clock())
+                     for cls, c in zip((MessageList, AlwaysSorted), counters, strict=True)]
+            for _ in range(rng.randrange(1, 12)):
+                batch = [msg(f"m{rng.randrange(6)}", rng.choice(["user", "assistant"]), f"t{rng.randrange(3)}",
+                             at=T0 + rng.randrange(4) * MS) for _ in range(rng.randrange(1, 4))]
+                source = rng.choice(["memory", "input", "response"])
+                outcomes = []
+                for ml in lists:
+                    try:
+                        ml.add(batch, source)  # type: ignore[arg-type]
+                        outcomes.append(None)
+                    except ValidationError as exc:
+                        outcomes.append(str(exc))
+                assert outcomes[0] == outcomes[1]
+                fast, slow = (ml.get_all() for ml in lists)
+                assert fast == slow
+                assert [lists[0].sources_of(m.id) for m in fast] == [lists[1].sources_of(m.id) for m in slow]
+
+
 class TestEquality:
     def test_equal_memory_row_ignored_even_with_other_created_at(self) -> None:
         ml = make_list()

@@ -94,6 +94,7 @@ class MessageList:
         self._generate_id = generate_id or new_id
         self._now = now or utc_now
         self._messages: list[Message] = []
+        self._appended = False  # set by _append: the last _place only added a row at the end
         self._sources: dict[str, set[str]] = {}
         self._system: list[str] = []
         self._tagged: dict[str, list[str]] = {}
@@ -190,8 +191,15 @@ class MessageList:
             return
         if source != "memory":
             message = stamp_parts(message, to_epoch_ms(self._now()))
+        self._appended = False
         self._place(message, source, merge)
-        self._messages.sort(key=_CREATED_AT)
+        messages = self._messages
+        # The list was sorted before this message. An append no older than the last row leaves it sorted, just
+        # as the stable sort would (equal times keep arrival order); anything else re-sorts. Loading history
+        # appends in order, so this saves a sort per remembered message.
+        if self._appended and (len(messages) < 2 or messages[-2].created_at <= messages[-1].created_at):
+            return
+        messages.sort(key=_CREATED_AT)
 
     def _index(self, message_id: str) -> int | None:
         for index in range(len(self._messages) - 1, -1, -1):
@@ -214,6 +222,7 @@ class MessageList:
 
     def _append(self, message: Message, source: str) -> None:
         self._messages.append(message)
+        self._appended = True
         self._sources[message.id] = set()
         self._tag(message.id, source)
         self._see(message.created_at)
