@@ -319,3 +319,22 @@ def test_step_start_fast_path_counts_as_the_generic_part_walk() -> None:
     for part in shapes:
         generic = counter.count_text(_js_json(_without_token_estimate(_part_dict(part))))
         assert counter._part_tokens(part) == (generic, 0, 0), part
+
+
+def test_message_counts_are_memoised_per_object_never_per_reused_id() -> None:
+    import msgspec
+
+    from threadmind.codecs import Message
+
+    counter = DefaultTokenCounter(cache_size=2)
+    first = Message.user("hello there general kenobi", id="m1", thread_id="t", resource_id="r")
+    expected = DefaultTokenCounter(cache_size=0).count_message(first)
+    assert counter.count_message(first) == expected == counter.count_message(first)
+    longer = msgspec.structs.replace(first, content=Message.user("word " * 50, id="m1").content)
+    assert counter.count_message(longer) > expected  # a new object is counted, not looked up by message id
+    # An entry whose object is not this message (what a reused id() would look like) is ignored.
+    counter._by_message[id(longer)] = (first, 999)
+    assert counter.count_message(longer) != 999
+    for i in range(5):  # bounded: the oldest entries go
+        counter.count_message(Message.user(f"m{i}", id=f"x{i}", thread_id="t", resource_id="r"))
+    assert len(counter._by_message) == 2

@@ -13,6 +13,7 @@ import binascii
 import functools
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol, TypeGuard, runtime_checkable
 from urllib.parse import unquote_to_bytes
@@ -325,13 +326,18 @@ class DefaultTokenCounter:
     """The reference Memory token counter (reference §3.4): what history budgets and OM thresholds use.
 
     Per message: ``round(tokens(role) + 3.8 + Σ part tokens + adjustments)``; 24 more per conversation.
-    Estimates are memoised in a per-instance LRU keyed by text (never written into the messages).
+    Estimates are memoised in a per-instance LRU keyed by text (never written into the messages), and whole
+    messages by object: a turn counts its history in the loader and again in the limiter, and the thread
+    actor hands the same message objects to the next turn. Messages are frozen records; the memo holds the
+    object it counted, so an id is never mistaken for another message's.
     """
 
-    __slots__ = ("_estimate",)
+    __slots__ = ("_by_message", "_estimate", "_message_slots")
 
     def __init__(self, *, cache_size: int = 8192) -> None:
         self._estimate = _cached_estimator(cache_size)
+        self._message_slots = min(cache_size, 4096)
+        self._by_message: OrderedDict[int, tuple[Message, int]] = OrderedDict()
 
     def count_text(self, text: str) -> int:
         """The tokenx estimate of ``text``."""
@@ -386,6 +392,18 @@ class DefaultTokenCounter:
 
     def count_message(self, message: Message) -> int:
         """``round(tokens(role) + 3.8 + Σ parts + adjustments)``; ``content.content`` counts only without parts."""
+        memo = self._by_message
+        hit = memo.get(id(message))
+        if hit is not None and hit[0] is message:
+            return hit[1]
+        tokens = self._count_message(message)
+        if self._message_slots:
+            memo[id(message)] = (message, tokens)
+            if len(memo) > self._message_slots:
+                memo.popitem(last=False)  # oldest first
+        return tokens
+
+    def _count_message(self, message: Message) -> int:
         payload: float = self._estimate(message.role)
         overhead = TOKENS_PER_MESSAGE
         extra_messages = 0
