@@ -540,4 +540,5 @@ class ExactTokenCounter(DefaultTokenCounter):
         def count(text: str) -> int:
             return len(codec.encode(text))
 
+        super().__init__(cache_size=cache_size)
         self._estimate = _cached_estimator(cache_size, count)
