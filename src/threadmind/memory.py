@@ -533,14 +533,17 @@ class Memory:
             self._running()
             if not batch:
                 return SaveResult(messages=[])
-            embed = self._index is not None and config.semantic_recall_config is not None
-            marker = self._index.pending_marker() if embed and self._index is not None else None
-            saved = await self._save_by_thread(by_thread, marker)
-            usage: Usage | None = None
-            if embed and self._index is not None:
-                tokens = await self._index.upsert_messages(saved)
-                usage = Usage(tokens=tokens) if tokens else None
-            return SaveResult(messages=saved, usage=usage)
+            indexer = self._index if config.semantic_recall_config is not None else None
+            marker = indexer.pending_marker() if indexer is not None else None
+            if indexer is not None and only is not None:
+                # One thread: embed while the save commits (the vectors are staged once it has committed).
+                upsert = indexer.upsert_on_commit(batch)
+                saved: list[Message] = await self._ask(only, SaveMessages(batch, marker, upsert))
+                tokens = await upsert.result()
+            else:
+                saved = await self._save_by_thread(by_thread, marker)
+                tokens = await indexer.upsert_messages(saved) if indexer is not None else 0
+            return SaveResult(messages=saved, usage=Usage(tokens=tokens) if tokens else None)
 
     async def _check_threads(self, by_thread: dict[str, list[Message]]) -> None:
         """Refuse a batch spanning threads before any part of it is written (each part commits on its own)."""

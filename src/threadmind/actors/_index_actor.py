@@ -41,7 +41,7 @@ from ..stores._protocol import MessageQuery, Store
 from ..stores._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord, vector_records_for
 from ..tracing import ATTR_OPERATION, operation_span, tracing_enabled
 
-__all__ = ("IndexActor", "IndexStatistics", "VectorHit", "chunk_text", "message_text")
+__all__ = ("CommitGatedUpsert", "IndexActor", "IndexStatistics", "VectorHit", "chunk_text", "message_text")
 
 logger = logging.getLogger("threadmind.index")
 
@@ -195,14 +195,17 @@ class _Op:
 
 
 class _Upsert(_Op):
-    __slots__ = ("items", "read_seq", "usage", "vectors")
+    __slots__ = ("committed", "gate", "items", "read_seq", "usage", "vectors")
 
-    def __init__(self, items: list[_Item], read_seq: int | None = None) -> None:
+    def __init__(self, items: list[_Item], read_seq: int | None = None, *, gated: bool = False) -> None:
         super().__init__()
         self.items = items
         self.read_seq = read_seq  # set when the items were read from the store (retry, reindex)
         self.usage = 0.0
         self.vectors = 0
+        # Gated: queued as its messages' save starts; staged only once ``gate`` is set with the save's outcome.
+        self.gate: anyio.Event | None = anyio.Event() if gated else None
+        self.committed: Sequence[Message] | None = None
 
     @property
     def n_texts(self) -> int:
@@ -227,6 +230,50 @@ class _Stages:
         self.queued = anyio.Event()
         self.applied = anyio.Event()
         self.durable = anyio.Event()
+
+
+class CommitGatedUpsert:
+    """Indexes one save while it commits: the thread actor queues it as the save starts and reports the outcome.
+
+    The embedding (batched with other callers') overlaps the commit; the vectors are staged only after the
+    commit succeeded, so a hit never names a message that is not durable, and a failed save leaves no vector.
+    Queued in the thread's commit order, so a message re-saved twice ends with the text stored last.
+    """
+
+    __slots__ = ("_actor", "_op", "_queued")
+
+    def __init__(self, actor: IndexActor, op: _Upsert) -> None:
+        self._actor = actor
+        self._op = op
+        self._queued = False
+
+    async def started(self) -> None:
+        """(thread actor) The save is about to commit: queue the upsert. Never raises; errors reach ``result``."""
+        try:
+            await self._actor._submit(self._op)
+        except ConfigError as exc:  # the index closed: the save still commits, its marks make it pending
+            self._op.error = exc
+            return
+        self._queued = True
+
+    def finished(self, saved: Sequence[Message] | None) -> None:
+        """(thread actor) The save committed (``saved``), or failed or ended unknown (None: index nothing)."""
+        self._op.committed = saved
+        assert self._op.gate is not None
+        self._op.gate.set()
+
+    async def result(self) -> int:
+        """Wait until the vectors are queryable; the embedding usage tokens. Call only after a successful save.
+
+        :raises EmbedderError: the texts could not be embedded; the messages are pending.
+        """
+        if self._queued:
+            await self._op.done.wait()
+        else:
+            await anyio.lowlevel.checkpoint()
+        if self._op.error is not None:
+            raise _fresh(self._op.error)
+        return round(self._op.usage)
 
 
 _PIPELINE = 4  # upsert batches in flight at once
@@ -511,6 +558,13 @@ class IndexActor:
             return 0
         await self._call(op)
         return round(op.usage)
+
+    def upsert_on_commit(self, messages: Sequence[Message]) -> CommitGatedUpsert:
+        """An upsert that embeds ``messages`` while their save commits (pass it to the thread actor's save).
+
+        The messages must be one thread's batch as given to the save; their ids and texts are what is stored.
+        """
+        return CommitGatedUpsert(self, _Upsert([self._item(m) for m in messages], gated=True))
 
     async def query(
         self,
@@ -876,25 +930,53 @@ class IndexActor:
         try:
             index = await self._ensure_index()
         except Exception as exc:
+            await self._await_commits(ops)
             for op in ops:
                 op.error = exc
-            await self._add_pending([(i, exc) for op in ops for i in op.items if i.chunks])
+            await self._add_pending([(i, exc) for op in ops if self._committed(op) for i in op.items if i.chunks])
             return
         await self._apply_upserts(index, ops, previous, stages)
+
+    @staticmethod
+    async def _await_commits(ops: Sequence[_Upsert]) -> None:
+        """Wait for the saves of gated upserts; take the stored ``created_at`` of re-saved messages."""
+        for op in ops:
+            if op.gate is None:
+                continue
+            await op.gate.wait()
+            if op.committed is not None:
+                created = {m.id: m.created_at for m in op.committed}
+                for item in op.items:
+                    when = created.get(item.message_id)
+                    if when is not None:
+                        item.created_at = to_iso(when)
+
+    @staticmethod
+    def _committed(op: _Upsert) -> bool:
+        """Whether the op's messages are stored: ungated ops always, gated ops once their save committed."""
+        return op.gate is None or op.committed is not None
 
     async def _apply_upserts(
         self, index: _HnswIndex, ops: list[_Upsert], previous: _Stages | None = None, stages: _Stages | None = None
     ) -> None:
-        # The latest version of each message in the batch wins; stale store reads are dropped.
+        # Embed while gated ops' saves commit; then the latest stored version of each message wins, and
+        # stale store reads and failed saves are dropped.
+        gated = any(op.gate is not None for op in ops)
+        if gated:
+            vectors, usage, failures = await self._embed_texts([c for op in ops for i in op.items for c in i.chunks])
+            await self._await_commits(ops)
         latest: dict[str, tuple[_Upsert, _Item]] = {}
         for op in ops:
+            if not self._committed(op):
+                continue
             for item in op.items:
                 if not self._stale(op, item):
                     latest.pop(item.message_id, None)
                     latest[item.message_id] = (op, item)
-        vectors, usage, failures = await self._embed_texts(
-            [c for _, item in latest.values() for c in item.chunks]
-        )
+        if not gated:
+            vectors, usage, failures = await self._embed_texts(
+                [c for _, item in latest.values() for c in item.chunks]
+            )
         records: list[VectorRecord] = []
         entries: list[_Entry] = []
         rows: list[F32] = []

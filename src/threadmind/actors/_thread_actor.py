@@ -9,7 +9,7 @@ from that: the store's insertion sequence is assigned in the order this actor su
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
@@ -30,16 +30,31 @@ __all__ = (
     "GetThread",
     "LoadWindow",
     "SaveMessages",
+    "SaveObserver",
     "ThreadActor",
     "UpdateThread",
 )
 
 
+class SaveObserver(Protocol):
+    """Told, in the thread's commit order, that a save starts and how it ended (the index overlaps its work)."""
+
+    async def started(self) -> None:
+        """The save is about to commit. Must not raise."""
+
+    def finished(self, saved: Sequence[Message] | None) -> None:
+        """The stored messages, or None when the save failed or its outcome is unknown."""
+
+
 class SaveMessages(msgspec.Struct, frozen=True):
-    """Upsert a batch of this thread's messages atomically (``after`` runs inside the same transaction)."""
+    """Upsert a batch of this thread's messages atomically (``after`` runs inside the same transaction).
+
+    ``observer`` hears when the save starts and how it ended; it is always told the end once started.
+    """
 
     messages: Sequence[Message]
     after: SaveHook | None = None
+    observer: SaveObserver | None = None
 
     def span_attributes(self) -> dict[str, str | int]:
         return {"threadmind.messages.count": len(self.messages)}
@@ -141,7 +156,9 @@ class ThreadActor(Actor[ThreadCommand]):
     async def handle(self, command: ThreadCommand) -> Any:
         store = self._store
         match command:
-            case SaveMessages(messages, after):
+            case SaveMessages(messages, after, observer):
+                if observer is not None:
+                    await observer.started()
                 try:
                     if after is None:
                         saved = await store.save_messages(self.key, messages)
@@ -149,7 +166,11 @@ class ThreadActor(Actor[ThreadCommand]):
                         saved = await store.save_messages(self.key, messages, after=after)
                 except BaseException:
                     self._tail = None  # the outcome is unknown to us: re-read next time
+                    if observer is not None:
+                        observer.finished(None)
                     raise
+                if observer is not None:
+                    observer.finished(saved)
                 if self._tail is not None and not self._tail.merge(saved, TAIL_CAPACITY):
                     self._tail = None
                 # The cached row stays: only its updatedAt moved, and GetThread serves agent turns, which

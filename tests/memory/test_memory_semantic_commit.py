@@ -1,0 +1,188 @@
+"""Semantic saves embed while their messages commit, and stage vectors only for what committed.
+
+``Memory.save_messages`` on one thread queues its upsert with the index actor as the thread actor starts the
+save, so the embedding overlaps the commit; the vectors become searchable only after the commit succeeded.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from threadmind import Memory, Message
+from threadmind.embedders import Embeddings, HashEmbedder
+from threadmind.errors import EmbedderError, ValidationError
+from threadmind.stores import HnswVectorStore, SQLiteStore
+
+from ._support import BASE, PLAIN_LOOP, msg
+
+_OPTIONS = {"semanticRecall": {"topK": 3, "messageRange": 0, "scope": "resource"}, "lastMessages": 2}
+
+
+class _HeldStore(SQLiteStore):
+    """SQLiteStore whose message saves wait for ``release`` while ``hold`` is set (a slow disk, on demand)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.hold = False
+        self.release = anyio.Event()
+        self.saves_done = 0
+
+    async def save_messages(self, thread_id: str, messages: Sequence[Message], **kw: Any) -> list[Message]:
+        if self.hold:
+            await self.release.wait()
+        saved = await super().save_messages(thread_id, messages, **kw)
+        self.saves_done += 1
+        return saved
+
+
+class _WatchedEmbedder:
+    """HashEmbedder that reports when it sees a text containing ``watch`` (and can be made to fail)."""
+
+    def __init__(self, watch: str) -> None:
+        self.inner = HashEmbedder(dim=64)
+        self.watch = watch
+        self.seen = anyio.Event()
+        self.broken = False
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dimension(self) -> int:
+        return 64
+
+    async def embed(self, texts: list[str]) -> Embeddings:
+        if any(self.watch in t for t in texts):
+            self.seen.set()
+        if self.broken:
+            raise RuntimeError("embedding service unavailable")
+        return await self.inner.embed(texts)
+
+
+def _memory(store: SQLiteStore, tmp_path: Path, embedder: Any) -> Memory:
+    return Memory(storage=store, vector=HnswVectorStore(tmp_path / "vec"), embedder=embedder, options=_OPTIONS)
+
+
+async def _hit_ids(memory: Memory, text: str) -> list[str]:
+    index = memory._index  # the index itself: what is searchable right now, without waiting on the thread
+    assert index is not None
+    return [h.message_id for h in await index.query(text, top_k=5, resource_id="r1")]
+
+
+async def test_embedding_overlaps_the_commit_and_vectors_appear_only_after_it(tmp_path: Path) -> None:
+    store = _HeldStore(tmp_path / "m.db")
+    embedder = _WatchedEmbedder("volcano")
+    async with _memory(store, tmp_path, embedder) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        store.hold = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(memory.save_messages, [msg("m1", text="the volcano erupted at dawn")])
+            try:
+                with anyio.fail_after(5):
+                    await embedder.seen.wait()  # embedded while the commit is still held
+                assert store.saves_done == 0
+                await anyio.sleep(0.05)  # the batch has embedded and waits: give it every chance to stage early
+                assert "m1" not in await _hit_ids(memory, "the volcano erupted at dawn")
+            finally:
+                store.release.set()
+        assert store.saves_done == 1
+        assert await _hit_ids(memory, "the volcano erupted at dawn") == ["m1"]  # read-your-writes on return
+
+
+async def test_a_failed_save_leaves_no_vector_and_the_index_keeps_working(tmp_path: Path) -> None:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, HashEmbedder(dim=64)) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        await memory.create_thread(thread_id="t2", resource_id="r1")
+        await memory.save_messages([msg("m1", "t1", text="alpine lakes in the summer")])
+        # m1 belongs to t1: this t2 batch fails whole, after its texts were already queued for embedding
+        with pytest.raises(ValidationError, match="already belongs"):
+            await memory.save_messages([msg("m2", "t2", text="glacier crevasse rescue training"),
+                                        msg("m1", "t2", text="moved text that must not be indexed")])
+        assert "m2" not in await _hit_ids(memory, "glacier crevasse rescue training")
+        hits = await memory._index.query("moved text that must not be indexed", top_k=5,  # type: ignore[union-attr]
+                                         resource_id="r1")
+        assert [(h.message_id, h.thread_id) for h in hits] == [("m1", "t1")]
+        stats = memory._index.statistics()  # type: ignore[union-attr]
+        assert stats.vectors == 1 and stats.pending == 0
+        await memory.save_messages([msg("m3", "t2", text="glacier crevasse rescue training")])
+        assert (await _hit_ids(memory, "glacier crevasse rescue training"))[0] == "m3"
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        rows = conn.execute("SELECT message_id, thread_id FROM threadmind_vectors ORDER BY message_id").fetchall()
+    assert rows == [("m1", "t1"), ("m3", "t2")]
+
+
+async def test_a_resaved_message_keeps_its_stored_created_at_in_the_vector_row(tmp_path: Path) -> None:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, HashEmbedder(dim=64)) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        await memory.save_messages([msg("m1", text="first words", ms=0)])
+        result = await memory.save_messages([msg("m1", text="second words", created_at=BASE + timedelta(days=1))])
+        assert result.messages[0].created_at == BASE  # the store keeps the first createdAt
+        assert await _hit_ids(memory, "second words") == ["m1"]
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        rows = conn.execute("SELECT message_id, created_at FROM threadmind_vectors").fetchall()
+    assert rows == [("m1", "2025-03-01T09:00:00.000Z")]
+
+
+async def test_an_embedder_failure_still_raises_after_the_messages_are_saved(tmp_path: Path) -> None:
+    embedder = _WatchedEmbedder("never")
+    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, embedder) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        embedder.broken = True
+        with pytest.raises(EmbedderError):
+            await memory.save_messages([msg("m1", text="saved even though the embedder is down")])
+        assert [m.id for m in (await memory.recall("t1")).messages] == ["m1"]
+        assert memory._index.statistics().pending == 1  # type: ignore[union-attr]
+        embedder.broken = False
+        assert await memory.reindex() == 1
+        assert await _hit_ids(memory, "saved even though the embedder is down") == ["m1"]
+
+
+@PLAIN_LOOP
+async def test_concurrent_resaves_of_one_message_index_the_text_stored_last(tmp_path: Path) -> None:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, HashEmbedder(dim=64)) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        texts = [f"version {i} of the travel plan with {i * 7919 % 1000} unique words" for i in range(100)]
+        async with anyio.create_task_group() as tg:
+            for text in texts:
+                tg.start_soon(memory.save_messages, [msg("m1", text=text)])
+        stored = (await memory.recall("t1")).messages[0].content.parts[0].text  # type: ignore[union-attr]
+        index = memory._index
+        assert index is not None
+        hits = await index.query(stored, top_k=1, resource_id="r1")
+        assert hits[0].message_id == "m1" and hits[0].score > 0.999  # the vector is the stored text's
+        assert index.statistics().vectors == 1
+
+
+async def test_a_caller_cancelled_mid_commit_leaves_the_save_whole_and_indexed(tmp_path: Path) -> None:
+    store = _HeldStore(tmp_path / "m.db")
+    embedder = _WatchedEmbedder("harbour")
+    async with _memory(store, tmp_path, embedder) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        store.hold = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(memory.save_messages, [msg("m1", text="the harbour lights at night"),
+                                                 msg("m2", text="fishing boats return to the harbour", ms=1)])
+            try:
+                with anyio.fail_after(5):
+                    await embedder.seen.wait()
+                tg.cancel_scope.cancel()  # the caller goes away while its save is committing
+            finally:
+                store.release.set()
+        store.hold = False
+        # The started save ran to completion in the thread actor, whole, and its vectors were staged.
+        assert [m.id for m in (await memory.recall("t1")).messages] == ["m1", "m2"]
+        await memory.save_messages([msg("m3", text="a lighthouse keeper's diary", ms=2)])
+        assert (await _hit_ids(memory, "fishing boats return to the harbour"))[0] == "m2"
+        assert (await _hit_ids(memory, "a lighthouse keeper's diary"))[0] == "m3"
+        index = memory._index
+        assert index is not None
+        await index.flush()
+        assert index.statistics().vectors == 3 and index.statistics().pending == 0
