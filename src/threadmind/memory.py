@@ -508,14 +508,18 @@ class Memory:
         is raised.
         """
         config = self._call_config(memory_config)
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        if type(messages) is not list and (isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)):
             raise ValidationError("`messages` must be a list of Message objects or dicts")
         batch: list[Message] = []
         seen: dict[str, int] = {}
         for index, value in enumerate(messages):
             message = _coerce_message(value, index)
-            _require_id(message.thread_id, f"messages[{index}].thread_id")
-            _require_id(message.resource_id, f"messages[{index}].resource_id")
+            thread_id, resource_id = message.thread_id, message.resource_id
+            # The field names are formatted only on failure (this loop runs for every saved message).
+            if not (type(thread_id) is str and thread_id.strip()):
+                _require_id(thread_id, f"messages[{index}].thread_id")
+            if not (type(resource_id) is str and resource_id.strip()):
+                _require_id(resource_id, f"messages[{index}].resource_id")
             kept = persistable(message)
             if kept is None:
                 continue

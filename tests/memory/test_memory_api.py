@@ -243,8 +243,14 @@ class TestMessages:
             await memory.save_messages([msg("a", thread_id=None)])  # type: ignore[arg-type]
         with pytest.raises(ValidationError, match="resource_id"):
             await memory.save_messages([msg("a", resource_id=None)])  # type: ignore[arg-type]
+        with pytest.raises(ValidationError, match=r"`messages\[1\]\.thread_id` must be a non-empty string, got '  '"):
+            await memory.save_messages([msg("a"), msg("b", thread_id="  ")])
+        with pytest.raises(ValidationError, match=r"`messages\[0\]\.resource_id` must be a non-empty string, got 7"):
+            await memory.save_messages([msg("a", resource_id=7)])  # type: ignore[arg-type]
         with pytest.raises(ValidationError, match="messages"):
             await memory.save_messages("hello")  # type: ignore[arg-type]
+        with pytest.raises(ValidationError, match="messages"):
+            await memory.save_messages(iter([msg("a")]))  # type: ignore[arg-type]
         assert await memory.list_messages_by_id(["a"]) == []
         assert (await memory.save_messages([])).messages == []
 
