@@ -432,9 +432,13 @@ class IndexActor:
                               code="THREADMIND_INDEX_CLOSED")
 
     async def _submit(self, op: _Op) -> None:
+        """Queue ``op``; waits only while the queue is full (no checkpoint otherwise: callers wait on ``done``)."""
         self._check_running()
         try:
-            await self._send.send(op)
+            try:
+                self._send.send_nowait(op)
+            except anyio.WouldBlock:
+                await self._send.send(op)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise ConfigError("the index actor is closed", code="THREADMIND_INDEX_CLOSED") from None
 
@@ -564,6 +568,7 @@ class IndexActor:
         op = _Upsert(items)
         if not wait:
             await self._submit(op)
+            await anyio.lowlevel.checkpoint()
             return 0
         await self._call(op)
         return round(op.usage)
