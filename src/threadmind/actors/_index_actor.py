@@ -783,7 +783,8 @@ class IndexActor:
     # the writer ----------------------------------------------------------------------------------
     async def _embed(self, texts: list[str]) -> tuple[F32, int]:
         """One embedder call, validated; any failure becomes ``EmbedderError`` (cause chained)."""
-        dim = await self.dimension()
+        # Known after the first call: skip dimension()'s checkpoint (the embedder call is one).
+        dim = self._dim if self._dim is not None else await self.dimension()
         self._embed_calls += 1
         try:
             result = await self._embedder.embed(texts)
