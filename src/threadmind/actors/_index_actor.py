@@ -6,6 +6,10 @@ not cached, one SQL upsert, one hnswlib ``add_items`` in a worker thread. Delete
 through the same FIFO, so a delete issued after an upsert always ends deleted. Every hnswlib call (add,
 search, save) runs through one ``CapacityLimiter(1)``, so a query never overlaps a write.
 
+A one-thread ``Memory.save_messages`` queues its upsert as the thread actor starts the save
+(:class:`CommitGatedUpsert`): the batch embeds while the messages commit and stages the vectors only once
+the commit succeeded, so the caller waits for the commit and the staging, not for the embedding as well.
+
 When a batched embed call fails, its texts are retried one by one: only callers whose own texts fail
 get the ``EmbedderError``, and their messages are recorded as pending in the SQL store, to be retried
 by :meth:`IndexActor.retry_pending` (at start, periodically with backoff) and by :meth:`IndexActor.reindex`.

@@ -130,7 +130,8 @@ class ThreadActor(Actor[ThreadCommand]):
     def __init__(self, thread_id: str, store: Store, *, mailbox_capacity: int = 1024) -> None:
         super().__init__(thread_id, mailbox_capacity=mailbox_capacity)
         self._store = store
-        self.turn_lock = anyio.Lock()
+        # fast_acquire: an uncontended turn takes the lock without a yield (one event-loop pass per turn).
+        self.turn_lock = anyio.Lock(fast_acquire=True)
         self._turns = 0
         self._tail: Tail | None = None
         self._thread: tuple[Thread | None, float] | None = None  # (row, expires at)
