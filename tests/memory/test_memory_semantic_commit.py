@@ -7,7 +7,8 @@ save, so the embedding overlaps the commit; the vectors become searchable only a
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,19 @@ async def _hit_ids(memory: Memory, text: str) -> list[str]:
     return [h.message_id for h in await index.query(text, top_k=5, resource_id="r1")]
 
 
-async def test_embedding_overlaps_the_commit_and_vectors_appear_only_after_it(tmp_path: Path) -> None:
+@asynccontextmanager
+async def _held(tmp_path: Path, watch: str) -> AsyncIterator[tuple[Memory, _HeldStore, _WatchedEmbedder]]:
+    """A running Memory with thread t1 whose next message saves wait for ``store.release``."""
     store = _HeldStore(tmp_path / "m.db")
-    embedder = _WatchedEmbedder("volcano")
+    embedder = _WatchedEmbedder(watch)
     async with _memory(store, tmp_path, embedder) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         store.hold = True
+        yield memory, store, embedder
+
+
+async def test_embedding_overlaps_the_commit_and_vectors_appear_only_after_it(tmp_path: Path) -> None:
+    async with _held(tmp_path, "volcano") as (memory, store, embedder):
         async with anyio.create_task_group() as tg:
             tg.start_soon(memory.save_messages, [msg("m1", text="the volcano erupted at dawn")])
             try:
@@ -162,11 +170,7 @@ async def test_concurrent_resaves_of_one_message_index_the_text_stored_last(tmp_
 
 
 async def test_a_caller_cancelled_mid_commit_leaves_the_save_whole_and_indexed(tmp_path: Path) -> None:
-    store = _HeldStore(tmp_path / "m.db")
-    embedder = _WatchedEmbedder("harbour")
-    async with _memory(store, tmp_path, embedder) as memory:
-        await memory.create_thread(thread_id="t1", resource_id="r1")
-        store.hold = True
+    async with _held(tmp_path, "harbour") as (memory, store, embedder):
         async with anyio.create_task_group() as tg:
             tg.start_soon(memory.save_messages, [msg("m1", text="the harbour lights at night"),
                                                  msg("m2", text="fishing boats return to the harbour", ms=1)])
