@@ -173,6 +173,10 @@ class IndexStatistics(msgspec.Struct, frozen=True, kw_only=True):
     ann_queries: int
     snapshot_loads: int
     rebuilds: int
+    #: Vectors searchable exactly but not yet inserted into HNSW (insertion waits for a quiet index).
+    staged: int = 0
+    #: Memory held by the index: the hnswlib graph and vectors plus the exact-search matrix, in bytes.
+    memory_bytes: int = 0
 
 
 class _Item(msgspec.Struct, kw_only=True):
@@ -636,7 +640,7 @@ class IndexActor:
                 if staged:
                     hits = index.merge(hits, index.exact(vector, top_k, staged, len(staged)), top_k)
                 return hits
-        return index.exact(vector, top_k, scope, size)
+        return index.exact(vector, top_k, scope, size, index.scope_key(resource_id, thread_id))
 
     def _note_change(self, messages: Sequence[str] = (), thread: str | None = None) -> None:
         """Remember a delete/move while store reads are in flight, so their stale results are dropped."""
@@ -782,6 +786,8 @@ class IndexActor:
             ann_queries=index.ann_queries if index else 0,
             snapshot_loads=self._snapshot_loads,
             rebuilds=self._rebuilds,
+            staged=index.staged if index else 0,
+            memory_bytes=index.memory_bytes() if index else 0,
         )
 
     # the writer ----------------------------------------------------------------------------------

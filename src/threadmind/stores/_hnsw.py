@@ -16,6 +16,11 @@ Scoped search (measured on a 2-core box, 384 dims, see the index actor's report)
 which is both exact and faster than HNSW with a Python filter. Larger scopes ask HNSW for
 ``k × 2 / (scope fraction)`` candidates, post-filter them, and fall back to brute force when too few
 survive or the over-fetch would exceed :data:`MAX_ANN_FETCH`. No hit outside the scope is ever returned.
+
+A scope's rows are scattered over the matrix, and gathering them costs more than scoring them (500 rows of
+384 floats from a cold matrix: ~0.3 ms gathered, ~0.03 ms scored). So exact search keeps the gathered block
+of each recently searched thread, resource or whole index (rows sorted, at most :data:`SCOPE_CACHE_BYTES` in
+all, least recently used first out), and every change to a scope's rows drops that scope's block.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -44,11 +50,16 @@ _SPACES: dict[str, str] = {"cosine": "cosine", "euclidean": "l2", "dotproduct": 
 BRUTE_FORCE_LIMIT = 4096
 #: Beyond this many HNSW candidates, brute force over the scope is cheaper than over-fetching.
 MAX_ANN_FETCH = 2048
+#: Bytes of gathered scope blocks kept for exact search (see the module docstring).
+SCOPE_CACHE_BYTES = 32 << 20
 _MIN_CAPACITY = 1024
 _SNAPSHOT_VERSION = 1
 _HASH_BLOCK = 1 << 20
 
 F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+ScopeKey = tuple[str, str]
+_ALL: ScopeKey = ("*", "")
 
 
 class HnswVectorStore:
@@ -260,6 +271,8 @@ class _HnswIndex:
         self._rows_of_message: dict[str, list[int]] = {}
         self._rows_of_thread: dict[str, set[int]] = {}
         self._rows_of_resource: dict[str, set[int]] = {}
+        self._blocks: OrderedDict[ScopeKey, tuple[I64, F32]] = OrderedDict()  # scope -> (rows, matrix[rows])
+        self._block_bytes = 0
 
     @property
     def count(self) -> int:
@@ -324,6 +337,19 @@ class _HnswIndex:
         """Vectors searchable exactly but not yet added to hnswlib."""
         return len(self._staged)
 
+    def memory_bytes(self) -> int:
+        """Estimated bytes held: hnswlib's allocation plus the exact-search matrix and cached scope blocks.
+
+        Computed from hnswlib's layout (per slot: vector, level-0 links, label, lock, level pointer; per
+        element: upper-level links, expected 1/(M-1) levels, and a label-map node) rather than by asking
+        hnswlib, whose size walk must not run while a worker thread inserts.
+        """
+        index = self._index
+        slots, elements = int(index.max_elements), int(index.element_count)
+        per_slot = self.dim * 4 + (2 * self.m + 1) * 4 + 8 + 40 + 8 + 4
+        per_element = (self.m + 1) * 4 / max(1, self.m - 1) + 48
+        return slots * per_slot + int(elements * per_element) + int(self._matrix.nbytes) + self._block_bytes
+
     @property
     def marks(self) -> int:
         """Deletions not yet applied to hnswlib."""
@@ -369,7 +395,18 @@ class _HnswIndex:
             grown[: self._matrix.shape[0]] = self._matrix
             self._matrix = grown
 
+    def _drop_blocks(self, thread_id: str, resource_id: str) -> None:
+        """Forget the cached blocks of the scopes a row joins or leaves."""
+        blocks = self._blocks
+        if not blocks:
+            return
+        for key in (("t", thread_id), ("r", resource_id), _ALL):
+            block = blocks.pop(key, None)
+            if block is not None:
+                self._block_bytes -= block[1].nbytes
+
     def _link(self, row: int, entry: _Entry) -> None:
+        self._drop_blocks(entry.thread_id, entry.resource_id)
         self._entries[row] = entry
         self._row_of_vector[entry.vector_id] = row
         self._row_of_label[entry.label] = row
@@ -380,6 +417,7 @@ class _HnswIndex:
     def _remove_row(self, row: int) -> None:
         entry = self._entries[row]
         assert entry is not None
+        self._drop_blocks(entry.thread_id, entry.resource_id)
         if self._staged.pop(entry.label, None) is not None:  # a staged vector never reached hnswlib
             self._staged_rows.discard(row)
         else:
@@ -434,6 +472,8 @@ class _HnswIndex:
             assert entry is not None
             if entry.resource_id == resource_id:
                 continue
+            self._drop_blocks(thread_id, entry.resource_id)
+            self._drop_blocks(thread_id, resource_id)
             old = self._rows_of_resource[entry.resource_id]
             old.discard(row)
             if not old:
@@ -474,6 +514,13 @@ class _HnswIndex:
         else:
             scope = None
         return scope, self.count if scope is None else len(scope)
+
+    @staticmethod
+    def scope_key(resource_id: str | None, thread_id: str | None) -> ScopeKey | None:
+        """The cache key of a scope, or None for a thread filtered by resource (computed per query)."""
+        if thread_id is not None:
+            return ("t", thread_id) if resource_id is None else None
+        return ("r", resource_id) if resource_id is not None else _ALL
 
     def ann_fetch(self, k: int, size: int) -> int | None:
         """How many HNSW candidates a scope of ``size`` needs, or None when brute force is the better plan."""
@@ -531,12 +578,37 @@ class _HnswIndex:
                 best[hit.message_id] = hit
         return sorted(best.values(), key=lambda h: -h.score)[:k]
 
-    def exact(self, query: F32, k: int, scope: set[int] | None, size: int) -> list[SearchHit]:
-        """(event loop) Exact top ``k`` messages over the scope's rows."""
+    def exact(
+        self, query: F32, k: int, scope: set[int] | None, size: int, key: ScopeKey | None = None
+    ) -> list[SearchHit]:
+        """(event loop) Exact top ``k`` messages over the scope's rows; ``key`` names a cacheable scope."""
         if size == 0 or k < 1:
             return []
-        rows = self._row_of_vector.values() if scope is None else scope
-        return self._brute_force(self._as_query(query), k, np.fromiter(rows, dtype=np.int64, count=size))
+        rows, block = self._block(scope, size, key)
+        return self._brute_force(self._as_query(query), k, rows, block)
+
+    def _block(self, scope: set[int] | None, size: int, key: ScopeKey | None) -> tuple[I64, F32]:
+        """The scope's rows (sorted) and their vectors, from the cache or gathered now (and cached)."""
+        blocks = self._blocks
+        if key is not None:
+            cached = blocks.get(key)
+            if cached is not None and len(cached[0]) == size:
+                blocks.move_to_end(key)
+                return cached
+        members = self._row_of_vector.values() if scope is None else scope
+        rows = np.fromiter(members, dtype=np.int64, count=size)
+        rows.sort()
+        block: F32 = self._matrix[rows]
+        if key is not None and block.nbytes <= SCOPE_CACHE_BYTES // 4:
+            old = blocks.pop(key, None)
+            if old is not None:
+                self._block_bytes -= old[1].nbytes
+            blocks[key] = (rows, block)
+            self._block_bytes += block.nbytes
+            while self._block_bytes > SCOPE_CACHE_BYTES:
+                _, (_, evicted) = blocks.popitem(last=False)
+                self._block_bytes -= evicted.nbytes
+        return rows, block
 
     def _as_query(self, query: F32) -> F32:
         return np.ascontiguousarray(query, dtype=np.float32).reshape(self.dim)
@@ -558,7 +630,7 @@ class _HnswIndex:
             if hits is not None and staged:
                 hits = self.merge(hits, self.exact(query, k, staged, len(staged)), k)
         if hits is None:
-            hits = self.exact(query, k, scope, size)
+            hits = self.exact(query, k, scope, size, self.scope_key(resource_id, thread_id))
         if threshold is not None:
             hits = [h for h in hits if h.score >= threshold]
         return hits
@@ -568,19 +640,19 @@ class _HnswIndex:
         assert entry is not None
         return entry.message_id, SearchHit(entry.message_id, entry.thread_id, entry.resource_id, score)
 
-    def _scores(self, rows: npt.NDArray[np.int64], query: F32) -> F32:
-        sub = self._matrix[rows]
-        if self.metric == "cosine":
-            scores: F32 = sub @ self._prepare(query)
+    def _scores(self, sub: F32, query: F32) -> F32:
+        if self.metric == "cosine":  # one vector: a dot product is ~10x cheaper than np.linalg.norm
+            norm = math.sqrt(float(np.dot(query, query)))
+            scores: F32 = sub @ (query / np.float32(norm + 1e-30))
         elif self.metric == "dotproduct":
             scores = sub @ query
         else:
             scores = (1.0 / (1.0 + np.sqrt(((sub - query) ** 2).sum(axis=1)))).astype(np.float32)
         return scores
 
-    def _brute_force(self, query: F32, k: int, rows: npt.NDArray[np.int64]) -> list[SearchHit]:
+    def _brute_force(self, query: F32, k: int, rows: I64, block: F32) -> list[SearchHit]:
         self.brute_force_queries += 1
-        scores = self._scores(rows, query)
+        scores = self._scores(block, query)
         n = len(rows)
         take = min(n, 4 * k)
         while True:
@@ -590,8 +662,9 @@ class _HnswIndex:
             else:
                 order = np.argsort(-scores, kind="stable")
             hits: dict[str, SearchHit] = {}
-            for i in order:
-                message_id, hit = self._hit(int(rows[i]), float(scores[i]))
+            # Plain ints and floats once: numpy scalar conversions cost ~0.1 µs each, twice per candidate.
+            for row, score in zip(rows[order].tolist(), scores[order].tolist(), strict=True):
+                message_id, hit = self._hit(row, score)
                 if message_id not in hits:
                     hits[message_id] = hit
                     if len(hits) == k:

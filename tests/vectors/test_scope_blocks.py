@@ -1,0 +1,133 @@
+"""Cached scope blocks for exact search: every change to a scope's rows must be visible to the next search."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from threadmind.stores import _hnsw
+from threadmind.stores._hnsw import _Entry, _HnswIndex
+
+DIM = 16
+
+
+def _index() -> _HnswIndex:
+    return _HnswIndex(name="memory_messages_16", dim=DIM, metric="cosine", m=8, ef_construction=32, ef_search=32,
+                      directory=None)
+
+
+def _unit(rng: np.random.Generator, n: int = 1) -> np.ndarray:
+    v = rng.normal(size=(n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _top(index: _HnswIndex, query: np.ndarray, *, resource: str | None = None, thread: str | None = None,
+         k: int = 3) -> list[str]:
+    return [h.message_id for h in index.search(query, k, resource_id=resource, thread_id=thread, threshold=None)]
+
+
+def test_a_new_vector_in_a_searched_resource_is_found_next_time() -> None:
+    rng = np.random.default_rng(1)
+    index = _index()
+    index.upsert([_Entry(0, f"m{i}", f"m{i}", "t1", "r1") for i in range(20)], _unit(rng, 20), seq=1, defer=True)
+    query = _unit(rng)[0]
+    before = _top(index, query, resource="r1")  # caches r1's block
+    index.upsert([_Entry(0, "new", "new", "t1", "r1")], query[None, :], seq=2, defer=True)
+    assert _top(index, query, resource="r1")[0] == "new"
+    assert _top(index, query, thread="t1")[0] == "new"
+    index.delete_messages(["new"], seq=3)
+    assert _top(index, query, resource="r1") == before
+
+
+def test_a_replaced_vector_is_scored_anew_though_the_scope_keeps_its_size() -> None:
+    rng = np.random.default_rng(6)
+    index = _index()
+    index.upsert([_Entry(0, f"m{i}", f"m{i}", "t1", "r1") for i in range(8)], _unit(rng, 8), seq=1, defer=True)
+    query = _unit(rng)[0]
+    _top(index, query, resource="r1")  # caches the block of r1
+    _top(index, query)  # and of the whole index
+    index.upsert([_Entry(0, "m5", "m5", "t1", "r1")], query[None, :], seq=2, defer=True)
+    assert _top(index, query, resource="r1", k=1) == ["m5"]
+    assert _top(index, query, k=1) == ["m5"]
+
+
+def test_a_moved_thread_leaves_the_old_resource_block_and_joins_the_new_one() -> None:
+    rng = np.random.default_rng(2)
+    index = _index()
+    index.upsert([_Entry(0, f"a{i}", f"a{i}", "ta", "r1") for i in range(10)], _unit(rng, 10), seq=1, defer=True)
+    moving = _unit(rng, 5)
+    index.upsert([_Entry(0, f"b{i}", f"b{i}", "tb", "r2") for i in range(5)], moving, seq=2, defer=True)
+    assert _top(index, moving[0], resource="r2")[0] == "b0"
+    assert "b0" not in _top(index, moving[0], resource="r1")  # both resources' blocks are cached now
+    index.move_thread("tb", "r1", seq=3)
+    assert _top(index, moving[0], resource="r1")[0] == "b0"
+    assert _top(index, moving[0], resource="r2") == []
+
+
+def test_a_reused_row_is_scored_with_its_new_vector() -> None:
+    rng = np.random.default_rng(3)
+    index = _index()
+    first = _unit(rng, 4)
+    index.upsert([_Entry(0, f"m{i}", f"m{i}", "t1", "r1") for i in range(4)], first, seq=1, defer=True)
+    assert _top(index, first[2], resource="r1", k=1) == ["m2"]
+    index.delete_messages(["m2"], seq=2)  # frees its row
+    other = _unit(rng)
+    index.upsert([_Entry(0, "x", "x", "t2", "r2")], other, seq=3, defer=True)  # takes the freed row
+    assert _top(index, other[0], resource="r2", k=1) == ["x"]
+    assert "m2" not in _top(index, first[2], resource="r1", k=4)
+    assert "x" not in _top(index, other[0], resource="r1", k=4)
+
+
+def test_the_block_cache_stays_within_its_byte_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(4)
+    budget = 4 * 50 * DIM * 4  # four blocks of 50 rows
+    monkeypatch.setattr(_hnsw, "SCOPE_CACHE_BYTES", budget)
+    index = _index()
+    vectors = _unit(rng, 50 * 12)
+    index.upsert([_Entry(0, f"m{i}", f"m{i}", f"t{i // 50}", f"r{i // 50}") for i in range(600)], vectors, seq=1,
+                 defer=True)
+    for r in range(12):
+        assert _top(index, vectors[r * 50 + 7], resource=f"r{r}", k=1) == [f"m{r * 50 + 7}"]
+        assert index.memory_bytes() > 0
+        assert index._block_bytes <= budget
+    assert len(index._blocks) == 4
+
+
+def test_exact_search_matches_a_fresh_oracle_through_random_changes() -> None:
+    """Upserts, deletes and moves interleaved with searches in every scope kind, checked against numpy."""
+    rng = np.random.default_rng(5)
+    pick = random.Random(5)
+    index = _index()
+    live: dict[str, tuple[str, str, np.ndarray]] = {}  # message -> (thread, resource, vector)
+    owner = {f"t{t}": f"r{t % 3}" for t in range(6)}
+    for step in range(400):
+        op = pick.random()
+        if op < 0.5 or len(live) < 5:
+            mid = f"m{pick.randrange(60)}"
+            thread = pick.choice(sorted(owner))
+            if mid in live:
+                thread = live[mid][0]  # a message never changes thread
+            vector = _unit(rng)
+            index.upsert([_Entry(0, mid, mid, thread, owner[thread])], vector, seq=step, defer=pick.random() < 0.5)
+            live[mid] = (thread, owner[thread], vector[0])
+        elif op < 0.65:
+            mid = pick.choice(sorted(live))
+            index.delete_messages([mid], seq=step)
+            del live[mid]
+        elif op < 0.72:
+            thread = pick.choice(sorted(owner))
+            owner[thread] = f"r{pick.randrange(3)}"
+            index.move_thread(thread, owner[thread], seq=step)
+            live = {m: (t, owner[t] if t == thread else r, v) for m, (t, r, v) in live.items()}
+        else:
+            query = _unit(rng)[0]
+            kind = pick.choice(["resource", "thread", "all"])
+            key = pick.choice(sorted(owner))
+            scope = {m: v for m, (t, r, v) in live.items()
+                     if kind == "all" or (kind == "thread" and t == key) or (kind == "resource" and r == owner[key])}
+            got = _top(index, query, k=4, resource=owner[key] if kind == "resource" else None,
+                       thread=key if kind == "thread" else None)
+            expected = sorted(scope, key=lambda m: -float(scope[m] @ query))[:4]
+            assert got == expected, (step, kind)
