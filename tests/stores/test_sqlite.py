@@ -295,6 +295,10 @@ class TestLifecycle:
                 "SELECT value FROM threadmind_meta WHERE key = 'schema_version'").fetchone())
             assert version == ("1",)
 
+    async def test_the_writer_keeps_savepoint_journals_in_memory(self, store: SQLiteStore) -> None:
+        """Each job's SAVEPOINT sub-journal must not spill to a temp file (2 = MEMORY)."""
+        assert await store.execute_write(lambda c: c.execute("PRAGMA temp_store").fetchone()) == (2,)
+
     async def test_newer_schema_is_refused(self, tmp_path: Path) -> None:
         async with SQLiteStore(tmp_path / "x.db") as store:
             await store.execute_write(lambda c: c.execute(

@@ -573,6 +573,10 @@ class SQLiteStore:
         if str(mode).lower() != "wal":
             raise StorageError(f"could not switch {self._path!r} to WAL mode (got {mode!r})")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        # Every job runs inside a SAVEPOINT, so SQLite keeps a sub-journal of the pages each one changes; past
+        # 64 KiB it spills to a temp file (~270 KB per semantic group commit). In memory it costs no syscalls:
+        # the vector write job of a semantic group measured 1.25-1.50 -> 0.96-1.18 ms.
+        conn.execute("PRAGMA temp_store = MEMORY")
         conn.create_function("tm_json", 1, _tm_json, deterministic=True)
         conn.execute("BEGIN IMMEDIATE")
         try:
