@@ -7,6 +7,7 @@ A dict in Mastra's shape (``{"lastMessages": 5, "semanticRecall": {"topK": 3}}``
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -296,10 +297,20 @@ def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, 
     return merged
 
 
+@functools.cache
+def _field_names(cls: type[msgspec.Struct]) -> tuple[tuple[str, str], ...]:
+    """(attribute, camelCase key) of a config struct's fields, resolved once per type.
+
+    ``msgspec.structs.fields`` evaluates the type annotations on every call: ~0.2 ms per struct, which made
+    every per-call config merge cost ~0.85 ms.
+    """
+    return tuple((f.name, f.encode_name) for f in msgspec.structs.fields(cls))
+
+
 def _plain(value: Any) -> Any:
     """Configs as camelCase dicts; anything that is not a config (a model object) is kept as it is."""
     if isinstance(value, msgspec.Struct):
-        return {f.encode_name: _plain(getattr(value, f.name)) for f in msgspec.structs.fields(value)}
+        return {key: _plain(getattr(value, name)) for name, key in _field_names(type(value))}
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

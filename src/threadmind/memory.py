@@ -15,6 +15,7 @@ import logging
 import re
 import uuid
 import warnings
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
@@ -129,6 +130,8 @@ def _require_id(value: object, field: str) -> str:
 
 
 _ROLES = frozenset({"user", "assistant", "system", "signal"})
+_MERGED_CONFIGS = 256  # per-call configs remembered by their JSON (most callers pass the same few each time)
+_config_json = msgspec.json.Encoder().encode
 
 
 def _check_message(message: Message, index: int) -> Message:
@@ -240,6 +243,7 @@ class Memory:
         max_actors: int = 10_000,
     ) -> None:
         self._options = memory_config_from(options)
+        self._merged: OrderedDict[bytes, MemoryConfig] = OrderedDict()
         if embedding_dimension is not None and (
             isinstance(embedding_dimension, bool) or not isinstance(embedding_dimension, int) or embedding_dimension < 1
         ):
@@ -397,7 +401,20 @@ class Memory:
     def _call_config(self, override: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:
         if override is None or override is self._options:
             return self._options
-        return merge_config(self._options, override)
+        if type(override) is not dict:
+            return merge_config(self._options, override)
+        try:  # the same per-call dict comes with every turn: merge it once (configs are frozen)
+            key = _config_json(override)
+        except (TypeError, msgspec.EncodeError):  # holds a value JSON cannot express (a schema class, a model)
+            return merge_config(self._options, override)
+        merged = self._merged.get(key)
+        if merged is None:
+            merged = self._merged[key] = merge_config(self._options, override)
+            if len(self._merged) > _MERGED_CONFIGS:
+                self._merged.popitem(last=False)
+        else:
+            self._merged.move_to_end(key)
+        return merged
 
     # threads -------------------------------------------------------------------------------------
     async def create_thread(

@@ -64,6 +64,34 @@ class TestConstruction:
         assert Memory(storage=InMemoryStore()).options.max_messages == 10
         assert Memory(storage=InMemoryStore(), options=MemoryConfig(last_messages=3)).options.max_messages == 3
 
+    async def test_per_call_configs_follow_their_content(self) -> None:
+        """Per-call dicts are merged once and remembered by their content: a changed dict is a new config."""
+        async with Memory(storage=InMemoryStore()) as memory:
+            await memory.create_thread(thread_id="t1", resource_id="r1")
+            await memory.save_messages([msg(f"m{i}", ms=i) for i in range(8)])
+            options = {"lastMessages": 3}
+            assert len((await memory.recall("t1", thread_config=options)).messages) == 3
+            options["lastMessages"] = 5  # the caller reuses and changes its dict
+            assert len((await memory.recall("t1", thread_config=options)).messages) == 5
+            assert len((await memory.recall("t1", thread_config={"lastMessages": 3})).messages) == 3
+            for _ in range(2):  # an invalid config is refused every time, never remembered
+                with pytest.raises(ConfigError, match="lastMesages"):
+                    await memory.recall("t1", thread_config={"lastMesages": 3})
+
+    def test_remembered_configs_equal_a_fresh_merge(self) -> None:
+        from threadmind._config import merge_config
+
+        memory = Memory(storage=InMemoryStore(), options={"lastMessages": 7, "workingMemory": {"enabled": True}})
+        overrides: list[dict[str, object]] = [
+            {"lastMessages": 2}, {"readOnly": True}, {"workingMemory": {"scope": "thread"}},
+            {"messageHistory": {"maxTokens": 500}}, {"lastMessages": None}, {"lastMessages": False},
+        ]
+        for override in overrides * 2:
+            assert memory._call_config(override) == merge_config(memory.options, override), override
+        assert memory._call_config({"readOnly": True}) is memory._call_config({"readOnly": True})
+        assert memory._call_config({"lastMessages": 2}).last_messages == 2
+        assert memory._call_config({"readOnly": False}).read_only is False
+
     async def test_not_started_raises(self) -> None:
         memory = Memory(storage=InMemoryStore())
         with pytest.raises(ThreadmindError) as info:
