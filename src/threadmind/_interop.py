@@ -15,12 +15,12 @@ import math
 import re
 import sqlite3
 import struct
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import msgspec
 
-from .stores._vector_records import SQLiteVectorRecords, VectorRecord
+from .stores._vector_records import SQLiteVectorRecords, VectorRecord, _SQLExecutor
 
 __all__ = ("MastraVectorTable", "import_mastra_vectors", "mastra_vector_tables")
 
@@ -32,15 +32,6 @@ _F32_BLOB = re.compile(r"F32_BLOB\s*\(\s*(\d+)\s*\)", re.IGNORECASE)
 _MARKER = "mastra_vectors_imported:{}"
 _IN_CHUNK = 500
 _json = msgspec.json.Decoder()
-
-
-@runtime_checkable
-class _SQLExecutor(Protocol):
-    """What ``SQLiteStore`` offers for our own SQL: jobs that run on its database thread."""
-
-    async def execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-
-    async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
 
 class MastraVectorTable(msgspec.Struct, frozen=True):

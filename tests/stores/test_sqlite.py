@@ -16,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from threadmind.codecs import Message, Thread
-from threadmind.errors import ConfigError, StorageError, ThreadNotFound
+from threadmind.errors import ConfigError, StorageError, ThreadNotFound, ValidationError
 from threadmind.stores._protocol import MessageQuery
 from threadmind.stores._sqlite import SQLiteStore
 
@@ -72,6 +72,48 @@ class TestGroupCommit:
         assert (await store.stats())["messages"] == 1000
         page = await store.list_messages(MessageQuery(thread_id="t499", per_page=False))
         assert [m.id for m in page.messages] == ["t499-m00001", "t499-m00002"]
+
+    async def test_a_deferred_job_rides_in_the_next_group(self, store: SQLiteStore) -> None:
+        """A background write waits for the next write and commits with it: one commit for both, in order."""
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        await store.execute_write(lambda c: c.execute("CREATE TABLE side (v INTEGER)"))
+        before = store.statistics()
+        seen: list[int] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: store.execute_write(lambda c: c.execute("INSERT INTO side VALUES (1)"), defer=5.0))
+            await wait_all_tasks_blocked()
+            assert store.statistics().queued == 1  # deferred: no commit of its own yet
+            seen.extend(await store.execute_write(
+                lambda c: [row[0] for row in c.execute("SELECT v FROM side")]))  # queued after it: sees its row
+        after = store.statistics()
+        assert seen == [1]
+        assert (after.commits - before.commits, after.jobs - before.jobs) == (1, 2)
+
+    async def test_a_deferred_job_alone_commits_after_its_deferral(self, store: SQLiteStore) -> None:
+        before = store.statistics()
+        with anyio.fail_after(5):
+            await store.execute_write(lambda c: c.execute("CREATE TABLE side (v INTEGER)"), defer=0.01)
+        assert store.statistics().commits == before.commits + 1
+        with pytest.raises(ValidationError, match="defer"):
+            await store.execute_write(lambda c: None, defer=-1.0)
+
+    async def test_a_deferred_job_is_not_held_while_a_group_is_being_written(self, store: SQLiteStore) -> None:
+        """With a writer busy, a background job simply queues: it joins the very next group."""
+        gate = threading.Event()
+        done = anyio.Event()
+
+        async def background() -> None:
+            await store.execute_write(lambda c: c.execute("CREATE TABLE side (v INTEGER)"), defer=60.0)
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: store.execute_write(lambda c: gate.wait(5)))
+            await wait_all_tasks_blocked()
+            tg.start_soon(background)
+            await wait_all_tasks_blocked()
+            gate.set()
+            with anyio.fail_after(5):  # not 60 s: it was queued behind a running group, so it went next
+                await done.wait()
 
     async def test_failing_job_fails_alone(self, store: SQLiteStore) -> None:
         await store.create_thread(Thread(id="t1", resource_id="r1"))

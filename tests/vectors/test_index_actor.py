@@ -139,6 +139,29 @@ class TestBatching:
                 assert [h.message_id for h in hits] == [message.id]
             assert actor.statistics().vectors == 2000
 
+    async def test_a_lone_caller_never_waits_for_the_linger(self, store: SQLiteStore) -> None:
+        """The linger only pays when several callers are in flight; one at a time, batches start at once."""
+        embedder = FlakyEmbedder()
+        async with running(store, embedder, HnswVectorStore(), linger=4.0) as actor:
+            with anyio.fail_after(3):  # the first call alone would wait 4 s if a lone batch lingered
+                for k in range(5):
+                    await actor.upsert_messages([make_message(f"m{k}", "t1", "r1", f"text number {k}", k)])
+            assert actor.statistics().vectors == 5
+
+    async def test_lone_writes_behind_share_the_next_commit(self, store: SQLiteStore) -> None:
+        """Each upsert's write-behind rows ride in the next write's group: about one commit per upsert."""
+        embedder = FlakyEmbedder()
+        async with running(store, embedder, HnswVectorStore()) as actor:
+            await persist(store, [make_message("m0", "t1", "r1", "warm up", 0)])
+            await actor.upsert_messages([make_message("m0", "t1", "r1", "warm up", 0)])
+            before = store.statistics().commits
+            for k in range(1, 21):  # save, then index: what Memory does for a batch spanning threads
+                message = make_message(f"m{k}", "t1", "r1", f"text number {k}", k)
+                await store.save_messages("t1", [message])
+                await actor.upsert_messages([message])
+            commits = store.statistics().commits - before
+        assert commits <= 30  # one per save plus a few deferrals that ran out; was one more per upsert (40)
+
     async def test_read_your_writes_and_usage(self, store: SQLiteStore) -> None:
         embedder = FlakyEmbedder()
         async with running(store, embedder, HnswVectorStore()) as actor:

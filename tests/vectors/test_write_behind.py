@@ -29,7 +29,9 @@ async def test_lost_vector_write_is_repaired_at_the_next_start(tmp_path: Path, m
     db = tmp_path / "m.db"
     calls = 0
 
-    async def broken_upsert(self: SQLiteVectorRecords, index_name: str, records: Any) -> int:
+    async def broken_upsert(
+        self: SQLiteVectorRecords, index_name: str, records: Any, *, background: bool = False
+    ) -> int:
         nonlocal calls
         calls += 1
         raise RuntimeError("disk unplugged")

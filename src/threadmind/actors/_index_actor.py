@@ -348,6 +348,7 @@ class IndexActor:
         self._max_chunk_chars = max_chunk_chars
         self._batch_size = batch_size
         self._linger = linger
+        self._last_batch_ops = 1  # ops in recent batches: jumps up, decays by one per batch (see _collect)
         self._retry_interval = retry_interval
         self._cache = EmbeddingCache(cache_size)
         self._records = vector_records_for(store)
@@ -897,10 +898,20 @@ class IndexActor:
             self._flusher_done.set()
 
     async def _collect(self, first: _Upsert) -> tuple[list[_Upsert], _Op | None]:
-        """Consecutive queued upserts up to ``batch_size`` texts, lingering once for late arrivals."""
+        """Consecutive queued upserts up to ``batch_size`` texts, lingering once for late arrivals.
+
+        Only while recent batches held several ops: a lone caller's save would otherwise wait the linger
+        (about a millisecond once the event loop rounds the timer up) before its embedding could start.
+        """
         batch = [first]
         texts = first.n_texts
-        lingered = self._linger == 0
+        lingered = self._linger == 0 or self._last_batch_ops <= 1
+        try:
+            return await self._fill(batch, texts, lingered)
+        finally:
+            self._last_batch_ops = max(len(batch), self._last_batch_ops - 1)
+
+    async def _fill(self, batch: list[_Upsert], texts: int, lingered: bool) -> tuple[list[_Upsert], _Op | None]:
         while texts < self._batch_size:
             try:
                 nxt = self._receive.receive_nowait()
@@ -1054,7 +1065,9 @@ class IndexActor:
             stages.queued.set()  # set before the call: its job is queued before the call first suspends
         if records:
             try:
-                seq = await self._records.upsert(index.name, records)
+                # Write-behind when every caller already has its answer: it may share the next commit.
+                background = all(op.read_seq is None for op in owners)
+                seq = await self._records.upsert(index.name, records, background=background)
             except Exception as exc:
                 logger.exception("vectors stay in memory but could not be stored; they are pending")
                 failed.extend((item, exc) for _, item in latest.values() if item.chunks)

@@ -641,15 +641,21 @@ class SQLiteStore:
 
     # -- the two extension points ----------------------------------------------------------------------
 
-    async def execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def execute_write(self, fn: Callable[[sqlite3.Connection], T], *, defer: float = 0.0) -> T:
         """Run ``fn(conn)`` as one job of a group transaction on the writer connection; return its result.
 
         ``fn`` runs in its own SAVEPOINT: if it raises, its changes are rolled back and the exception (sqlite3
         errors as ``StorageError``) reaches this caller only. The result is delivered after COMMIT. ``fn`` must
         not commit, roll back or open its own transaction.
+
+        ``defer`` is for background writes that no caller is waiting on (write-behind): when no group is being
+        written, the job waits up to ``defer`` seconds for another write to share its commit instead of paying
+        a commit of its own. It still commits in queue order.
         """
+        if defer < 0 or defer != defer:
+            raise ValidationError(f"`defer` must be a non-negative number of seconds, got {defer!r}")
         await self._ready()
-        return await self._submit(fn)
+        return await self._submit(fn, defer=defer)
 
     async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the reader connection inside one read transaction (one consistent snapshot)."""
@@ -666,7 +672,9 @@ class SQLiteStore:
                 raise StorageError(f"{self!r} is closed") from exc
             raise
 
-    async def _submit(self, fn: Callable[[sqlite3.Connection], T], bulk: _SaveSpec | None = None) -> T:
+    async def _submit(
+        self, fn: Callable[[sqlite3.Connection], T], bulk: _SaveSpec | None = None, defer: float = 0.0
+    ) -> T:
         link: SpanContext | None = None
         if tracing_enabled():
             context = trace.get_current_span().get_span_context()
@@ -676,6 +684,11 @@ class SQLiteStore:
         self._arrival.set()
         led = False
         try:
+            if defer and not self._writing:
+                # Background work: let the next write lead and carry this job in its group (it rouses us).
+                job.wake = asyncio.get_running_loop().create_future()
+                with anyio.move_on_after(defer):
+                    await job.wake
             while not job.done:
                 if not self._writing:
                     led = True

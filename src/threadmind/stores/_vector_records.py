@@ -32,6 +32,9 @@ T = TypeVar("T")
 
 # SQLite binds at most 32 766 parameters per statement; stay well below for IN (...) lists.
 _IN_CHUNK = 500
+# How long a write-behind vector write may wait to share the next commit (a lone caller's next save comes
+# well within it): one commit per save instead of two.
+_BACKGROUND_DEFER = 0.002
 
 
 class VectorRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,10 +63,11 @@ class PendingVector(msgspec.Struct, frozen=True, kw_only=True):
 class VectorRecords(Protocol):
     """Durable vector rows, a change log for snapshot replay, and the pending queue."""
 
-    async def upsert(self, index_name: str, records: Sequence[VectorRecord]) -> int:
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
         """Replace all vectors of the records' messages in ``index_name``; clear their pending entries.
 
-        Returns the sequence number of the change.
+        Returns the sequence number of the change. ``background``: nobody waits for it (write-behind), so the
+        write may wait briefly to share the next commit.
         """
         ...
 
@@ -116,7 +120,7 @@ class VectorRecords(Protocol):
 class _SQLExecutor(Protocol):
     """What ``SQLiteStore`` offers to code that keeps its own tables: jobs run in the DB thread."""
 
-    async def execute_write(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+    async def execute_write(self, fn: Callable[[sqlite3.Connection], T], *, defer: float = 0.0) -> T: ...
 
     async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
@@ -233,9 +237,9 @@ class SQLiteVectorRecords:
         await self._store.execute_write(_create)
         self._ready = True
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(self, fn: Callable[[sqlite3.Connection], T], defer: float = 0.0) -> T:
         await self._ensure()
-        return await self._store.execute_write(fn)
+        return await self._store.execute_write(fn, defer=defer)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         await self._ensure()
@@ -262,7 +266,7 @@ class SQLiteVectorRecords:
                 [value for m in part for value in (m.id, m.thread_id, m.resource_id or "", now, now)],
             )
 
-    async def upsert(self, index_name: str, records: Sequence[VectorRecord]) -> int:
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
         message_ids = sorted({r.message_id for r in records})
         new_ids = {r.vector_id for r in records}
 
@@ -304,7 +308,7 @@ class SQLiteVectorRecords:
                 )
             return seq
 
-        return await self._write(_job)
+        return await self._write(_job, _BACKGROUND_DEFER if background else 0.0)
 
     async def delete_by_message_ids(self, index_name: str | None, ids: Sequence[str]) -> int:
         ids = list(ids)
@@ -480,7 +484,7 @@ class InMemoryVectorRecords:
             del self._rows[key]
             self._tombstones[key] = seq
 
-    async def upsert(self, index_name: str, records: Sequence[VectorRecord]) -> int:
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
         await anyio.lowlevel.checkpoint()
         seq = self._bump()
         messages = {r.message_id for r in records}
