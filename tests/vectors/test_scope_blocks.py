@@ -41,6 +41,22 @@ def test_a_new_vector_in_a_searched_resource_is_found_next_time() -> None:
     assert _top(index, query, resource="r1") == before
 
 
+def test_a_new_vector_is_appended_to_the_cached_blocks_of_its_scopes() -> None:
+    """An agent writes then searches the same scope each turn: the block grows instead of being rebuilt."""
+    rng = np.random.default_rng(7)
+    index = _index()
+    index.upsert([_Entry(0, f"m{i}", f"m{i}", "t1", "r1") for i in range(6)], _unit(rng, 6), seq=1, defer=True)
+    query = _unit(rng)[0]
+    _top(index, query, resource="r1")
+    block = index._blocks[("r", "r1")]
+    for turn in range(20):
+        vector = _unit(rng)
+        index.upsert([_Entry(0, f"n{turn}", f"n{turn}", "t1", "r1")], vector, seq=2 + turn, defer=turn % 2 == 0)
+        assert _top(index, vector[0], resource="r1", k=1) == [f"n{turn}"]
+        assert _top(index, vector[0], thread="t1", k=1) == [f"n{turn}"]
+    assert index._blocks[("r", "r1")] is block and block.size == 26
+
+
 def test_a_replaced_vector_is_scored_anew_though_the_scope_keeps_its_size() -> None:
     rng = np.random.default_rng(6)
     index = _index()
@@ -82,7 +98,7 @@ def test_a_reused_row_is_scored_with_its_new_vector() -> None:
 
 def test_the_block_cache_stays_within_its_byte_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(4)
-    budget = 4 * 50 * DIM * 4  # four blocks of 50 rows
+    budget = 4 * 50 * (DIM * 4 + 8)  # four blocks of 50 rows (vectors and row numbers)
     monkeypatch.setattr(_hnsw, "SCOPE_CACHE_BYTES", budget)
     index = _index()
     vectors = _unit(rng, 50 * 12)

@@ -19,8 +19,9 @@ survive or the over-fetch would exceed :data:`MAX_ANN_FETCH`. No hit outside the
 
 A scope's rows are scattered over the matrix, and gathering them costs more than scoring them (500 rows of
 384 floats from a cold matrix: ~0.3 ms gathered, ~0.03 ms scored). So exact search keeps the gathered block
-of each recently searched thread, resource or whole index (rows sorted, at most :data:`SCOPE_CACHE_BYTES` in
-all, least recently used first out), and every change to a scope's rows drops that scope's block.
+of each recently searched thread, resource or whole index (at most :data:`SCOPE_CACHE_BYTES` in all, least
+recently used first out). A new vector is appended to the blocks of its scopes (an agent writes and then
+searches the same scope every turn); removing or moving a vector drops its scopes' blocks.
 """
 
 from __future__ import annotations
@@ -58,6 +59,42 @@ _HASH_BLOCK = 1 << 20
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
+
+
+class _ScopeBlock:
+    """A scope's rows and a copy of their vectors, contiguous, with room to append (capacity doubles)."""
+
+    __slots__ = ("rows", "size", "vectors")
+
+    def __init__(self, rows: I64, vectors: F32) -> None:
+        self.rows = rows
+        self.vectors = vectors
+        self.size = len(rows)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes + self.vectors.nbytes)
+
+    def view(self) -> tuple[I64, F32]:
+        return self.rows[: self.size], self.vectors[: self.size]
+
+    def append(self, row: int, vector: F32) -> int:
+        """Add one row; returns the bytes the block grew by."""
+        grown = 0
+        if self.size == len(self.rows):
+            capacity = max(8, 2 * self.size)
+            rows = np.empty(capacity, dtype=np.int64)
+            vectors = np.empty((capacity, self.vectors.shape[1]), dtype=np.float32)
+            rows[: self.size] = self.rows[: self.size]
+            vectors[: self.size] = self.vectors[: self.size]
+            grown = int(rows.nbytes + vectors.nbytes) - self.nbytes
+            self.rows, self.vectors = rows, vectors
+        self.rows[self.size] = row
+        self.vectors[self.size] = vector
+        self.size += 1
+        return grown
+
+
 ScopeKey = tuple[str, str]
 _ALL: ScopeKey = ("*", "")
 
@@ -271,7 +308,7 @@ class _HnswIndex:
         self._rows_of_message: dict[str, list[int]] = {}
         self._rows_of_thread: dict[str, set[int]] = {}
         self._rows_of_resource: dict[str, set[int]] = {}
-        self._blocks: OrderedDict[ScopeKey, tuple[I64, F32]] = OrderedDict()  # scope -> (rows, matrix[rows])
+        self._blocks: OrderedDict[ScopeKey, _ScopeBlock] = OrderedDict()  # scope -> its rows and vectors
         self._block_bytes = 0
 
     @property
@@ -396,17 +433,33 @@ class _HnswIndex:
             self._matrix = grown
 
     def _drop_blocks(self, thread_id: str, resource_id: str) -> None:
-        """Forget the cached blocks of the scopes a row joins or leaves."""
+        """Forget the cached blocks of the scopes a row leaves (or that a move changes)."""
         blocks = self._blocks
         if not blocks:
             return
         for key in (("t", thread_id), ("r", resource_id), _ALL):
             block = blocks.pop(key, None)
             if block is not None:
-                self._block_bytes -= block[1].nbytes
+                self._block_bytes -= block.nbytes
+
+    def _grow_blocks(self, row: int, entry: _Entry) -> None:
+        """Append a new row (its vector already in the matrix) to the cached blocks of its scopes."""
+        blocks = self._blocks
+        if not blocks:
+            return
+        for key in (("t", entry.thread_id), ("r", entry.resource_id), _ALL):
+            block = blocks.get(key)
+            if block is not None:
+                self._block_bytes += block.append(row, self._matrix[row])
+        self._trim_blocks()
+
+    def _trim_blocks(self) -> None:
+        while self._block_bytes > SCOPE_CACHE_BYTES and self._blocks:
+            _, evicted = self._blocks.popitem(last=False)
+            self._block_bytes -= evicted.nbytes
 
     def _link(self, row: int, entry: _Entry) -> None:
-        self._drop_blocks(entry.thread_id, entry.resource_id)
+        self._grow_blocks(row, entry)
         self._entries[row] = entry
         self._row_of_vector[entry.vector_id] = row
         self._row_of_label[entry.label] = row
@@ -588,27 +641,25 @@ class _HnswIndex:
         return self._brute_force(self._as_query(query), k, rows, block)
 
     def _block(self, scope: set[int] | None, size: int, key: ScopeKey | None) -> tuple[I64, F32]:
-        """The scope's rows (sorted) and their vectors, from the cache or gathered now (and cached)."""
+        """The scope's rows and their vectors, from the cache or gathered now (rows sorted) and cached."""
         blocks = self._blocks
         if key is not None:
             cached = blocks.get(key)
-            if cached is not None and len(cached[0]) == size:
+            if cached is not None and cached.size == size:
                 blocks.move_to_end(key)
-                return cached
+                return cached.view()
         members = self._row_of_vector.values() if scope is None else scope
         rows = np.fromiter(members, dtype=np.int64, count=size)
         rows.sort()
-        block: F32 = self._matrix[rows]
-        if key is not None and block.nbytes <= SCOPE_CACHE_BYTES // 4:
+        vectors: F32 = self._matrix[rows]
+        if key is not None and vectors.nbytes <= SCOPE_CACHE_BYTES // 4:
             old = blocks.pop(key, None)
             if old is not None:
-                self._block_bytes -= old[1].nbytes
-            blocks[key] = (rows, block)
+                self._block_bytes -= old.nbytes
+            block = blocks[key] = _ScopeBlock(rows, vectors)
             self._block_bytes += block.nbytes
-            while self._block_bytes > SCOPE_CACHE_BYTES:
-                _, (_, evicted) = blocks.popitem(last=False)
-                self._block_bytes -= evicted.nbytes
-        return rows, block
+            self._trim_blocks()
+        return rows, vectors
 
     def _as_query(self, query: F32) -> F32:
         return np.ascontiguousarray(query, dtype=np.float32).reshape(self.dim)
