@@ -128,6 +128,20 @@ class TestOwnership:
         assert info.value.message == "Thread with id t1 is for resource with id r1 but resource r2 was queried."
         assert [m.id for m in (await memory.recall("t1", resource_id="r1")).messages] == ["t1-00", "t1-01", "t1-02"]
 
+    async def test_the_owner_check_follows_moves_and_deletes_at_once(self, memory: Memory) -> None:
+        """The check uses the thread actor's row; a move or delete through Memory must never leave it stale."""
+        await _thread_of(memory, 3)
+        assert len((await memory.recall("t1", resource_id="r1", per_page=False)).messages) == 3  # row cached
+        await memory.update_thread_resource_id("t1", resource_id="r2")
+        with pytest.raises(ResourceMismatch):
+            await memory.recall("t1", resource_id="r1", per_page=False)
+        assert len((await memory.recall("t1", resource_id="r2", per_page=False)).messages) == 3
+        await memory.delete_thread("t1")
+        with pytest.raises(ThreadNotFound):
+            await memory.recall("t1", resource_id="r2", per_page=False)
+        await memory.create_thread(resource_id="r3", thread_id="t1")
+        assert (await memory.recall("t1", resource_id="r3", per_page=False)).messages == []
+
     async def test_missing_thread_without_resource_is_empty(self, memory: Memory) -> None:
         result = await memory.recall("nope")
         assert result.messages == [] and result.total == 0
