@@ -176,9 +176,10 @@ class TestOrdering:
         re-sorts after every message, as the list did before appends in order skipped the sort."""
 
         class AlwaysSorted(MessageList):
-            def _add_one(self, message: Message, source: str, merge: bool) -> None:
-                super()._add_one(message, source, merge)
+            def _add_one(self, message: Message, source: str, merge: bool, *, defer_sort: bool = False) -> bool:
+                super()._add_one(message, source, merge)  # never deferred: sorted after every message
                 self._messages.sort(key=lambda m: m.created_at)
+                return False
 
         rng = random.Random(11)
         for _ in range(200):
@@ -187,7 +188,7 @@ class TestOrdering:
                      for cls, c in zip((MessageList, AlwaysSorted), counters, strict=True)]
             for _ in range(rng.randrange(1, 12)):
                 batch = [msg(f"m{rng.randrange(6)}", rng.choice(["user", "assistant"]), f"t{rng.randrange(3)}",
-                             at=T0 + rng.randrange(4) * MS) for _ in range(rng.randrange(1, 4))]
+                             at=T0 + rng.randrange(4) * MS) for _ in range(rng.randrange(1, 6))]
                 source = rng.choice(["memory", "input", "response"])
                 outcomes = []
                 for ml in lists:

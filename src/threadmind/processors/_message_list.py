@@ -156,8 +156,17 @@ class MessageList:
             self._see(message.created_at)
             batch.append(message)
         # Everything converted and checked first, so a bad message leaves the list untouched.
+        # Stored rows with new ids are plain appends: they are sorted in once at the end of the batch (the same
+        # order as sorting after each, since the sort is stable), not once per row. Any other step sees a sorted
+        # list first.
+        unsorted = False
         for message in batch:
-            self._add_one(message, src, merge)
+            if unsorted and (src != "memory" or message.id in self._sources):
+                self._messages.sort(key=_CREATED_AT)
+                unsorted = False
+            unsorted = self._add_one(message, src, merge, defer_sort=src == "memory") or unsorted
+        if unsorted:
+            self._messages.sort(key=_CREATED_AT)
         return self
 
     def add_system(self, message: str | Message | Mapping[str, Any], tag: str | None = None) -> MessageList:
@@ -184,22 +193,25 @@ class MessageList:
             raise ValidationError(f"Received input message with wrong resourceId. Input {message.resource_id}, "
                                   f"expected {self._resource_id}")
 
-    def _add_one(self, message: Message, source: str, merge: bool) -> None:
+    def _add_one(self, message: Message, source: str, merge: bool, *, defer_sort: bool = False) -> bool:
+        """Place one message; True when it was appended out of order and ``defer_sort`` left the sort to the caller."""
         if message.role == "system":
             if source != "memory":
                 self.add_system(message)
-            return
+            return False
         if source != "memory":
             message = stamp_parts(message, to_epoch_ms(self._now()))
         self._appended = False
         self._place(message, source, merge)
         messages = self._messages
         # The list was sorted before this message. An append no older than the last row leaves it sorted, just
-        # as the stable sort would (equal times keep arrival order); anything else re-sorts. Loading history
-        # appends in order, so this saves a sort per remembered message.
+        # as the stable sort would (equal times keep arrival order); anything else re-sorts.
         if self._appended and (len(messages) < 2 or messages[-2].created_at <= messages[-1].created_at):
-            return
+            return False
+        if self._appended and defer_sort:
+            return True
         messages.sort(key=_CREATED_AT)
+        return False
 
     def _index(self, message_id: str) -> int | None:
         for index in range(len(self._messages) - 1, -1, -1):
