@@ -94,8 +94,9 @@ class TestGroupCommit:
         with anyio.fail_after(5):
             await store.execute_write(lambda c: c.execute("CREATE TABLE side (v INTEGER)"), defer=0.01)
         assert store.statistics().commits == before.commits + 1
-        with pytest.raises(ValidationError, match="defer"):
-            await store.execute_write(lambda c: None, defer=-1.0)
+        for bad in (-1.0, float("nan"), float("inf"), 61.0):
+            with pytest.raises(ValidationError, match="defer"):
+                await store.execute_write(lambda c: None, defer=bad)
 
     async def test_a_deferred_job_is_not_held_while_a_group_is_being_written(self, store: SQLiteStore) -> None:
         """With a writer busy, a background job simply queues: it joins the very next group."""

@@ -650,10 +650,10 @@ class SQLiteStore:
 
         ``defer`` is for background writes that no caller is waiting on (write-behind): when no group is being
         written, the job waits up to ``defer`` seconds for another write to share its commit instead of paying
-        a commit of its own. It still commits in queue order.
+        a commit of its own (at most 60 s). It still commits in queue order.
         """
-        if defer < 0 or defer != defer:
-            raise ValidationError(f"`defer` must be a non-negative number of seconds, got {defer!r}")
+        if not 0.0 <= defer <= 60.0:  # also refuses NaN
+            raise ValidationError(f"`defer` must be between 0 and 60 seconds, got {defer!r}")
         await self._ready()
         return await self._submit(fn, defer=defer)
 
