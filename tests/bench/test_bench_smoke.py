@@ -1,0 +1,45 @@
+"""The benchmarks keep running: a tiny workload through bench_memory and bench_agent, figures checked for shape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, where bench/ lives
+
+from bench import bench_agent, bench_memory  # noqa: E402
+
+
+def test_bench_memory_prints_every_phase(capsys: pytest.CaptureFixture[str]) -> None:
+    bench_memory.main(["--threads", "6", "--turns", "3", "--queries", "8", "--recalls", "12", "--repeat", "2",
+                       "--no-baselines"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["workload"]["messages"] == 36
+    for phase in ("a_save_sequential", "a_save_concurrency_16", "c_save_semantic_concurrency_16"):
+        assert report[phase]["messages"] == 36 and report[phase]["msgs_per_s"] > 0
+        assert len(report[phase]["runs_msgs_per_s"]) == 2
+        assert report[phase]["msgs_per_s"] in report[phase]["runs_msgs_per_s"]
+    assert report["b_recall_last_10"]["calls"] == 12
+    build = report["c_index_build"]
+    assert build["vectors"] == 36 and build["inserted"] == 36 and build["estimated_mb"] > 0
+    for scope in ("resource", "thread"):
+        figures = report["d_semantic_query"][scope]
+        assert figures["queries"] == 8 and 0.0 <= figures["recall_at_10"] <= 1.0
+        assert figures["index_query"]["p50_ms"] > 0
+
+
+def test_bench_memory_refuses_a_zero_repeat(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        bench_memory.main(["--repeat", "0"])
+    assert "--repeat" in capsys.readouterr().err
+
+
+def test_bench_agent_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    bench_agent.main(["--turns", "4", "--history", "40"])
+    report = json.loads(capsys.readouterr().out)
+    for scenario in ("last_10", "token_budget_2000", "last_10_working_memory", "last_10_semantic_recall",
+                     "observational_memory"):
+        assert report[scenario]["turns"] == 4 and report[scenario]["p50_ms"] > 0
