@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -349,6 +350,36 @@ class TestListMessages:
                             Include(id="unknown", with_previous_messages=2)) == [20, 21, 22]
         assert await window(Include(id="t1-m0020", with_previous_messages=1), resource_id="r2") == []
         assert await window(Include(id="t1-m0020", with_previous_messages=1), direction="DESC") == [20, 19]
+
+    async def test_many_overlapping_windows_across_threads(self, store: Store) -> None:
+        """300 includes (more windows than one SQLite statement takes), overlapping, repeated ids, two threads,
+        equal timestamps: the union must match windows computed by hand."""
+        rng = random.Random(5)
+        order: dict[str, list[str]] = {}
+        for tid in ("t1", "t2"):
+            await thread(store, tid)
+            batch = [msg(i, tid, at=BASE + timedelta(seconds=i // 3)) for i in range(400)]  # runs of equal times
+            await store.save_messages(tid, batch)
+            order[tid] = [m.id for m in batch]
+        includes = [Include(id=f"{rng.choice(['t1', 't2'])}-m{rng.randrange(400):04d}",
+                            with_previous_messages=rng.randrange(4), with_next_messages=rng.randrange(4))
+                    for _ in range(300)]
+        includes.append(Include(id="nope", with_previous_messages=2))
+        expected: set[str] = set()
+        for inc in includes:
+            if inc.id == "nope":
+                continue
+            seq = order[inc.id[:2]]
+            at = seq.index(inc.id)
+            expected.update(seq[max(0, at - inc.with_previous_messages): at + inc.with_next_messages + 1])
+        page = await store.list_messages(MessageQuery(thread_id="t1", per_page=0, include=includes))
+        got = [m.id for m in page.messages]
+        assert set(got) == expected and len(got) == len(expected)  # each row once
+        times = [m.created_at for m in page.messages]
+        assert times == sorted(times)
+        for tid in ("t1", "t2"):  # equal times keep each thread's save order
+            mine = [i for i in got if i.startswith(tid)]
+            assert mine == sorted(mine)
 
     async def test_include_window_with_equal_timestamps(self, store: Store) -> None:
         await thread(store)
