@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from threadmind.stores import _hnsw
-from threadmind.stores._hnsw import _Entry, _HnswIndex
+from threadmind.errors import ConfigError
+from threadmind.stores._hnsw import HnswVectorStore, _Entry, _HnswIndex
 
 DIM = 16
 
@@ -96,11 +96,10 @@ def test_a_reused_row_is_scored_with_its_new_vector() -> None:
     assert "x" not in _top(index, other[0], resource="r1", k=4)
 
 
-def test_the_block_cache_stays_within_its_byte_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_block_cache_stays_within_its_byte_budget() -> None:
     rng = np.random.default_rng(4)
     budget = 4 * 50 * (DIM * 4 + 8)  # four blocks of 50 rows (vectors and row numbers)
-    monkeypatch.setattr(_hnsw, "SCOPE_CACHE_BYTES", budget)
-    index = _index()
+    index = HnswVectorStore(scope_cache_bytes=budget)._open_index("memory_messages_16", DIM)
     vectors = _unit(rng, 50 * 12)
     index.upsert([_Entry(0, f"m{i}", f"m{i}", f"t{i // 50}", f"r{i // 50}") for i in range(600)], vectors, seq=1,
                  defer=True)
@@ -109,6 +108,18 @@ def test_the_block_cache_stays_within_its_byte_budget(monkeypatch: pytest.Monkey
         assert index.memory_bytes() > 0
         assert index._block_bytes <= budget
     assert len(index._blocks) == 4
+
+
+def test_a_zero_budget_caches_nothing_and_still_finds_everything() -> None:
+    rng = np.random.default_rng(8)
+    index = HnswVectorStore(scope_cache_bytes=0)._open_index("memory_messages_16", DIM)
+    vectors = _unit(rng, 30)
+    index.upsert([_Entry(0, f"m{i}", f"m{i}", "t1", f"r{i % 2}") for i in range(30)], vectors, seq=1, defer=True)
+    for i in range(30):
+        assert _top(index, vectors[i], resource=f"r{i % 2}", k=1) == [f"m{i}"]
+    assert not index._blocks and index._block_bytes == 0
+    with pytest.raises(ConfigError, match="scope_cache_bytes"):
+        HnswVectorStore(scope_cache_bytes=-1)
 
 
 def test_exact_search_matches_a_fresh_oracle_through_random_changes() -> None:

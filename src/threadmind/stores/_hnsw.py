@@ -19,8 +19,8 @@ survive or the over-fetch would exceed :data:`MAX_ANN_FETCH`. No hit outside the
 
 A scope's rows are scattered over the matrix, and gathering them costs more than scoring them (500 rows of
 384 floats from a cold matrix: ~0.3 ms gathered, ~0.03 ms scored). So exact search keeps the gathered block
-of each recently searched thread, resource or whole index (at most :data:`SCOPE_CACHE_BYTES` in all, least
-recently used first out). A new vector is appended to the blocks of its scopes (an agent writes and then
+of each recently searched thread, resource or whole index (at most ``scope_cache_bytes`` in all, 32 MiB by
+default, least recently used first out). A new vector is appended to the blocks of its scopes (an agent writes and then
 searches the same scope every turn); removing or moving a vector drops its scopes' blocks.
 """
 
@@ -51,7 +51,8 @@ _SPACES: dict[str, str] = {"cosine": "cosine", "euclidean": "l2", "dotproduct": 
 BRUTE_FORCE_LIMIT = 4096
 #: Beyond this many HNSW candidates, brute force over the scope is cheaper than over-fetching.
 MAX_ANN_FETCH = 2048
-#: Bytes of gathered scope blocks kept for exact search (see the module docstring).
+#: Default bytes of gathered scope blocks kept for exact search (see the module docstring); one block may
+#: take at most a quarter of it. ``HnswVectorStore(scope_cache_bytes=...)`` sets it per store.
 SCOPE_CACHE_BYTES = 32 << 20
 _MIN_CAPACITY = 1024
 _SNAPSHOT_VERSION = 1
@@ -114,17 +115,21 @@ class HnswVectorStore:
         m: int = 16,
         ef_construction: int = 64,
         ef_search: int = 64,
+        scope_cache_bytes: int = SCOPE_CACHE_BYTES,
     ) -> None:
         if metric not in _SPACES:
             raise ConfigError(f"metric must be one of 'cosine', 'euclidean', 'dotproduct', not {metric!r}")
         for name, value in (("m", m), ("ef_construction", ef_construction), ("ef_search", ef_search)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"`{name}` must be a positive integer, got {value!r}")
+        if isinstance(scope_cache_bytes, bool) or not isinstance(scope_cache_bytes, int) or scope_cache_bytes < 0:
+            raise ConfigError(f"`scope_cache_bytes` must be a non-negative integer, got {scope_cache_bytes!r}")
         self._path = Path(path) if path is not None else None
         self._metric: Metric = metric
         self._m = m
         self._ef_construction = ef_construction
         self._ef_search = ef_search
+        self._scope_cache_bytes = scope_cache_bytes
         self._owner: object | None = None
 
     @property
@@ -152,10 +157,16 @@ class HnswVectorStore:
         """HNSW query-time candidate list size (set again after every load)."""
         return self._ef_search
 
+    @property
+    def scope_cache_bytes(self) -> int:
+        """Budget for the contiguous per-scope copies that exact search keeps (0 turns the cache off)."""
+        return self._scope_cache_bytes
+
     def __repr__(self) -> str:
         return (
             f"HnswVectorStore({str(self._path) if self._path else None!r}, metric={self._metric!r}, m={self._m}, "
-            f"ef_construction={self._ef_construction}, ef_search={self._ef_search})"
+            f"ef_construction={self._ef_construction}, ef_search={self._ef_search}, "
+            f"scope_cache_bytes={self._scope_cache_bytes})"
         )
 
     # Internals for the index actor ---------------------------------------------------------------
@@ -179,6 +190,7 @@ class HnswVectorStore:
             ef_construction=self._ef_construction,
             ef_search=self._ef_search,
             directory=self._path,
+            scope_cache_bytes=self._scope_cache_bytes,
         )
 
 
@@ -269,7 +281,7 @@ class _HnswIndex:
 
     def __init__(
         self, *, name: str, dim: int, metric: Metric, m: int, ef_construction: int, ef_search: int,
-        directory: Path | None,
+        directory: Path | None, scope_cache_bytes: int = SCOPE_CACHE_BYTES,
     ) -> None:
         self.name = name
         self.dim = dim
@@ -279,6 +291,7 @@ class _HnswIndex:
         self.ef_construction = ef_construction
         self.ef_search = ef_search
         self.directory = directory
+        self.scope_cache_bytes = scope_cache_bytes
         self.applied_seq = 0
         self.snapshot_seq: int | None = None
         self.add_items_calls = 0
@@ -454,7 +467,7 @@ class _HnswIndex:
         self._trim_blocks()
 
     def _trim_blocks(self) -> None:
-        while self._block_bytes > SCOPE_CACHE_BYTES and self._blocks:
+        while self._block_bytes > self.scope_cache_bytes and self._blocks:
             _, evicted = self._blocks.popitem(last=False)
             self._block_bytes -= evicted.nbytes
 
@@ -652,7 +665,7 @@ class _HnswIndex:
         rows = np.fromiter(members, dtype=np.int64, count=size)
         rows.sort()
         vectors: F32 = self._matrix[rows]
-        if key is not None and vectors.nbytes <= SCOPE_CACHE_BYTES // 4:
+        if key is not None and vectors.nbytes <= self.scope_cache_bytes // 4:
             old = blocks.pop(key, None)
             if old is not None:
                 self._block_bytes -= old.nbytes
