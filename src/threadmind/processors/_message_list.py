@@ -160,11 +160,12 @@ class MessageList:
         # order as sorting after each, since the sort is stable), not once per row. Any other step sees a sorted
         # list first.
         unsorted = False
+        defer = src == "memory"
         for message in batch:
-            if unsorted and (src != "memory" or message.id in self._sources):
+            if unsorted and message.id in self._sources:  # not a plain append: it must see the sorted list
                 self._messages.sort(key=_CREATED_AT)
                 unsorted = False
-            unsorted = self._add_one(message, src, merge, defer_sort=src == "memory") or unsorted
+            unsorted = self._add_one(message, src, merge, defer_sort=defer) or unsorted
         if unsorted:
             self._messages.sort(key=_CREATED_AT)
         return self

@@ -533,13 +533,15 @@ class _HnswIndex:
 
     def move_thread(self, thread_id: str, resource_id: str, seq: int) -> None:
         """Re-scope the thread's vectors to ``resource_id``."""
-        for row in self._rows_of_thread.get(thread_id, set()):
+        rows = self._rows_of_thread.get(thread_id, set())
+        if rows:
+            self._drop_blocks(thread_id, resource_id)
+        for row in rows:
             entry = self._entries[row]
             assert entry is not None
             if entry.resource_id == resource_id:
                 continue
             self._drop_blocks(thread_id, entry.resource_id)
-            self._drop_blocks(thread_id, resource_id)
             old = self._rows_of_resource[entry.resource_id]
             old.discard(row)
             if not old:
