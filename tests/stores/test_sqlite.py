@@ -98,6 +98,18 @@ class TestGroupCommit:
             with pytest.raises(ValidationError, match="defer"):
                 await store.execute_write(lambda c: None, defer=bad)
 
+    async def test_a_cancelled_deferred_job_never_runs_and_the_writer_goes_on(self, store: SQLiteStore) -> None:
+        ran: list[int] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: store.execute_write(lambda c: ran.append(1), defer=60.0))
+            await wait_all_tasks_blocked()
+            assert store.statistics().queued == 1
+            tg.cancel_scope.cancel()
+        assert store.statistics().queued == 0 and ran == []
+        with anyio.fail_after(5):
+            assert await store.execute_write(lambda c: c.execute("SELECT 7").fetchone()) == (7,)
+        assert ran == []
+
     async def test_a_deferred_job_is_not_held_while_a_group_is_being_written(self, store: SQLiteStore) -> None:
         """With a writer busy, a background job simply queues: it joins the very next group."""
         gate = threading.Event()
