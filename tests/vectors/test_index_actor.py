@@ -162,6 +162,20 @@ class TestBatching:
             commits = store.statistics().commits - before
         assert commits <= 30  # one per save plus a few deferrals that ran out; was one more per upsert (40)
 
+    async def test_statistics_show_staged_vectors_and_memory(self, store: SQLiteStore) -> None:
+        embedder = FlakyEmbedder()
+        async with running(store, embedder, HnswVectorStore()) as actor:
+            empty = actor.statistics()
+            assert (empty.staged, empty.memory_bytes) == (0, 0)  # no index yet
+            await actor.upsert_messages([make_message(f"m{k}", "t1", "r1", f"text {k}", k) for k in range(40)])
+            staged = actor.statistics()
+            assert staged.vectors == 40 and staged.staged == 40  # searchable, not yet in HNSW (index not quiet)
+            assert staged.memory_bytes > 40 * 32 * 4
+            assert await actor.flush() == 40
+            flushed = actor.statistics()
+            assert flushed.staged == 0 and flushed.add_items_calls >= 1
+            assert flushed.memory_bytes >= staged.memory_bytes
+
     async def test_read_your_writes_and_usage(self, store: SQLiteStore) -> None:
         embedder = FlakyEmbedder()
         async with running(store, embedder, HnswVectorStore()) as actor:
