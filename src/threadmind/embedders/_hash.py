@@ -18,7 +18,6 @@ __all__ = ("HashEmbedder",)
 
 _FNV_OFFSET = np.uint32(2166136261)
 _FNV_PRIME = np.uint32(16777619)
-_SIGN_BIT = np.uint32(0x80000000)
 
 #: Batches larger than this are embedded in a worker thread so the event loop stays free.
 _THREAD_THRESHOLD = 64
@@ -38,48 +37,49 @@ def _usage_tokens(texts: list[str]) -> int:
     return sum((_utf16_length(t) + 3) // 4 for t in texts)
 
 
-def _chunk_counts(texts: list[str], dim: int) -> npt.NDArray[np.int64]:
-    """Signed bucket counts of one chunk: one concatenated code-unit array, FNV-1a over every window."""
+def _chunk_counts(texts: list[str], dim: int) -> npt.NDArray[np.float64]:
+    """Signed bucket counts of one chunk of texts: one concatenated code-unit array, FNV-1a over every window.
+
+    Each window adds +1.0 or -1.0 (weights of one float64 ``bincount``); sums of small integers are exact in
+    float64, so the counts equal an integer tally. Few, large numpy operations: each one costs microseconds
+    of dispatch, and on a busy event loop each long one may hand the GIL to another thread.
+    """
     n = len(texts)
     encoded = [t.lower().encode("utf-16-le", "surrogatepass") for t in texts]
     units = np.frombuffer(b"".join(encoded), dtype="<u2").astype(np.uint32)
     if units.size < 3:
-        return np.zeros((n, dim), dtype=np.int64)
+        return np.zeros((n, dim), dtype=np.float64)
     h = units[:-2] ^ _FNV_OFFSET  # in-place uint32 arithmetic wraps mod 2^32
     h *= _FNV_PRIME
     h ^= units[1:-1]
     h *= _FNV_PRIME
     h ^= units[2:]
     h *= _FNV_PRIME
-    # Slot 2*bucket counts +1 hashes, slot 2*bucket+1 counts -1 hashes (h >= 2^31); unweighted bincount is fast.
-    slots = (h % np.uint32(dim)).astype(np.int64)
-    slots <<= 1
-    slots |= (h >> 31).astype(np.int64)
+    slots = (h % np.uint32(dim)).astype(np.intp)
+    h >>= 30
+    h &= 2  # 2 when h >= 2^31
+    weights = 1.0 - h  # float64: -1.0 for those, else +1.0
     if n > 1:
-        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=n) >> 1
-        slots += np.repeat(np.arange(0, 2 * n * dim, 2 * dim, dtype=np.int64), lengths)[:-2]
-        # Drop windows that start in the last two code units of a text: they cross into the next one.
-        ends = np.cumsum(lengths)[:-1]
+        lengths = [len(e) >> 1 for e in encoded]
+        slots += np.repeat(np.arange(0, n * dim, dim, dtype=np.intp), lengths)[:-2]
+        # Windows that start in the last two code units of a text cross into the next one: they count nothing.
+        ends = np.cumsum(lengths[:-1])
         crossing = np.concatenate((ends - 2, ends - 1))
-        keep = np.ones(slots.size, dtype=bool)
-        keep[crossing[(crossing >= 0) & (crossing < slots.size)]] = False
-        slots = slots[keep]
-    tally = np.bincount(slots, minlength=2 * n * dim)
-    counts: npt.NDArray[np.int64] = (tally[0::2] - tally[1::2]).reshape(n, dim)
-    return counts
+        weights[crossing[(crossing >= 0) & (crossing < weights.size)]] = 0.0
+    counts = np.bincount(slots, weights, minlength=n * dim).reshape(n, dim)
+    return counts.astype(np.float64, copy=False)  # weighted: float64 already (the stubs say intp)
 
 
-def _normalise(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-    """Rows divided by their Euclidean norm in float64; an all-zero row becomes e0."""
-    matrix = counts.astype(np.float64)
+def _normalise(matrix: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Rows divided (in place) by their Euclidean norm in float64; an all-zero row becomes e0."""
     # Components are small integers, so the float64 sum of squares is exact in any summation order.
     norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
-    zero = norms == 0.0
-    if zero.any():
+    if not norms.all():
+        zero = norms == 0.0
         norms[zero] = 1.0
         matrix[zero, 0] = 1.0
-    out: npt.NDArray[np.float64] = matrix / norms[:, None]
-    return out
+    matrix /= norms[:, None]
+    return matrix
 
 
 def _embed_batch(texts: list[str], dim: int) -> npt.NDArray[np.float32]:
