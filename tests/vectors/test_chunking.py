@@ -71,6 +71,19 @@ class TestEmbeddingCache:
         assert vector is not None and vector.dtype == np.float32 and not vector.flags.writeable
         assert len(cache) == 2 and cache.hits == 2 and cache.misses == 2
 
+    def test_entries_are_copies(self) -> None:
+        cache = EmbeddingCache(4)
+        source = np.arange(4, dtype=np.float32)
+        cache.put("m", "a", source)
+        source[0] = 99.0  # the caller's array changes after the put
+        cached = cache.get("m", "a")
+        assert cached is not None and cached.tolist() == [0.0, 1.0, 2.0, 3.0]
+        with pytest.raises(ValueError):
+            cached[1] = 5.0  # and nobody changes a cached vector in place
+        cache.put("m", "b", np.arange(3, dtype=np.float64))  # other dtypes are stored as float32
+        other = cache.get("m", "b")
+        assert other is not None and other.dtype == np.float32 and other.tolist() == [0.0, 1.0, 2.0]
+
     def test_zero_disables_and_negative_is_rejected(self) -> None:
         cache = EmbeddingCache(0)
         cache.put("m", "a", np.ones(3, dtype=np.float32))
