@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -194,6 +195,15 @@ class _Item(msgspec.Struct, kw_only=True):
 # checkpoint per wait (~7 µs), several times per save. threadmind runs on anyio's asyncio backend (the store
 # and the actors park callers on asyncio futures too).
 _Event = asyncio.Event
+
+_NATIVE_LE = sys.byteorder == "little"
+
+
+def _le_bytes(vector: F32) -> bytes:
+    """A vector's little-endian float32 bytes (the stored form); no intermediate copy on little-endian hosts."""
+    if _NATIVE_LE and vector.dtype == np.float32:
+        return vector.tobytes()
+    return vector.astype("<f4").tobytes()
 
 
 class _Op:
@@ -1039,7 +1049,7 @@ class IndexActor:
                 records.append(VectorRecord(
                     vector_id=vector_id, message_id=item.message_id, thread_id=item.thread_id,
                     resource_id=item.resource_id, role=item.role, created_at=item.created_at,
-                    embedding=vector.astype("<f4").tobytes(),
+                    embedding=_le_bytes(vector),
                 ))
                 entries.append(_Entry(0, vector_id, item.message_id, item.thread_id, item.resource_id))
                 op.usage += usage.get(chunk, 0.0)
@@ -1049,7 +1059,7 @@ class IndexActor:
             # Write-behind: stage first (exact search sees the vectors at once), answer the callers, then make
             # the rows durable. Each message's pending marker was written with the message itself (see
             # `pending_marker`), so a crash before this SQL write is repaired by `retry_pending` at the next start.
-            matrix = np.stack(rows).astype(np.float32)
+            matrix = np.asarray(np.stack(rows), dtype=np.float32)  # rows are float32 already: no second copy
             if previous is not None:  # vectors are applied in batch order
                 await previous.applied.wait()
             index.upsert(entries, matrix, index.applied_seq, True)

@@ -355,23 +355,21 @@ class _HnswIndex:
         n = len(entries)
         if n == 0:
             return
-        rows = np.empty(n, dtype=np.int64)
-        labels = np.arange(self._next_label, self._next_label + n, dtype=np.int64)
+        # Plain ints for the bookkeeping: indexing numpy arrays element by element costs more than the work.
+        first = self._next_label
         self._next_label += n
-        for i, entry in enumerate(entries):
-            entry.label = int(labels[i])
-            rows[i] = self._take_row()
+        rows = [self._take_row() for _ in range(n)]
         prepared = self._prepare(vectors)
-        self._ensure_matrix(int(rows.max()) + 1)
+        self._ensure_matrix(max(rows) + 1)
         self._matrix[rows] = prepared
-        for i, entry in enumerate(entries):
-            self._link(int(rows[i]), entry)
+        for label, (row, entry) in enumerate(zip(rows, entries, strict=True), first):
+            entry.label = label
+            self._link(row, entry)
         if defer:
-            for i in range(n):
-                self._staged[int(labels[i])] = int(rows[i])
-            self._staged_rows.update(int(r) for r in rows)
+            self._staged.update(zip(range(first, first + n), rows, strict=True))
+            self._staged_rows.update(rows)
             return
-        self._add_items(prepared, labels)
+        self._add_items(prepared, np.arange(first, first + n, dtype=np.int64))
 
     def _add_items(self, prepared: F32, labels: npt.NDArray[np.int64], *, threads: int = -1) -> None:
         n = len(labels)
