@@ -158,3 +158,22 @@ def test_exact_search_matches_a_fresh_oracle_through_random_changes() -> None:
                        thread=key if kind == "thread" else None)
             expected = sorted(scope, key=lambda m: -float(scope[m] @ query))[:4]
             assert got == expected, (step, kind)
+
+
+def test_rows_prepared_early_score_like_rows_prepared_at_upsert() -> None:
+    """The index actor normalises a batch while its saves commit and then upserts it with ``prepared=True``."""
+    rng = np.random.default_rng(11)
+    raw = (rng.normal(size=(12, DIM)) * rng.uniform(0.1, 9.0, size=(12, 1))).astype(np.float32)  # not unit
+    late, early = _index(), _index()
+    entries = [_Entry(0, f"m{i}", f"m{i}", f"t{i % 3}", "r1") for i in range(12)]
+    late.upsert([_Entry(0, e.vector_id, e.message_id, e.thread_id, e.resource_id) for e in entries], raw, seq=1,
+                defer=True)
+    early.upsert(entries, early.prepare(raw), seq=1, defer=True, prepared=True)
+    for query in _unit(rng, 5):
+        got_late = late.search(query, 5, resource_id="r1", thread_id=None, threshold=None)
+        got_early = early.search(query, 5, resource_id="r1", thread_id=None, threshold=None)
+        assert [h.message_id for h in got_early] == [h.message_id for h in got_late]
+        assert [h.score for h in got_early] == [h.score for h in got_late]
+    assert early.flush() == late.flush() == 12  # and HNSW gets the same rows
+    query = _unit(rng)[0]
+    assert _top(early, query, k=4) == _top(late, query, k=4)

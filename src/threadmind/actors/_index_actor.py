@@ -199,11 +199,28 @@ _Event = asyncio.Event
 _NATIVE_LE = sys.byteorder == "little"
 
 
-def _le_bytes(vector: F32) -> bytes:
-    """A vector's little-endian float32 bytes (the stored form); no intermediate copy on little-endian hosts."""
-    if _NATIVE_LE and vector.dtype == np.float32:
-        return vector.tobytes()
-    return vector.astype("<f4").tobytes()
+class _Prepared:
+    """A batch's vectors in the forms they are stored in: rows for the index, little-endian bytes for SQL.
+
+    Built as soon as the batch is embedded, so that for gated saves the numeric work runs while the saves
+    commit, and what is left once they have committed is bookkeeping.
+    """
+
+    __slots__ = ("position", "raw", "unit")
+
+    def __init__(self, index: _HnswIndex, vectors: Mapping[str, F32]) -> None:
+        self.position = {chunk: i for i, chunk in enumerate(vectors)}
+        matrix = np.asarray(np.stack(list(vectors.values())), dtype=np.float32)
+        self.unit = index.prepare(matrix)
+        blob = matrix.tobytes() if _NATIVE_LE else matrix.astype("<f4").tobytes()
+        stride = matrix.shape[1] * 4
+        self.raw = [blob[i * stride:(i + 1) * stride] for i in range(len(matrix))]
+
+    def rows(self, positions: list[int]) -> F32:
+        """The index rows at ``positions`` (the whole matrix when they are all of it, in order)."""
+        if positions == list(range(len(self.raw))):
+            return self.unit
+        return self.unit[positions]
 
 
 class _Op:
@@ -1010,8 +1027,10 @@ class IndexActor:
         # Embed while gated ops' saves commit; then the latest stored version of each message wins, and
         # stale store reads and failed saves are dropped.
         gated = any(op.gate is not None for op in ops)
+        prepared: _Prepared | None = None
         if gated:
             vectors, usage, failures = await self._embed_texts([c for op in ops for i in op.items for c in i.chunks])
+            prepared = _Prepared(index, vectors) if vectors else None
             await self._await_commits(ops)
         latest: dict[str, tuple[_Upsert, _Item]] = {}
         for op in ops:
@@ -1025,9 +1044,10 @@ class IndexActor:
             vectors, usage, failures = await self._embed_texts(
                 [c for _, item in latest.values() for c in item.chunks]
             )
+            prepared = _Prepared(index, vectors) if vectors else None
         records: list[VectorRecord] = []
         entries: list[_Entry] = []
-        rows: list[F32] = []
+        positions: list[int] = []
         cleared: list[str] = []
         failed: list[tuple[_Item, BaseException]] = []
         owners: list[_Upsert] = []
@@ -1041,15 +1061,16 @@ class IndexActor:
                 failed.append((item, error))
                 op.error = op.error or error
                 continue
+            assert prepared is not None  # every chunk of this item was embedded
             single = len(item.chunks) == 1
             for i, chunk in enumerate(item.chunks):
                 vector_id = item.message_id if single else f"{item.message_id}#{i}"
-                vector = vectors[chunk]
-                rows.append(vector)
+                position = prepared.position[chunk]
+                positions.append(position)
                 records.append(VectorRecord(
                     vector_id=vector_id, message_id=item.message_id, thread_id=item.thread_id,
                     resource_id=item.resource_id, role=item.role, created_at=item.created_at,
-                    embedding=_le_bytes(vector),
+                    embedding=prepared.raw[position],
                 ))
                 entries.append(_Entry(0, vector_id, item.message_id, item.thread_id, item.resource_id))
                 op.usage += usage.get(chunk, 0.0)
@@ -1059,10 +1080,11 @@ class IndexActor:
             # Write-behind: stage first (exact search sees the vectors at once), answer the callers, then make
             # the rows durable. Each message's pending marker was written with the message itself (see
             # `pending_marker`), so a crash before this SQL write is repaired by `retry_pending` at the next start.
-            matrix = np.asarray(np.stack(rows), dtype=np.float32)  # rows are float32 already: no second copy
+            assert prepared is not None
+            matrix = prepared.rows(positions)
             if previous is not None:  # vectors are applied in batch order
                 await previous.applied.wait()
-            index.upsert(entries, matrix, index.applied_seq, True)
+            index.upsert(entries, matrix, index.applied_seq, True, prepared=True)
             self._flush_wanted.set()
             if stages is not None and not cleared:
                 stages.applied.set()  # the next batch may stage now, before this one's rows are durable

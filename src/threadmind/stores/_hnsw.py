@@ -350,7 +350,14 @@ class _HnswIndex:
             vectors = vectors / (norms + np.float32(1e-30))
         return vectors
 
-    def _add(self, entries: list[_Entry], vectors: F32, *, defer: bool = False) -> None:
+    def prepare(self, vectors: F32) -> F32:
+        """Rows in the form :meth:`upsert` stores them (``prepared=True`` then skips this step).
+
+        Lets a caller do the numeric work early, e.g. while the vectors' messages commit.
+        """
+        return self._prepare(vectors)
+
+    def _add(self, entries: list[_Entry], vectors: F32, *, defer: bool = False, prepared: bool = False) -> None:
         """Give rows fresh labels and make them searchable; ``add_items`` now, or at ``flush`` when deferred."""
         n = len(entries)
         if n == 0:
@@ -359,9 +366,11 @@ class _HnswIndex:
         first = self._next_label
         self._next_label += n
         rows = [self._take_row() for _ in range(n)]
-        prepared = self._prepare(vectors)
+        if not prepared:
+            vectors = self._prepare(vectors)
+        prepared_rows = vectors
         self._ensure_matrix(max(rows) + 1)
-        self._matrix[rows] = prepared
+        self._matrix[rows] = prepared_rows
         for label, (row, entry) in enumerate(zip(rows, entries, strict=True), first):
             entry.label = label
             self._link(row, entry)
@@ -369,7 +378,7 @@ class _HnswIndex:
             self._staged.update(zip(range(first, first + n), rows, strict=True))
             self._staged_rows.update(rows)
             return
-        self._add_items(prepared, np.arange(first, first + n, dtype=np.int64))
+        self._add_items(prepared_rows, np.arange(first, first + n, dtype=np.int64))
 
     def _add_items(self, prepared: F32, labels: npt.NDArray[np.int64], *, threads: int = -1) -> None:
         n = len(labels)
@@ -505,11 +514,16 @@ class _HnswIndex:
             self._remove_row(row)
 
     # mutations (each records the SQL sequence it reflects) ----------------------------------------
-    def upsert(self, entries: list[_Entry], vectors: F32, seq: int, defer: bool = False) -> None:
-        """Replace every vector of the entries' messages with these (one ``add_items`` call, or staged)."""
+    def upsert(
+        self, entries: list[_Entry], vectors: F32, seq: int, defer: bool = False, *, prepared: bool = False
+    ) -> None:
+        """Replace every vector of the entries' messages with these (one ``add_items`` call, or staged).
+
+        ``prepared``: the rows came from :meth:`prepare` already.
+        """
         for message_id in {e.message_id for e in entries}:
             self._remove_message(message_id)
-        self._add(entries, vectors, defer=defer)
+        self._add(entries, vectors, defer=defer, prepared=prepared)
         self.applied_seq = max(self.applied_seq, seq)
 
     def upsert_records(self, records: Sequence[VectorRecord], seq: int, *, defer: bool = False) -> None:
