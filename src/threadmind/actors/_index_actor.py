@@ -45,8 +45,15 @@ from ..embedders._protocol import Embedder
 from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ThreadmindError, ValidationError
 from ..stores._hnsw import HnswVectorStore, SearchHit, _Entry, _HnswIndex
 from ..stores._protocol import MessageQuery, Store
-from ..stores._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord, vector_records_for
+from ..stores._vector_records import (
+    PendingVector,
+    SQLiteVectorRecords,
+    VectorRecord,
+    VectorRecords,
+    vector_records_for,
+)
 from ..tracing import ATTR_OPERATION, operation_span, tracing_enabled
+from ._write_behind import CoalescingRecords
 
 __all__ = ("CommitGatedUpsert", "IndexActor", "IndexStatistics", "VectorHit", "chunk_text", "message_text")
 
@@ -178,6 +185,8 @@ class IndexStatistics(msgspec.Struct, frozen=True, kw_only=True):
     staged: int = 0
     #: Memory held by the index: the hnswlib graph and vectors plus the exact-search matrix, in bytes.
     memory_bytes: int = 0
+    #: SQL writes of write-behind vector rows; the rows of many batches share one (SQLite stores only).
+    row_writes: int = 0
 
 
 class _Item(msgspec.Struct, kw_only=True):
@@ -320,7 +329,7 @@ class CommitGatedUpsert:
         return round(self._op.usage)
 
 
-_PIPELINE = 4  # upsert batches in flight at once
+_PIPELINE = 8  # upsert batches in flight at once (their rows' write-behind waits are among them)
 _FLUSH_IDLE = 0.5  # seconds without upserts before staged vectors go into HNSW
 _FLUSH_BACKLOG = 16_384  # ... or as soon as this many are staged
 
@@ -378,7 +387,10 @@ class IndexActor:
         self._last_batch_ops = 1  # ops in recent batches: jumps up, decays by one per batch (see _collect)
         self._retry_interval = retry_interval
         self._cache = EmbeddingCache(cache_size)
-        self._records = vector_records_for(store)
+        records = vector_records_for(store)
+        self._sql_records = records if isinstance(records, SQLiteVectorRecords) else None
+        # SQL rows of background upserts share one write every few batches (see _write_behind).
+        self._records: VectorRecords = CoalescingRecords(records) if self._sql_records is not None else records
         self._limiter = anyio.CapacityLimiter(1)
         self._dim: int | None = None
         self._dim_lock = anyio.Lock()
@@ -414,8 +426,8 @@ class IndexActor:
             raise ConfigError(f"the index actor cannot start: it is {self._state.value}")
         self._vector._claim(self)
         self._started_at = time.time()
-        if isinstance(self._records, SQLiteVectorRecords):
-            await self._records.ensure_tables()
+        if self._sql_records is not None:
+            await self._sql_records.ensure_tables()
         self._send, self._receive = anyio.create_memory_object_stream[_Op](max_buffer_size=4096)
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
@@ -494,7 +506,7 @@ class IndexActor:
         Vectors are written behind the caller's back (after they are queryable); the mark makes that crash-safe.
         None when the vector records are not in the message store's database.
         """
-        return SQLiteVectorRecords.pending_marker if isinstance(self._records, SQLiteVectorRecords) else None
+        return SQLiteVectorRecords.pending_marker if self._sql_records is not None else None
 
     # dimension and index -------------------------------------------------------------------------
     async def dimension(self) -> int:
@@ -816,6 +828,7 @@ class IndexActor:
             rebuilds=self._rebuilds,
             staged=index.staged if index else 0,
             memory_bytes=index.memory_bytes() if index else 0,
+            row_writes=self._records.writes if isinstance(self._records, CoalescingRecords) else 0,
         )
 
     # the writer ----------------------------------------------------------------------------------
@@ -864,6 +877,8 @@ class IndexActor:
                     else:
                         assert isinstance(op, _Command)
                         if previous is not None:  # a command sees every earlier upsert committed
+                            if isinstance(self._records, CoalescingRecords):
+                                await self._records.flush()  # without waiting out the write-behind delay
                             await previous.durable.wait()
                         await self._guarded([op], self._process_command(op))
         finally:
