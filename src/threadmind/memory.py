@@ -83,6 +83,11 @@ from .errors import (
     ThreadNotFound,
     ValidationError,
 )
+from .processors._history import MemoryTokenLimiter, MessageHistory
+from .processors._input_filter import MemoryInputFilter
+from .processors._protocol import processor_id
+from .processors._semantic import SemanticRecall
+from .processors._working_memory import WorkingMemory
 from .stores._protocol import DateRange, Include, MessagePage, MessageQuery, SaveHook, Store, ThreadPage
 from .tokens import DefaultTokenCounter, TokenCounter
 from .tracing import operation_span
@@ -1085,7 +1090,6 @@ class Memory:
 
     # processors ----------------------------------------------------------------------------------
     def _semantic_processor(self, config: MemoryConfig) -> object:
-        from .processors._semantic import SemanticRecall
 
         recall = config.semantic_recall_config
         assert recall is not None
@@ -1106,10 +1110,6 @@ class Memory:
         self, configured: Sequence[object] = (), *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
     ) -> list[object]:
         """The memory's input processors in the reference order, skipping ids already ``configured``."""
-        from .processors._history import MemoryTokenLimiter, MessageHistory
-        from .processors._input_filter import MemoryInputFilter
-        from .processors._protocol import processor_id
-        from .processors._working_memory import WorkingMemory
 
         config = self._call_config(memory_config)
         taken = {processor_id(p) for p in configured}
@@ -1143,8 +1143,6 @@ class Memory:
         self, configured: Sequence[object] = (), *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
     ) -> list[object]:
         """The memory's output processors: ``semantic-recall`` then ``message-history``."""
-        from .processors._history import MessageHistory
-        from .processors._protocol import processor_id
 
         config = self._call_config(memory_config)
         taken = {processor_id(p) for p in configured}

@@ -5,11 +5,16 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from threadmind import Memory, Message
 from threadmind.actors._tail import Tail
+from threadmind.actors._thread_actor import Exclusive, GetThread, LoadWindow
+from threadmind.errors import ResourceMismatch
 from threadmind.stores import InMemoryStore, SQLiteStore
 
 BASE = datetime(2025, 1, 1, tzinfo=UTC)
@@ -64,3 +69,98 @@ def test_tail_merge_rules() -> None:
     assert not tail.merge([_msg(9, 5)], capacity=10)  # older than the window: cannot place it exactly
     clock[0] = 2.0
     assert not tail.fresh
+
+
+# -- cached reads answered without a mailbox round trip ------------------------------------------------------
+
+
+@pytest.fixture
+def untraced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As without an OpenTelemetry SDK (another test may have installed one for this process)."""
+    monkeypatch.setattr("threadmind.actors._registry.tracing_enabled", lambda: False)
+
+
+@pytest.mark.usefixtures("untraced")
+async def test_cached_reads_of_an_idle_actor_skip_the_mailbox(tmp_path: Path) -> None:
+    async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 5}) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        await memory.save_messages([_msg(i, i) for i in range(3)])
+        threads = memory._threads
+        assert threads is not None
+        actor = threads.get("t")
+        handled: list[Any] = []
+        real_handle = actor.handle
+
+        async def _handle(command: Any) -> Any:
+            handled.append(command)
+            return await real_handle(command)
+
+        actor.handle = _handle  # type: ignore[method-assign]
+        before = actor.statistics()
+        page = await threads.ask("t", LoadWindow(5, "r"))
+        row = await threads.ask("t", GetThread())
+        assert [m.id for m in page.messages] == ["m0", "m1", "m2"] and row is not None and row.resource_id == "r"
+        after = actor.statistics()
+        assert after.processed == before.processed + 2  # counted like handled commands ...
+        assert handled == []  # ... but never handled by the actor's loop
+        with pytest.raises(ResourceMismatch):  # the handler's checks apply to the cached answer too
+            await threads.ask("t", LoadWindow(5, "someone-else"))
+        assert actor.statistics().failed == after.failed + 1
+        await memory.save_messages([_msg(i, i) for i in range(3, 80)])  # more than the tail keeps
+        handled.clear()
+        page = await threads.ask("t", LoadWindow(75, "r"))  # beyond the tail: the actor reads the store
+        assert len(page.messages) == 75 and [type(c) for c in handled] == [LoadWindow]
+
+
+@pytest.mark.usefixtures("untraced")
+async def test_a_read_behind_queued_work_waits_its_turn(tmp_path: Path) -> None:
+    """While a command runs, a read goes through the mailbox and sees what that command changed."""
+    store = SQLiteStore(tmp_path / "m.db")
+    async with Memory(storage=store) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r", title="old")
+        threads = memory._threads
+        assert threads is not None
+        assert (await threads.ask("t", GetThread())).title == "old"  # now cached
+        release = anyio.Event()
+        titles: list[str] = []
+
+        async def _slow_update() -> None:
+            await release.wait()
+            await store.update_thread("t", title="new")  # behind the actor's back, inside its exclusive turn
+
+        async def _read() -> None:
+            titles.append((await threads.ask("t", GetThread())).title)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(threads.ask, "t", Exclusive(_slow_update))
+            while not threads.get("t").statistics().busy:
+                await anyio.lowlevel.checkpoint()
+            tg.start_soon(_read)
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+            assert titles == []  # not answered from the cache while the exclusive command runs
+            release.set()
+        assert titles == ["new"]
+
+
+@pytest.mark.usefixtures("untraced")
+async def test_cached_reads_are_still_checkpoints(tmp_path: Path) -> None:
+    async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 5}) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        await memory.save_messages([_msg(0, 0)])
+        ticks = 0
+
+        async def _ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_ticker)
+            await anyio.lowlevel.checkpoint()
+            start = ticks
+            for _ in range(50):
+                await memory.recall("t", resource_id="r")
+            assert ticks - start >= 40  # other tasks ran between the reads
+            tg.cancel_scope.cancel()

@@ -22,7 +22,8 @@ from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 
 from ..errors import ConfigError, ThreadmindError
-from ._actor import Actor, _Refused
+from ..tracing import tracing_enabled
+from ._actor import NOT_NOW, Actor, _Refused
 from ._mailbox import MailboxClosed
 
 __all__ = ("ActorRegistry", "RegistryStatistics")
@@ -182,6 +183,17 @@ class ActorRegistry(Generic[A]):
         :raises ThreadmindError: the registry is not open (``code`` ``THREADMIND_CLOSED`` after ``aclose``).
         :raises MailboxClosed: the actor stopped (its loop was cancelled) before handling the command.
         """
+        cached = self._actors.get(key)
+        if cached is not None and not tracing_enabled():  # traced commands keep their span per command
+            try:
+                answer = cached.try_answer_now(command)
+            except Exception:
+                await checkpoint()
+                raise
+            if answer is not NOT_NOW:
+                self._actors.move_to_end(key)
+                await checkpoint()  # still a checkpoint, like every ask; one loop pass, not a round trip
+                return answer
         for _ in range(_MAX_REFUSALS):
             try:
                 actor = self.get(key)

@@ -17,7 +17,7 @@ import msgspec
 from ..codecs import Message, Thread
 from ..errors import ResourceMismatch, ThreadNotFound
 from ..stores._protocol import MessagePage, MessageQuery, SaveHook, Store
-from ._actor import Actor
+from ._actor import NOT_NOW, Actor
 from ._tail import Tail
 
 __all__ = (
@@ -211,6 +211,21 @@ class ThreadActor(Actor[ThreadCommand]):
                 return await fn()
         raise TypeError(f"unknown thread command {type(command).__name__}")  # pragma: no cover
 
+    def answer_now(self, command: ThreadCommand) -> Any:
+        """Cached reads: the thread row and history windows while they are fresh (see :meth:`handle`)."""
+        match command:
+            case GetThread():
+                cached = self._thread
+                if cached is not None and self._clock() < cached[1]:
+                    return cached[0]
+            case LoadWindow(limit, resource_id, tolerate_missing):
+                tail = self._tail
+                if tail is not None and tail.fresh:
+                    window = tail.window(limit)
+                    if window is not None:
+                        return self._page(tail, window, limit, resource_id, tolerate_missing)
+        return NOT_NOW
+
     def _remember(self, thread: Thread | None) -> None:
         self._thread = (thread, self._clock() + TAIL_TTL)
 
@@ -226,6 +241,11 @@ class ThreadActor(Actor[ThreadCommand]):
                     MessageQuery(thread_id=self.key, resource_id=resource_id, per_page=limit, direction="DESC"))
                 window = page.messages[::-1]
                 tail = Tail(window, page.total, tail.owner, clock=self._clock, ttl=0.0)
+        return self._page(tail, window, limit, resource_id, tolerate_missing)
+
+    def _page(
+        self, tail: Tail, window: list[Message], limit: int, resource_id: str | None, tolerate_missing: bool
+    ) -> MessagePage:
         if resource_id is not None:
             if tail.owner is None and not tolerate_missing:
                 raise ThreadNotFound(self.key, message=f"No thread found with id {self.key}")
