@@ -49,10 +49,10 @@ def _pcts(samples: Sequence[float]) -> dict[str, float]:
 
 
 async def _scenario(name: str, options: dict[str, Any], workdir: str, history: int, turns: int,
-                    semantic: bool = False) -> dict[str, Any]:
+                    semantic: bool = False, synchronous: str = "FULL") -> dict[str, Any]:
     path = os.path.join(workdir, f"{name}.db")
     memory = Memory(
-        storage=SQLiteStore(path),
+        storage=SQLiteStore(path, synchronous=synchronous),
         vector=HnswVectorStore(path + ".vectors") if semantic else None,
         embedder=HashEmbedder(dim=384) if semantic else None,
         options=options,
@@ -92,7 +92,7 @@ async def _observational(workdir: str, turns: int) -> dict[str, Any]:
         finally:
             observations.append(time.perf_counter() - started)
 
-    ObservationalMemoryEngine._observe_once = timed  # type: ignore[method-assign]
+    ObservationalMemoryEngine._observe_once = timed  # type: ignore[method-assign,assignment]
     try:
         observer = _TimedModel()
         path = os.path.join(workdir, "om.db")
@@ -117,6 +117,10 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"synchronous": "FULL"}
     with tempfile.TemporaryDirectory(prefix="threadmind-bench-agent-") as workdir:
         report["last_10"] = await _scenario("last10", {"lastMessages": 10}, workdir, args.history, args.turns)
+        # The same turn when commits do not wait for the disk (WAL with NORMAL: a power loss may drop the
+        # newest commits, never corrupts): what the fsync costs a turn on this machine.
+        report["last_10_synchronous_normal"] = await _scenario(
+            "last10n", {"lastMessages": 10}, workdir, args.history, args.turns, synchronous="NORMAL")
         report["token_budget_2000"] = await _scenario(
             "tokens", {"messageHistory": {"maxTokens": 2000}}, workdir, args.history, args.turns)
         report["last_10_working_memory"] = await _scenario(

@@ -189,7 +189,8 @@ async def _queries(memory: Memory, workload: Workload) -> dict[str, Any]:
         index_latencies: list[float] = []
         found_ids: list[set[str]] = []
         for q in queries:
-            kwargs = {"resource_id": q.resource_id} if scope == "resource" else {"thread_id": q.thread_id}
+            kwargs: dict[str, Any] = (
+                {"resource_id": q.resource_id} if scope == "resource" else {"thread_id": q.thread_id})
             started = time.perf_counter()
             hits = await index.query(q.text, top_k=10, **kwargs)
             index_latencies.append(time.perf_counter() - started)
@@ -386,7 +387,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             if "c" in args.phases or "d" in args.phases:
                 report["baseline_hnswlib"] = _run_baseline(_RAW_HNSW, str(workload.threads), str(workload.turns))
     import aiosqlite
-    import hnswlib  # noqa: F401
+    import hnswlib  # type: ignore[import-untyped]  # noqa: F401
     import msgspec
 
     report["versions"] = {"python": sys.version.split()[0], "aiosqlite": aiosqlite.__version__,

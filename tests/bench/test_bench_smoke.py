@@ -40,6 +40,7 @@ def test_bench_memory_refuses_a_zero_repeat(capsys: pytest.CaptureFixture[str]) 
 def test_bench_agent_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     bench_agent.main(["--turns", "4", "--history", "40"])
     report = json.loads(capsys.readouterr().out)
-    for scenario in ("last_10", "token_budget_2000", "last_10_working_memory", "last_10_semantic_recall",
+    for scenario in ("last_10", "last_10_synchronous_normal", "token_budget_2000", "last_10_working_memory",
+                     "last_10_semantic_recall",
                      "observational_memory"):
         assert report[scenario]["turns"] == 4 and report[scenario]["p50_ms"] > 0
