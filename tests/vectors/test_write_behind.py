@@ -224,3 +224,24 @@ async def test_concurrent_semantic_saves_share_vector_row_writes(tmp_path: Path)
         assert 0 < stats.row_writes <= stats.batches
         assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [200]
         assert _rows(db, "SELECT count(*) FROM threadmind_vector_pending") == [0]
+
+
+async def test_buffered_rows_never_hold_back_later_saves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More batches than the pipeline has slots wait in the buffer; saves go on (and a delete still writes them)."""
+    import threadmind.actors._index_actor as index_actor
+
+    class _Patient(CoalescingRecords):
+        def __init__(self, inner: Any) -> None:
+            super().__init__(inner, max_records=10_000, max_delay=8.0)
+
+    monkeypatch.setattr(index_actor, "CoalescingRecords", _Patient)
+    db = tmp_path / "m.db"
+    async with _memory(db) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        with anyio.fail_after(4):  # would wait out the 8 s delay once the pipeline's slots were taken
+            for i in range(40):
+                await memory.save_messages([Message.user(f"note {i}", id=f"m{i}", thread_id="t1", resource_id="r1")])
+            assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [0]  # all still buffered
+            await memory.delete_messages(["m0"])  # writes the buffer first, then deletes
+        assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [39]
+        assert _rows(db, "SELECT count(*) FROM threadmind_vector_pending") == [0]

@@ -275,14 +275,25 @@ class _Command(_Op):
 
 
 class _Stages:
-    """Ordering points of one pipelined batch: its SQL writes are queued; its vectors are applied."""
+    """Ordering points of one pipelined batch: its SQL writes are queued; its vectors are applied.
 
-    __slots__ = ("applied", "durable", "queued")
+    It also holds the batch's pipeline slot, given back once the batch needs no more work from the actor:
+    when its rows go to the write-behind buffer (waiting there must not hold new batches back), or at the end.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_slot", "applied", "durable", "queued")
+
+    def __init__(self, slot: anyio.Semaphore | None = None) -> None:
         self.queued = _Event()
         self.applied = _Event()
         self.durable = _Event()
+        self._slot = slot
+
+    def release_slot(self) -> None:
+        """Give the pipeline slot back (once)."""
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
 
 
 class CommitGatedUpsert:
@@ -871,8 +882,8 @@ class IndexActor:
                     if isinstance(op, _Upsert):
                         batch, carry = await self._collect(op)
                         await slots.acquire()
-                        stages = _Stages()
-                        pipeline.start_soon(self._pipelined, batch, previous, stages, slots)
+                        stages = _Stages(slots)
+                        pipeline.start_soon(self._pipelined, batch, previous, stages)
                         previous = stages
                     else:
                         assert isinstance(op, _Command)
@@ -895,9 +906,7 @@ class IndexActor:
                     op.done.set()
             self._writer_done.set()
 
-    async def _pipelined(
-        self, batch: list[_Upsert], previous: _Stages | None, stages: _Stages, slots: anyio.Semaphore
-    ) -> None:
+    async def _pipelined(self, batch: list[_Upsert], previous: _Stages | None, stages: _Stages) -> None:
         try:
             await self._guarded(batch, self._process_upserts(batch, previous, stages))
         finally:
@@ -908,7 +917,7 @@ class IndexActor:
             if previous is not None:
                 await previous.durable.wait()
             stages.durable.set()
-            slots.release()
+            stages.release_slot()
 
     async def _flusher(self) -> None:
         """Hand staged vectors to hnswlib when the index is quiet, or when the backlog grows large.
@@ -1114,6 +1123,8 @@ class IndexActor:
             try:
                 # Write-behind when every caller already has its answer: it may share the next commit.
                 background = all(op.read_seq is None for op in owners)
+                if background and stages is not None and not cleared:
+                    stages.release_slot()  # the buffered write must not hold the next batches back
                 seq = await self._records.upsert(index.name, records, background=background)
             except Exception as exc:
                 logger.exception("vectors stay in memory but could not be stored; they are pending")
