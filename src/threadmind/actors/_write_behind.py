@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from ..errors import StorageError
 from ..stores._vector_records import PendingVector, VectorRecord, VectorRecords
 
 __all__ = ("CoalescingRecords",)
@@ -123,6 +124,9 @@ class CoalescingRecords:
                 buffer.seq = await self.inner.upsert(buffer.index_name, buffer.records(), background=background)
         except Exception as exc:
             buffer.error = exc
+        except BaseException:  # interrupted: the callers must not take the rows for written
+            buffer.error = StorageError("the write of buffered vector rows was interrupted")
+            raise
         finally:
             buffer.done.set()
 
