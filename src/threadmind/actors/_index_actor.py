@@ -2,7 +2,8 @@
 
 One writer task drains a FIFO of commands. Consecutive upserts from every caller form one batch (up to
 ``batch_size`` texts, lingering ``linger`` seconds for more): one ``embedder.embed`` call for the texts
-not cached, one SQL upsert, one hnswlib ``add_items`` in a worker thread. Deletes, moves and copies go
+not cached, one hnswlib ``add_items`` in a worker thread, and SQL rows written behind, several batches'
+rows in one write (:mod:`._write_behind`). Deletes, moves and copies go
 through the same FIFO, so a delete issued after an upsert always ends deleted. Every hnswlib call (add,
 search, save) runs through one ``CapacityLimiter(1)``, so a query never overlaps a write.
 
@@ -340,7 +341,7 @@ class CommitGatedUpsert:
         return round(self._op.usage)
 
 
-_PIPELINE = 8  # upsert batches in flight at once (their rows' write-behind waits are among them)
+_PIPELINE = 8  # upsert batches being embedded or staged at once (buffered rows no longer hold a slot)
 _FLUSH_IDLE = 0.5  # seconds without upserts before staged vectors go into HNSW
 _FLUSH_BACKLOG = 16_384  # ... or as soon as this many are staged
 
