@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,6 +25,7 @@ from .codecs import (
     TextPart,
     ToolInvocation,
     ToolInvocationPart,
+    new_id,
     utc_now,
 )
 from .errors import EmbedderError, ModelError, ThreadmindError, TripWire, ValidationError
@@ -313,7 +313,7 @@ class Agent:
         memory: Memory | None,
         max_steps: int,
     ) -> tuple[str, str, Usage | None]:
-        response_id = str(uuid.uuid4())
+        response_id = new_id()
         parts: list[Part] = []
         text = ""
         usage: Usage | None = None

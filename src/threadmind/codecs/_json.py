@@ -7,7 +7,7 @@ validation failure becomes :class:`~threadmind.errors.InvalidMessage` naming the
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -246,5 +246,13 @@ def encode_json(obj: Any) -> bytes:
 
 
 def new_id() -> str:
-    """A fresh message/thread id (UUID v4, as Mastra generates)."""
-    return str(uuid.uuid4())
+    """A fresh message/thread id: a random UUID v4 string, as Mastra generates (``crypto.randomUUID()``).
+
+    Formatted directly from 16 random bytes (version and variant bits set), which is what ``uuid.uuid4()``
+    does without building a ``UUID`` object: less than half the cost, twice per agent turn.
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
