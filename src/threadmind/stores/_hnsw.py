@@ -342,20 +342,17 @@ class _HnswIndex:
         """Whether the message has a live vector."""
         return message_id in self._rows_of_message
 
-    def _prepare(self, vectors: F32) -> F32:
-        """Rows as stored in the matrix: unit length for cosine (as hnswlib stores them), raw otherwise."""
+    def prepare(self, vectors: F32) -> F32:
+        """Rows as stored in the matrix: unit length for cosine (as hnswlib stores them), raw otherwise.
+
+        :meth:`upsert` does this itself unless told ``prepared=True``, so a caller can do the numeric work
+        early (the index actor does it while the vectors' messages commit).
+        """
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if self.metric == "cosine":
             norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
             vectors = vectors / (norms + np.float32(1e-30))
         return vectors
-
-    def prepare(self, vectors: F32) -> F32:
-        """Rows in the form :meth:`upsert` stores them (``prepared=True`` then skips this step).
-
-        Lets a caller do the numeric work early, e.g. while the vectors' messages commit.
-        """
-        return self._prepare(vectors)
 
     def _add(self, entries: list[_Entry], vectors: F32, *, defer: bool = False, prepared: bool = False) -> None:
         """Give rows fresh labels and make them searchable; ``add_items`` now, or at ``flush`` when deferred."""
@@ -367,7 +364,7 @@ class _HnswIndex:
         self._next_label += n
         rows = [self._take_row() for _ in range(n)]
         if not prepared:
-            vectors = self._prepare(vectors)
+            vectors = self.prepare(vectors)
         prepared_rows = vectors
         self._ensure_matrix(max(rows) + 1)
         self._matrix[rows] = prepared_rows
