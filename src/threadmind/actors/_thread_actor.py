@@ -181,11 +181,14 @@ class ThreadActor(Actor[ThreadCommand]):
                 page: MessagePage = await store.list_messages(query)
                 return page
             case LoadWindow(limit, resource_id, tolerate_missing):
-                return await self._window(limit, resource_id, tolerate_missing)
+                cached = self.answer_now(command)
+                if cached is not NOT_NOW:
+                    return cached
+                return await self._load_window(limit, resource_id, tolerate_missing)
             case GetThread():
-                cached = self._thread
-                if cached is not None and self._clock() < cached[1]:
-                    return cached[0]
+                cached = self.answer_now(command)
+                if cached is not NOT_NOW:
+                    return cached
                 row = await store.get_thread(self.key)
                 self._remember(row)
                 return row
@@ -229,18 +232,16 @@ class ThreadActor(Actor[ThreadCommand]):
     def _remember(self, thread: Thread | None) -> None:
         self._thread = (thread, self._clock() + TAIL_TTL)
 
-    async def _window(self, limit: int, resource_id: str | None, tolerate_missing: bool) -> MessagePage:
-        tail = self._tail if self._tail is not None and self._tail.fresh else None
-        window = tail.window(limit) if tail is not None else None
-        if tail is None or window is None:
-            tail = await self._load_tail(max(limit, TAIL_CAPACITY))
-            window = tail.window(limit)
-            assert window is not None
-            if self._tail is None and resource_id is not None:  # rows of mixed resources: ask the store exactly
-                page = await self._store.list_messages(
-                    MessageQuery(thread_id=self.key, resource_id=resource_id, per_page=limit, direction="DESC"))
-                window = page.messages[::-1]
-                tail = Tail(window, page.total, tail.owner, clock=self._clock, ttl=0.0)
+    async def _load_window(self, limit: int, resource_id: str | None, tolerate_missing: bool) -> MessagePage:
+        """A window the cached tail cannot answer (stale, missing, or too short): re-read the tail first."""
+        tail = await self._load_tail(max(limit, TAIL_CAPACITY))
+        window = tail.window(limit)
+        assert window is not None
+        if self._tail is None and resource_id is not None:  # rows of mixed resources: ask the store exactly
+            page = await self._store.list_messages(
+                MessageQuery(thread_id=self.key, resource_id=resource_id, per_page=limit, direction="DESC"))
+            window = page.messages[::-1]
+            tail = Tail(window, page.total, tail.owner, clock=self._clock, ttl=0.0)
         return self._page(tail, window, limit, resource_id, tolerate_missing)
 
     def _page(
