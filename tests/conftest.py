@@ -33,3 +33,12 @@ def span_exporter() -> Iterator[InMemorySpanExporter]:
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()
+
+
+@pytest.fixture(autouse=True)
+def _cached_reads_unless_traced(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread actors answer cached reads at once only without an OpenTelemetry SDK; once a test of this
+    session has installed one, every later test would take the mailbox path. A test that does not ask for
+    ``span_exporter`` runs the way a process without an SDK does (cached reads on)."""
+    if "span_exporter" not in request.fixturenames:
+        monkeypatch.setattr("threadmind.actors._registry.tracing_enabled", lambda: False)

@@ -25,8 +25,12 @@ def _msg(i: int, seconds: int, text: str | None = None) -> Message:
                         created_at=BASE + timedelta(seconds=seconds))
 
 
+@pytest.mark.parametrize("cached_reads", [True, False], ids=["cached-reads", "mailbox-reads"])
 @pytest.mark.parametrize("kind", ["sqlite", "memory"])
-async def test_random_operations_keep_the_tail_exact(tmp_path: Path, kind: str) -> None:
+async def test_random_operations_keep_the_tail_exact(
+    tmp_path: Path, kind: str, cached_reads: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("threadmind.actors._registry.tracing_enabled", lambda: not cached_reads)
     rng = random.Random(5)
     store = SQLiteStore(tmp_path / "m.db") if kind == "sqlite" else InMemoryStore()
     async with Memory(storage=store, options={"lastMessages": 7}) as memory:

@@ -21,7 +21,13 @@ def anyio_backend() -> tuple[str, dict[str, bool]]:
     return ("asyncio", {"debug": False})
 
 
-async def test_200_concurrent_turns_over_50_threads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cached_reads", [True, False], ids=["cached-reads", "mailbox-reads"])
+async def test_200_concurrent_turns_over_50_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached_reads: bool
+) -> None:
+    # Cached reads are on only without an OpenTelemetry SDK, and the test session installs one: switch it
+    # off for the registry so both read paths carry this load.
+    monkeypatch.setattr("threadmind.actors._registry.tracing_enabled", lambda: not cached_reads)
     order: dict[str, list[str]] = defaultdict(list)
 
     async def answer(request: ModelRequest) -> str:
