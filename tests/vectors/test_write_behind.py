@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +247,54 @@ async def test_buffered_rows_never_hold_back_later_saves(tmp_path: Path, monkeyp
             await memory.delete_messages(["m0"])  # writes the buffer first, then deletes
         assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [39]
         assert _rows(db, "SELECT count(*) FROM threadmind_vector_pending") == [0]
+
+
+_CRASHING_WRITER = r"""
+import os, sys
+from pathlib import Path
+import anyio
+import threadmind.actors._index_actor as index_actor
+from threadmind import Memory, Message
+from threadmind.actors._write_behind import CoalescingRecords
+from threadmind.embedders import HashEmbedder
+from threadmind.stores import HnswVectorStore, SQLiteStore
+
+class Patient(CoalescingRecords):
+    def __init__(self, inner):
+        super().__init__(inner, max_records=10_000, max_delay=60.0)
+
+index_actor.CoalescingRecords = Patient
+path = sys.argv[1]
+
+async def main():
+    memory = Memory(storage=SQLiteStore(path), vector=HnswVectorStore(Path(path).with_suffix(".vectors")),
+                    embedder=HashEmbedder(dim=64), options={"semanticRecall": {"scope": "thread"}})
+    await memory.start()
+    await memory.create_thread(thread_id="t1", resource_id="r1")
+    for i in range(5):
+        await memory.save_messages([Message.user(f"zebra passport number {i}", id=f"m{i}", thread_id="t1",
+                                                 resource_id="r1")])
+    found = await memory.recall("t1", resource_id="r1", per_page=0, vector_search_string="zebra passport")
+    assert len(found.messages) == 5, found.messages
+    os._exit(0)  # the process dies with every vector row still in the write-behind buffer
+
+anyio.run(main)
+"""
+
+
+async def test_a_crash_with_buffered_rows_is_repaired_at_the_next_start(tmp_path: Path) -> None:
+    """A real process exit (no close, no flush) while rows wait in the buffer: the marks bring them back."""
+    db = tmp_path / "m.db"
+    done = await anyio.to_thread.run_sync(lambda: subprocess.run(
+        [sys.executable, "-c", _CRASHING_WRITER, str(db)], capture_output=True, text=True, timeout=120))
+    assert done.returncode == 0, done.stderr
+    assert _rows(db, "SELECT count(*) FROM mastra_messages") == [5]  # acknowledged saves are durable
+    assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [0]  # the rows died with the process
+    assert sorted(_rows(db, "SELECT message_id FROM threadmind_vector_pending")) == [f"m{i}" for i in range(5)]
+    async with _memory(db) as memory:  # the next start re-embeds what the marks name
+        with anyio.fail_after(10):
+            while _rows(db, "SELECT count(*) FROM threadmind_vector_pending") != [0]:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        assert sorted(_rows(db, "SELECT message_id FROM threadmind_vectors")) == [f"m{i}" for i in range(5)]
+        found = await memory.recall("t1", resource_id="r1", per_page=0, vector_search_string="zebra passport")
+        assert {m.id for m in found.messages} == {f"m{i}" for i in range(5)}
