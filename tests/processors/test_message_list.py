@@ -181,6 +181,9 @@ class TestOrdering:
                 self._messages.sort(key=lambda m: m.created_at)
                 return False
 
+            def _append_stored(self, message: Message) -> bool:
+                return self._add_one(message, "memory", True)  # the general path, not the shortcut
+
         rng = random.Random(11)
         for _ in range(200):
             counters = [itertools.count(1), itertools.count(1)]

@@ -161,8 +161,12 @@ class MessageList:
         # list first.
         unsorted = False
         defer = src == "memory"
+        sources = self._sources
         for message in batch:
-            if unsorted and message.id in self._sources:  # not a plain append: it must see the sorted list
+            if defer and message.id not in sources and message.role != "system":
+                unsorted = self._append_stored(message) or unsorted
+                continue
+            if unsorted and message.id in sources:  # not a plain append: it must see the sorted list
                 self._messages.sort(key=_CREATED_AT)
                 unsorted = False
             unsorted = self._add_one(message, src, merge, defer_sort=defer) or unsorted
@@ -213,6 +217,18 @@ class MessageList:
             return True
         messages.sort(key=_CREATED_AT)
         return False
+
+    def _append_stored(self, message: Message) -> bool:
+        """A stored row with an id the list does not hold: rule 5, a plain append (stored rows never merge).
+
+        What :meth:`_add_one` does for it, without the steps that cannot apply; True when it landed out of
+        order (the caller sorts once at the end of the batch).
+        """
+        messages = self._messages
+        messages.append(message)
+        self._sources[message.id] = {"memory"}
+        self._see(message.created_at)
+        return len(messages) > 1 and messages[-2].created_at > message.created_at
 
     def _index(self, message_id: str) -> int | None:
         for index in range(len(self._messages) - 1, -1, -1):
