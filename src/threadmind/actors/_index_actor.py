@@ -402,7 +402,8 @@ class IndexActor:
         records = vector_records_for(store)
         self._sql_records = records if isinstance(records, SQLiteVectorRecords) else None
         # SQL rows of background upserts share one write every few batches (see _write_behind).
-        self._records: VectorRecords = CoalescingRecords(records) if self._sql_records is not None else records
+        self._coalescing = CoalescingRecords(records) if self._sql_records is not None else None
+        self._records: VectorRecords = self._coalescing if self._coalescing is not None else records
         self._limiter = anyio.CapacityLimiter(1)
         self._dim: int | None = None
         self._dim_lock = anyio.Lock()
@@ -840,7 +841,7 @@ class IndexActor:
             rebuilds=self._rebuilds,
             staged=index.staged if index else 0,
             memory_bytes=index.memory_bytes() if index else 0,
-            row_writes=self._records.writes if isinstance(self._records, CoalescingRecords) else 0,
+            row_writes=self._coalescing.writes if self._coalescing is not None else 0,
         )
 
     # the writer ----------------------------------------------------------------------------------
@@ -889,8 +890,8 @@ class IndexActor:
                     else:
                         assert isinstance(op, _Command)
                         if previous is not None:  # a command sees every earlier upsert committed
-                            if isinstance(self._records, CoalescingRecords):
-                                await self._records.flush()  # without waiting out the write-behind delay
+                            if self._coalescing is not None:
+                                await self._coalescing.flush()  # without waiting out the write-behind delay
                             await previous.durable.wait()
                         await self._guarded([op], self._process_command(op))
         finally:
