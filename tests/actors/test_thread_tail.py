@@ -78,13 +78,6 @@ def test_tail_merge_rules() -> None:
 # -- cached reads answered without a mailbox round trip ------------------------------------------------------
 
 
-@pytest.fixture
-def untraced(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As without an OpenTelemetry SDK (another test may have installed one for this process)."""
-    monkeypatch.setattr("threadmind.actors._registry.tracing_enabled", lambda: False)
-
-
-@pytest.mark.usefixtures("untraced")
 async def test_cached_reads_of_an_idle_actor_skip_the_mailbox(tmp_path: Path) -> None:
     async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 5}) as memory:
         await memory.create_thread(thread_id="t", resource_id="r")
@@ -116,7 +109,6 @@ async def test_cached_reads_of_an_idle_actor_skip_the_mailbox(tmp_path: Path) ->
         assert len(page.messages) == 75 and [type(c) for c in handled] == [LoadWindow]
 
 
-@pytest.mark.usefixtures("untraced")
 async def test_a_read_behind_queued_work_waits_its_turn(tmp_path: Path) -> None:
     """While a command runs, a read goes through the mailbox and sees what that command changed."""
     store = SQLiteStore(tmp_path / "m.db")
@@ -147,7 +139,6 @@ async def test_a_read_behind_queued_work_waits_its_turn(tmp_path: Path) -> None:
         assert titles == ["new"]
 
 
-@pytest.mark.usefixtures("untraced")
 async def test_cached_reads_are_still_checkpoints(tmp_path: Path) -> None:
     async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 5}) as memory:
         await memory.create_thread(thread_id="t", resource_id="r")
