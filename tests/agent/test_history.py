@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from threadmind.agent import Agent, Tool
-from threadmind.codecs import TextPart, ToolInvocationPart
+from threadmind.codecs import TextPart, ToolInvocationPart, utc_now
 from threadmind.errors import ModelError
 from threadmind.models import ModelRequest, ModelResponse, ScriptedModel, ToolCall
 
@@ -133,3 +133,28 @@ async def test_a_model_failing_on_the_second_step_persists_nothing(tmp_path: Pat
         with pytest.raises(ModelError):
             await agent.generate("go", thread_id=THREAD, resource_id=RESOURCE)
         assert await stored(memory) == []
+
+
+async def test_the_new_question_sorts_after_history_dated_ahead(tmp_path: Path) -> None:
+    """The input gets its time before memory loads the history; a stored row dated at or after that time (the
+    previous answer, bumped 1 ms past its question within one millisecond, or a clock running ahead) still
+    comes first, in the prompt and in storage."""
+    ahead = utc_now() + timedelta(seconds=3)
+    async with open_memory(tmp_path, {"lastMessages": 10}) as memory:
+        await seed(memory, [text_msg("user", "q1", id="q1", at=ahead - timedelta(milliseconds=1)),
+                            text_msg("assistant", "a1", id="a1", at=ahead)])
+        model = ScriptedModel(["a2"])
+        await Agent("a", "i", model, memory=memory).generate("q2", thread_id=THREAD, resource_id=RESOURCE)
+        assert texts(model.requests[0].messages) == ["q1", "a1", "q2"]
+        assert texts(await stored(memory)) == ["q1", "a1", "q2", "a2"]
+
+
+async def test_back_to_back_turns_keep_their_order(tmp_path: Path) -> None:
+    async with open_memory(tmp_path, {"lastMessages": 40}) as memory:
+        model = ScriptedModel([f"a{i}" for i in range(20)])
+        agent = Agent("a", "i", model, memory=memory)
+        for i in range(20):  # fast enough that several turns share a millisecond
+            await agent.generate(f"q{i}", thread_id=THREAD, resource_id=RESOURCE)
+        expected = [t for i in range(20) for t in (f"q{i}", f"a{i}")]
+        assert texts(await stored(memory)) == expected
+        assert texts(model.requests[-1].messages) == [*expected[:-2], "q19"]

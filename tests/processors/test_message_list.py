@@ -170,6 +170,42 @@ class TestOrdering:
         assert [m.id for m in ml] == ["db", "early", "later"]
         assert ml.get("early").created_at == T0 - timedelta(days=3)  # type: ignore[union-attr]
 
+    def test_generated_input_sorts_after_stored_rows_added_later(self) -> None:
+        """An agent adds its input first and memory afterwards: the previous response, bumped 1 ms past its
+        own input within the same millisecond, must not sort after the new question."""
+        ml = make_list()  # frozen clock at T0
+        ml.add(["next question", "and another"], "input")
+        ml.add([msg("q1", at=T0 - MS), msg("r1", "assistant", "answer", at=T0)], "memory")
+        assert [m.text for m in ml.get_all()] == ["x", "answer", "next question", "and another"]
+        assert [m.created_at for m in ml.get_input()] == [T0 + MS, T0 + 2 * MS]
+        ml.add("third", "input")  # the watermark moved with them
+        assert ml.get_all()[-1].text == "third" and ml.get_all()[-1].created_at == T0 + 3 * MS
+
+    def test_rows_from_a_clock_ahead_still_precede_the_generated_input(self) -> None:
+        ml = make_list()
+        ml.add("question", "input")
+        ahead = T0 + timedelta(seconds=5)
+        ml.add([msg("a", at=ahead), msg("b", at=ahead)], "memory")
+        assert [m.id for m in ml.get_all()][:2] == ["a", "b"]
+        assert ml.get_input()[0].created_at == ahead + MS
+
+    def test_explicit_and_taken_over_times_are_not_moved(self) -> None:
+        ml = make_list()
+        ml.add(msg("explicit", at=T0 - timedelta(hours=1)), "input")
+        ml.add({"role": "user", "content": "generated", "id": "gen"}, "input")
+        ml.add([msg("gen", text="generated", at=T0 - timedelta(minutes=5)), msg("old", at=T0 + MS)], "memory")
+        assert ml.get("explicit").created_at == T0 - timedelta(hours=1)  # type: ignore[union-attr]
+        # The stored copy of "gen" took over (rule 1): its stored time stands.
+        assert ml.get("gen").created_at == T0 - timedelta(minutes=5)  # type: ignore[union-attr]
+        assert [m.id for m in ml.get_all()] == ["explicit", "gen", "old"]
+
+    def test_generated_input_already_after_the_stored_rows_is_untouched(self) -> None:
+        clock = Clock(T0 + timedelta(seconds=1))
+        ml = make_list(clock)
+        ml.add("later question", "input")
+        ml.add(msg("stored", at=T0), "memory")
+        assert ml.get_input()[0].created_at == T0 + timedelta(seconds=1)
+
 
     def test_skipping_the_sort_after_in_order_appends_changes_nothing(self) -> None:
         """Random adds (ties, out-of-order rows, repeated ids, assistant merges): the list must equal one that

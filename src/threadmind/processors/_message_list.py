@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import Any, Literal, TypeAlias
 
+import msgspec
+
 from threadmind.codecs import Message, ToolInvocationPart, new_id, utc_now
 from threadmind.codecs._time import to_epoch_ms, to_utc_ms
 from threadmind.errors import ValidationError
@@ -99,6 +101,9 @@ class MessageList:
         self._system: list[str] = []
         self._tagged: dict[str, list[str]] = {}
         self._watermark: datetime | None = None
+        # Ids of live messages whose created_at this list generated, and how many times it generated one.
+        self._generated: set[str] = set()
+        self._generated_count = 0
 
     # --- properties -------------------------------------------------------------------------------------------
 
@@ -120,6 +125,7 @@ class MessageList:
         if self._watermark is not None and value <= self._watermark:
             value = self._watermark + _ONE_MS
         self._watermark = value
+        self._generated_count += 1
         return value
 
     def _see(self, when: datetime) -> None:
@@ -149,12 +155,17 @@ class MessageList:
         ctx = ConvertContext(src, self._thread_id, self._resource_id, self._generate_id, self._next_time,
                              self._find_tool_args)
         batch: list[Message] = []
+        generated: list[str] = []
         for item in items:
+            count = self._generated_count
             message = to_message(item, ctx, batch)
             if src != "memory" and message.role != "system":
                 self._check_memory_info(message)
+                if self._generated_count != count:
+                    generated.append(message.id)
             self._see(message.created_at)
             batch.append(message)
+        self._generated.update(generated)
         # Everything converted and checked first, so a bad message leaves the list untouched.
         # Stored rows with new ids are plain appends: they are sorted in once at the end of the batch (the same
         # order as sorting after each, since the sort is stable), not once per row. Any other step sees a sorted
@@ -172,7 +183,37 @@ class MessageList:
             unsorted = self._add_one(message, src, merge, defer_sort=defer) or unsorted
         if unsorted:
             self._messages.sort(key=_CREATED_AT)
+        if defer and self._generated:
+            self._keep_generated_last(batch)
         return self
+
+    def _keep_generated_last(self, stored: list[Message]) -> None:
+        """Generated times sort after stored rows, even rows added after them (reference §4.3).
+
+        An agent adds its input before memory loads the history, so a stored row dated at or after the
+        input's generated time (the previous response, bumped 1 ms past its input in the same millisecond,
+        or a row from a clock that runs ahead) would otherwise sort after the new input, in the prompt and
+        in storage. Such live messages move to just after the newest stored row, keeping their order;
+        explicit times and messages a stored copy took over keep theirs.
+        """
+        newest = max((m.created_at for m in stored if m.role != "system"), default=None)
+        if newest is None:
+            return
+        floor = newest
+        moved = False
+        messages = self._messages
+        for index, message in enumerate(messages):
+            if message.id not in self._generated or "memory" in self._sources.get(message.id, ()):
+                continue
+            if message.created_at <= floor:
+                floor += _ONE_MS
+                messages[index] = msgspec.structs.replace(message, created_at=floor)
+                moved = True
+            else:
+                floor = message.created_at
+        if moved:
+            messages.sort(key=_CREATED_AT)
+            self._see(floor)
 
     def add_system(self, message: str | Message | Mapping[str, Any], tag: str | None = None) -> MessageList:
         """Add a system text to the untagged bucket or the ``tag`` bucket (de-duplicated within the bucket)."""
