@@ -37,8 +37,9 @@ def span_exporter() -> Iterator[InMemorySpanExporter]:
 
 @pytest.fixture(autouse=True)
 def _cached_reads_unless_traced(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Thread actors answer cached reads at once only without an OpenTelemetry SDK; once a test of this
-    session has installed one, every later test would take the mailbox path. A test that does not ask for
-    ``span_exporter`` runs the way a process without an SDK does (cached reads on)."""
+    """Thread actors answer cached reads at once, and run commands of an idle actor in the caller's task,
+    only without an OpenTelemetry SDK; once a test of this session has installed one, every later test
+    would take the mailbox path. A test that does not ask for ``span_exporter`` runs the way a process
+    without an SDK does (both shortcuts on)."""
     if "span_exporter" not in request.fixturenames:
         monkeypatch.setattr("threadmind.actors._registry.tracing_enabled", lambda: False)

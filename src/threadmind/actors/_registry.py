@@ -194,6 +194,9 @@ class ActorRegistry(Generic[A]):
                 self._actors.move_to_end(key)
                 await checkpoint()  # still a checkpoint, like every ask; one loop pass, not a round trip
                 return answer
+            if cached.can_run_now(command):  # idle: run it in this task, no mailbox round trip
+                self._actors.move_to_end(key)
+                return await cached.run_now(command)
         for _ in range(_MAX_REFUSALS):
             try:
                 actor = self.get(key)

@@ -1,7 +1,8 @@
 """The actor that owns one conversation thread.
 
 Every read-modify-write of a thread (persist, load, trim, update, delete, thread-scoped working memory)
-runs through this actor's mailbox, one at a time, in arrival order. Ordering of stored messages follows
+runs through this actor, one at a time, in arrival order (through its mailbox, or in the caller's task
+when the actor is idle; see ``Actor.run_now``). Ordering of stored messages follows
 from that: the store's insertion sequence is assigned in the order this actor submits batches, so
 (``created_at``, sequence) is a total order within the thread.
 """
@@ -213,6 +214,10 @@ class ThreadActor(Actor[ThreadCommand]):
                 self._tail = self._thread = None  # an arbitrary read-modify-write: trust neither afterwards
                 return await fn()
         raise TypeError(f"unknown thread command {type(command).__name__}")  # pragma: no cover
+
+    def runs_inline(self, command: ThreadCommand) -> bool:
+        """Store-bound commands run in an idle actor's caller's task; ``Exclusive`` runs user code: mailbox."""
+        return not isinstance(command, Exclusive)
 
     def answer_now(self, command: ThreadCommand) -> Any:
         """Cached reads: the thread row and history windows while they are fresh (see :meth:`handle`)."""
