@@ -44,3 +44,8 @@ def test_bench_agent_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -
                      "last_10_semantic_recall",
                      "observational_memory"):
         assert report[scenario]["turns"] == 4 and report[scenario]["p50_ms"] > 0
+    for scenario in ("last_10", "token_budget_2000", "last_10_semantic_recall"):
+        steps = report[scenario]["memory_steps"]
+        assert 0 < steps["p50_ms"] <= steps["p99_ms"]
+        assert steps["p50_ms"] <= report[scenario]["p99_ms"]  # a part of the whole turn
+    assert report["agent_without_memory"]["turns"] == 4 and report["agent_without_memory"]["p50_ms"] > 0
