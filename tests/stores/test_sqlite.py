@@ -390,3 +390,40 @@ class TestCheckpoints:
             assert path.stat().st_size > start + 60 * 2000
             page = await store.list_messages(MessageQuery(thread_id="t1", per_page=False))
             assert len(page.messages) == 60
+
+    async def test_no_save_waits_for_a_checkpoint_and_close_waits_for_it(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import threadmind.stores._sqlite as sqlite_module
+
+        entered, release = threading.Event(), threading.Event()
+        finished: list[bool] = []
+        posted: list[object] = []
+        original, original_post = sqlite_module._checkpoint_if_large, sqlite_module._post_to_connection_thread
+
+        def slow_checkpoint(conn: Any, wal: str) -> None:
+            entered.set()
+            release.wait(10)
+            original(conn, wal)
+            finished.append(True)
+
+        def counting_post(conn: Any, fn: Any) -> None:
+            posted.append(fn)
+            original_post(conn, fn)
+
+        monkeypatch.setattr(sqlite_module, "_CHECK_EVERY", 2)
+        monkeypatch.setattr(sqlite_module, "_checkpoint_if_large", slow_checkpoint)
+        monkeypatch.setattr(sqlite_module, "_post_to_connection_thread", counting_post)
+        store = SQLiteStore(tmp_path / "x.db")
+        async with store:
+            await store.create_thread(Thread(id="t1", resource_id="r1"))
+            for i in range(8):  # checks are due every 2 commits; the first stays blocked in the checkpointer
+                with anyio.fail_after(5):
+                    await store.save_messages("t1", [Message.user(f"m{i}", id=f"m{i}", thread_id="t1",
+                                                                  resource_id="r1")])
+            assert entered.is_set() and not finished  # the saves went on while it was blocked
+            assert len(posted) == 1  # and no second check piled up behind it
+            release.set()
+        assert len(finished) == len(posted)  # aclose waited for every checkpoint it had queued
+        async with SQLiteStore(tmp_path / "x.db") as again:
+            assert len((await again.list_messages(MessageQuery(thread_id="t1", per_page=False))).messages) == 8
