@@ -52,6 +52,7 @@ from ._working_memory import (
 from .actors._registry import ActorRegistry
 from .actors._resource_actor import ResourceActor
 from .actors._thread_actor import (
+    TAIL_MAX,
     CreateThread,
     DeleteMessages,
     DeleteThread,
@@ -59,6 +60,7 @@ from .actors._thread_actor import (
     GetThread,
     LoadMessages,
     LoadWindow,
+    PatchThreadMetadata,
     SaveMessages,
     ThreadActor,
     UpdateThread,
@@ -1181,18 +1183,12 @@ class Memory:
 
     async def _write_boundary(self, thread_id: str, advance: Callable[[Thread], Boundary | None]) -> Thread | None:
         """Serialized read-modify-write of the token-limiter boundary in thread metadata."""
-        store, _ = self._running()
-
-        async def _update() -> Thread | None:
-            thread = await store.get_thread(thread_id)
-            if thread is None:
-                raise ThreadNotFound(thread_id)
+        def patch(thread: Thread) -> dict[str, Any] | None:
             boundary = advance(thread)
-            if boundary is None:
-                return None
-            return await store.update_thread(thread_id, metadata={BOUNDARY_KEY: boundary.to_metadata()})
+            return None if boundary is None else {BOUNDARY_KEY: boundary.to_metadata()}
 
-        return await self._exclusive(thread_id, _update, "advance_boundary")
+        updated: Thread | None = await self._ask(thread_id, PatchThreadMetadata(patch, "advance_boundary"))
+        return updated
 
     # agent turns ---------------------------------------------------------------------------------
     @asynccontextmanager
@@ -1378,12 +1374,20 @@ class _RoutedStore:
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         if isinstance(query.thread_id, str):
-            if (query.direction == "DESC" and query.page == 0 and not query.include and query.date_range is None
-                    and not query.metadata and isinstance(query.per_page, int) and query.per_page is not True
-                    and query.per_page > 0):  # "the last N": served from the actor's tail
+            per_page = query.per_page
+            if (query.direction == "DESC" and not query.include and query.date_range is None and not query.metadata
+                    and isinstance(per_page, int) and per_page is not True and per_page > 0
+                    and (query.page == 0 or (query.page + 1) * per_page <= TAIL_MAX)):
+                # "The last N", or a page of the newest TAIL_MAX (a token budget's loader): from the actor's tail.
+                newest = (query.page + 1) * per_page
                 window: MessagePage = await self._memory._ask(
-                    query.thread_id, LoadWindow(query.per_page, query.resource_id, tolerate_missing=True))
-                return msgspec.structs.replace(window, messages=window.messages[::-1])
+                    query.thread_id, LoadWindow(newest, query.resource_id, tolerate_missing=True))
+                if query.page == 0:
+                    return msgspec.structs.replace(window, messages=window.messages[::-1])
+                held = len(window.messages)
+                older = window.messages[max(0, held - newest):max(0, held - newest + per_page)]
+                return MessagePage(messages=older[::-1], total=window.total, page=query.page, per_page=per_page,
+                                   has_more=window.total > newest)
             page: MessagePage = await self._memory._ask(query.thread_id, LoadMessages(query))
             return page
         return await self._store.list_messages(query)

@@ -23,6 +23,7 @@ from ._tail import Tail
 
 __all__ = (
     "TAIL_CAPACITY",
+    "TAIL_MAX",
     "CreateThread",
     "DeleteMessages",
     "DeleteThread",
@@ -30,6 +31,7 @@ __all__ = (
     "LoadMessages",
     "GetThread",
     "LoadWindow",
+    "PatchThreadMetadata",
     "SaveMessages",
     "SaveObserver",
     "ThreadActor",
@@ -106,6 +108,20 @@ class DeleteMessages(msgspec.Struct, frozen=True):
     ids: Sequence[str]
 
 
+class PatchThreadMetadata(msgspec.Struct, frozen=True):
+    """Read the thread from the store, ask ``patch`` for a metadata patch, write it (None: no write).
+
+    A read-modify-write of the metadata alone (the token limiter's boundary): the actor keeps its tail, as
+    no message changes, and remembers the row it wrote.
+    """
+
+    patch: Callable[[Thread], Mapping[str, Any] | None]
+    name: str = "patch_thread_metadata"
+
+    def span_attributes(self) -> dict[str, str | int]:
+        return {"threadmind.exclusive.name": self.name}
+
+
 class Exclusive(msgspec.Struct, frozen=True):
     """Run ``fn`` with exclusive access to the thread (for multi-step read-modify-write)."""
 
@@ -117,11 +133,13 @@ class Exclusive(msgspec.Struct, frozen=True):
 
 
 ThreadCommand = (
-    SaveMessages | LoadMessages | LoadWindow | GetThread | CreateThread | UpdateThread | DeleteThread | DeleteMessages
-    | Exclusive
+    SaveMessages | LoadMessages | LoadWindow | GetThread | CreateThread | UpdateThread | PatchThreadMetadata
+    | DeleteThread | DeleteMessages | Exclusive
 )
 
 TAIL_CAPACITY = 64  # newest messages a thread actor keeps in memory
+# A thread whose reads ask for longer windows (the pages of a token budget) keeps up to this many instead.
+TAIL_MAX = 256
 TAIL_TTL = 2.0  # seconds before the tail is re-read (bounds staleness if another process writes the thread)
 
 
@@ -135,6 +153,8 @@ class ThreadActor(Actor[ThreadCommand]):
         self.turn_lock = anyio.Lock(fast_acquire=True)
         self._turns = 0
         self._tail: Tail | None = None
+        # How many of the newest messages the tail keeps: grows (up to TAIL_MAX) to the longest window asked.
+        self._capacity = TAIL_CAPACITY
         self._thread: tuple[Thread | None, float] | None = None  # (row, expires at)
 
     @property
@@ -173,7 +193,7 @@ class ThreadActor(Actor[ThreadCommand]):
                     raise
                 if observer is not None:
                     observer.finished(saved)
-                if self._tail is not None and not self._tail.merge(saved, TAIL_CAPACITY):
+                if self._tail is not None and not self._tail.merge(saved, self._capacity):
                     self._tail = None
                 # The cached row stays: only its updatedAt moved, and GetThread serves agent turns, which
                 # need the owner and metadata (Memory.get_thread_by_id reads the store).
@@ -202,6 +222,18 @@ class ThreadActor(Actor[ThreadCommand]):
             case UpdateThread(title, metadata):
                 self._thread = None
                 updated = await store.update_thread(self.key, title=title, metadata=metadata)
+                self._remember(updated)
+                return updated
+            case PatchThreadMetadata(patch):
+                self._thread = None
+                current = await store.get_thread(self.key)  # the store's row: another process may have written
+                if current is None:
+                    raise ThreadNotFound(self.key)
+                changes = patch(current)
+                if changes is None:
+                    self._remember(current)
+                    return None
+                updated = await store.update_thread(self.key, metadata=changes)
                 self._remember(updated)
                 return updated
             case DeleteThread():
@@ -239,7 +271,8 @@ class ThreadActor(Actor[ThreadCommand]):
 
     async def _load_window(self, limit: int, resource_id: str | None, tolerate_missing: bool) -> MessagePage:
         """A window the cached tail cannot answer (stale, missing, or too short): re-read the tail first."""
-        tail = await self._load_tail(max(limit, TAIL_CAPACITY))
+        self._capacity = max(self._capacity, min(limit, TAIL_MAX))
+        tail = await self._load_tail(max(limit, self._capacity))
         window = tail.window(limit)
         assert window is not None
         if self._tail is None and resource_id is not None:  # rows of mixed resources: ask the store exactly
