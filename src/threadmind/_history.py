@@ -7,7 +7,7 @@ rows, it only excludes them from future context windows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -98,17 +98,34 @@ def advance_boundary(
     return Boundary(newest, ids, max_tokens, remove_tokens)
 
 
-def _tool_call_ids(message: Message) -> Iterable[str]:
-    for part in message.content.parts:
+def _tool_call_ids(message: Message) -> Sequence[str]:
+    """The tool-call ids a message carries (typed parts, then legacy ``toolInvocations``); usually none.
+
+    A plain loop that allocates only when it finds one: run over every loaded message on every token-budget
+    turn, it costs a quarter of a comprehension per message.
+    """
+    content = message.content
+    ids: list[str] | None = None
+    for part in content.parts:
         if isinstance(part, ToolInvocationPart):
-            yield part.tool_invocation.tool_call_id
-    for legacy in message.content.tool_invocations or ():
-        if isinstance(legacy, Mapping) and isinstance(legacy.get("toolCallId"), str):
-            yield legacy["toolCallId"]
+            if ids is None:
+                ids = []
+            ids.append(part.tool_invocation.tool_call_id)
+    legacy = content.tool_invocations
+    if legacy:
+        for item in legacy:
+            if isinstance(item, Mapping) and isinstance(item.get("toolCallId"), str):
+                if ids is None:
+                    ids = []
+                ids.append(item["toolCallId"])
+    return ids or ()
 
 
 def group_by_tool_calls(messages: Sequence[Message]) -> list[list[Message]]:
     """Groups of messages that share any tool-call id (union-find); order of first appearance."""
+    calls = [_tool_call_ids(message) for message in messages]
+    if not any(calls):  # no tool calls at all (most conversations): every message is its own group
+        return [[message] for message in messages]
     parent = list(range(len(messages)))
 
     def find(i: int) -> int:
@@ -118,8 +135,8 @@ def group_by_tool_calls(messages: Sequence[Message]) -> list[list[Message]]:
         return i
 
     owner: dict[str, int] = {}
-    for index, message in enumerate(messages):
-        for call_id in _tool_call_ids(message):
+    for index, call_ids in enumerate(calls):
+        for call_id in call_ids:
             if call_id in owner:
                 a, b = find(owner[call_id]), find(index)
                 if a != b:
@@ -139,7 +156,7 @@ def _retain(
     kept: list[Message] = []
     tokens = float(CONVERSATION_OVERHEAD)
     for group in group_by_tool_calls(newest_first):
-        group_tokens = sum(count(m) for m in group)
+        group_tokens = count(group[0]) if len(group) == 1 else sum(count(m) for m in group)
         if max_messages is not None and len(kept) + len(group) > max_messages:
             return kept, "count"
         if tokens + group_tokens > budget:
