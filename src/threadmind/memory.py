@@ -50,7 +50,7 @@ from ._working_memory import (
     validate_schema,
 )
 from .actors._registry import ActorRegistry
-from .actors._resource_actor import ResourceActor
+from .actors._resource_actor import GetResource, ResourceActor
 from .actors._thread_actor import (
     TAIL_MAX,
     CreateThread,
@@ -315,7 +315,7 @@ class Memory:
                 )
             )
             self._resources = await stack.enter_async_context(
-                ActorRegistry(lambda key: ResourceActor(key), idle_timeout=self._idle_timeout)
+                ActorRegistry(lambda key: ResourceActor(key, store), idle_timeout=self._idle_timeout)
             )
             if self._vector is not None and self._embedder is not None:
                 from .actors._index_actor import IndexActor
@@ -404,6 +404,13 @@ class Memory:
         assert self._resources is not None
         result: T = await self._resources.ask(resource_id, Exclusive(fn, name))
         return result
+
+    async def _get_resource(self, resource_id: str) -> Resource | None:
+        """The resource row through its actor (cached while fresh; after any update through it, re-read)."""
+        self._running()
+        assert self._resources is not None
+        resource: Resource | None = await self._resources.ask(resource_id, GetResource())
+        return resource
 
     def _call_config(self, override: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:
         if override is None or override is self._options:
@@ -912,7 +919,7 @@ class Memory:
                             resource_id=resource_id):
             store, _ = self._running()
             if scope == "resource":
-                resource = await store.get_resource(key)
+                resource = await self._get_resource(key)
                 return resource.working_memory if resource is not None else None
             thread = await store.get_thread(key)
             value = (thread.metadata or {}).get("workingMemory") if thread is not None else None
@@ -1404,7 +1411,7 @@ class _RoutedStore:
         return {m.thread_id for m in found if m.thread_id}
 
     async def get_resource(self, resource_id: str) -> Resource | None:
-        return await self._store.get_resource(resource_id)
+        return await self._memory._get_resource(resource_id)
 
     async def update_resource(self, resource_id: str, **kwargs: Any) -> Resource:
         store = self._store

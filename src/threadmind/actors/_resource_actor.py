@@ -1,17 +1,70 @@
-"""The actor that serializes resource-scoped read-modify-writes (working memory shared by many threads)."""
+"""The actor that owns one resource: serializes its read-modify-writes and caches its row.
+
+Resource-scoped working memory is shared by every thread of the resource, so its updates run here one at a
+time. Every such update goes through this actor, which therefore keeps the resource row it last read: an
+agent turn with working memory reads it from memory instead of the database. Any exclusive operation drops
+it (it may have written), and it expires after ``ttl`` seconds, which bounds how stale it can be when
+another process writes the same file.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
-from ._actor import Actor
-from ._thread_actor import Exclusive
+import msgspec
 
-__all__ = ("ResourceActor",)
+from ..codecs import Resource
+from ..stores._protocol import Store
+from ._actor import NOT_NOW, Actor
+from ._thread_actor import TAIL_TTL, Exclusive
+
+__all__ = ("GetResource", "ResourceActor", "ResourceCommand")
 
 
-class ResourceActor(Actor[Exclusive]):
-    """Runs exclusive operations on one resource, one at a time, in arrival order."""
+class GetResource(msgspec.Struct, frozen=True):
+    """The resource row, or None when it does not exist (from the cache while fresh)."""
 
-    async def handle(self, command: Exclusive) -> Any:
-        return await command.fn()
+
+ResourceCommand = GetResource | Exclusive
+
+
+class ResourceActor(Actor[ResourceCommand]):
+    """Runs exclusive operations on one resource, one at a time, in arrival order; caches the row."""
+
+    def __init__(
+        self, key: str, store: Store, *, ttl: float = TAIL_TTL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(key, clock=clock)
+        self._store = store
+        self._ttl = ttl
+        self._resource: tuple[Resource | None, float] | None = None  # (row, expires at)
+
+    async def handle(self, command: ResourceCommand) -> Any:
+        match command:
+            case GetResource():
+                cached = self.answer_now(command)
+                if cached is not NOT_NOW:
+                    return cached
+                row = await self._store.get_resource(self.key)
+                self._resource = (row, self._clock() + self._ttl)
+                return row
+            case Exclusive(fn):
+                self._resource = None  # an arbitrary read-modify-write: trust the cache neither now nor after
+                try:
+                    return await fn()
+                finally:
+                    self._resource = None
+        raise TypeError(f"unknown resource command {type(command).__name__}")  # pragma: no cover
+
+    def runs_inline(self, command: ResourceCommand) -> bool:
+        """The store read runs in an idle actor's caller's task; ``Exclusive`` runs user code: mailbox."""
+        return isinstance(command, GetResource)
+
+    def answer_now(self, command: ResourceCommand) -> Any:
+        """The cached row while it is fresh."""
+        cached = self._resource
+        if isinstance(command, GetResource) and cached is not None and self._clock() < cached[1]:
+            return cached[0]
+        return NOT_NOW
