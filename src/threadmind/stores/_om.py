@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -202,13 +204,25 @@ class ObservationalMemoryStore(Protocol):
         ...
 
 
+_CURRENT_TTL = 2.0  # seconds a current record is kept (as the thread actors keep their tails)
+_CURRENT_KEYS = 4096  # most keys kept, least recently asked dropped first
+
+
 class _SQLiteOMStore:
-    """OM records in the SQLite file, through the store's group-commit writer and snapshot reader."""
+    """OM records in the SQLite file, through the store's group-commit writer and snapshot reader.
+
+    Every agent turn with observational memory asks for the current record, which changes only when an
+    observation or reflection is written; so the current record of each key is kept for ``_CURRENT_TTL``
+    seconds (a bound on staleness when another process writes the file). Any write through this object
+    forgets it, and a read that overlapped a write is not kept.
+    """
 
     def __init__(self, store: Any) -> None:
         self._store = store
         self._ready = False
         self._lock = anyio.Lock()
+        self._current: OrderedDict[str, tuple[OMRecord | None, float]] = OrderedDict()
+        self._writes = 0  # bumped by every put/delete: a read that saw it change is not cached
 
     async def _ensure(self) -> None:
         if self._ready:
@@ -225,6 +239,11 @@ class _SQLiteOMStore:
 
     async def current(self, key: str) -> OMRecord | None:
         await self._ensure()
+        cached = self._current.get(key)
+        if cached is not None and time.monotonic() < cached[1]:
+            self._current.move_to_end(key)
+            await anyio.lowlevel.checkpoint()
+            return cached[0].copy() if cached[0] is not None else None
         columns = _SELECT
 
         def read(conn: sqlite3.Connection) -> OMRecord | None:
@@ -234,7 +253,13 @@ class _SQLiteOMStore:
             ).fetchone()
             return _from_row(tuple(row)) if row is not None else None
 
+        writes = self._writes
         result: OMRecord | None = await self._store.execute_read(read)
+        if writes == self._writes:
+            self._current[key] = (result.copy() if result is not None else None, time.monotonic() + _CURRENT_TTL)
+            self._current.move_to_end(key)
+            if len(self._current) > _CURRENT_KEYS:
+                self._current.popitem(last=False)
         return result
 
     async def history(self, key: str) -> list[OMRecord]:
@@ -254,13 +279,25 @@ class _SQLiteOMStore:
     async def put(self, record: OMRecord) -> None:
         await self._ensure()
         row = _row(record)
-        await self._store.execute_write(lambda conn: conn.execute(_INSERT, row) and None)
+        self._forget(record.lookup_key)
+        try:
+            await self._store.execute_write(lambda conn: conn.execute(_INSERT, row) and None)
+        finally:
+            self._forget(record.lookup_key)
 
     async def delete(self, key: str) -> None:
         await self._ensure()
-        await self._store.execute_write(
-            lambda conn: conn.execute(f'DELETE FROM {OM_TABLE} WHERE "lookupKey" = ?', (key,)) and None
-        )
+        self._forget(key)
+        try:
+            await self._store.execute_write(
+                lambda conn: conn.execute(f'DELETE FROM {OM_TABLE} WHERE "lookupKey" = ?', (key,)) and None
+            )
+        finally:
+            self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        self._writes += 1
+        self._current.pop(key, None)
 
 
 class _DictOMStore:
