@@ -173,7 +173,8 @@ class ObservationalMemoryEngine:
                 raise ThreadmindError("this Memory is closed", code="THREADMIND_CLOSED")
             result: T = await registry.ask(resource_id, Exclusive(fn, name))
             return result
-        return await memory._background_exclusive(thread_id, fn, name)
+        # Observation reads messages and writes only OM records: the thread actor keeps its tail and row.
+        return await memory._background_exclusive(thread_id, fn, name, thread_unchanged=True)
 
     # -- reading -------------------------------------------------------------------------------------
     async def _unobserved(

@@ -392,11 +392,13 @@ class Memory:
         result: T = await self._ask(thread_id, Exclusive(fn, name))
         return result
 
-    async def _background_exclusive(self, thread_id: str, fn: Callable[[], Awaitable[T]], name: str) -> T:
+    async def _background_exclusive(
+        self, thread_id: str, fn: Callable[[], Awaitable[T]], name: str, *, thread_unchanged: bool = False
+    ) -> T:
         """``_exclusive`` for background work: it still runs while ``aclose()`` drains the background group."""
         if self._threads is None:
             raise ThreadmindError("this Memory is closed", code="THREADMIND_CLOSED")
-        result: T = await self._threads.ask(thread_id, Exclusive(fn, name))
+        result: T = await self._threads.ask(thread_id, Exclusive(fn, name, thread_unchanged))
         return result
 
     async def _resource_exclusive(self, resource_id: str, fn: Callable[[], Awaitable[T]], name: str) -> T:

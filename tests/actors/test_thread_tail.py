@@ -159,3 +159,51 @@ async def test_cached_reads_are_still_checkpoints(tmp_path: Path) -> None:
                 await memory.recall("t", resource_id="r")
             assert ticks - start >= 40  # other tasks ran between the reads
             tg.cancel_scope.cancel()
+
+
+async def test_reads_since_a_time_from_the_tail_equal_the_stores(tmp_path: Path) -> None:
+    """Every message from a time on (observational memory's unobserved rows): answered from the tail when it
+    provably holds them all, else from the store; either way exactly the store's answer."""
+    from threadmind.stores import DateRange, MessageQuery
+
+    rng = random.Random(8)
+    async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 7}) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        known: list[int] = []
+        next_id = 0
+        for step in range(120):
+            action = rng.random()
+            if action < 0.75 or not known:
+                batch = []
+                for _ in range(rng.randint(1, 4)):
+                    batch.append(_msg(next_id, rng.choice([step, step, step - 1])))  # many equal timestamps
+                    known.append(next_id)
+                    next_id += 1
+                await memory.save_messages(batch)
+            elif action < 0.85:
+                await memory.delete_messages([f"m{known.pop(rng.randrange(len(known)))}"])
+            else:
+                await memory.recall("t", resource_id="r")  # reloads a dropped tail
+            cursor = BASE + timedelta(seconds=rng.randint(max(0, step - 30), step + 1))
+            for bound in (None, DateRange(start=cursor), DateRange(start=cursor, start_exclusive=True)):
+                query = MessageQuery(thread_id="t", per_page=False, direction="ASC", date_range=bound,
+                                     include_total=False)
+                fast = await memory._routed.list_messages(query)
+                exact = await memory.storage.list_messages(query)
+                assert [m.id for m in fast.messages] == [m.id for m in exact.messages], (step, bound)
+                assert (fast.total, fast.has_more) == (exact.total, exact.has_more)
+
+
+async def test_a_read_since_a_time_shared_beyond_the_tail_goes_to_the_store(tmp_path: Path) -> None:
+    from threadmind.stores import DateRange, MessageQuery
+
+    async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 7}) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        await memory.save_messages([_msg(i, 10) for i in range(70)])  # one timestamp, more rows than the tail
+        await memory.save_messages([_msg(70, 11)])
+        await memory.recall("t", resource_id="r")  # the tail: the newest 64 of them
+        since = MessageQuery(thread_id="t", per_page=False, date_range=DateRange(start=BASE + timedelta(seconds=10)))
+        assert len((await memory._routed.list_messages(since)).messages) == 71
+        after = MessageQuery(thread_id="t", per_page=False,
+                             date_range=DateRange(start=BASE + timedelta(seconds=10), start_exclusive=True))
+        assert [m.id for m in (await memory._routed.list_messages(after)).messages] == ["m70"]

@@ -322,3 +322,61 @@ async def test_delete_thread_removes_its_observations(tmp_path: Path, kind: str)
                 await anyio.sleep(0.01)
         await memory.delete_thread("t1")
         assert await _records(memory) == []
+
+
+async def test_turns_read_unobserved_messages_from_the_thread_actor(tmp_path: Path) -> None:
+    """Below the threshold every turn needs every message since the last observation: after the first turn
+    the thread actor's tail holds them, so no turn reads messages or the OM record from the database."""
+    from datetime import UTC, datetime, timedelta
+
+    class Counting(SQLiteStore):
+        def __init__(self, path: Path) -> None:
+            super().__init__(path)
+            self.message_reads = 0
+            self.reads = 0
+
+        async def list_messages(self, query: Any) -> Any:
+            self.message_reads += 1
+            return await super().list_messages(query)
+
+        async def execute_read(self, fn: Any) -> Any:
+            self.reads += 1
+            return await super().execute_read(fn)
+
+    store = Counting(tmp_path / "om.db")
+    calls: list[str] = []
+    model = _endless(lambda request: "ok")
+    async with _om_memory(store, _endless(_observer(calls)), message_tokens=100_000) as memory:
+        observed = datetime.now(UTC) - timedelta(minutes=1)  # observed before: reads start from a cursor
+        await om_store_for(store).put(OMRecord(
+            id="om-0", lookup_key="thread:t1", scope="thread", resource_id="r1", thread_id="t1",
+            active_observations="* 🟡 earlier", last_observed_at=observed, created_at=observed, updated_at=observed))
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate("first", thread_id="t1", resource_id="r1")
+        await agent.generate("second", thread_id="t1", resource_id="r1")
+        message_reads, reads = store.message_reads, store.reads
+        for i in range(5):
+            await agent.generate(f"turn {i}", thread_id="t1", resource_id="r1")
+        assert store.message_reads == message_reads and store.reads == reads
+        assert [m.text for m in model.requests[-1].messages] == [
+            "first", "ok", "second", "ok", *[t for i in range(4) for t in (f"turn {i}", "ok")], "turn 4"]
+    assert calls == []
+
+
+async def test_an_observation_keeps_the_thread_actors_tail(tmp_path: Path) -> None:
+    from threadmind.actors._thread_actor import Exclusive
+
+    async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 5}) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        await memory.recall("t", resource_id="r")
+        threads = memory._threads
+        assert threads is not None
+        actor = threads.get("t")
+
+        async def nothing() -> None:
+            return None
+
+        await threads.ask("t", Exclusive(nothing, "om_commit", thread_unchanged=True))
+        assert actor._tail is not None and actor._thread is not None
+        await threads.ask("t", Exclusive(nothing, "anything"))
+        assert actor._tail is None and actor._thread is None  # an arbitrary exclusive trusts neither

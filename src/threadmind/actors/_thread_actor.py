@@ -123,10 +123,15 @@ class PatchThreadMetadata(msgspec.Struct, frozen=True):
 
 
 class Exclusive(msgspec.Struct, frozen=True):
-    """Run ``fn`` with exclusive access to the thread (for multi-step read-modify-write)."""
+    """Run ``fn`` with exclusive access to the thread (for multi-step read-modify-write).
+
+    ``thread_unchanged``: ``fn`` writes neither this thread's messages nor its row (observational memory
+    writes only its own records), so the actor keeps its cached tail and row.
+    """
 
     fn: Callable[[], Awaitable[Any]]
     name: str = "exclusive"
+    thread_unchanged: bool = False
 
     def span_attributes(self) -> dict[str, str | int]:
         return {"threadmind.exclusive.name": self.name}
@@ -141,6 +146,18 @@ TAIL_CAPACITY = 64  # newest messages a thread actor keeps in memory
 # A thread whose reads ask for longer windows (the pages of a token budget) keeps up to this many instead.
 TAIL_MAX = 256
 TAIL_TTL = 2.0  # seconds before the tail is re-read (bounds staleness if another process writes the thread)
+
+
+def _reads_since(query: MessageQuery, thread_id: str) -> bool:
+    """Whether ``query`` asks for every message of ``thread_id`` from a time on, ascending, unfiltered.
+
+    Reads of the whole thread (no start) keep going to the store: ``recall(per_page=False)`` then also sees
+    rows written straight into the store, past the actor.
+    """
+    bound = query.date_range
+    return (query.thread_id == thread_id and query.per_page is False and query.page == 0
+            and query.direction == "ASC" and not query.include and not query.metadata
+            and bound is not None and bound.start is not None and bound.end is None)
 
 
 class ThreadActor(Actor[ThreadCommand]):
@@ -199,7 +216,20 @@ class ThreadActor(Actor[ThreadCommand]):
                 # need the owner and metadata (Memory.get_thread_by_id reads the store).
                 return saved
             case LoadMessages(query):
+                cached = self.answer_now(command)
+                if cached is not NOT_NOW:
+                    return cached
+                since = _reads_since(query, self.key)
+                if since and (self._tail is None or not self._tail.fresh):
+                    await self._load_tail(self._capacity)  # a stale or missing tail may cover it once reloaded
+                    cached = self._since(query)
+                    if cached is not NOT_NOW:
+                        return cached
                 page: MessagePage = await store.list_messages(query)
+                if since and len(page.messages) < TAIL_MAX:  # keep that many from now on: served from memory
+                    self._capacity = max(self._capacity, len(page.messages) + TAIL_CAPACITY // 2)
+                    if self._capacity > TAIL_MAX:
+                        self._capacity = TAIL_MAX
                 return page
             case LoadWindow(limit, resource_id, tolerate_missing):
                 cached = self.answer_now(command)
@@ -242,8 +272,9 @@ class ThreadActor(Actor[ThreadCommand]):
             case DeleteMessages(ids):
                 self._tail = self._thread = None  # updatedAt moves
                 return await store.delete_messages(ids)
-            case Exclusive(fn):
-                self._tail = self._thread = None  # an arbitrary read-modify-write: trust neither afterwards
+            case Exclusive(fn, _, thread_unchanged):
+                if not thread_unchanged:
+                    self._tail = self._thread = None  # an arbitrary read-modify-write: trust neither afterwards
                 return await fn()
         raise TypeError(f"unknown thread command {type(command).__name__}")  # pragma: no cover
 
@@ -264,7 +295,32 @@ class ThreadActor(Actor[ThreadCommand]):
                     window = tail.window(limit)
                     if window is not None:
                         return self._page(tail, window, limit, resource_id, tolerate_missing)
+            case LoadMessages(query):
+                return self._since(query)
         return NOT_NOW
+
+    def _since(self, query: MessageQuery) -> MessagePage | Any:
+        """Every message from a time on, ascending (observational memory's unobserved rows), from the tail.
+
+        Only the plain form (this thread, all rows from a start bound, no filters or include windows),
+        and only when the tail provably holds every matching row: it is complete, or its oldest row is older
+        than the bound (the tail is the newest rows in store order, so nothing it lacks can match).
+        """
+        tail = self._tail
+        if (tail is None or not tail.fresh or not tail.messages or not _reads_since(query, self.key)
+                or (query.resource_id is not None and query.resource_id != tail.owner)):
+            return NOT_NOW
+        bound = query.date_range
+        assert bound is not None and bound.start is not None  # _reads_since
+        start, exclusive = bound.start, bound.start_exclusive
+        oldest = tail.messages[0].created_at
+        if not tail.complete and (oldest > start or (oldest == start and not exclusive)):
+            return NOT_NOW
+        if exclusive:
+            rows = [m for m in tail.messages if m.created_at > start]
+        else:
+            rows = [m for m in tail.messages if m.created_at >= start]
+        return MessagePage(messages=rows, total=len(rows), page=0, per_page=False, has_more=False)
 
     def _remember(self, thread: Thread | None) -> None:
         self._thread = (thread, self._clock() + TAIL_TTL)
