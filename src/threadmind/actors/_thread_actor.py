@@ -227,9 +227,7 @@ class ThreadActor(Actor[ThreadCommand]):
                         return cached
                 page: MessagePage = await store.list_messages(query)
                 if since and len(page.messages) < TAIL_MAX:  # keep that many from now on: served from memory
-                    self._capacity = max(self._capacity, len(page.messages) + TAIL_CAPACITY // 2)
-                    if self._capacity > TAIL_MAX:
-                        self._capacity = TAIL_MAX
+                    self._capacity = min(TAIL_MAX, max(self._capacity, len(page.messages) + TAIL_CAPACITY // 2))
                 return page
             case LoadWindow(limit, resource_id, tolerate_missing):
                 cached = self.answer_now(command)
