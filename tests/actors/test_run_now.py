@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 from anyio import wait_all_tasks_blocked
 from anyio.lowlevel import checkpoint
@@ -60,10 +61,19 @@ class Log(Actor[Step]):
         return command.name
 
 
-def _registry() -> tuple[ActorRegistry[Log], list[str], dict[str, asyncio.Task[Any] | None]]:
+def _registry(idle_timeout: float = 300.0) -> tuple[ActorRegistry[Log], list[str], dict[str, asyncio.Task[Any] | None]]:
     events: list[str] = []
     tasks: dict[str, asyncio.Task[Any] | None] = {}
-    return ActorRegistry(lambda key: Log(key, events, tasks), sweep_interval=None), events, tasks
+    registry = ActorRegistry(lambda key: Log(key, events, tasks), idle_timeout=idle_timeout, sweep_interval=None)
+    return registry, events, tasks
+
+
+async def _start_blocked(registry: ActorRegistry[Log], tg: anyio.abc.TaskGroup) -> anyio.Event:
+    """Start command "a" in a task of ``tg`` (inline: the actor is idle) and wait until it blocks."""
+    started, release = anyio.Event(), anyio.Event()
+    tg.start_soon(registry.ask, "k", Step("a", started=started, release=release))
+    await started.wait()
+    return release
 
 
 async def test_an_idle_actor_runs_the_command_in_the_callers_task() -> None:
@@ -131,12 +141,10 @@ async def test_a_cancelled_caller_leaves_once_its_command_has_finished() -> None
 
 async def test_a_skipped_command_after_the_hand_over_leaves_the_actor_idle() -> None:
     registry, events, tasks = _registry()
-    started, release = anyio.Event(), anyio.Event()
     async with registry:
         await registry.ask("k", Step("warm"))
         async with anyio.create_task_group() as tg:
-            tg.start_soon(registry.ask, "k", Step("a", started=started, release=release))
-            await started.wait()
+            release = await _start_blocked(registry, tg)
             with anyio.CancelScope() as waiting:
                 tg.start_soon(lambda: _cancel_soon(waiting))
                 await registry.ask("k", Step("skipped"))
@@ -167,15 +175,11 @@ async def test_a_failure_reaches_the_caller_and_the_actor_carries_on() -> None:
 
 
 async def test_an_actor_running_a_command_inline_is_not_passivated() -> None:
-    events: list[str] = []
-    tasks: dict[str, asyncio.Task[Any] | None] = {}
-    registry = ActorRegistry(lambda key: Log(key, events, tasks), idle_timeout=0.0, sweep_interval=None)
-    started, release = anyio.Event(), anyio.Event()
+    registry, _, _ = _registry(idle_timeout=0.0)
     async with registry:
         await registry.ask("k", Step("warm"))
         async with anyio.create_task_group() as tg:
-            tg.start_soon(registry.ask, "k", Step("a", started=started, release=release))
-            await started.wait()
+            release = await _start_blocked(registry, tg)
             assert registry.sweep() == 0 and "k" in registry
             release.set()
         assert registry.sweep() == 1
