@@ -101,8 +101,10 @@ class MessageList:
         self._system: list[str] = []
         self._tagged: dict[str, list[str]] = {}
         self._watermark: datetime | None = None
-        # Ids of live messages whose created_at this list generated, and how many times it generated one.
+        # Ids of live messages whose created_at this list generated, the earliest such time (a lower bound once
+        # they move), and how many times the list generated one.
         self._generated: set[str] = set()
+        self._generated_floor: datetime | None = None
         self._generated_count = 0
 
     # --- properties -------------------------------------------------------------------------------------------
@@ -155,17 +157,25 @@ class MessageList:
         ctx = ConvertContext(src, self._thread_id, self._resource_id, self._generate_id, self._next_time,
                              self._find_tool_args)
         batch: list[Message] = []
-        generated: list[str] = []
+        generated: list[Message] = []
+        newest_stored: datetime | None = None
         for item in items:
             count = self._generated_count
             message = to_message(item, ctx, batch)
-            if src != "memory" and message.role != "system":
-                self._check_memory_info(message)
-                if self._generated_count != count:
-                    generated.append(message.id)
+            if message.role != "system":
+                if src == "memory":
+                    if newest_stored is None or message.created_at > newest_stored:
+                        newest_stored = message.created_at
+                else:
+                    self._check_memory_info(message)
+                    if self._generated_count != count:
+                        generated.append(message)
             self._see(message.created_at)
             batch.append(message)
-        self._generated.update(generated)
+        for message in generated:
+            self._generated.add(message.id)
+            if self._generated_floor is None or message.created_at < self._generated_floor:
+                self._generated_floor = message.created_at
         # Everything converted and checked first, so a bad message leaves the list untouched.
         # Stored rows with new ids are plain appends: they are sorted in once at the end of the batch (the same
         # order as sorting after each, since the sort is stable), not once per row. Any other step sees a sorted
@@ -183,11 +193,12 @@ class MessageList:
             unsorted = self._add_one(message, src, merge, defer_sort=defer) or unsorted
         if unsorted:
             self._messages.sort(key=_CREATED_AT)
-        if defer and self._generated:
-            self._keep_generated_last(batch)
+        floor = self._generated_floor
+        if newest_stored is not None and floor is not None and newest_stored >= floor:
+            self._keep_generated_last(newest_stored)
         return self
 
-    def _keep_generated_last(self, stored: list[Message]) -> None:
+    def _keep_generated_last(self, newest: datetime) -> None:
         """Generated times sort after stored rows, even rows added after them (reference §4.3).
 
         An agent adds its input before memory loads the history, so a stored row dated at or after the
@@ -196,9 +207,6 @@ class MessageList:
         in storage. Such live messages move to just after the newest stored row, keeping their order;
         explicit times and messages a stored copy took over keep theirs.
         """
-        newest = max((m.created_at for m in stored if m.role != "system"), default=None)
-        if newest is None:
-            return
         floor = newest
         moved = False
         messages = self._messages
