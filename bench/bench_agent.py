@@ -8,6 +8,8 @@ Run: ``python -m bench.bench_agent [--turns 300] [--history 1000]``. Prints JSON
   memory pays too; ``agent_without_memory`` reports that alone.
 * ``memory_steps``: what the issue calls the memory overhead, measured directly: the time a turn spends in
   the input processors, the output processors (the persist) and making sure the thread exists.
+* ``concurrent_64_conversations``: 64 threads talking at once (last-10 history), turns/s and the latency of
+  each whole turn (model included; it answers at once).
 """
 
 from __future__ import annotations
@@ -121,6 +123,36 @@ async def _scenario(name: str, options: dict[str, Any], workdir: str, history: i
             "context_messages_p50": int(np.median(model.context_sizes))}
 
 
+async def _concurrent(workdir: str, conversations: int, turns: int) -> dict[str, Any]:
+    """``conversations`` threads talking at once, ``turns`` each (last-10 history): throughput and latency.
+
+    One event loop carries every turn's Python and the store's group commit carries their saves, so this
+    is the per-process capacity: what thousands of live conversations share.
+    """
+    path = os.path.join(workdir, f"concurrent{conversations}.db")
+    latencies: list[float] = []
+    async with Memory(storage=SQLiteStore(path), options={"lastMessages": 10}) as memory:
+        agent = Agent("bench", "You are a benchmark.", _TimedModel(), memory=memory)
+        for n in range(conversations):
+            await memory.create_thread(thread_id=f"thread-{n}", resource_id=f"resource-{n % 20}")
+
+        async def converse(n: int) -> None:
+            for i in range(turns):
+                started = time.perf_counter()
+                await agent.generate(f"question {i} on thread {n} about the tokyo flight", thread_id=f"thread-{n}",
+                                     resource_id=f"resource-{n % 20}")
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for n in range(conversations):
+                tg.start_soon(converse, n)
+        seconds = time.perf_counter() - started
+    done = conversations * turns
+    return {"conversations": conversations, "turns": done, "seconds": round(seconds, 3),
+            "turns_per_s": round(done / seconds), "msgs_per_s": round(2 * done / seconds), **_pcts(latencies)}
+
+
 async def _without_memory(turns: int) -> dict[str, Any]:
     """The same turn with no memory at all: the agent's own share of ``generate()``."""
     model = _TimedModel()
@@ -186,6 +218,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             args.history, args.turns, semantic=True)
         report["observational_memory"] = await _observational(workdir, min(args.turns, 100))
         report["agent_without_memory"] = await _without_memory(args.turns)
+        report["concurrent_64_conversations"] = await _concurrent(workdir, 64, max(1, args.turns // 10))
     base = report["last_10"]["p50_ms"]
     report["working_memory_extra_p50_ms"] = round(report["last_10_working_memory"]["p50_ms"] - base, 4)
     return report
