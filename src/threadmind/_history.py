@@ -32,9 +32,9 @@ __all__ = (
 BOUNDARY_KEY = "memoryTokenLimiter"
 CONVERSATION_OVERHEAD = 24
 _PAGE = 64
-# Rows per page of the token-window loader. Equal to the thread actor's tail (TAIL_CAPACITY), so the first
-# page is served from memory; the actor's tail then grows to the pages asked (up to TAIL_MAX, 4 pages), so a
-# window of up to 256 messages is read from the store once and then served from memory.
+# Rows per page of the token-window loader. The thread actor's tail grows to the pages asked (up to
+# TAIL_MAX, 4 pages), so a window of up to 256 messages is read from the store once (and after each 2 s
+# expiry) and served from memory in between.
 
 
 class Boundary(msgspec.Struct, frozen=True):

@@ -201,9 +201,40 @@ async def test_a_read_since_a_time_shared_beyond_the_tail_goes_to_the_store(tmp_
         await memory.create_thread(thread_id="t", resource_id="r")
         await memory.save_messages([_msg(i, 10) for i in range(70)])  # one timestamp, more rows than the tail
         await memory.save_messages([_msg(70, 11)])
-        await memory.recall("t", resource_id="r")  # the tail: the newest 64 of them
+        await memory.recall("t", resource_id="r")  # the tail: the newest few of them
         since = MessageQuery(thread_id="t", per_page=False, date_range=DateRange(start=BASE + timedelta(seconds=10)))
         assert len((await memory._routed.list_messages(since)).messages) == 71
         after = MessageQuery(thread_id="t", per_page=False,
                              date_range=DateRange(start=BASE + timedelta(seconds=10), start_exclusive=True))
         assert [m.id for m in (await memory._routed.list_messages(after)).messages] == ["m70"]
+
+
+async def test_a_reload_reads_as_many_rows_as_the_windows_asked(tmp_path: Path) -> None:
+    """The tail holds the longest window read through the actor (at least TAIL_MIN): a thread read ten at a
+    time reloads 16 rows, not a fixed 64; one that was asked for 100 reloads 100."""
+    from threadmind.actors._thread_actor import TAIL_MIN
+    from threadmind.stores import MessageQuery
+
+    class Counting(SQLiteStore):
+        sizes: list[Any] = []
+
+        async def list_messages(self, query: MessageQuery) -> Any:
+            self.sizes.append(query.per_page)
+            return await super().list_messages(query)
+
+    store = Counting(tmp_path / "m.db")
+    async with Memory(storage=store, options={"lastMessages": 10}) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        await memory.save_messages([_msg(i, i) for i in range(150)])
+        await memory.delete_messages(["m0"])  # drops the tail
+        store.sizes.clear()
+        assert len((await memory.recall("t", resource_id="r")).messages) == 10
+        assert store.sizes == [TAIL_MIN]
+        last_100 = MessageQuery(thread_id="t", resource_id="r", per_page=100, direction="DESC")
+        assert len((await memory._routed.list_messages(last_100)).messages) == 100  # a token budget's read
+        await memory.delete_messages(["m1"])
+        store.sizes.clear()
+        assert len((await memory.recall("t", resource_id="r")).messages) == 10
+        assert store.sizes == [100]  # the longest window asked so far: both served from memory again
+        assert (await memory._routed.list_messages(last_100)).messages[0].id == "m149"
+        assert store.sizes == [100]
