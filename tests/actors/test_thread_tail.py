@@ -238,3 +238,37 @@ async def test_a_reload_reads_as_many_rows_as_the_windows_asked(tmp_path: Path) 
         assert store.sizes == [100]  # the longest window asked so far: both served from memory again
         assert (await memory._routed.list_messages(last_100)).messages[0].id == "m149"
         assert store.sizes == [100]
+
+
+async def test_a_turn_on_a_thread_idle_past_the_ttl_reads_the_row_and_the_window_once(tmp_path: Path) -> None:
+    from threadmind.agent import Agent
+    from threadmind.models import ScriptedModel
+    from threadmind.stores import MessageQuery
+
+    class Counting(SQLiteStore):
+        calls: list[str] = []
+
+        async def get_thread(self, thread_id: str) -> Any:
+            self.calls.append("get_thread")
+            return await super().get_thread(thread_id)
+
+        async def list_messages(self, query: MessageQuery) -> Any:
+            self.calls.append("list_messages")
+            return await super().list_messages(query)
+
+    store = Counting(tmp_path / "m.db")
+    now = [1000.0]
+    async with Memory(storage=store, options={"lastMessages": 10}) as memory:
+        threads = memory._threads
+        assert threads is not None
+        threads.get("t")._clock = lambda: now[0]  # the thread's actor, on a clock the test moves
+        await memory.create_thread(thread_id="t", resource_id="r")
+        await memory.save_messages([_msg(i, i) for i in range(30)])
+        model = ScriptedModel(["a1", "a2"])
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate("q1", thread_id="t", resource_id="r")
+        now[0] += 3.0  # the user took three seconds to answer: the row and the tail have expired
+        store.calls.clear()
+        await agent.generate("q2", thread_id="t", resource_id="r")
+        assert sorted(store.calls) == ["get_thread", "list_messages"]
+        assert [m.text for m in model.requests[1].messages][-3:] == ["q1", "a1", "q2"]

@@ -352,7 +352,14 @@ class ThreadActor(Actor[ThreadCommand]):
         return MessagePage(messages=window, total=tail.total, page=0, per_page=limit, has_more=tail.total > limit)
 
     async def _load_tail(self, size: int) -> Tail:
-        thread = await self._store.get_thread(self.key)
+        # The owner comes from the cached row while it is fresh: an agent turn on a thread idle for over 2 s
+        # has just re-read it (its GetThread), so the reload is one store read, not two.
+        cached = self._thread
+        if cached is not None and self._clock() < cached[1]:
+            thread = cached[0]
+        else:
+            thread = await self._store.get_thread(self.key)
+            self._remember(thread)
         page = await self._store.list_messages(MessageQuery(thread_id=self.key, per_page=size, direction="DESC"))
         owner = thread.resource_id if thread is not None else None
         messages = page.messages[::-1]
