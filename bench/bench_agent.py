@@ -10,6 +10,8 @@ Run: ``python -m bench.bench_agent [--turns 300] [--history 1000]``. Prints JSON
   the input processors, the output processors (the persist) and making sure the thread exists.
 * ``concurrent_64_conversations``: 64 threads talking at once (last-10 history), turns/s and the latency of
   each whole turn (model included; it answers at once).
+* ``last_10_after_a_pause``: one turn on each of many threads idle past the actors' 2 s cache TTL, the
+  usual case in a real chat (the back-to-back turns above find the thread row and window cached).
 """
 
 from __future__ import annotations
@@ -123,6 +125,36 @@ async def _scenario(name: str, options: dict[str, Any], workdir: str, history: i
             "context_messages_p50": int(np.median(model.context_sizes))}
 
 
+async def _cold_turns(workdir: str, threads: int) -> dict[str, Any]:
+    """One turn on each of ``threads`` threads idle for longer than the actors' cache TTL (last-10 history).
+
+    What a real chat sees: people take seconds to answer and models seconds to reply, so the cached thread
+    row and history window have usually expired by the next turn and are read from the store again.
+    """
+    from threadmind.actors._thread_actor import TAIL_TTL
+
+    path = os.path.join(workdir, "cold.db")
+    workload = Workload(threads=threads, resources=min(threads, 20), turns=10)
+    model = _TimedModel()
+    overheads: list[float] = []
+    memory_steps: list[float] = []
+    async with Memory(storage=SQLiteStore(path), options={"lastMessages": 10}) as memory:
+        for t in range(threads):
+            await memory.create_thread(thread_id=workload.thread_id(t), resource_id=workload.resource_id(t))
+            await memory.save_messages([m for k in range(workload.turns) for m in workload.messages_for_turn(t, k)])
+        agent = Agent("bench", "You are a benchmark.", model, memory=memory)
+        await anyio.sleep(TAIL_TTL + 0.2)
+        with _MemorySteps() as steps:
+            for t in range(threads):
+                before, steps_before = model.seconds, steps.seconds
+                started = time.perf_counter()
+                await agent.generate(f"back after a pause, question on thread {t}", thread_id=workload.thread_id(t),
+                                     resource_id=workload.resource_id(t))
+                overheads.append(time.perf_counter() - started - (model.seconds - before))
+                memory_steps.append(steps.seconds - steps_before)
+    return {"turns": threads, **_pcts(overheads), "memory_steps": _pcts(memory_steps)}
+
+
 async def _concurrent(workdir: str, conversations: int, turns: int) -> dict[str, Any]:
     """``conversations`` threads talking at once, ``turns`` each (last-10 history): throughput and latency.
 
@@ -219,6 +251,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         report["observational_memory"] = await _observational(workdir, min(args.turns, 100))
         report["agent_without_memory"] = await _without_memory(args.turns)
         report["concurrent_64_conversations"] = await _concurrent(workdir, 64, max(1, args.turns // 10))
+        report["last_10_after_a_pause"] = await _cold_turns(workdir, min(args.turns, 200))
     base = report["last_10"]["p50_ms"]
     report["working_memory_extra_p50_ms"] = round(report["last_10_working_memory"]["p50_ms"] - base, 4)
     return report
