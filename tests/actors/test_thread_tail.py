@@ -222,6 +222,10 @@ async def test_a_reload_reads_as_many_rows_as_the_windows_asked(tmp_path: Path) 
             self.sizes.append(query.per_page)
             return await super().list_messages(query)
 
+        async def get_thread_with_tail(self, thread_id: str, size: int) -> Any:
+            self.sizes.append(size)
+            return await super().get_thread_with_tail(thread_id, size)
+
     store = Counting(tmp_path / "m.db")
     async with Memory(storage=store, options={"lastMessages": 10}) as memory:
         await memory.create_thread(thread_id="t", resource_id="r")
@@ -240,7 +244,7 @@ async def test_a_reload_reads_as_many_rows_as_the_windows_asked(tmp_path: Path) 
         assert store.sizes == [100]
 
 
-async def test_a_turn_on_a_thread_idle_past_the_ttl_reads_the_row_and_the_window_once(tmp_path: Path) -> None:
+async def test_a_turn_on_a_thread_idle_past_the_ttl_reads_the_row_and_the_window_together(tmp_path: Path) -> None:
     from threadmind.agent import Agent
     from threadmind.models import ScriptedModel
     from threadmind.stores import MessageQuery
@@ -256,6 +260,10 @@ async def test_a_turn_on_a_thread_idle_past_the_ttl_reads_the_row_and_the_window
             self.calls.append("list_messages")
             return await super().list_messages(query)
 
+        async def get_thread_with_tail(self, thread_id: str, size: int) -> Any:
+            self.calls.append("get_thread_with_tail")
+            return await super().get_thread_with_tail(thread_id, size)
+
     store = Counting(tmp_path / "m.db")
     now = [1000.0]
     async with Memory(storage=store, options={"lastMessages": 10}) as memory:
@@ -270,5 +278,5 @@ async def test_a_turn_on_a_thread_idle_past_the_ttl_reads_the_row_and_the_window
         now[0] += 3.0  # the user took three seconds to answer: the row and the tail have expired
         store.calls.clear()
         await agent.generate("q2", thread_id="t", resource_id="r")
-        assert sorted(store.calls) == ["get_thread", "list_messages"]
+        assert store.calls == ["get_thread_with_tail"]  # the row and the window in one read
         assert [m.text for m in model.requests[1].messages][-3:] == ["q1", "a1", "q2"]

@@ -178,6 +178,17 @@ class TestThreads:
             await store.create_thread_with_messages(Thread(id="t3", resource_id="r1"), [msg(1, "t3", "r2")])
 
 
+    async def test_thread_with_tail_is_the_row_and_the_newest_page(self, store: Any) -> None:
+        await thread(store, title="Trip")
+        await store.save_messages("t1", [msg(i, at=BASE + timedelta(seconds=i // 2)) for i in range(30)])
+        row, page = await store.get_thread_with_tail("t1", 8)
+        assert row == await store.get_thread("t1")
+        assert page == await store.list_messages(MessageQuery(thread_id="t1", per_page=8, direction="DESC"))
+        assert [m.id for m in page.messages][:2] == ["t1-m0029", "t1-m0028"] and page.total == 30
+        missing, empty = await store.get_thread_with_tail("nope", 8)
+        assert missing is None and empty.messages == [] and empty.total == 0
+
+
 class TestSaveMessages:
     async def test_roundtrip_fields(self, store: Store) -> None:
         await thread(store)

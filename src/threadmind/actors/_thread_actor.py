@@ -243,6 +243,13 @@ class ThreadActor(Actor[ThreadCommand]):
                 cached = self.answer_now(command)
                 if cached is not NOT_NOW:
                     return cached
+                if self._tail is None or not self._tail.fresh:
+                    # An agent turn asks for the row, then for its history: when both have expired (a thread
+                    # idle for over 2 s, the usual chat), read them together.
+                    self._thread = None
+                    await self._load_tail(self._capacity)
+                    assert self._thread is not None
+                    return self._thread[0]
                 row = await store.get_thread(self.key)
                 self._remember(row)
                 return row
@@ -352,15 +359,21 @@ class ThreadActor(Actor[ThreadCommand]):
         return MessagePage(messages=window, total=tail.total, page=0, per_page=limit, has_more=tail.total > limit)
 
     async def _load_tail(self, size: int) -> Tail:
-        # The owner comes from the cached row while it is fresh: an agent turn on a thread idle for over 2 s
-        # has just re-read it (its GetThread), so the reload is one store read, not two.
+        # The owner comes from the cached row while it is fresh (an agent turn on a thread idle for over 2 s
+        # has just re-read it); else row and tail come together, in one read where the store offers it.
         cached = self._thread
+        store = self._store
         if cached is not None and self._clock() < cached[1]:
             thread = cached[0]
+            page = await store.list_messages(MessageQuery(thread_id=self.key, per_page=size, direction="DESC"))
         else:
-            thread = await self._store.get_thread(self.key)
+            both = getattr(store, "get_thread_with_tail", None)
+            if both is not None:
+                thread, page = await both(self.key, size)
+            else:
+                thread = await store.get_thread(self.key)
+                page = await store.list_messages(MessageQuery(thread_id=self.key, per_page=size, direction="DESC"))
             self._remember(thread)
-        page = await self._store.list_messages(MessageQuery(thread_id=self.key, per_page=size, direction="DESC"))
         owner = thread.resource_id if thread is not None else None
         messages = page.messages[::-1]
         tail = Tail(messages, page.total, owner, clock=self._clock, ttl=TAIL_TTL)

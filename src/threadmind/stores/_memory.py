@@ -255,6 +255,11 @@ class InMemoryStore:
             return False
         return not flt.metadata or q.content_metadata_matches(row.message.content, flt.metadata)
 
+    async def get_thread_with_tail(self, thread_id: str, size: int) -> tuple[Thread | None, MessagePage]:
+        """The thread row and its newest ``size`` messages (newest first), as ``SQLiteStore`` offers it."""
+        thread = await self.get_thread(thread_id)
+        return thread, await self.list_messages(MessageQuery(thread_id=thread_id, per_page=size, direction="DESC"))
+
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         """Page through messages (reference §5.3), with include windows and filters."""
         await self._ready()

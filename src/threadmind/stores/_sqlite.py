@@ -1012,6 +1012,24 @@ class SQLiteStore:
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         """Page through messages (reference §5.3), with include windows and filters."""
+        return await self.execute_read(self._message_reader(query))
+
+    async def get_thread_with_tail(self, thread_id: str, size: int) -> tuple[Thread | None, MessagePage]:
+        """The thread row and its newest ``size`` messages (newest first) in one read transaction.
+
+        What a thread actor needs when both its cached row and its tail have expired: one hop to the reader
+        thread instead of two, and one snapshot.
+        """
+        read_page = self._message_reader(MessageQuery(thread_id=thread_id, per_page=size, direction="DESC"))
+
+        def read(conn: sqlite3.Connection) -> tuple[Thread | None, MessagePage]:
+            row = _fetch_thread_row(conn, thread_id)
+            return (None if row is None else _thread_from_row(row)), read_page(conn)
+
+        return await self.execute_read(read)
+
+    def _message_reader(self, query: MessageQuery) -> Callable[[sqlite3.Connection], MessagePage]:
+        """Validate ``query`` and build the function that reads its page on a connection."""
         flt = q.validate_message_query(query)
         where = [f"thread_id IN ({_placeholders(len(flt.thread_ids))})"]
         params: list[Any] = list(flt.thread_ids)
@@ -1063,7 +1081,7 @@ class SQLiteStore:
             return MessagePage(messages=messages, total=total, page=query.page, per_page=query.per_page,
                                has_more=q.messages_has_more(flt, len(page), total, messages))
 
-        return await self.execute_read(read)
+        return read
 
     async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
         """Messages with these ids in any thread, ascending by (created_at, sequence); unknown ids skipped."""
