@@ -89,7 +89,12 @@ class ThreadPage(msgspec.Struct, frozen=True, kw_only=True):
 
 @runtime_checkable
 class Store(Protocol):
-    """Durable threads, messages and resources. Implementations: ``SQLiteStore``, ``InMemoryStore``."""
+    """Durable threads, messages and resources. Implementations: ``SQLiteStore``, ``InMemoryStore``.
+
+    Optional: ``async get_thread_with_tail(thread_id, size) -> (Thread | None, MessagePage)``, the thread row
+    and ``list_messages(MessageQuery(thread_id=..., per_page=size, direction="DESC"))`` in one read; thread
+    actors use it when a store has it (both built-in stores do) and two calls otherwise.
+    """
 
     async def open(self) -> None:
         """Create or validate the schema and connections; idempotent."""
