@@ -280,3 +280,55 @@ async def test_a_turn_on_a_thread_idle_past_the_ttl_reads_the_row_and_the_window
         await agent.generate("q2", thread_id="t", resource_id="r")
         assert store.calls == ["get_thread_with_tail"]  # the row and the window in one read
         assert [m.text for m in model.requests[1].messages][-3:] == ["q1", "a1", "q2"]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_writes_straight_into_the_store_are_seen_at_once(tmp_path: Path, kind: str) -> None:
+    """The store counts its writes per thread, so a write that bypasses the thread's actor (a processor built
+    on ``memory.storage``) drops the actor's caches at once instead of after the 2 s expiry."""
+    store = SQLiteStore(tmp_path / "m.db") if kind == "sqlite" else InMemoryStore()
+    async with Memory(storage=store, options={"lastMessages": 5}) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        await memory.save_messages([_msg(i, i) for i in range(3)])
+        threads = memory._threads
+        assert threads is not None
+        assert [m.id for m in (await memory.recall("t", resource_id="r")).messages] == ["m0", "m1", "m2"]
+        await memory.storage.save_messages("t", [_msg(3, 3)])  # past the actor
+        assert [m.id for m in (await memory.recall("t", resource_id="r")).messages] == ["m0", "m1", "m2", "m3"]
+        await memory.storage.delete_messages(["m1"])
+        assert [m.id for m in (await memory.recall("t", resource_id="r")).messages] == ["m0", "m2", "m3"]
+        await threads.ask("t", GetThread())  # cache the row
+        await memory.storage.update_thread("t", metadata={"topic": "tea"})
+        row = await threads.ask("t", GetThread())
+        assert row is not None and row.metadata == {"topic": "tea"}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_concurrent_writes_past_the_actor_never_leave_a_stale_window(tmp_path: Path, kind: str) -> None:
+    """Saves through the actor and straight into the store at once (one group commit may carry both): after
+    each round the cached window equals the store's."""
+    rng = random.Random(12)
+    store = SQLiteStore(tmp_path / "m.db") if kind == "sqlite" else InMemoryStore()
+    async with Memory(storage=store, options={"lastMessages": 6}) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        next_id = 0
+        for step in range(40):
+            batches: list[tuple[bool, list[Message]]] = []
+            for _ in range(rng.randint(1, 4)):
+                batch = [_msg(next_id + k, step) for k in range(rng.randint(1, 2))]
+                next_id += len(batch)
+                batches.append((rng.random() < 0.4, batch))
+
+            async def save(direct: bool, batch: list[Message]) -> None:
+                if direct:
+                    await memory.storage.save_messages("t", batch)
+                else:
+                    await memory.save_messages(batch)
+
+            async with anyio.create_task_group() as tg:
+                for direct, batch in batches:
+                    tg.start_soon(save, direct, batch)
+            fast = await memory.recall("t", resource_id="r")
+            exact = await memory.recall("t", resource_id="r", per_page=6)
+            assert [m.id for m in fast.messages] == [m.id for m in exact.messages], step
+            assert fast.total == exact.total == next_id

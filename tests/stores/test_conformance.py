@@ -189,6 +189,27 @@ class TestThreads:
         assert missing is None and empty.messages == [] and empty.total == 0
 
 
+    async def test_thread_version_counts_each_write_call(self, store: Any) -> None:
+        v = store.thread_version
+        assert v("t1") == 0
+        await thread(store)
+        await thread(store, "t2")
+        assert (v("t1"), v("t2")) == (1, 1)
+        await store.save_messages("t1", [msg(0), msg(1)])
+        await store.update_thread("t1", title="x")
+        await store.get_thread("t1")
+        await store.list_messages(MessageQuery(thread_id="t1"))
+        await store.get_thread_with_tail("t1", 5)
+        assert v("t1") == 3  # reads do not count
+        await store.update_messages([{"id": "t1-m0000", "content": {"content": "edited"}}])
+        await store.save_messages("t2", [msg(0, "t2")])
+        await store.delete_messages(["t1-m0001", "t2-m0000"])
+        assert (v("t1"), v("t2")) == (5, 3)
+        await store.update_thread_resource_id("t1", "r9")
+        await store.delete_thread("t1")
+        assert v("t1") == 7
+
+
 class TestSaveMessages:
     async def test_roundtrip_fields(self, store: Store) -> None:
         await thread(store)

@@ -177,6 +177,11 @@ class ThreadActor(Actor[ThreadCommand]):
         # How many of the newest messages the tail keeps: grows (up to TAIL_MAX) to the longest window asked.
         self._capacity = TAIL_MIN
         self._thread: tuple[Thread | None, float] | None = None  # (row, expires at)
+        # The store's write count for this thread, when it keeps one (ThreadVersions): the count this actor
+        # last saw, and how many of this command's store calls write.
+        self._versions: Callable[[str], int] | None = getattr(store, "thread_version", None)
+        self._seen: int | None = None
+        self._own_writes = 0
 
     @property
     def thread_id(self) -> str:
@@ -197,11 +202,34 @@ class ThreadActor(Actor[ThreadCommand]):
         self._turns -= 1
 
     async def handle(self, command: ThreadCommand) -> Any:
+        """Run ``command``; with a store that counts its writes, drop the caches a write past us made stale.
+
+        The caches (row and tail) are trusted while the store's count for this thread is the one this actor
+        last saw: a command starting on another count finds them gone, and one whose own writes do not
+        explain the count at its end (a write straight into the store meanwhile) leaves them gone.
+        """
+        versions = self._versions
+        if versions is None:
+            return await self._handle(command)
+        start = versions(self.key)
+        if start != self._seen:  # written past this actor (e.g. straight into the store)
+            self._tail = self._thread = None
+        self._own_writes = 0
+        try:
+            return await self._handle(command)
+        finally:
+            end = versions(self.key)
+            if end != start + self._own_writes:
+                self._tail = self._thread = None
+            self._seen = end
+
+    async def _handle(self, command: ThreadCommand) -> Any:
         store = self._store
         match command:
             case SaveMessages(messages, after, observer):
                 if observer is not None:
                     await observer.started()
+                self._own_writes += 1
                 try:
                     if after is None:
                         saved = await store.save_messages(self.key, messages)
@@ -255,12 +283,14 @@ class ThreadActor(Actor[ThreadCommand]):
                 return row
             case CreateThread(thread):
                 self._tail = self._thread = None
+                self._own_writes += 1
                 created = await store.create_thread(thread)
                 self._tail = Tail([], 0, created.resource_id, clock=self._clock, ttl=TAIL_TTL)
                 self._remember(created)
                 return created
             case UpdateThread(title, metadata):
                 self._thread = None
+                self._own_writes += 1
                 updated = await store.update_thread(self.key, title=title, metadata=metadata)
                 self._remember(updated)
                 return updated
@@ -273,6 +303,7 @@ class ThreadActor(Actor[ThreadCommand]):
                 if changes is None:
                     self._remember(current)
                     return None
+                self._own_writes += 1
                 updated = await store.update_thread(self.key, metadata=changes)
                 self._remember(updated)
                 return updated
@@ -297,11 +328,11 @@ class ThreadActor(Actor[ThreadCommand]):
         match command:
             case GetThread():
                 cached = self._thread
-                if cached is not None and self._clock() < cached[1]:
+                if cached is not None and self._clock() < cached[1] and self._in_step():
                     return cached[0]
             case LoadWindow(limit, resource_id, tolerate_missing):
                 tail = self._tail
-                if tail is not None and tail.fresh:
+                if tail is not None and tail.fresh and self._in_step():
                     window = tail.window(limit)
                     if window is not None:
                         return self._page(tail, window, limit, resource_id, tolerate_missing)
@@ -317,7 +348,8 @@ class ThreadActor(Actor[ThreadCommand]):
         than the bound (the tail is the newest rows in store order, so nothing it lacks can match).
         """
         tail = self._tail
-        if (tail is None or not tail.fresh or not tail.messages or not _reads_since(query, self.key)
+        if (tail is None or not tail.fresh or not tail.messages or not self._in_step()
+                or not _reads_since(query, self.key)
                 or (query.resource_id is not None and query.resource_id != tail.owner)):
             return NOT_NOW
         bound = query.date_range
@@ -331,6 +363,12 @@ class ThreadActor(Actor[ThreadCommand]):
         else:
             rows = [m for m in tail.messages if m.created_at >= start]
         return MessagePage(messages=rows, total=len(rows), page=0, per_page=False, has_more=False)
+
+    def _in_step(self) -> bool:
+        """No write reached the store past this actor since it last looked (always, for a store that does not
+        count its writes)."""
+        versions = self._versions
+        return versions is None or versions(self.key) == self._seen
 
     def _remember(self, thread: Thread | None) -> None:
         self._thread = (thread, self._clock() + TAIL_TTL)

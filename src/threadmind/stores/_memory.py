@@ -22,6 +22,7 @@ from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._protocol import UNSET, MessagePage, MessageQuery, SaveHook, ThreadPage, UnsetType
+from ._versions import ThreadVersions
 
 __all__ = ("InMemoryStore",)
 
@@ -56,6 +57,7 @@ class InMemoryStore:
         self._by_thread: dict[str, list[_Row]] = {}
         self._resources: dict[str, Resource] = {}
         self._seq = itertools.count(1)
+        self._versions = ThreadVersions()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -96,7 +98,12 @@ class InMemoryStore:
         if stored.id in self._threads:
             raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
         self._threads[stored.id] = (stored, next(self._seq))
+        self._versions.bump((stored.id,))
         return stored
+
+    def thread_version(self, thread_id: str) -> int:
+        """How many write calls through this store touched the thread (see ``ThreadVersions``)."""
+        return self._versions.get(thread_id)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         """The thread or None."""
@@ -153,6 +160,7 @@ class InMemoryStore:
                                 message=f"Thread {thread_id} not found")
         updated = q.updated_thread(old, title, metadata)
         self._threads[thread_id] = (updated, seq)
+        self._versions.bump((thread_id,))
         return updated
 
     async def delete_thread(self, thread_id: str) -> None:
@@ -161,6 +169,7 @@ class InMemoryStore:
         for row in self._by_thread.pop(thread_id, ()):
             del self._messages[row.message.id]
         self._threads.pop(thread_id, None)
+        self._versions.bump((thread_id,))
 
     async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
         """Move a thread and all its messages to another resource."""
@@ -172,6 +181,7 @@ class InMemoryStore:
         self._threads[thread_id] = (moved, seq)
         for row in self._by_thread.get(thread_id, ()):
             row.message = msgspec.structs.replace(row.message, resource_id=resource_id)
+        self._versions.bump((thread_id,))
         return moved
 
     async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
@@ -190,6 +200,7 @@ class InMemoryStore:
                     f"message id {message.id!r} already belongs to thread {existing.message.thread_id!r}")
         self._threads[stored.id] = (stored, next(self._seq))
         self._upsert(stored.id, messages)
+        self._versions.bump((stored.id,))
         return stored
 
     # -- messages ----------------------------------------------------------------------------------------
@@ -210,6 +221,9 @@ class InMemoryStore:
                 bisect.insort(rows, row, key=_row_key)
 
     def _bump(self, thread_ids: Iterable[str]) -> None:
+        """Bump ``updated_at`` and the write counter of each thread (a message write)."""
+        thread_ids = list(thread_ids)
+        self._versions.bump(thread_ids)
         now = utc_now()
         for thread_id in thread_ids:
             entry = self._threads.get(thread_id)

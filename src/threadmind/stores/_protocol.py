@@ -91,9 +91,13 @@ class ThreadPage(msgspec.Struct, frozen=True, kw_only=True):
 class Store(Protocol):
     """Durable threads, messages and resources. Implementations: ``SQLiteStore``, ``InMemoryStore``.
 
-    Optional: ``async get_thread_with_tail(thread_id, size) -> (Thread | None, MessagePage)``, the thread row
-    and ``list_messages(MessageQuery(thread_id=..., per_page=size, direction="DESC"))`` in one read; thread
-    actors use it when a store has it (both built-in stores do) and two calls otherwise.
+    Optional, and offered by both built-in stores:
+
+    * ``async get_thread_with_tail(thread_id, size) -> (Thread | None, MessagePage)``: the thread row and
+      ``list_messages(MessageQuery(thread_id=..., per_page=size, direction="DESC"))`` in one read; thread
+      actors use it when present, two calls otherwise.
+    * ``thread_version(thread_id) -> int``: how many write calls touched the thread's row or messages
+      (one per call, success or not); with it a thread actor sees at once that a write went past it.
     """
 
     async def open(self) -> None:

@@ -57,6 +57,7 @@ from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
 from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
 from ._schema import create_schema
+from ._versions import ThreadVersions
 
 __all__ = ("SQLiteStore", "StoreStatistics")
 
@@ -505,6 +506,7 @@ class SQLiteStore:
         max_batch: int = 256,
     ) -> None:
         self._path = os.fspath(path)
+        self._versions = ThreadVersions()
         if self._path == ":memory:" or not self._path:
             raise ConfigError("SQLiteStore needs a file path (use InMemoryStore for an ephemeral store)")
         if not isinstance(synchronous, str) or synchronous.upper() not in _SYNC_MODES:
@@ -842,7 +844,14 @@ class SQLiteStore:
             )
             return stored
 
-        return await self.execute_write(job)
+        try:
+            return await self.execute_write(job)
+        finally:
+            self._versions.bump((stored.id,))
+
+    def thread_version(self, thread_id: str) -> int:
+        """How many write calls through this store object touched the thread (see ``ThreadVersions``)."""
+        return self._versions.get(thread_id)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         """The thread or None."""
@@ -913,7 +922,10 @@ class SQLiteStore:
                          (updated.title, meta, to_iso(updated.updated_at), thread_id))
             return updated
 
-        return await self.execute_write(job)
+        try:
+            return await self.execute_write(job)
+        finally:
+            self._versions.bump((thread_id,))
 
     async def delete_thread(self, thread_id: str) -> None:
         """Delete the thread and its messages in one transaction (no error when missing)."""
@@ -922,7 +934,10 @@ class SQLiteStore:
             conn.execute("DELETE FROM mastra_messages WHERE thread_id = ?", (thread_id,))
             conn.execute("DELETE FROM mastra_threads WHERE id = ?", (thread_id,))
 
-        await self.execute_write(job)
+        try:
+            await self.execute_write(job)
+        finally:
+            self._versions.bump((thread_id,))
 
     async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
         """Move a thread and all its messages to another resource in one transaction."""
@@ -939,7 +954,10 @@ class SQLiteStore:
             conn.execute('UPDATE mastra_messages SET "resourceId" = ? WHERE thread_id = ?', (resource_id, thread_id))
             return msgspec.structs.replace(_thread_from_row(row), resource_id=resource_id, updated_at=now)
 
-        return await self.execute_write(job)
+        try:
+            return await self.execute_write(job)
+        finally:
+            self._versions.bump((thread_id,))
 
     async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
         """Insert a new thread and its messages atomically (used by clone)."""
@@ -962,7 +980,10 @@ class SQLiteStore:
             _upsert(conn, rows)
             return stored
 
-        return await self.execute_write(job)
+        try:
+            return await self.execute_write(job)
+        finally:
+            self._versions.bump((stored.id,))
 
     # -- messages ----------------------------------------------------------------------------------------
 
@@ -1007,7 +1028,10 @@ class SQLiteStore:
             return {mid: created for mid, created in stored if created != written[mid]}
 
         await self._ready()
-        kept = await self._submit(job, _SaveSpec(thread_id, rows, messages, after))
+        try:
+            kept = await self._submit(job, _SaveSpec(thread_id, rows, messages, after))
+        finally:
+            self._versions.bump((thread_id,))
         return q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
@@ -1125,10 +1149,16 @@ class SQLiteStore:
                 [(q.encode_content_text(m.content), m.role, m.type or "v2", to_iso(m.created_at), m.resource_id,
                   m.id) for _, m in current.values()],
             )
-            _bump(conn, {m.thread_id for _, m in current.values() if m.thread_id}, to_iso(utc_now()))
+            threads = {m.thread_id for _, m in current.values() if m.thread_id}
+            touched.extend(threads)
+            _bump(conn, threads, to_iso(utc_now()))
             return q.assemble((((to_iso(m.created_at), key[1]), m) for key, m in current.values()), (), False)
 
-        return await self.execute_write(job)
+        touched: list[str] = []  # filled by the job (in the writer thread) before it returns
+        try:
+            return await self.execute_write(job)
+        finally:
+            self._versions.bump(touched)
 
     async def delete_messages(self, ids: Sequence[str]) -> set[str]:
         """Delete messages by id; return the affected thread ids (their ``updated_at`` bumped)."""
@@ -1144,10 +1174,15 @@ class SQLiteStore:
                 threads.update(r[0] for r in conn.execute(
                     f"SELECT DISTINCT thread_id FROM mastra_messages WHERE id IN ({marks})", chunk))
                 conn.execute(f"DELETE FROM mastra_messages WHERE id IN ({marks})", chunk)
+            touched.extend(threads)
             _bump(conn, threads, to_iso(utc_now()))
             return threads
 
-        return await self.execute_write(job)
+        touched: list[str] = []  # filled by the job (in the writer thread) before it returns
+        try:
+            return await self.execute_write(job)
+        finally:
+            self._versions.bump(touched)
 
     # -- resources ---------------------------------------------------------------------------------------
 
