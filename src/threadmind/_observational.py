@@ -129,7 +129,7 @@ class ObservationalMemoryEngine:
     def records(self) -> ObservationalMemoryStore:
         """The OM record store (the SQLite table, or a dictionary)."""
         if self._records is None:
-            self._records = om_store_for(self._memory.storage)
+            self._records = om_store_for(self._memory.storage, ttl=self._memory._cache_ttl)
         return self._records
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import math
 import re
 import uuid
 import warnings
@@ -53,6 +54,7 @@ from .actors._registry import ActorRegistry
 from .actors._resource_actor import GetResource, ResourceActor
 from .actors._thread_actor import (
     TAIL_MAX,
+    TAIL_TTL,
     CreateThread,
     DeleteMessages,
     DeleteThread,
@@ -235,6 +237,11 @@ class Memory:
     :param options: a ``MemoryConfig`` or a dict in Mastra's camelCase shape.
     :param token_counter: counts tokens for budgets and ``estimate_tokens``; the reference-compatible
         estimator by default, or ``ExactTokenCounter()`` (extra ``[tokens]``) for real BPE counts.
+    :param cache_ttl: seconds the thread and resource actors (and observational memory) trust what they
+        cached from the store: a thread's row and newest messages, a resource's row, the current OM record.
+        Writes through this process are seen at once either way; the TTL bounds how long a write by
+        another process can go unseen. ``None``: no expiry, for a database only this process writes (a turn
+        after a pause then reads nothing before the model).
     """
 
     def __init__(
@@ -248,7 +255,12 @@ class Memory:
         idle_timeout: float = 300.0,
         token_counter: TokenCounter | None = None,
         max_actors: int = 10_000,
+        cache_ttl: float | None = TAIL_TTL,
     ) -> None:
+        if cache_ttl is not None and (isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float))
+                                      or not cache_ttl >= 0):
+            raise ConfigError(f"cache_ttl must be None or a number of seconds >= 0, got {cache_ttl!r}")
+        self._cache_ttl = math.inf if cache_ttl is None else float(cache_ttl)
         self._options = memory_config_from(options)
         self._merged: OrderedDict[bytes, MemoryConfig] = OrderedDict()
         if embedding_dimension is not None and (
@@ -309,13 +321,14 @@ class Memory:
             stack.push_async_callback(store.aclose)
             self._threads = await stack.enter_async_context(
                 ActorRegistry(
-                    lambda key: ThreadActor(key, store),
+                    lambda key: ThreadActor(key, store, ttl=self._cache_ttl),
                     idle_timeout=self._idle_timeout,
                     max_actors=self._max_actors,
                 )
             )
             self._resources = await stack.enter_async_context(
-                ActorRegistry(lambda key: ResourceActor(key, store), idle_timeout=self._idle_timeout)
+                ActorRegistry(lambda key: ResourceActor(key, store, ttl=self._cache_ttl),
+                              idle_timeout=self._idle_timeout)
             )
             if self._vector is not None and self._embedder is not None:
                 from .actors._index_actor import IndexActor

@@ -83,18 +83,24 @@ async def test_the_cached_row_expires_and_exclusive_work_drops_it(tmp_path: Path
             assert await registry.ask("r", GetResource()) is None
             assert await registry.ask("r", GetResource()) is None
             assert len(reads) == 1
-            # Another process writes the row: the cache may lag it, but by at most the TTL.
-            await store.update_resource("r", working_memory="from elsewhere")
+            # Another process (here: another store on the same file, with its own write counts) writes the
+            # row: the cache may lag it, but by at most the TTL.
+            async with SQLiteStore(tmp_path / "m.db") as elsewhere:
+                await elsewhere.update_resource("r", working_memory="from elsewhere")
             cached: Any = await registry.ask("r", GetResource())
             assert cached is None
             clock.now += 2.5
             fresh: Any = await registry.ask("r", GetResource())
             assert fresh is not None and fresh.working_memory == "from elsewhere"
             assert len(reads) == 2
+            # A write straight into this store, past the actor, is seen at once.
+            await store.update_resource("r", working_memory="past the actor")
+            seen: Any = await registry.ask("r", GetResource())
+            assert seen.working_memory == "past the actor" and len(reads) == 3
 
             async def write() -> None:
                 await store.update_resource("r", working_memory="through the actor")
 
             await registry.ask("r", Exclusive(write))
             after: Any = await registry.ask("r", GetResource())
-            assert after.working_memory == "through the actor" and len(reads) == 3
+            assert after.working_memory == "through the actor" and len(reads) == 4

@@ -332,3 +332,45 @@ async def test_concurrent_writes_past_the_actor_never_leave_a_stale_window(tmp_p
             exact = await memory.recall("t", resource_id="r", per_page=6)
             assert [m.id for m in fast.messages] == [m.id for m in exact.messages], step
             assert fast.total == exact.total == next_id
+
+
+@pytest.mark.parametrize("bad", [-1, True, "2", float("nan")])
+def test_cache_ttl_is_validated(bad: Any) -> None:
+    from threadmind.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cache_ttl"):
+        Memory(storage=InMemoryStore(), cache_ttl=bad)
+
+
+async def test_without_a_cache_ttl_a_turn_after_a_pause_reads_nothing(tmp_path: Path) -> None:
+    """``cache_ttl=None`` (only this process writes the file): the row and the window stay cached however long
+    the thread idles, and writes through this process still reach them at once."""
+    from threadmind.agent import Agent
+    from threadmind.models import ScriptedModel
+    from threadmind.stores import MessageQuery
+
+    class Counting(SQLiteStore):
+        reads = 0
+
+        async def execute_read(self, fn: Any) -> Any:
+            self.reads += 1
+            return await super().execute_read(fn)
+
+    store = Counting(tmp_path / "m.db")
+    now = [1000.0]
+    async with Memory(storage=store, options={"lastMessages": 10}, cache_ttl=None) as memory:
+        threads = memory._threads
+        assert threads is not None
+        threads.get("t")._clock = lambda: now[0]
+        await memory.create_thread(thread_id="t", resource_id="r")
+        await memory.save_messages([_msg(i, i) for i in range(30)])
+        model = ScriptedModel(["a1", "a2", "a3"])
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate("q1", thread_id="t", resource_id="r")
+        now[0] += 3600.0  # an hour later
+        reads = store.reads
+        await agent.generate("q2", thread_id="t", resource_id="r")
+        assert store.reads == reads
+        await store.save_messages("t", [_msg(99, 10**9)])  # straight into the store (dated ahead): seen at once
+        page = await memory._routed.list_messages(MessageQuery(thread_id="t", per_page=3, direction="DESC"))
+        assert page.messages[0].id == "m99"

@@ -3,8 +3,9 @@
 Resource-scoped working memory is shared by every thread of the resource, so its updates run here one at a
 time. Every such update goes through this actor, which therefore keeps the resource row it last read: an
 agent turn with working memory reads it from memory instead of the database. Any exclusive operation drops
-it (it may have written), and it expires after ``ttl`` seconds, which bounds how stale it can be when
-another process writes the same file.
+it (it may have written); a store that counts its writes (both built-in stores) tells of a write straight
+into it; and it expires after ``ttl`` seconds, which bounds how stale it can be when another process
+writes the same file.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ class ResourceActor(Actor[ResourceCommand]):
         self._store = store
         self._ttl = ttl
         self._resource: tuple[Resource | None, float] | None = None  # (row, expires at)
+        # The store's write count for this resource (when it keeps one) as of the cached row.
+        self._versions: Callable[[str], int] | None = getattr(store, "resource_version", None)
+        self._seen: int | None = None
+
+    def _version(self) -> int | None:
+        return None if self._versions is None else self._versions(self.key)
 
     async def handle(self, command: ResourceCommand) -> Any:
         match command:
@@ -47,8 +54,11 @@ class ResourceActor(Actor[ResourceCommand]):
                 cached = self.answer_now(command)
                 if cached is not NOT_NOW:
                     return cached
+                before = self._version()
                 row = await self._store.get_resource(self.key)
-                self._resource = (row, self._clock() + self._ttl)
+                if self._version() == before:  # no write landed while reading: keep it
+                    self._resource = (row, self._clock() + self._ttl)
+                    self._seen = before
                 return row
             case Exclusive(fn):
                 self._resource = None  # an arbitrary read-modify-write: trust the cache neither now nor after
@@ -65,6 +75,7 @@ class ResourceActor(Actor[ResourceCommand]):
     def answer_now(self, command: ResourceCommand) -> Any:
         """The cached row while it is fresh."""
         cached = self._resource
-        if isinstance(command, GetResource) and cached is not None and self._clock() < cached[1]:
+        if (isinstance(command, GetResource) and cached is not None and self._clock() < cached[1]
+                and self._version() == self._seen):  # and nothing wrote it past this actor
             return cached[0]
         return NOT_NOW

@@ -167,9 +167,10 @@ def _reads_since(query: MessageQuery, thread_id: str) -> bool:
 class ThreadActor(Actor[ThreadCommand]):
     """Serializes every operation on one thread; also guards agent turns (``turn_lock``)."""
 
-    def __init__(self, thread_id: str, store: Store, *, mailbox_capacity: int = 1024) -> None:
+    def __init__(self, thread_id: str, store: Store, *, mailbox_capacity: int = 1024, ttl: float = TAIL_TTL) -> None:
         super().__init__(thread_id, mailbox_capacity=mailbox_capacity)
         self._store = store
+        self._ttl = ttl  # seconds the cached row and tail are trusted (math.inf: until a write says otherwise)
         # fast_acquire: an uncontended turn takes the lock without a yield (one event-loop pass per turn).
         self.turn_lock = anyio.Lock(fast_acquire=True)
         self._turns = 0
@@ -177,7 +178,7 @@ class ThreadActor(Actor[ThreadCommand]):
         # How many of the newest messages the tail keeps: grows (up to TAIL_MAX) to the longest window asked.
         self._capacity = TAIL_MIN
         self._thread: tuple[Thread | None, float] | None = None  # (row, expires at)
-        # The store's write count for this thread, when it keeps one (ThreadVersions): the count this actor
+        # The store's write count for this thread, when it keeps one (WriteCounts): the count this actor
         # last saw, and how many of this command's store calls write.
         self._versions: Callable[[str], int] | None = getattr(store, "thread_version", None)
         self._seen: int | None = None
@@ -285,7 +286,7 @@ class ThreadActor(Actor[ThreadCommand]):
                 self._tail = self._thread = None
                 self._own_writes += 1
                 created = await store.create_thread(thread)
-                self._tail = Tail([], 0, created.resource_id, clock=self._clock, ttl=TAIL_TTL)
+                self._tail = Tail([], 0, created.resource_id, clock=self._clock, ttl=self._ttl)
                 self._remember(created)
                 return created
             case UpdateThread(title, metadata):
@@ -371,7 +372,7 @@ class ThreadActor(Actor[ThreadCommand]):
         return versions is None or versions(self.key) == self._seen
 
     def _remember(self, thread: Thread | None) -> None:
-        self._thread = (thread, self._clock() + TAIL_TTL)
+        self._thread = (thread, self._clock() + self._ttl)
 
     async def _load_window(self, limit: int, resource_id: str | None, tolerate_missing: bool) -> MessagePage:
         """A window the cached tail cannot answer (stale, missing, or too short): re-read the tail first."""
@@ -414,7 +415,7 @@ class ThreadActor(Actor[ThreadCommand]):
             self._remember(thread)
         owner = thread.resource_id if thread is not None else None
         messages = page.messages[::-1]
-        tail = Tail(messages, page.total, owner, clock=self._clock, ttl=TAIL_TTL)
+        tail = Tail(messages, page.total, owner, clock=self._clock, ttl=self._ttl)
         # Only a tail whose rows all carry the owner's resource id answers resource-filtered reads exactly.
         self._tail = tail if all(m.resource_id == owner for m in messages) else None
         return tail

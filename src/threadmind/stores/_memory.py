@@ -22,7 +22,7 @@ from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._protocol import UNSET, MessagePage, MessageQuery, SaveHook, ThreadPage, UnsetType
-from ._versions import ThreadVersions
+from ._versions import WriteCounts
 
 __all__ = ("InMemoryStore",)
 
@@ -57,7 +57,8 @@ class InMemoryStore:
         self._by_thread: dict[str, list[_Row]] = {}
         self._resources: dict[str, Resource] = {}
         self._seq = itertools.count(1)
-        self._versions = ThreadVersions()
+        self._versions = WriteCounts()
+        self._resource_versions = WriteCounts()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -102,8 +103,12 @@ class InMemoryStore:
         return stored
 
     def thread_version(self, thread_id: str) -> int:
-        """How many write calls through this store touched the thread (see ``ThreadVersions``)."""
+        """How many write calls through this store touched the thread (see ``WriteCounts``)."""
         return self._versions.get(thread_id)
+
+    def resource_version(self, resource_id: str) -> int:
+        """How many write calls through this store touched the resource (see ``WriteCounts``)."""
+        return self._resource_versions.get(resource_id)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         """The thread or None."""
@@ -364,6 +369,7 @@ class InMemoryStore:
         q.check_resource_args(resource_id, working_memory, metadata)
         new = q.updated_resource(resource_id, self._resources.get(resource_id), working_memory, metadata)
         self._resources[resource_id] = new
+        self._resource_versions.bump((resource_id,))
         return new
 
     # -- CLI helpers -------------------------------------------------------------------------------------

@@ -217,8 +217,9 @@ class _SQLiteOMStore:
     forgets it, and a read that overlapped a write is not kept.
     """
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, ttl: float | None = None) -> None:
         self._store = store
+        self._ttl = ttl  # None: _CURRENT_TTL
         self._ready = False
         self._lock = anyio.Lock()
         self._current: OrderedDict[str, tuple[OMRecord | None, float]] = OrderedDict()
@@ -256,7 +257,8 @@ class _SQLiteOMStore:
         writes = self._writes
         result: OMRecord | None = await self._store.execute_read(read)
         if writes == self._writes:
-            self._current[key] = (result.copy() if result is not None else None, time.monotonic() + _CURRENT_TTL)
+            ttl = _CURRENT_TTL if self._ttl is None else self._ttl
+            self._current[key] = (result.copy() if result is not None else None, time.monotonic() + ttl)
             self._current.move_to_end(key)
             if len(self._current) > _CURRENT_KEYS:
                 self._current.popitem(last=False)
@@ -328,8 +330,11 @@ class _DictOMStore:
         self._records.pop(key, None)
 
 
-def om_store_for(store: object) -> ObservationalMemoryStore:
-    """The OM record store for a memory store: the SQLite table when it has a writer, else a dictionary."""
+def om_store_for(store: object, *, ttl: float | None = None) -> ObservationalMemoryStore:
+    """The OM record store for a memory store: the SQLite table when it has a writer, else a dictionary.
+
+    ``ttl``: seconds a current record is kept (default 2; ``math.inf`` when no other process writes).
+    """
     if callable(getattr(store, "execute_write", None)) and callable(getattr(store, "execute_read", None)):
-        return _SQLiteOMStore(store)
+        return _SQLiteOMStore(store, ttl)
     return _DictOMStore()

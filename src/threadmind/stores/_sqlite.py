@@ -57,7 +57,7 @@ from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
 from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
 from ._schema import create_schema
-from ._versions import ThreadVersions
+from ._versions import WriteCounts
 
 __all__ = ("SQLiteStore", "StoreStatistics")
 
@@ -506,7 +506,8 @@ class SQLiteStore:
         max_batch: int = 256,
     ) -> None:
         self._path = os.fspath(path)
-        self._versions = ThreadVersions()
+        self._versions = WriteCounts()
+        self._resource_versions = WriteCounts()
         if self._path == ":memory:" or not self._path:
             raise ConfigError("SQLiteStore needs a file path (use InMemoryStore for an ephemeral store)")
         if not isinstance(synchronous, str) or synchronous.upper() not in _SYNC_MODES:
@@ -850,8 +851,12 @@ class SQLiteStore:
             self._versions.bump((stored.id,))
 
     def thread_version(self, thread_id: str) -> int:
-        """How many write calls through this store object touched the thread (see ``ThreadVersions``)."""
+        """How many write calls through this store object touched the thread (see ``WriteCounts``)."""
         return self._versions.get(thread_id)
+
+    def resource_version(self, resource_id: str) -> int:
+        """How many write calls through this store object touched the resource (see ``WriteCounts``)."""
+        return self._resource_versions.get(resource_id)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         """The thread or None."""
@@ -1218,7 +1223,10 @@ class SQLiteStore:
             )
             return new
 
-        return await self.execute_write(job)
+        try:
+            return await self.execute_write(job)
+        finally:
+            self._resource_versions.bump((resource_id,))
 
     # -- CLI helpers -------------------------------------------------------------------------------------
 
