@@ -675,6 +675,15 @@ class SQLiteStore:
         await self._ready()
         return await self._submit(fn, defer=defer)
 
+    async def _write_counted(self, fn: Callable[[sqlite3.Connection], T], counts: WriteCounts,
+                             keys: Iterable[str]) -> T:
+        """``execute_write(fn)``, then one write counted for each of ``keys`` (read once ``fn`` has run, so a
+        job may fill them in), whether it succeeded or not: a thread or resource actor re-reads either way."""
+        try:
+            return await self.execute_write(fn)
+        finally:
+            counts.bump(keys)
+
     async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the reader connection inside one read transaction (one consistent snapshot)."""
         await self._ready()
@@ -845,10 +854,7 @@ class SQLiteStore:
             )
             return stored
 
-        try:
-            return await self.execute_write(job)
-        finally:
-            self._versions.bump((stored.id,))
+        return await self._write_counted(job, self._versions, (stored.id,))
 
     def thread_version(self, thread_id: str) -> int:
         """How many write calls through this store object touched the thread (see ``WriteCounts``)."""
@@ -927,10 +933,7 @@ class SQLiteStore:
                          (updated.title, meta, to_iso(updated.updated_at), thread_id))
             return updated
 
-        try:
-            return await self.execute_write(job)
-        finally:
-            self._versions.bump((thread_id,))
+        return await self._write_counted(job, self._versions, (thread_id,))
 
     async def delete_thread(self, thread_id: str) -> None:
         """Delete the thread and its messages in one transaction (no error when missing)."""
@@ -939,10 +942,7 @@ class SQLiteStore:
             conn.execute("DELETE FROM mastra_messages WHERE thread_id = ?", (thread_id,))
             conn.execute("DELETE FROM mastra_threads WHERE id = ?", (thread_id,))
 
-        try:
-            await self.execute_write(job)
-        finally:
-            self._versions.bump((thread_id,))
+        await self._write_counted(job, self._versions, (thread_id,))
 
     async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
         """Move a thread and all its messages to another resource in one transaction."""
@@ -959,10 +959,7 @@ class SQLiteStore:
             conn.execute('UPDATE mastra_messages SET "resourceId" = ? WHERE thread_id = ?', (resource_id, thread_id))
             return msgspec.structs.replace(_thread_from_row(row), resource_id=resource_id, updated_at=now)
 
-        try:
-            return await self.execute_write(job)
-        finally:
-            self._versions.bump((thread_id,))
+        return await self._write_counted(job, self._versions, (thread_id,))
 
     async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
         """Insert a new thread and its messages atomically (used by clone)."""
@@ -985,10 +982,7 @@ class SQLiteStore:
             _upsert(conn, rows)
             return stored
 
-        try:
-            return await self.execute_write(job)
-        finally:
-            self._versions.bump((stored.id,))
+        return await self._write_counted(job, self._versions, (stored.id,))
 
     # -- messages ----------------------------------------------------------------------------------------
 
@@ -1160,10 +1154,7 @@ class SQLiteStore:
             return q.assemble((((to_iso(m.created_at), key[1]), m) for key, m in current.values()), (), False)
 
         touched: list[str] = []  # filled by the job (in the writer thread) before it returns
-        try:
-            return await self.execute_write(job)
-        finally:
-            self._versions.bump(touched)
+        return await self._write_counted(job, self._versions, touched)
 
     async def delete_messages(self, ids: Sequence[str]) -> set[str]:
         """Delete messages by id; return the affected thread ids (their ``updated_at`` bumped)."""
@@ -1184,10 +1175,7 @@ class SQLiteStore:
             return threads
 
         touched: list[str] = []  # filled by the job (in the writer thread) before it returns
-        try:
-            return await self.execute_write(job)
-        finally:
-            self._versions.bump(touched)
+        return await self._write_counted(job, self._versions, touched)
 
     # -- resources ---------------------------------------------------------------------------------------
 
@@ -1223,10 +1211,7 @@ class SQLiteStore:
             )
             return new
 
-        try:
-            return await self.execute_write(job)
-        finally:
-            self._resource_versions.bump((resource_id,))
+        return await self._write_counted(job, self._resource_versions, (resource_id,))
 
     # -- CLI helpers -------------------------------------------------------------------------------------
 
