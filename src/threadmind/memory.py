@@ -406,6 +406,19 @@ class Memory:
         result: T = await self._ask(thread_id, Exclusive(fn, name))
         return result
 
+    async def _holding(self, thread_ids: Sequence[str], fn: Callable[[], Awaitable[T]], name: str) -> T:
+        """Run ``fn`` while holding the actor of each of ``thread_ids`` (an ``Exclusive`` on each, nested).
+
+        Callers pass the ids sorted: two holders then always take their common actors in the same order,
+        so neither can wait on the other (no thread command waits on another thread's actor). Once the
+        first actor has started, the rest runs to completion even if the caller leaves (handlers are
+        shielded).
+        """
+        if not thread_ids:
+            return await fn()
+        first, rest = thread_ids[0], thread_ids[1:]
+        return await self._exclusive(first, lambda: self._holding(rest, fn, name), name)
+
     async def _background_exclusive(
         self, thread_id: str, fn: Callable[[], Awaitable[T]], name: str, *, thread_unchanged: bool = False
     ) -> T:
@@ -550,7 +563,8 @@ class Memory:
 
         Every message needs ``thread_id`` and ``resource_id`` and an existing thread owned by that resource.
         System messages and transient signals are dropped; ``<working_memory>`` blocks and
-        ``updateWorkingMemory`` tool parts are stripped. Each thread's batch commits atomically. If the
+        ``updateWorkingMemory`` tool parts are stripped. The batch commits in one transaction or not at all,
+        also when it spans threads (it is then written while every one of their actors is held). If the
         embedder fails the messages stay saved, their vectors are queued for retry, and ``EmbedderError``
         is raised.
         """
@@ -620,15 +634,26 @@ class Memory:
             ((thread_id, msgs),) = by_thread.items()
             saved: list[Message] = await self._ask(thread_id, SaveMessages(msgs, marker))
             return saved
-        await self._check_threads(by_thread)
+        store, _ = self._running()
+        save_many = getattr(store, "save_messages_many", None)
         results: dict[str, list[Message]] = {}
+        if save_many is not None:
+            # One transaction for every thread's part, written while each thread's actor is held, so the
+            # batch takes its place in every thread's arrival order and no part commits without the others.
+            async def write() -> dict[str, list[Message]]:
+                stored: dict[str, list[Message]] = await save_many(by_thread, after=marker)
+                return stored
 
-        async def _one(thread_id: str, msgs: list[Message]) -> None:
-            results[thread_id] = await self._ask(thread_id, SaveMessages(msgs, marker))
+            results = await self._holding(sorted(by_thread), write, "save_messages")
+        else:  # a store without it: refuse early, then each thread's part commits on its own
+            await self._check_threads(by_thread)
 
-        async with anyio.create_task_group() as tg:
-            for thread_id, msgs in by_thread.items():
-                tg.start_soon(_one, thread_id, msgs)
+            async def _one(thread_id: str, msgs: list[Message]) -> None:
+                results[thread_id] = await self._ask(thread_id, SaveMessages(msgs, marker))
+
+            async with anyio.create_task_group() as tg:
+                for thread_id, msgs in by_thread.items():
+                    tg.start_soon(_one, thread_id, msgs)
         return [m for thread_id in by_thread for m in results[thread_id]]
 
     async def recall(

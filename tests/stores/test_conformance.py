@@ -283,6 +283,64 @@ class TestSaveMessages:
         assert await store.save_messages("t1", []) == []
 
 
+class TestSaveMessagesMany:
+    """One transaction for several threads' parts: all of them or none."""
+
+    async def test_every_part_is_written_and_returned(self, store: Any) -> None:
+        await thread(store, "t1", updated_at=BASE)
+        await thread(store, "t2", "r2", updated_at=BASE)
+        await store.save_messages("t1", [msg(1, text="old")])
+        before = (store.thread_version("t1"), store.thread_version("t2"))
+        later = BASE + timedelta(hours=1)
+        result = await store.save_messages_many({
+            "t1": [msg(1, at=later, text="edited"), msg(2)],
+            "t2": [msg(1, "t2", "r2"), msg(2, "t2", "r2")],
+        })
+        assert list(result) == ["t1", "t2"]
+        assert [(m.id, m.text) for m in result["t1"]] == [("t1-m0001", "edited"), ("t1-m0002", "message 2")]
+        assert result["t1"][0].created_at == BASE + timedelta(seconds=1)  # a re-saved id keeps its time
+        assert [m.id for m in result["t2"]] == ["t2-m0001", "t2-m0002"]
+        assert await ids(store, "t1") == ["t1-m0001", "t1-m0002"]
+        assert await ids(store, "t2") == ["t2-m0001", "t2-m0002"]
+        for tid in ("t1", "t2"):
+            row = await store.get_thread(tid)
+            assert row is not None and row.updated_at > BASE
+        assert (store.thread_version("t1"), store.thread_version("t2")) == (before[0] + 1, before[1] + 1)
+
+    @pytest.mark.parametrize("bad_part", ["first", "last"])
+    async def test_one_refused_part_writes_no_part(self, store: Any, bad_part: str) -> None:
+        await thread(store, "t1")
+        await thread(store, "t2")
+        await thread(store, "t3", "r3")
+        await store.save_messages("t2", [msg(9, "t2")])
+        good = {"t1": [msg(1)], "t2": [msg(1, "t2")]}
+        refusals: list[tuple[dict[str, list[Message]], type[Exception], str]] = [
+            ({"ghost": [msg(1, "ghost")]}, ThreadNotFound, "ghost"),
+            ({"t3": [msg(1, "t3", "r1")]}, ResourceMismatch, "t3"),
+            # an id stored in another thread cannot move
+            ({"t3": [Message.user("x", id="t2-m0009", thread_id="t3", resource_id="r3", created_at=BASE)]},
+             ValidationError, "t2-m0009"),
+            # nor can a new id that an earlier part of the same batch claims
+            ({"t3": [Message.user("x", id="t1-m0001", thread_id="t3", resource_id="r3", created_at=BASE)]},
+             ValidationError, "t1-m0001"),
+        ]
+        for bad, error, needle in refusals:
+            parts = {**good, **bad} if bad_part == "last" or "t1-m0001" in needle else {**bad, **good}
+            with pytest.raises(error, match=needle):
+                await store.save_messages_many(parts)
+            assert await ids(store, "t1") == [] and await ids(store, "t2") == ["t2-m0009"]
+            assert await ids(store, "t3") == []
+            got = await store.get_messages_by_id(["t1-m0001", "t2-m0001"])
+            assert got == []
+
+    async def test_static_checks_and_empty_parts(self, store: Any) -> None:
+        await thread(store, "t1")
+        with pytest.raises(ValidationError, match=r"messages\[0\].thread_id"):
+            await store.save_messages_many({"t1": [msg(1)], "t2": [msg(1)]})
+        assert await store.save_messages_many({"t1": []}) == {"t1": []}
+        assert await ids(store, "t1") == []
+
+
 class TestListMessages:
     @pytest.fixture
     async def filled(self, store: Store) -> Store:

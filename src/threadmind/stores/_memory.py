@@ -243,22 +243,45 @@ class InMemoryStore:
         q.validate_messages(thread_id, messages)
         if not messages:
             return []
+        kept = self._check_part(thread_id, messages, {})
+        self._upsert(thread_id, messages)
+        self._bump((thread_id,))
+        return q.saved(messages, kept)
+
+    async def save_messages_many(
+        self, by_thread: Mapping[str, Sequence[Message]], *, after: SaveHook | None = None
+    ) -> dict[str, list[Message]]:
+        """Upsert the messages of several threads at once: every part is checked before any is written."""
+        await self._ready()
+        for thread_id, messages in by_thread.items():
+            q.validate_messages(thread_id, messages)
+        claimed: dict[str, str] = {}  # ids new to the store, by the thread an earlier part gave them
+        kept = {thread_id: self._check_part(thread_id, messages, claimed)
+                for thread_id, messages in by_thread.items() if messages}
+        for thread_id in kept:
+            self._upsert(thread_id, by_thread[thread_id])
+        self._bump(kept)
+        return {thread_id: q.saved(messages, kept.get(thread_id, {})) for thread_id, messages in by_thread.items()}
+
+    def _check_part(
+        self, thread_id: str, messages: Sequence[Message], claimed: dict[str, str]
+    ) -> dict[str, datetime]:
+        """Refuse one thread's part of a save (missing thread, owner, an id of another thread, including one
+        ``claimed`` by an earlier part); return the stored ``created_at`` of its re-saved ids."""
         thread, _ = self._thread(thread_id)
         q.check_owner(thread_id, thread.resource_id, messages)
         kept: dict[str, datetime] = {}
         for message in messages:
             row = self._messages.get(message.id)
-            if row is None:
-                continue
-            if row.message.thread_id != thread_id:
+            other = row.message.thread_id if row is not None else claimed.setdefault(message.id, thread_id)
+            if other != thread_id:
                 raise ValidationError(
-                    f"message id {message.id!r} already belongs to thread {row.message.thread_id!r}; a message "
+                    f"message id {message.id!r} already belongs to thread {other!r}; a message "
                     f"cannot move to thread {thread_id!r}"
                 )
-            kept[message.id] = row.message.created_at
-        self._upsert(thread_id, messages)
-        self._bump((thread_id,))
-        return q.saved(messages, kept)
+            if row is not None:
+                kept[message.id] = row.message.created_at
+        return kept
 
     def _thread_rows(self, thread_id: str, resource_id: str | None) -> list[_Row]:
         rows = self._by_thread.get(thread_id, [])

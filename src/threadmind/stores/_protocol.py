@@ -96,6 +96,10 @@ class Store(Protocol):
     * ``async get_thread_with_tail(thread_id, size) -> (Thread | None, MessagePage)``: the thread row and
       ``list_messages(MessageQuery(thread_id=..., per_page=size, direction="DESC"))`` in one read; thread
       actors use it when present, two calls otherwise.
+    * ``async save_messages_many(by_thread, *, after=None) -> dict[str, list[Message]]``: the messages of
+      several threads (``{thread_id: messages}``) upserted in one transaction, each part checked as
+      ``save_messages`` checks its batch, all parts or none; ``Memory.save_messages`` uses it for a batch
+      that spans threads (without it, each thread's part commits on its own).
     * ``thread_version(thread_id) -> int``: how many write calls touched the thread's row or messages
       (one per call, success or not); with it a thread actor sees at once that a write went past it.
     """

@@ -480,6 +480,34 @@ def _bump(conn: sqlite3.Connection, thread_ids: Iterable[str], now: str) -> None
                      (now, *chunk))
 
 
+def _save_rows(
+    conn: sqlite3.Connection, thread_id: str, rows: Sequence[Row], messages: Sequence[Message], now: str
+) -> dict[str, str]:
+    """(writer) One thread's part of a save: check and upsert its rows, bump the thread; raises to roll back.
+
+    Returns the re-saved ids whose stored ``createdAt`` was kept (differs from the one written).
+    """
+    # Existence check, owner lookup and the updatedAt bump in one statement (undone by the savepoint or
+    # transaction if a later check fails). fetchall: a RETURNING statement must run to completion before
+    # RELEASE/COMMIT.
+    found = conn.execute('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ? RETURNING "resourceId"',
+                         (now, thread_id)).fetchall()
+    if not found:
+        raise ThreadNotFound(thread_id)
+    q.check_owner(thread_id, found[0][0], messages)
+    stored = _upsert_returning(conn, rows, thread_id)
+    if len(stored) != len(rows):  # an id of another thread was skipped by the upsert's WHERE
+        for mid, other, _ in _existing(conn, [row[0] for row in rows]):
+            if other != thread_id:
+                raise ValidationError(
+                    f"message id {mid!r} already belongs to thread {other!r}; a message cannot move to "
+                    f"thread {thread_id!r}"
+                )
+    # Only re-saved ids come back with a createdAt other than the one we wrote.
+    written = {row[0]: row[5] for row in rows}
+    return {mid: created for mid, created in stored if created != written[mid]}
+
+
 def _message_row(message: Message) -> Row:
     return (message.id, message.thread_id, q.encode_content_text(message.content), message.role,
             message.type or "v2", to_iso(message.created_at), message.resource_id)
@@ -999,32 +1027,12 @@ class SQLiteStore:
             await self._idle_checkpoint()
             return []
         rows = [_message_row(m) for m in messages]
-        resources = {m.resource_id for m in messages}
 
         def job(conn: sqlite3.Connection) -> dict[str, str]:
-            # Existence check, owner lookup and the updatedAt bump in one statement (undone by the savepoint
-            # if a later check fails).
-            # fetchall: a RETURNING statement must run to completion before RELEASE/COMMIT.
-            found = conn.execute('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ? RETURNING "resourceId"',
-                                 (to_iso(utc_now()), thread_id)).fetchall()
-            if not found:
-                raise ThreadNotFound(thread_id)
-            owner = found[0][0]
-            if resources != {owner}:
-                q.check_owner(thread_id, owner, messages)
-            stored = _upsert_returning(conn, rows, thread_id)
-            if len(stored) != len(rows):  # an id of another thread was skipped by the upsert's WHERE
-                for mid, other, _ in _existing(conn, [row[0] for row in rows]):
-                    if other != thread_id:
-                        raise ValidationError(
-                            f"message id {mid!r} already belongs to thread {other!r}; a message cannot move to "
-                            f"thread {thread_id!r}"
-                        )
+            kept = _save_rows(conn, thread_id, rows, messages, to_iso(utc_now()))
             if after is not None:
                 after(conn, messages)
-            # Only re-saved ids come back with a createdAt other than the one we wrote.
-            written = {row[0]: row[5] for row in rows}
-            return {mid: created for mid, created in stored if created != written[mid]}
+            return kept
 
         await self._ready()
         try:
@@ -1032,6 +1040,35 @@ class SQLiteStore:
         finally:
             self._versions.bump((thread_id,))
         return q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
+
+    async def save_messages_many(
+        self, by_thread: Mapping[str, Sequence[Message]], *, after: SaveHook | None = None
+    ) -> dict[str, list[Message]]:
+        """Upsert the messages of several threads in one transaction: every thread's part, or none of them.
+
+        Each part is checked as :meth:`save_messages` checks its batch; the first refusal (or any SQLite
+        error) rolls back every part. ``after(conn, messages)`` runs once, with all the messages, in the
+        same transaction.
+        """
+        for thread_id, messages in by_thread.items():
+            q.validate_messages(thread_id, messages)
+        parts = [(thread_id, [_message_row(m) for m in messages], messages)
+                 for thread_id, messages in by_thread.items() if messages]
+        if not parts:
+            await self._idle_checkpoint()
+            return {thread_id: [] for thread_id in by_thread}
+
+        def job(conn: sqlite3.Connection) -> list[dict[str, str]]:
+            now = to_iso(utc_now())
+            kept = [_save_rows(conn, thread_id, rows, messages, now) for thread_id, rows, messages in parts]
+            if after is not None:
+                after(conn, [m for _, _, messages in parts for m in messages])
+            return kept
+
+        kept_per_part = await self._write_counted(job, self._versions, [thread_id for thread_id, _, _ in parts])
+        stored = {thread_id: q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
+                  for (thread_id, _, messages), kept in zip(parts, kept_per_part, strict=True)}
+        return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         """Page through messages (reference §5.3), with include windows and filters."""
