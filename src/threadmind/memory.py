@@ -239,10 +239,10 @@ class Memory:
         estimator by default, or ``ExactTokenCounter()`` (extra ``[tokens]``) for real BPE counts.
     :param cache_ttl: seconds the thread and resource actors (and observational memory) trust what they
         cached from the store: a thread's row and newest messages, a resource's row, the current OM record.
-        Writes through this memory's store (also straight into ``memory.storage``) are seen at once either
-        way; the TTL bounds how long a write by another process, or another store object on the same file,
-        can go unseen. ``None``: no expiry, for a database only this store writes (a turn after a pause then
-        reads nothing before the model).
+        Writes in this process (through this memory, straight into ``memory.storage``, or through another
+        ``SQLiteStore`` object on the same file) are seen at once either way; the TTL bounds how long a write
+        by another process can go unseen. ``None``: no expiry, for a database only this process writes (a
+        turn after a pause then reads nothing before the model).
     """
 
     def __init__(

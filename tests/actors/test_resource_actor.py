@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -83,24 +85,31 @@ async def test_the_cached_row_expires_and_exclusive_work_drops_it(tmp_path: Path
             assert await registry.ask("r", GetResource()) is None
             assert await registry.ask("r", GetResource()) is None
             assert len(reads) == 1
-            # Another process (here: another store on the same file, with its own write counts) writes the
+            # Another process (here: a plain sqlite3 connection, which no store object counts) writes the
             # row: the cache may lag it, but by at most the TTL.
-            async with SQLiteStore(tmp_path / "m.db") as elsewhere:
-                await elsewhere.update_resource("r", working_memory="from elsewhere")
+            with contextlib.closing(sqlite3.connect(tmp_path / "m.db", isolation_level=None)) as other:
+                other.execute('INSERT INTO mastra_resources (id, "workingMemory", metadata, "createdAt", "updatedAt") '
+                              "VALUES ('r', 'from elsewhere', '{}', '2025-01-01T00:00:00.000Z', "
+                              "'2025-01-01T00:00:00.000Z')")
             cached: Any = await registry.ask("r", GetResource())
             assert cached is None
             clock.now += 2.5
             fresh: Any = await registry.ask("r", GetResource())
             assert fresh is not None and fresh.working_memory == "from elsewhere"
             assert len(reads) == 2
+            # Another store object on the same file in this process shares the write counts: seen at once.
+            async with SQLiteStore(tmp_path / "m.db") as elsewhere:
+                await elsewhere.update_resource("r", working_memory="from another store object")
+            shared: Any = await registry.ask("r", GetResource())
+            assert shared.working_memory == "from another store object" and len(reads) == 3
             # A write straight into this store, past the actor, is seen at once.
             await store.update_resource("r", working_memory="past the actor")
             seen: Any = await registry.ask("r", GetResource())
-            assert seen.working_memory == "past the actor" and len(reads) == 3
+            assert seen.working_memory == "past the actor" and len(reads) == 4
 
             async def write() -> None:
                 await store.update_resource("r", working_memory="through the actor")
 
             await registry.ask("r", Exclusive(write))
             after: Any = await registry.ask("r", GetResource())
-            assert after.working_memory == "through the actor" and len(reads) == 4
+            assert after.working_memory == "through the actor" and len(reads) == 5

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 
 import anyio
 import pytest
 from anyio.lowlevel import checkpoint
 
 from threadmind import Memory, Message
+from threadmind.stores import SQLiteStore
 
 from ._support import BASE, PLAIN_LOOP, StoreFactory, all_ids, msg
 
@@ -181,3 +183,21 @@ class TestCancellation:
             assert present in (0, 3)
         await memory.save_messages([msg("later", ms=5)])
         assert (await all_ids(memory, "t1"))[-1] == "later"
+
+
+async def test_two_memories_on_one_file_see_each_others_writes_at_once(tmp_path: Path) -> None:
+    """Store objects on one file share their write counts: no cached window or row outlives the other's write."""
+    options = {"lastMessages": 5, "workingMemory": {"enabled": True}}
+    async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options=options) as first, \
+            Memory(storage=SQLiteStore(tmp_path / "m.db"), options=options) as second:
+        await first.create_thread(resource_id="r1", thread_id="t1")
+        await first.save_messages([msg("a", ms=1)])
+        assert [m.id for m in (await second.recall("t1")).messages] == ["a"]  # second now caches the window
+        await first.save_messages([msg("b", ms=2)])
+        assert [m.id for m in (await second.recall("t1")).messages] == ["a", "b"]
+        await second.delete_messages(["a"])
+        assert [m.id for m in (await first.recall("t1")).messages] == ["b"]
+        await first.update_working_memory(thread_id="t1", resource_id="r1", working_memory="# Notes\n- one")
+        assert await second.get_working_memory(thread_id="t1", resource_id="r1") == "# Notes\n- one"
+        await second.update_working_memory(thread_id="t1", resource_id="r1", working_memory="# Notes\n- two")
+        assert await first.get_working_memory(thread_id="t1", resource_id="r1") == "# Notes\n- two"

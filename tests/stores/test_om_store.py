@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -99,16 +100,32 @@ async def test_a_read_that_overlapped_a_write_is_not_kept(tmp_path: Path) -> Non
 async def test_another_process_is_seen_once_the_record_expires(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    def write_elsewhere(record: OMRecord) -> None:  # another process: a plain connection nothing counts
+        with contextlib.closing(sqlite3.connect(tmp_path / "m.db", isolation_level=None)) as conn:
+            conn.execute(om_module._INSERT, om_module._row(record))
+
     async with SQLiteStore(tmp_path / "m.db") as store:
         records = om_store_for(store)
         await records.put(_record(0, "mine"))
         assert (await records.current("thread:t1")) is not None
-        other = om_store_for(store)  # another writer: this one's cache does not hear of it
-        await other.put(_record(1, "theirs"))
+        write_elsewhere(_record(1, "theirs"))
         stale = await records.current("thread:t1")
         assert stale is not None and stale.active_observations == "mine"  # within the TTL
         monkeypatch.setattr(om_module, "_CURRENT_TTL", 0.0)
         await records.put(_record(2, "mine again"))  # forgets, and nothing is kept from now on
         assert (await records.current("thread:t1")).active_observations == "mine again"  # type: ignore[union-attr]
-        await other.put(_record(3, "theirs again"))
+        write_elsewhere(_record(3, "theirs again"))
         assert (await records.current("thread:t1")).active_observations == "theirs again"  # type: ignore[union-attr]
+
+
+async def test_another_store_object_on_the_same_file_is_seen_at_once(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "m.db") as store, SQLiteStore(tmp_path / "m.db") as peer:
+        records, same_store, on_peer = om_store_for(store), om_store_for(store), om_store_for(peer)
+        await records.put(_record(0, "mine"))
+        assert (await records.current("thread:t1")).active_observations == "mine"  # type: ignore[union-attr]
+        await same_store.put(_record(1, "second object"))
+        assert (await records.current("thread:t1")).active_observations == "second object"  # type: ignore[union-attr]
+        await on_peer.put(_record(2, "peer store"))
+        assert (await records.current("thread:t1")).active_observations == "peer store"  # type: ignore[union-attr]
+        await on_peer.delete("thread:t1")
+        assert await records.current("thread:t1") is None

@@ -21,6 +21,7 @@ import msgspec
 from ..codecs import from_iso, to_iso
 from ..codecs._jsonb import decode_jsonb
 from ..errors import StorageError
+from ._versions import FileCounts, WriteCounts
 
 __all__ = ("OM_TABLE", "OMRecord", "ObservationalMemoryStore", "lookup_key", "om_store_for")
 
@@ -213,8 +214,9 @@ class _SQLiteOMStore:
 
     Every agent turn with observational memory asks for the current record, which changes only when an
     observation or reflection is written; so the current record of each key is kept for ``_CURRENT_TTL``
-    seconds (a bound on staleness when another process writes the file). Any write through this object
-    forgets it, and a read that overlapped a write is not kept.
+    seconds (a bound on staleness when another process writes the file). Every write to a key, through this
+    object or another on the same file in this process, counts in the file's shared ``records`` counter: a
+    kept record whose count moved is dropped, and a read that overlapped a write is not kept.
     """
 
     def __init__(self, store: Any, ttl: float | None = None) -> None:
@@ -222,8 +224,13 @@ class _SQLiteOMStore:
         self._ttl = ttl  # None: _CURRENT_TTL
         self._ready = False
         self._lock = anyio.Lock()
-        self._current: OrderedDict[str, tuple[OMRecord | None, float]] = OrderedDict()
-        self._writes = 0  # bumped by every put/delete: a read that saw it change is not cached
+        # key -> (record, expires at, the key's write count when it was read)
+        self._current: OrderedDict[str, tuple[OMRecord | None, float, int]] = OrderedDict()
+        self._own_counts = WriteCounts()  # for a store that shares no counters
+
+    def _counts(self) -> WriteCounts:
+        counts = getattr(self._store, "write_counts", None)  # read each time: shared once the store is open
+        return counts.records if isinstance(counts, FileCounts) else self._own_counts
 
     async def _ensure(self) -> None:
         if self._ready:
@@ -240,8 +247,10 @@ class _SQLiteOMStore:
 
     async def current(self, key: str) -> OMRecord | None:
         await self._ensure()
+        counts = self._counts()
+        seen = counts.get(key)
         cached = self._current.get(key)
-        if cached is not None and time.monotonic() < cached[1]:
+        if cached is not None and time.monotonic() < cached[1] and cached[2] == seen:
             self._current.move_to_end(key)
             await anyio.lowlevel.checkpoint()
             return cached[0].copy() if cached[0] is not None else None
@@ -254,11 +263,10 @@ class _SQLiteOMStore:
             ).fetchone()
             return _from_row(tuple(row)) if row is not None else None
 
-        writes = self._writes
         result: OMRecord | None = await self._store.execute_read(read)
-        if writes == self._writes:
+        if counts.get(key) == seen:
             ttl = _CURRENT_TTL if self._ttl is None else self._ttl
-            self._current[key] = (result.copy() if result is not None else None, time.monotonic() + ttl)
+            self._current[key] = (result.copy() if result is not None else None, time.monotonic() + ttl, seen)
             self._current.move_to_end(key)
             if len(self._current) > _CURRENT_KEYS:
                 self._current.popitem(last=False)
@@ -281,25 +289,21 @@ class _SQLiteOMStore:
     async def put(self, record: OMRecord) -> None:
         await self._ensure()
         row = _row(record)
-        self._forget(record.lookup_key)
-        try:
-            await self._store.execute_write(lambda conn: conn.execute(_INSERT, row) and None)
-        finally:
-            self._forget(record.lookup_key)
+        await self._counted(record.lookup_key, lambda conn: conn.execute(_INSERT, row) and None)
 
     async def delete(self, key: str) -> None:
         await self._ensure()
-        self._forget(key)
-        try:
-            await self._store.execute_write(
-                lambda conn: conn.execute(f'DELETE FROM {OM_TABLE} WHERE "lookupKey" = ?', (key,)) and None
-            )
-        finally:
-            self._forget(key)
+        await self._counted(
+            key, lambda conn: conn.execute(f'DELETE FROM {OM_TABLE} WHERE "lookupKey" = ?', (key,)) and None)
 
-    def _forget(self, key: str) -> None:
-        self._writes += 1
+    async def _counted(self, key: str, write: Any) -> None:
+        """Run ``write`` through the store's writer; count it for ``key`` whether it succeeded or not."""
         self._current.pop(key, None)
+        try:
+            await self._store.execute_write(write)
+        finally:
+            self._current.pop(key, None)
+            self._counts().bump((key,))
 
 
 class _DictOMStore:

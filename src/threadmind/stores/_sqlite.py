@@ -57,7 +57,7 @@ from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
 from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
 from ._schema import create_schema
-from ._versions import WriteCounts
+from ._versions import FileCounts, WriteCounts, counts_for_file
 
 __all__ = ("SQLiteStore", "StoreStatistics")
 
@@ -534,8 +534,11 @@ class SQLiteStore:
         max_batch: int = 256,
     ) -> None:
         self._path = os.fspath(path)
-        self._versions = WriteCounts()
-        self._resource_versions = WriteCounts()
+        # Write counts per thread and resource (see ``_versions``); shared with every store object on the same
+        # file once open.
+        self._file_counts = FileCounts()
+        self._versions = self._file_counts.threads
+        self._resource_versions = self._file_counts.resources
         if self._path == ":memory:" or not self._path:
             raise ConfigError("SQLiteStore needs a file path (use InMemoryStore for an ephemeral store)")
         if not isinstance(synchronous, str) or synchronous.upper() not in _SYNC_MODES:
@@ -607,6 +610,9 @@ class SQLiteStore:
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"cannot open {self._path!r}: {exc}") from exc
                 raise
+            info = os.stat(self._path)
+            self._file_counts = counts_for_file((info.st_dev, info.st_ino))
+            self._versions, self._resource_versions = self._file_counts.threads, self._file_counts.resources
             self._writer, self._reader, self._checkpointer = writer, reader, checkpointer
             self._state = _State.OPEN
 
@@ -884,12 +890,20 @@ class SQLiteStore:
 
         return await self._write_counted(job, self._versions, (stored.id,))
 
+    @property
+    def write_counts(self) -> FileCounts:
+        """The write counters of this store's file, shared by every store object on it in this process once
+        open (see ``_versions``)."""
+        return self._file_counts
+
     def thread_version(self, thread_id: str) -> int:
-        """How many write calls through this store object touched the thread (see ``WriteCounts``)."""
+        """How many write calls through this store object, or another on the same file in this process, touched
+        the thread (see ``_versions``)."""
         return self._versions.get(thread_id)
 
     def resource_version(self, resource_id: str) -> int:
-        """How many write calls through this store object touched the resource (see ``WriteCounts``)."""
+        """How many write calls through this store object, or another on the same file in this process, touched
+        the resource (see ``_versions``)."""
         return self._resource_versions.get(resource_id)
 
     async def get_thread(self, thread_id: str) -> Thread | None:

@@ -5,22 +5,29 @@ actor keep those caches exact, but code can also write through the store object 
 (``memory.storage.save_messages(...)``, a ``MessageHistory`` built on the store). Every store write to a
 thread's row or messages bumps the thread's counter, every resource write the resource's, once per call,
 success or not; an actor that sees a count it did not cause re-reads.
+
+Store objects on the same database file within one process share their counters (:func:`counts_for_file`),
+so a write through one reaches the caches built on another at once. Another process's writes are not
+counted here; the actors' cache lifetime bounds how long they may go unseen.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterable
 
-__all__ = ("WriteCounts",)
+__all__ = ("FileCounts", "WriteCounts", "counts_for_file")
 
 
 class WriteCounts:
-    """A write counter per key (0 for a key never written through this store object)."""
+    """A write counter per key (0 for a key never written through this store object or its file's peers)."""
 
-    __slots__ = ("_counts",)
+    __slots__ = ("_counts", "_lock")
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()  # stores on one file may run on different event loops (threads)
 
     def get(self, key: str) -> int:
         """How many write calls touched ``key`` so far."""
@@ -29,5 +36,31 @@ class WriteCounts:
     def bump(self, keys: Iterable[str]) -> None:
         """Count one write call for each of ``keys``."""
         counts = self._counts
-        for key in keys:
-            counts[key] = counts.get(key, 0) + 1
+        with self._lock:
+            for key in keys:
+                counts[key] = counts.get(key, 0) + 1
+
+
+class FileCounts:
+    """The write counters of one database file: per thread, per resource, per observational-memory key."""
+
+    __slots__ = ("__weakref__", "records", "resources", "threads")
+
+    def __init__(self) -> None:
+        self.threads = WriteCounts()
+        self.resources = WriteCounts()
+        self.records = WriteCounts()
+
+
+# (st_dev, st_ino) of an open database file -> its counters, while some store object on it holds them.
+_BY_FILE: weakref.WeakValueDictionary[tuple[int, int], FileCounts] = weakref.WeakValueDictionary()
+_BY_FILE_LOCK = threading.Lock()
+
+
+def counts_for_file(identity: tuple[int, int]) -> FileCounts:
+    """The counters every store object on the file ``identity`` (device, inode) shares in this process."""
+    with _BY_FILE_LOCK:
+        counts = _BY_FILE.get(identity)
+        if counts is None:
+            counts = _BY_FILE[identity] = FileCounts()
+        return counts
