@@ -870,7 +870,8 @@ class Memory:
         metadata: Mapping[str, Any] | None = None,
         message_limit: int | None = None,
     ) -> CloneResult:
-        """Copy a thread and its messages (new ids) into a new thread; vectors are copied too."""
+        """Copy a thread and its messages (new ids) into a new thread, with their vectors, the thread's working
+        memory and its observations (see ``_clone_side_state``)."""
         _require_id(source_thread_id, "source_thread_id")
         if new_thread_id is not None:
             _require_id(new_thread_id, "new_thread_id")
@@ -899,7 +900,11 @@ class Memory:
             clone_info: dict[str, Any] = {"sourceThreadId": source_thread_id, "clonedAt": to_iso(now)}
             if originals:
                 clone_info["lastMessageId"] = originals[-1].id
-            new_metadata = {**(metadata or {}), "clone": clone_info}
+            # Thread-scoped working memory lives in the thread's metadata: the clone inherits it (reference §7.1),
+            # unless the caller's metadata sets its own.
+            inherited = source.metadata.get("workingMemory") if source.metadata else None
+            new_metadata = {**({"workingMemory": inherited} if isinstance(inherited, str) else {}),
+                            **(metadata or {}), "clone": clone_info}
             new_title = title if title is not None else (f"Clone of {source.title}" if source.title else "")
             thread = Thread(target_id, target_resource, new_title, new_metadata, now, now)
             id_map = {m.id: str(uuid.uuid4()) for m in originals}
@@ -917,7 +922,41 @@ class Memory:
             created = await self._exclusive(target_id, _create, "clone_thread")
             if self._index is not None and self._options.semantic_recall_config is not None and copies:
                 await self._index.copy_messages(id_map, thread_id=target_id, resource_id=target_resource)
+            await self._clone_side_state(source, created, id_map)
             return CloneResult(thread=created, messages=copies, id_map=id_map)
+
+    async def _clone_side_state(self, source: Thread, clone: Thread, id_map: Mapping[str, str]) -> None:
+        """What a clone inherits besides its messages and their vectors (reference §1, §7.1).
+
+        Resource-scoped working memory follows a clone into another resource, but only into one that has none
+        (an existing profile is never overwritten). The source thread's observations (its current
+        observational-memory record) are copied to the clone, their observed ids mapped to the copies.
+        """
+        store, _ = self._running()
+        if clone.resource_id != source.resource_id:
+            origin = await self._get_resource(source.resource_id)
+            text = origin.working_memory if origin is not None else None
+            if text:
+                async def _inherit() -> None:
+                    target = await store.get_resource(clone.resource_id)
+                    if target is None or not target.working_memory:
+                        await store.update_resource(clone.resource_id, working_memory=text)
+
+                await self._resource_exclusive(clone.resource_id, _inherit, "clone_working_memory")
+        if self._options.observational_memory_config is None and self._om_engine is None:
+            return
+        from ._observational import ObservationalMemoryEngine
+
+        if self._om_engine is None:
+            self._om_engine = ObservationalMemoryEngine(self)
+        records = self._om_engine.records
+        current = await records.current(f"thread:{source.id}")
+        if current is not None:
+            now = utc_now()
+            await records.put(msgspec.structs.replace(
+                current.copy(), id=str(uuid.uuid4()), lookup_key=f"thread:{clone.id}", thread_id=clone.id,
+                resource_id=clone.resource_id, created_at=now, updated_at=now,
+                observed_message_ids=[id_map[i] for i in current.observed_message_ids if i in id_map]))
 
     async def reindex(self) -> int:
         """Make vectors for every message that has none (including ones that failed to embed)."""
