@@ -15,6 +15,8 @@ SPEC_NAMES: dict[str, set[str]] = {
         "TextPart", "ReasoningPart", "ToolInvocationPart", "ToolInvocation", "StepStartPart", "FilePart",
         "SourcePart", "UnknownPart", "Thread", "Resource", "SaveResult", "RecallResult", "ThreadPage",
         "CloneResult", "Usage", "WorkingMemoryTemplate",
+        # SPEC §2 is "threadmind.codecs, re-exported from threadmind": its codec functions and Part too
+        "encode_json", "decode_message", "message_from_dict", "message_to_dict", "Part",
     },
     "threadmind.codecs": {"encode_json", "decode_message", "message_from_dict", "message_to_dict"},
     "threadmind.stores": {"SQLiteStore", "InMemoryStore", "HnswVectorStore"},
@@ -82,3 +84,27 @@ def test_structs_resolve_their_annotations_after_import() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["2", "3"]
+
+
+def test_codec_functions_are_re_exported_at_the_top() -> None:
+    import threadmind
+    import threadmind.codecs as codecs
+
+    for name in ("encode_json", "decode_message", "message_from_dict", "message_to_dict", "Part"):
+        assert getattr(threadmind, name) is getattr(codecs, name), name
+        assert name in threadmind.__all__
+
+
+def test_errors_take_a_code_and_a_message_as_spec_writes_them() -> None:
+    from threadmind.errors import ConfigError, ThreadmindError, ValidationError
+
+    spec_form = ThreadmindError("MY_CODE", "something broke")
+    assert (spec_form.code, spec_form.message, str(spec_form)) == ("MY_CODE", "something broke", "something broke")
+    keyword_form = ValidationError("bad field", code="X_CODE")
+    assert (keyword_form.code, str(keyword_form)) == ("X_CODE", "bad field")
+    default = ConfigError("bad option")
+    assert (default.code, str(default)) == ("THREADMIND_CONFIG_INVALID", "bad option")
+    sub = ValidationError("V_CODE", "bad value")
+    assert isinstance(sub, ValueError) and (sub.code, sub.message) == ("V_CODE", "bad value")
+    with pytest.raises(TypeError):
+        ThreadmindError("A", "b", code="C")

@@ -24,6 +24,7 @@ from ._results import WorkingMemoryTemplate as WorkingMemoryTemplate
 from .codecs import FilePart as FilePart
 from .codecs import Message as Message
 from .codecs import MessageContent as MessageContent
+from .codecs import Part as Part
 from .codecs import ReasoningPart as ReasoningPart
 from .codecs import Resource as Resource
 from .codecs import SourcePart as SourcePart
@@ -33,6 +34,10 @@ from .codecs import Thread as Thread
 from .codecs import ToolInvocation as ToolInvocation
 from .codecs import ToolInvocationPart as ToolInvocationPart
 from .codecs import UnknownPart as UnknownPart
+from .codecs import decode_message as decode_message
+from .codecs import encode_json as encode_json
+from .codecs import message_from_dict as message_from_dict
+from .codecs import message_to_dict as message_to_dict
 from .memory import Memory as Memory
 from .stores._protocol import ThreadPage as ThreadPage
 
@@ -50,6 +55,7 @@ __all__ = (
     "MessageHistoryConfig",
     "MessageRange",
     "ObservationalMemoryConfig",
+    "Part",
     "ReasoningPart",
     "RecallResult",
     "Resource",
@@ -66,4 +72,8 @@ __all__ = (
     "Usage",
     "WorkingMemoryConfig",
     "WorkingMemoryTemplate",
+    "decode_message",
+    "encode_json",
+    "message_from_dict",
+    "message_to_dict",
 )

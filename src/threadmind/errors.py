@@ -40,7 +40,14 @@ class ThreadmindError(Exception):
 
     default_code = "THREADMIND_ERROR"
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(self, *args: str, code: str | None = None) -> None:
+        """``ThreadmindError(message, code=...)``, or ``ThreadmindError(code, message)`` as SPEC §7 writes it."""
+        if len(args) == 2 and code is None:
+            code, message = args
+        elif len(args) == 1:
+            (message,) = args
+        else:
+            raise TypeError(f"{type(self).__name__}() takes a message (and code=...), or a code and a message")
         super().__init__(message)
         self.code: str = code or self.default_code
         self.message: str = message

@@ -806,10 +806,11 @@ class Memory:
             if not isinstance(update, Mapping):
                 raise ValidationError(f"updates[{i}] must be a dict with an 'id'")
             _require_id(update.get("id"), f"updates[{i}].id")
+        store, _ = self._running()
         if not updates:
+            await anyio.lowlevel.checkpoint()
             return []
         with operation_span("threadmind.memory.update_messages", "update_memory"):
-            store, _ = self._running()
             existing = {m.id: m for m in await store.get_messages_by_id([u["id"] for u in updates])}
             by_thread: dict[str, list[Mapping[str, Any]]] = {}
             for i, update in enumerate(updates):
@@ -821,10 +822,9 @@ class Memory:
                         raise ValidationError(f"updates[{i}].{key}: message {old.id!r} belongs to resource "
                                               f"{old.resource_id!r}; use update_thread_resource_id to move threads")
                 by_thread.setdefault(old.thread_id or "", []).append(update)
-            updated: list[Message] = []
-            for thread_id, subset in by_thread.items():
-                updated.extend(
-                    await self._exclusive(thread_id, _bind(store.update_messages, subset), "update_messages"))
+            # One transaction for every thread involved, written while their actors are held (as a batch save).
+            updated: list[Message] = await self._holding(
+                sorted(by_thread), _bind(store.update_messages, list(updates)), "update_messages")
             if self._index is not None and self._options.semantic_recall_config is not None:
                 changed = [m for m in updated if existing[m.id].content != m.content]
                 if changed:
@@ -848,15 +848,20 @@ class Memory:
             if not isinstance(key, str) or not key.strip():
                 raise ValidationError("All message IDs must be non-empty strings")
             keys.append(key)
+        store, _ = self._running()
         if not keys:
+            await anyio.lowlevel.checkpoint()
             return
         with operation_span("threadmind.memory.delete_messages", "delete_memory"):
-            store, _ = self._running()
             by_thread: dict[str, list[str]] = {}
             for message in await store.get_messages_by_id(keys):
                 by_thread.setdefault(message.thread_id or "", []).append(message.id)
-            for thread_id, subset in by_thread.items():
+            if len(by_thread) == 1:
+                ((thread_id, subset),) = by_thread.items()
                 await self._ask(thread_id, DeleteMessages(subset))
+            elif by_thread:  # one transaction for every thread involved, written while their actors are held
+                found = [mid for subset in by_thread.values() for mid in subset]
+                await self._holding(sorted(by_thread), _bind(store.delete_messages, found), "delete_messages")
             if self._index is not None:
                 await self._index.delete_messages(keys)
 

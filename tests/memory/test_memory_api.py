@@ -32,6 +32,9 @@ class TestConstruction:
             await memory.create_thread(resource_id="r1")
         with pytest.raises(ConfigError, match=r"^Memory requires a storage provider to function"):
             _ = memory.storage
+        for nothing_to_do in (memory.update_messages([]), memory.delete_messages([])):  # still "any operation"
+            with pytest.raises(ConfigError, match=r"^Memory requires a storage provider to function"):
+                await nothing_to_do
 
     def test_options_dict_camel_case(self) -> None:
         memory = Memory(storage=InMemoryStore(), options={"lastMessages": 5, "readOnly": True})

@@ -138,6 +138,8 @@ async def test_aclose_leaves_no_worker_threads(tmp_path: Path) -> None:
     pytest.param(lambda m: m.list_threads(), id="list"),
     pytest.param(lambda m: m.delete_messages(["a"]), id="delete"),
     pytest.param(lambda m: m.update_messages([{"id": "a", "content": {"content": "x"}}]), id="update"),
+    pytest.param(lambda m: m.update_messages([]), id="update-nothing"),
+    pytest.param(lambda m: m.delete_messages([]), id="delete-nothing"),
     pytest.param(lambda m: m.clone_thread("t1"), id="clone"),
     pytest.param(lambda m: m.reindex(), id="reindex"),
     pytest.param(lambda m: m.start(), id="restart"),

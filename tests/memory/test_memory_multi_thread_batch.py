@@ -122,3 +122,25 @@ async def test_a_store_without_save_many_still_refuses_a_bad_batch_before_writin
         saved = await memory.save_messages([msg("a", "t1", ms=1), msg("b", "t2", "r2", ms=2)])
         assert [m.id for m in saved.messages] == ["a", "b"]
         assert (await all_ids(memory, "t1"), await all_ids(memory, "t2")) == (["a"], ["b"])
+
+
+@pytest.mark.parametrize("operation", ["update", "delete"])
+async def test_updates_and_deletes_across_threads_are_one_transaction(tmp_path: Path, operation: str) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    async with Memory(storage=store) as memory:
+        for tid in ("t1", "t2"):
+            await memory.create_thread(resource_id="r1", thread_id=tid)
+        await memory.save_messages([msg("a", "t1", ms=1, text="a0"), msg("b", "t2", ms=2, text="b0")])
+        event = "UPDATE" if operation == "update" else "DELETE"
+        await store.execute_write(lambda conn: conn.execute(
+            f"CREATE TRIGGER refuse_t2 BEFORE {event} ON mastra_messages WHEN OLD.thread_id = 't2' "
+            "BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END"))
+        with pytest.raises(StorageError, match="refused by the test trigger"):
+            if operation == "update":
+                await memory.update_messages([{"id": "a", "content": {"content": "a1"}},
+                                              {"id": "b", "content": {"content": "b1"}}])
+            else:
+                await memory.delete_messages(["a", "b"])
+        kept = await memory.list_messages_by_id(["a", "b"])
+        assert [(m.id, m.text) for m in kept] == [("a", "a0"), ("b", "b0")]  # t1's part was not applied either
+        assert [m.id for m in (await memory.recall("t1")).messages] == ["a"]
