@@ -29,7 +29,8 @@ __all__ = (
     "memory_config_from",
 )
 
-_CFG: dict[str, Any] = {"frozen": True, "kw_only": True, "rename": "camel", "forbid_unknown_fields": True}
+# Positional arguments follow SPEC's field order (``MessageHistoryConfig(2000)``, ``MessageRange(2, 1)``).
+_CFG: dict[str, Any] = {"frozen": True, "rename": "camel", "forbid_unknown_fields": True}
 
 
 class _DefaultLastMessages(int):
@@ -42,6 +43,23 @@ _DEFAULT_LAST = _DefaultLastMessages(10)
 def _non_negative_int(value: object, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{name} must be a finite non-negative integer")
+
+
+def _one_of(value: object, allowed: tuple[object, ...], name: str) -> None:
+    """A literal option (configs built in Python skip msgspec's type checks, so they are checked here)."""
+    if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
+        raise ConfigError(f"{name} must be one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
+
+
+def _instance(value: object, types: type | tuple[type, ...], name: str, what: str) -> None:
+    if not isinstance(value, types):
+        raise ConfigError(f"{name} must be {what}, got {value!r}")
+
+
+def _unsupported(value: object, supported: object, name: str, why: str) -> None:
+    """A reference option threadmind accepts only at the value whose behaviour it has."""
+    if value != supported:
+        raise ConfigError(f"{name}={value!r} is not supported by threadmind: {why}")
 
 
 class MessageHistoryConfig(msgspec.Struct, **_CFG):
@@ -85,11 +103,17 @@ class IndexConfig(msgspec.Struct, **_CFG):
     m: int = 16
     ef_construction: int = 64
     ef_search: int = 64
+    # Mastra's pgvector index options (``type``: ivfflat/hnsw/flat, ``ivf.lists``, ``hnsw.m/efConstruction``):
+    # accepted so a Mastra config converts; as with Mastra's libsql adapter they do not apply here.
+    type: Literal["ivfflat", "hnsw", "flat"] | None = None
+    ivf: dict[str, Any] | None = None
+    hnsw: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        _one_of(self.metric, ("cosine", "euclidean", "dotproduct"), "indexConfig.metric")
         for name in ("m", "ef_construction", "ef_search"):
             value = getattr(self, name)
-            if isinstance(value, bool) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"indexConfig.{name} must be a positive integer")
 
 
@@ -106,14 +130,30 @@ class SemanticRecallConfig(msgspec.Struct, **_CFG):
     max_chunk_chars: int = 16384
     threshold: float | None = None
     index_config: IndexConfig = msgspec.field(default_factory=_default_index)
+    # Accepted for Mastra configs: Memory's processor always takes the dimension-derived index name, as
+    # Mastra's does (reference §2); a vector metadata ``filter`` is not supported.
+    index_name: str | None = None
+    filter: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.top_k, bool) or self.top_k < 1:
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
             raise ConfigError("semanticRecall.topK must be a positive integer")
-        if isinstance(self.message_range, int):
+        if isinstance(self.message_range, MessageRange):
+            pass
+        elif isinstance(self.message_range, int):
             _non_negative_int(self.message_range, "semanticRecall.messageRange")
-        if self.max_chunk_chars < 1:
+        else:
+            raise ConfigError("semanticRecall.messageRange must be a non-negative integer or {before, after}")
+        _one_of(self.scope, ("resource", "thread"), "semanticRecall.scope")
+        if isinstance(self.max_chunk_chars, bool) or not isinstance(self.max_chunk_chars, int) \
+                or self.max_chunk_chars < 1:
             raise ConfigError("semanticRecall.maxChunkChars must be a positive integer")
+        threshold = self.threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not math.isfinite(threshold)):
+            raise ConfigError(f"semanticRecall.threshold must be a finite number or None, got {threshold!r}")
+        _instance(self.index_config, IndexConfig, "semanticRecall.indexConfig", "an IndexConfig")
+        _unsupported(self.filter, None, "semanticRecall.filter", "vector metadata filters are not implemented")
 
     @property
     def range(self) -> MessageRange:
@@ -130,13 +170,29 @@ class WorkingMemoryConfig(msgspec.Struct, **_CFG):
     template: str | None = None
     schema: dict[str, Any] | None = None
     scope: Literal["resource", "thread"] = "resource"
+    # Mastra's other working-memory switches, accepted at the value whose behaviour threadmind has.
+    version: Literal["stable", "vnext"] = "stable"
+    use_state_signals: bool = False
+    agent_managed: bool = False
 
     def __post_init__(self) -> None:
+        _one_of(self.enabled, (True, False), "workingMemory.enabled")
+        _one_of(self.scope, ("resource", "thread"), "workingMemory.scope")
+        if self.template is not None and not isinstance(self.template, str):
+            raise ConfigError(f"workingMemory.template must be a string, got {self.template!r}")
+        if self.schema is not None and not isinstance(self.schema, dict):
+            raise ConfigError(f"workingMemory.schema must be a JSON schema object, got {self.schema!r}")
         if self.template is not None and self.schema is not None:
             raise ConfigError("workingMemory takes either a template or a schema, not both")
+        _unsupported(self.version, "stable", "workingMemory.version", "only the stable updateWorkingMemory tool is "
+                     "implemented")
+        _unsupported(self.use_state_signals, False, "workingMemory.useStateSignals", "state signals are not "
+                     "implemented")
+        _unsupported(self.agent_managed, False, "workingMemory.agentManaged", "agent-managed working memory is not "
+                     "implemented")
 
 
-class ObservationalMemoryConfig(msgspec.Struct, **_CFG):
+class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     """Observer/Reflector compression of long threads (reference §8.1)."""
 
     enabled: bool = True
@@ -148,8 +204,12 @@ class ObservationalMemoryConfig(msgspec.Struct, **_CFG):
     block_after: float | None = None
 
     def __post_init__(self) -> None:
-        if self.message_tokens < 1 or self.observation_tokens < 1:
-            raise ConfigError("observationalMemory token thresholds must be positive")
+        _one_of(self.enabled, (True, False), "observationalMemory.enabled")
+        _one_of(self.scope, ("thread", "resource"), "observationalMemory.scope")
+        for name, value in (("observation.messageTokens", self.message_tokens),
+                            ("reflection.observationTokens", self.observation_tokens)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1:
+                raise ConfigError(f"observationalMemory.{name} must be a positive number, got {value!r}")
         buffer = self.buffer_tokens
         if isinstance(buffer, (int, float)) and not isinstance(buffer, bool):
             absolute = buffer * self.message_tokens if 0 < buffer < 1 else buffer
@@ -171,9 +231,12 @@ class GenerateTitleConfig(msgspec.Struct, **_CFG):
     model: Any = None
     instructions: str | None = None
     min_messages: int = 1
+    emit_event: bool = False  # Mastra's stream-only title event; threadmind has no stream, so nothing to emit
 
     def __post_init__(self) -> None:
         _non_negative_int(self.min_messages, "generateTitle.minMessages")
+        if self.instructions is not None and not isinstance(self.instructions, str):
+            raise ConfigError(f"generateTitle.instructions must be a string, got {self.instructions!r}")
 
 
 def _default_working_memory() -> WorkingMemoryConfig:
@@ -192,8 +255,23 @@ class MemoryConfig(msgspec.Struct, **_CFG):
     observational_memory: bool | ObservationalMemoryConfig = False
     generate_title: bool | GenerateTitleConfig = False
     thread_concurrency: Literal["enqueue", "reject", "parallel"] = "enqueue"
+    # Mastra's prompt option: tool calls still waiting for their result are left out of the model's prompt.
+    filter_incomplete_tool_calls: bool = True
 
     def __post_init__(self) -> None:
+        _one_of(self.read_only, (True, False), "readOnly")
+        _one_of(self.retain_full_input, (True, False), "retainFullInput")
+        _one_of(self.thread_concurrency, ("enqueue", "reject", "parallel"), "threadConcurrency")
+        for name, value, cls in (("semanticRecall", self.semantic_recall, SemanticRecallConfig),
+                                 ("observationalMemory", self.observational_memory, ObservationalMemoryConfig),
+                                 ("generateTitle", self.generate_title, GenerateTitleConfig)):
+            if not isinstance(value, (bool, cls)):
+                raise ConfigError(f"{name} must be a bool or a {cls.__name__}, got {value!r}")
+        _instance(self.working_memory, WorkingMemoryConfig, "workingMemory", "a WorkingMemoryConfig")
+        if self.message_history is not None:
+            _instance(self.message_history, MessageHistoryConfig, "messageHistory", "a MessageHistoryConfig")
+        _unsupported(self.filter_incomplete_tool_calls, True, "filterIncompleteToolCalls",
+                     "the model adapters always leave tool calls without a result out of the prompt")
         last = self.last_messages
         if last is True:
             raise ConfigError("lastMessages must be a finite non-negative integer or False")
@@ -248,6 +326,11 @@ class MemoryConfig(msgspec.Struct, **_CFG):
 def _prepare(options: Mapping[str, Any]) -> dict[str, Any]:
     """Reject removed options with the reference's messages and flatten OM's nested groups."""
     data = dict(options)
+    last = data.get("lastMessages")
+    if isinstance(last, float) and not isinstance(last, bool):
+        if not (math.isfinite(last) and last.is_integer() and last >= 0):
+            raise ConfigError("lastMessages must be a finite non-negative integer")
+        data["lastMessages"] = int(last)  # 5.0 is an integer, as in the reference
     wm = data.get("workingMemory")
     if isinstance(wm, Mapping) and "use" in wm:
         raise ConfigError("The workingMemory.use option has been removed. Working memory always uses tool-call mode.")
@@ -281,6 +364,8 @@ def memory_config_from(options: MemoryConfig | Mapping[str, Any] | None) -> Memo
     try:
         return msgspec.convert(_prepare(options), MemoryConfig, str_keys=True)
     except msgspec.ValidationError as exc:
+        if isinstance(exc.__cause__, ConfigError):  # our own check, which names the option (reference wording)
+            raise exc.__cause__ from None
         raise ConfigError(f"invalid memory options: {exc}") from exc
 
 

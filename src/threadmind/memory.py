@@ -283,6 +283,10 @@ class Memory:
             if self._embedder is None:
                 raise ConfigError("Semantic recall requires an embedder to be configured.",
                                   code="THREADMIND_CONFIG_EMBEDDER")
+            # The HNSW parameters come from the vector store, or from semanticRecall.indexConfig where the
+            # store was left at its defaults (per-call configs cannot rebuild the index).
+            wanted = self._options.semantic_recall_config.index_config
+            self._vector._adopt(wanted.metric, wanted.m, wanted.ef_construction, wanted.ef_search)
         self._idle_timeout = idle_timeout
         self._tokens: TokenCounter = token_counter or DefaultTokenCounter()
         self._max_actors = max_actors

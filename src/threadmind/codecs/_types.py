@@ -76,7 +76,7 @@ class ReasoningPart(_Part, frozen=True, tag="reasoning"):
     metadata: dict[str, Any] | None = None
 
 
-class ToolInvocation(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True,
+class ToolInvocation(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True,
                      forbid_unknown_fields=True):
     """One tool call and, once known, its outcome."""
 

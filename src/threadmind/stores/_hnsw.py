@@ -32,7 +32,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import hnswlib  # type: ignore[import-untyped]
 import msgspec
@@ -169,7 +169,15 @@ class HnswVectorStore:
             f"scope_cache_bytes={self._scope_cache_bytes})"
         )
 
-    # Internals for the index actor ---------------------------------------------------------------
+    # Internals for Memory and the index actor ----------------------------------------------------
+    def _adopt(self, metric: Metric, m: int, ef_construction: int, ef_search: int) -> None:
+        """(Memory) Take ``semanticRecall.indexConfig``'s values for the parameters this store left at their
+        defaults; one given differently on both sides raises ``ConfigError``."""
+        self._metric = _adopted("metric", metric, self._metric, "cosine")
+        self._m = _adopted("m", m, self._m, 16)
+        self._ef_construction = _adopted("ef_construction", ef_construction, self._ef_construction, 64)
+        self._ef_search = _adopted("ef_search", ef_search, self._ef_search, 64)
+
     def _claim(self, owner: object) -> None:
         """Make ``owner`` the only actor using this store: an hnswlib index must have one owner."""
         if self._owner is not None and self._owner is not owner:
@@ -192,6 +200,18 @@ class HnswVectorStore:
             directory=self._path,
             scope_cache_bytes=self._scope_cache_bytes,
         )
+
+
+_P = TypeVar("_P")
+
+
+def _adopted(name: str, wanted: _P, ours: _P, default: _P) -> _P:
+    if wanted == default or wanted == ours:
+        return ours
+    if ours != default:
+        raise ConfigError(f"semanticRecall.indexConfig sets {name}={wanted!r} but the HnswVectorStore was given "
+                          f"{name}={ours!r}; set it in one place")
+    return wanted
 
 
 class SearchHit(msgspec.Struct, frozen=True):

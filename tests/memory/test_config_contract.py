@@ -1,0 +1,93 @@
+"""Memory options: SPEC's positional signatures, validation of configs built in Python, Mastra's extra keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from threadmind import (
+    GenerateTitleConfig,
+    IndexConfig,
+    Memory,
+    MemoryConfig,
+    MessageHistoryConfig,
+    MessageRange,
+    SemanticRecallConfig,
+    ToolInvocation,
+    WorkingMemoryConfig,
+)
+from threadmind.embedders import HashEmbedder
+from threadmind.errors import ConfigError
+from threadmind.stores import HnswVectorStore, InMemoryStore
+
+
+def test_configs_take_positional_arguments_in_spec_order() -> None:
+    assert MessageHistoryConfig(2000, 100) == MessageHistoryConfig(max_tokens=2000, at_max_remove_tokens=100)
+    assert MessageRange(2, 3) == MessageRange(before=2, after=3)
+    assert IndexConfig("euclidean", 32) == IndexConfig(metric="euclidean", m=32)
+    assert SemanticRecallConfig(3, 2, "thread").scope == "thread"
+    assert WorkingMemoryConfig(True, "# Notes").template == "# Notes"
+    assert GenerateTitleConfig(None, "Be brief").instructions == "Be brief"
+    assert MemoryConfig(5).last_messages == 5
+    call = ToolInvocation("call", "c1", "weather", {"city": "Paris"})
+    assert (call.state, call.tool_call_id, call.tool_name, call.args) == ("call", "c1", "weather", {"city": "Paris"})
+
+
+@pytest.mark.parametrize(("build", "needle"), [
+    pytest.param(lambda: MemoryConfig(thread_concurrency="bogus"), "threadConcurrency", id="concurrency"),  # type: ignore[arg-type]
+    pytest.param(lambda: MemoryConfig(read_only="yes"), "readOnly", id="read-only"),  # type: ignore[arg-type]
+    pytest.param(lambda: MemoryConfig(semantic_recall="on"), "semanticRecall", id="semantic"),  # type: ignore[arg-type]
+    pytest.param(lambda: MemoryConfig(working_memory=True), "workingMemory", id="wm-type"),  # type: ignore[arg-type]
+    pytest.param(lambda: WorkingMemoryConfig(enabled=True, scope="global"), "workingMemory.scope",  # type: ignore[arg-type]
+                 id="wm-scope"),
+    pytest.param(lambda: SemanticRecallConfig(scope="global"), "semanticRecall.scope", id="sr-scope"),  # type: ignore[arg-type]
+    pytest.param(lambda: SemanticRecallConfig(top_k=2.5), "topK", id="top-k"),  # type: ignore[arg-type]
+    pytest.param(lambda: SemanticRecallConfig(threshold=float("nan")), "threshold", id="threshold"),
+    pytest.param(lambda: IndexConfig(metric="manhattan"), "indexConfig.metric", id="metric"),  # type: ignore[arg-type]
+    pytest.param(lambda: IndexConfig(m=2.5), "indexConfig.m", id="m"),  # type: ignore[arg-type]
+])
+def test_configs_built_in_python_are_validated(build: Any, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        build()
+
+
+def test_last_messages_follows_the_reference_number_rule() -> None:
+    for bad in (1.5, -1, float("inf")):
+        with pytest.raises(ConfigError, match="^lastMessages must be a finite non-negative integer"):
+            Memory(storage=InMemoryStore(), options={"lastMessages": bad})
+    assert Memory(storage=InMemoryStore(), options={"lastMessages": 5.0}).options.last_messages == 5
+
+
+def test_mastra_keys_without_an_effect_here_are_accepted() -> None:
+    memory = Memory(storage=InMemoryStore(), vector=HnswVectorStore(), embedder=HashEmbedder(), options={
+        "filterIncompleteToolCalls": True,
+        "semanticRecall": {"topK": 3, "indexName": "custom", "indexConfig": {"type": "hnsw", "hnsw": {"m": 8}}},
+        "workingMemory": {"enabled": True, "version": "stable", "useStateSignals": False},
+        "generateTitle": {"minMessages": 2, "emitEvent": True},
+    })
+    recall = memory.options.semantic_recall_config
+    assert recall is not None and recall.top_k == 3 and recall.index_config.type == "hnsw"
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    pytest.param({"filterIncompleteToolCalls": False}, "filterIncompleteToolCalls", id="incomplete-calls"),
+    pytest.param({"workingMemory": {"enabled": True, "version": "vnext"}}, "workingMemory.version", id="vnext"),
+    pytest.param({"workingMemory": {"useStateSignals": True}}, "useStateSignals", id="state-signals"),
+    pytest.param({"workingMemory": {"agentManaged": True}}, "agentManaged", id="agent-managed"),
+    pytest.param({"semanticRecall": {"filter": {"tag": "x"}}}, "semanticRecall.filter", id="filter"),
+    pytest.param({"lastMessages": 5, "topK": 3}, "topK", id="typo-still-fails"),
+])
+def test_mastra_keys_whose_behaviour_is_missing_are_refused_by_name(options: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        Memory(storage=InMemoryStore(), vector=HnswVectorStore(), embedder=HashEmbedder(), options=options)
+
+
+def test_index_config_sets_what_the_vector_store_left_at_its_defaults() -> None:
+    vector = HnswVectorStore(m=24)
+    Memory(storage=InMemoryStore(), vector=vector, embedder=HashEmbedder(), options={
+        "semanticRecall": {"indexConfig": {"metric": "euclidean", "efSearch": 200}}})
+    assert (vector.metric, vector.m, vector.ef_construction, vector.ef_search) == ("euclidean", 24, 64, 200)
+    with pytest.raises(ConfigError, match="indexConfig sets m=32 but the HnswVectorStore was given m=24"):
+        Memory(storage=InMemoryStore(), vector=HnswVectorStore(m=24), embedder=HashEmbedder(), options={
+            "semanticRecall": {"indexConfig": {"m": 32}}})
