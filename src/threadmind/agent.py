@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,6 +34,8 @@ from .models import LanguageModel, ModelRequest, ModelResponse, ToolSpec, resolv
 from .processors._message_list import MessageList
 from .processors._protocol import RequestContext, run_input_processors, run_output_processors
 from .tracing import operation_span
+
+_log = logging.getLogger("threadmind.agent")
 
 if TYPE_CHECKING:
     from ._config import MemoryConfig
@@ -185,9 +188,26 @@ async def _memory_processors(
     build = memory.get_input_processors if phase == "input" else memory.get_output_processors
     try:
         return build(configured, memory_config=memory_options)
-    except EmbedderError:  # the embedder's dimension probe failed at start: retry it (raising its error)
-        await memory._processors_for_run((), config, phase)
+    except EmbedderError:  # the embedder's dimension probe failed at start: retry it
+        try:
+            await memory._processors_for_run((), config, phase)
+        except EmbedderError:
+            # Still unreachable, and without its dimension no index can be chosen: the turn goes on without
+            # semantic recall (SPEC §9: an embedder outage never fails the whole turn); ``reindex()`` embeds
+            # what this turn saved once the embedder is back.
+            _log.warning("embedder unreachable and its dimension unknown: this turn runs without semantic recall")
+            return build([*configured, _NO_SEMANTIC_RECALL], memory_config=memory_options)
         return build(configured, memory_config=memory_options)
+
+
+class _SkippedProcessor:
+    """Stands in for a memory processor to leave out of one run (memory skips ids already configured)."""
+
+    def __init__(self, processor_id: str) -> None:
+        self.id = processor_id
+
+
+_NO_SEMANTIC_RECALL = _SkippedProcessor("semantic-recall")
 
 
 def _json_safe(value: Any) -> Any:

@@ -80,6 +80,7 @@ from .codecs import (
 from .errors import (
     ConfigError,
     EmbedderError,
+    EmbeddingDimensionMismatch,
     InvalidMessage,
     ResourceMismatch,
     ThreadBusy,
@@ -98,7 +99,7 @@ from .tracing import operation_span
 
 if TYPE_CHECKING:
     from ._observational import ObservationalMemoryEngine
-    from .actors._index_actor import IndexActor
+    from .actors._index_actor import IndexActor, VectorHit
     from .agent import Tool, ToolContext
     from .embedders._protocol import Embedder
     from .models import LanguageModel
@@ -1191,18 +1192,33 @@ class Memory:
 
         recall = config.semantic_recall_config
         assert recall is not None
-        if self._index is None:
-            raise ConfigError("semantic recall needs a vector store and an embedder",
-                              code="SEMANTIC_RECALL_MISSING_VECTOR_ADAPTER")
-        if self._index_name is None:
+        if self._vector is None:
+            raise ConfigError("semantic recall needs a vector store", code="SEMANTIC_RECALL_MISSING_VECTOR_ADAPTER")
+        if self._embedder is None:
+            raise ConfigError("semantic recall needs an embedder", code="SEMANTIC_RECALL_MISSING_EMBEDDER")
+        name = self._index_name or self._declared_index_name(self._embedder)
+        if name is None:
             raise EmbedderError(
                 "Failed to determine the embedder's output dimension. Semantic recall cannot safely select a "
                 "vector index until the embedder returns a usable embedding. Check that the embedder is "
                 "reachable and correctly configured.",
                 code="MASTRA_MEMORY_GET_EMBEDDING_DIMENSION_FAILED",
             )
-        return SemanticRecall(self._routed, self._index, top_k=recall.top_k, message_range=recall.message_range,
-                              scope=recall.scope, threshold=recall.threshold, index_name=self._index_name)
+        return SemanticRecall(self._routed, _RoutedIndex(self), top_k=recall.top_k,
+                              message_range=recall.message_range, scope=recall.scope, threshold=recall.threshold,
+                              index_name=name)
+
+    def _declared_index_name(self, embedder: Embedder) -> str | None:
+        """The index name from the dimension the embedder declares (None: it must be probed, see ``start``).
+
+        :raises EmbeddingDimensionMismatch: ``embedding_dimension`` says otherwise.
+        """
+        dim = embedder.dimension
+        if dim is None:
+            return None
+        if self._embedding_dimension is not None and dim != self._embedding_dimension:
+            raise EmbeddingDimensionMismatch(self._embedding_dimension, dim)
+        return "memory_messages" if dim == 1536 else f"memory_messages_{dim}"
 
     def get_input_processors(
         self, configured: Sequence[object] = (), *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
@@ -1416,6 +1432,30 @@ def _is_system_reminder(message: Message) -> bool:
         return isinstance(signal, dict) and signal.get("type") in ("system-reminder", "reactive")
     return False
 
+
+
+class _RoutedIndex:
+    """The index actor as the ``semantic-recall`` processor sees it: the memory's, looked up at each call, so
+    processors can be built before ``start()``."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._memory = memory
+
+    def _actor(self) -> IndexActor:
+        self._memory._running()
+        index = self._memory._index
+        if index is None:
+            raise ConfigError("semantic recall needs a vector store and an embedder",
+                              code="SEMANTIC_RECALL_MISSING_VECTOR_ADAPTER")
+        return index
+
+    async def query(self, text: str, *, top_k: int, resource_id: str | None = None, thread_id: str | None = None,
+                    threshold: float | None = None) -> list[VectorHit]:
+        return await self._actor().query(text, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
+                                         threshold=threshold)
+
+    async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int:
+        return await self._actor().upsert_messages(messages, wait=wait)
 
 
 class _RoutedStore:

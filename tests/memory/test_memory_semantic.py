@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 
 from threadmind import Memory
+from threadmind.agent import Agent
 from threadmind.embedders import Embeddings, HashEmbedder
-from threadmind.errors import EmbedderError, ValidationError
-from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.errors import EmbedderError, EmbeddingDimensionMismatch, ValidationError
+from threadmind.models import ScriptedModel
+from threadmind.stores import HnswVectorStore, InMemoryStore, SQLiteStore
 
+from ..vectors._support import FlakyEmbedder
 from ._support import msg
 
 TOPICS = [
@@ -165,3 +168,58 @@ async def test_vectors_follow_moves_clones_and_edits(memory: Memory) -> None:
     await memory.update_messages([{"id": ids[0], "content": content}])
     edited = await memory.recall("x2", resource_id="r2", vector_search_string=new_text)
     assert edited.messages[0].id == ids[0]
+
+
+def test_processors_can_be_listed_before_start_when_the_dimension_is_known() -> None:
+    memory = Memory(storage=InMemoryStore(), vector=HnswVectorStore(), embedder=HashEmbedder(dim=384),
+                    options={"semanticRecall": True})
+    recall = [p for p in memory.get_input_processors() if getattr(p, "id", None) == "semantic-recall"]
+    assert len(recall) == 1 and recall[0].index_name == "memory_messages_384"  # type: ignore[attr-defined]
+    assert [getattr(p, "id", None) for p in memory.get_output_processors()] == ["semantic-recall", "message-history"]
+
+
+async def test_processors_built_before_start_work_once_started(tmp_path: Path) -> None:
+    memory = _memory(tmp_path, embedder=HashEmbedder(dim=64))
+    early = memory.get_input_processors()
+    async with memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        await memory.save_messages([msg(f"m{i}", ms=i, text=TOPICS[i]) for i in range(len(TOPICS))])
+        model = ScriptedModel(["noted"])
+        agent = Agent("a", "i", model, memory=memory, input_processors=early)  # the early ones replace memory's
+        await agent.generate("grandmother lasagna recipe basil", thread_id="t1", resource_id="r1")
+        seen = [m.id for m in model.requests[0].messages]
+        assert "m0" in seen  # recalled by the processor made before start()
+
+
+@pytest.mark.parametrize("started", [False, True])
+async def test_a_declared_dimension_mismatch_is_reported_as_such(started: bool) -> None:
+    memory = Memory(storage=InMemoryStore(), vector=HnswVectorStore(), embedder=HashEmbedder(dim=384),
+                    embedding_dimension=16, options={"semanticRecall": True})
+    if not started:
+        with pytest.raises(EmbeddingDimensionMismatch) as info:
+            memory.get_input_processors()
+        assert info.value.code == "MASTRA_MEMORY_EMBEDDING_DIMENSION_MISMATCH"
+        return
+    async with memory:
+        for build in (memory.get_input_processors, memory.get_output_processors):
+            with pytest.raises(EmbeddingDimensionMismatch):
+                build()
+        with pytest.raises(EmbeddingDimensionMismatch):
+            await Agent("a", "i", ScriptedModel(["x"]), memory=memory).generate("hi", thread_id="t", resource_id="r")
+
+
+async def test_an_agent_turn_survives_an_outage_of_an_embedder_of_unknown_dimension(tmp_path: Path) -> None:
+    embedder = FlakyEmbedder(dim=32, known_dimension=False)
+    embedder.fail = True  # down from the start: its dimension cannot be probed
+    async with _memory(tmp_path, embedder=embedder) as memory:
+        model = ScriptedModel(["first answer", "second answer"])
+        agent = Agent("a", "i", model, memory=memory)
+        result = await agent.generate("hello there", thread_id="t1", resource_id="r1")
+        assert result.text == "first answer" and result.tripwire is None
+        stored = await memory.recall("t1", per_page=False)
+        assert [m.text for m in stored.messages] == ["hello there", "first answer"]  # the turn was saved
+        embedder.fail = False  # back: the next turn probes again and recalls semantically
+        await agent.generate("and now?", thread_id="t1", resource_id="r1")
+        assert await memory.reindex() >= 2  # what the degraded turn saved gets its vectors
+        hits = await memory.recall("t1", resource_id="r1", vector_search_string="hello there")
+        assert not hits.degraded and "hello there" in [m.text for m in hits.messages]

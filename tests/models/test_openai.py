@@ -307,11 +307,26 @@ class TestLifecycleAndConfig:
         assert fake_openai.requests[0].headers["authorization"] == "Bearer sk-from-env"
         assert fake_openai.requests[0].body["model"] == "gpt-env"
 
-    def test_openai_without_key_is_a_config_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def test_openai_without_key_is_a_config_error_at_the_first_request(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The router string builds a model without a key (hermetic construction); a request needs one and
+        fails before anything is sent (no server listens here, so a sent request would fail otherwise)."""
+        from threadmind.embedders import OpenAIEmbedder
+        from threadmind.models import resolve_model
+
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
         monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-        with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-            OpenAIChatModel("gpt-4o-mini")
+        model = resolve_model("openai/gpt-4o-mini")
+        assert isinstance(model, OpenAIChatModel) and model.model_id == "openai/gpt-4o-mini"
+        async with model:
+            with pytest.raises(ConfigError, match="OPENAI_API_KEY") as info:
+                await model.generate(ModelRequest())
+        assert info.value.code == "THREADMIND_MISSING_API_KEY"
+        async with OpenAIEmbedder() as embedder:
+            assert embedder.dimension == 1536
+            with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+                await embedder.embed(["hello"])
 
     async def test_local_server_needs_no_key(self, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)

@@ -125,11 +125,9 @@ class OpenAIHTTP:
         parsed = self._httpx.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ConfigError(f"{owner}: base_url must be an http(s) URL, got {url!r}")
-        if self._api_key is None and parsed.host == "api.openai.com":
-            raise ConfigError(
-                f"{owner} needs an API key for api.openai.com: pass api_key= or set OPENAI_API_KEY",
-                code="THREADMIND_MISSING_API_KEY",
-            )
+        # Checked at the first request, not here: a Memory or Agent naming "openai/..." can be built (and
+        # tested) without a key; nothing is sent without one.
+        self._key_missing = self._api_key is None and parsed.host == "api.openai.com"
         self.base_url: str = url
         # What errors and reprs show: the URL without any user:password part.
         self.display_url: str = str(parsed.copy_with(userinfo=b"")) if parsed.userinfo else url
@@ -168,6 +166,11 @@ class OpenAIHTTP:
         :raises ThreadmindError: (the ``error`` class) on a non-retryable status, after the last retry, or
             when the server cannot be reached.
         """
+        if self._key_missing:
+            raise ConfigError(
+                f"{self._owner} needs an API key for api.openai.com: pass api_key= or set OPENAI_API_KEY",
+                code="THREADMIND_MISSING_API_KEY",
+            )
         httpx = self._httpx
         client = self._get_client()
         url = self.base_url + path

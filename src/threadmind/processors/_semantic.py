@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .._config import MessageRange
 from ..codecs import Message, TextPart
@@ -16,7 +16,16 @@ from ..stores._protocol import Include, MessageQuery, Store
 from ._protocol import ProcessInputArgs, ProcessOutputArgs
 
 if TYPE_CHECKING:
-    from ..actors._index_actor import IndexActor
+    from ..actors._index_actor import VectorHit
+
+
+class RecallIndex(Protocol):
+    """What the processor needs of the index (an ``IndexActor``, or Memory's handle to its own)."""
+
+    async def query(self, text: str, *, top_k: int, resource_id: str | None = None, thread_id: str | None = None,
+                    threshold: float | None = None) -> list[VectorHit]: ...
+
+    async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int: ...
 
 __all__ = ("SemanticRecall", "render_remembered")
 
@@ -75,7 +84,7 @@ class SemanticRecall:
     def __init__(
         self,
         storage: Store,
-        index: IndexActor,
+        index: RecallIndex,
         *,
         top_k: int = 4,
         message_range: int | MessageRange = 1,
