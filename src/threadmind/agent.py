@@ -32,7 +32,12 @@ from .codecs import (
 from .errors import EmbedderError, ModelError, ThreadmindError, TripWire, ValidationError
 from .models import LanguageModel, ModelRequest, ModelResponse, ToolSpec, resolve_model
 from .processors._message_list import MessageList
-from .processors._protocol import RequestContext, run_input_processors, run_output_processors
+from .processors._protocol import (
+    RequestContext,
+    run_input_processors,
+    run_input_step_processors,
+    run_output_processors,
+)
 from .tracing import operation_span
 
 _log = logging.getLogger("threadmind.agent")
@@ -311,7 +316,8 @@ class Agent:
         try:
             message_list = await run_input_processors([*memory_inputs, *self.input_processors], message_list,
                                                       context)
-            text, finish_reason, usage = await self._loop(message_list, tools, context, memory, max_steps)
+            text, finish_reason, usage, message_list = await self._loop(
+                message_list, tools, context, memory, max_steps, [*memory_inputs, *self.input_processors])
             context.finish_reason = finish_reason
             before = message_list.get_response()
             message_list = await run_output_processors([*self.output_processors, *memory_outputs], message_list,
@@ -332,7 +338,8 @@ class Agent:
         context: RequestContext,
         memory: Memory | None,
         max_steps: int,
-    ) -> tuple[str, str, Usage | None]:
+        input_processors: Sequence[object],
+    ) -> tuple[str, str, Usage | None, MessageList]:
         response_id = new_id()
         parts: list[Part] = []
         text = ""
@@ -341,7 +348,10 @@ class Agent:
         tool_context = ToolContext(thread_id=context.thread_id or message_list.thread_id,
                                    resource_id=context.resource_id, memory=memory,
                                    memory_config=context.memory_config)
-        for _ in range(max_steps):
+        for step in range(max_steps):
+            # Before every model call (reference processInputStep): e.g. a token limit trims what tool
+            # results of the previous step added.
+            message_list = await run_input_step_processors(input_processors, message_list, context, step)
             request = ModelRequest(
                 system=message_list.get_system_messages(),
                 messages=message_list.get_all(),
@@ -367,7 +377,7 @@ class Agent:
             if pending_client:
                 finish_reason = "tool-calls"
                 break
-        return text, finish_reason, usage
+        return text, finish_reason, usage, message_list
 
     async def _call_model(self, request: ModelRequest) -> ModelResponse:
         with operation_span("threadmind.model.generate", "chat", gen_ai__request__model=self.model.model_id):
@@ -396,6 +406,8 @@ class Agent:
         with operation_span("threadmind.tool.execute", "execute_tool", gen_ai__tool__name=name):
             try:
                 result = await tool.run(args, context)
+            except TripWire:  # a guardrail inside a tool ends the run like any other (SPEC §4: "anywhere")
+                raise
             except Exception as exc:  # a failing tool is reported to the model, not to the caller
                 return ToolInvocation(state="output-error", tool_call_id=call_id, tool_name=name, args=args,
                                       error_text=f"{type(exc).__name__}: {exc}"), False

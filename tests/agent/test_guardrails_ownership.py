@@ -66,6 +66,26 @@ async def test_an_aborting_processor_persists_nothing(tmp_path: Path, where: str
         assert texts(await stored(memory)) == ["before"]
 
 
+async def test_a_tripwire_raised_inside_a_tool_ends_the_run_and_persists_nothing(tmp_path: Path) -> None:
+    from threadmind.agent import Tool
+    from threadmind.errors import TripWire
+    from threadmind.models import ModelResponse, ToolCall
+
+    def refuse(args: Any) -> str:
+        raise TripWire("tool refused")
+
+    t0 = base_time()
+    async with open_memory(tmp_path) as memory:
+        await seed(memory, [text_msg("user", "before", id="u0", at=t0)])
+        model = ScriptedModel([ModelResponse(tool_calls=[ToolCall("c1", "refuse", {})]), "never reached"])
+        agent = Agent("a", "i", model, memory=memory, tools=[Tool("refuse", "refuses", None, refuse)])
+        result = await agent.generate("hello", thread_id=THREAD, resource_id=RESOURCE)
+        assert result.tripwire is not None and result.tripwire.reason == "tool refused"
+        assert result.messages == [] and result.finish_reason == "tripwire"
+        assert model.calls == 1  # the run ended inside the tool step
+        assert texts(await stored(memory)) == ["before"]
+
+
 async def test_an_aborting_processor_on_a_new_thread_stores_no_messages(tmp_path: Path) -> None:
     async with open_memory(tmp_path) as memory:
         result = await Agent("a", "i", ScriptedModel(["x"]), memory=memory,

@@ -28,7 +28,7 @@ class ToolCall(msgspec.Struct, frozen=True):
     args: Any
 
 
-class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+class ModelRequest(msgspec.Struct, frozen=True):
     """Exactly what the model sees after all input processors: system texts, conversation and tools."""
 
     system: list[str] = msgspec.field(default_factory=list)

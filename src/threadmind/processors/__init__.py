@@ -7,6 +7,7 @@ from ._history import MessageHistory as MessageHistory
 from ._input_filter import MemoryInputFilter as MemoryInputFilter
 from ._message_list import MessageList as MessageList
 from ._protocol import ProcessInputArgs as ProcessInputArgs
+from ._protocol import ProcessInputStepArgs as ProcessInputStepArgs
 from ._protocol import Processor as Processor
 from ._protocol import ProcessOutputArgs as ProcessOutputArgs
 from ._protocol import RequestContext as RequestContext
@@ -20,6 +21,7 @@ __all__ = (
     "MessageHistory",
     "MessageList",
     "ProcessInputArgs",
+    "ProcessInputStepArgs",
     "ProcessOutputArgs",
     "Processor",
     "RequestContext",

@@ -23,7 +23,7 @@ from ..codecs import Message, Thread, utc_now
 from ..errors import ThreadNotFound
 from ..stores._protocol import MessageQuery, Store
 from ..tokens import DefaultTokenCounter, TokenCounter, TokenLimiterCounter
-from ._protocol import ProcessInputArgs, ProcessOutputArgs, RequestContext
+from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs, RequestContext
 
 __all__ = ("MemoryTokenLimiter", "MessageHistory", "persist_turn")
 
@@ -181,6 +181,12 @@ class MemoryTokenLimiter:
             return None
         await self._record(args.context, removed)
         message_list.remove_by_ids([m.id for m in removed])
+        return None
+
+    async def process_input_step(self, args: ProcessInputStepArgs) -> None:
+        """Before each later model call, trim remembered messages again (tool results count too)."""
+        if args.step_number > 0:
+            await self.process_input(args)
         return None
 
     async def _record(self, context: RequestContext, removed: Sequence[Message]) -> None:

@@ -1,9 +1,13 @@
 """The processor protocol, the per-run request context, and the runner that applies processors in order.
 
-A processor is any object with an ``id`` and at least one of ``async process_input(args)`` and
-``async process_output_result(args)`` (duck typing, as in the reference's guardrail examples). A method
-returns None (the list was changed in place, or not at all), a list of messages (the new messages of that
-phase), or the ``MessageList``. ``args.abort(reason)`` raises :class:`~threadmind.errors.TripWire`.
+A processor is any object with an ``id`` and at least one of ``async process_input(args)``,
+``async process_input_step(args)`` and ``async process_output_result(args)`` (duck typing, as in the
+reference's guardrail examples). ``process_input`` runs once before the model/tool loop;
+``process_input_step`` before every model call of the loop (``args.step_number`` 0, 1, ...; step 0 right
+after ``process_input``), as the reference's ``processInputStep`` does, so a step can trim what tool
+results added. A method returns None (the list was changed in place, or not at all), a list of messages
+(the new messages of that phase), or the ``MessageList``. ``args.abort(reason)`` raises
+:class:`~threadmind.errors.TripWire`.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ from ._message_list import MessageList
 
 __all__ = (
     "ProcessInputArgs",
+    "ProcessInputStepArgs",
     "ProcessOutputArgs",
     "Processor",
     "RequestContext",
     "processor_id",
     "run_input_processors",
+    "run_input_step_processors",
     "run_output_processors",
 )
 
@@ -87,6 +93,17 @@ class ProcessInputArgs(_Args):
     __slots__ = ()
 
 
+class ProcessInputStepArgs(ProcessInputArgs):
+    """Arguments of ``process_input_step``: as ``process_input``'s, plus which model call comes next."""
+
+    __slots__ = ("step_number",)
+
+    def __init__(self, messages: list[Message], message_list: MessageList, context: RequestContext,
+                 processor_id: str, step_number: int) -> None:
+        super().__init__(messages, message_list, context, processor_id)
+        self.step_number = step_number
+
+
 class ProcessOutputArgs(_Args):
     """Arguments of ``process_output_result``: ``messages`` are the run's response messages."""
 
@@ -148,6 +165,21 @@ async def run_input_processors(
 ) -> MessageList:
     """Run ``process_input`` of each processor in order; a TripWire propagates."""
     return await _run(processors, message_list, context, "input")
+
+
+async def run_input_step_processors(
+    processors: Sequence[object], message_list: MessageList, context: RequestContext, step_number: int
+) -> MessageList:
+    """Run ``process_input_step`` of each processor that has one, before model call ``step_number``."""
+    for processor in processors:
+        method = getattr(processor, "process_input_step", None)
+        if method is None:
+            continue
+        pid = processor_id(processor)
+        messages = message_list.get_all()
+        result = await method(ProcessInputStepArgs(messages, message_list, context, pid, step_number))
+        message_list = _apply_result(result, message_list, {m.id for m in messages}, "input")
+    return message_list
 
 
 async def run_output_processors(

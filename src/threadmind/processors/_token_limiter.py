@@ -6,6 +6,7 @@ first one that does not. On output it truncates the response text (or aborts wit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -15,7 +16,7 @@ from .._history import group_by_tool_calls
 from ..codecs import Message, TextPart
 from ..errors import ConfigError
 from ..tokens import TokenLimiterCounter
-from ._protocol import ProcessInputArgs, ProcessOutputArgs
+from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs
 
 __all__ = ("TokenLimiter",)
 
@@ -47,18 +48,20 @@ class TokenLimiter:
                                                options.pop("at_max_remove_tokens", at_max_remove_tokens))
             if options:
                 raise ConfigError(f"TokenLimiter got unknown options {sorted(options)}")
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
-            raise ConfigError("TokenLimiter limit must be a non-negative number")
         if trim_mode not in ("best-fit", "contiguous", "memory-only"):
             raise ConfigError(f"TokenLimiter trimMode must be best-fit, contiguous or memory-only, not {trim_mode!r}")
         if strategy not in ("truncate", "abort"):
             raise ConfigError(f"TokenLimiter strategy must be truncate or abort, not {strategy!r}")
-        remove = limit * 0.25 if at_max_remove_tokens is None else at_max_remove_tokens
-        if trim_mode == "memory-only" and (remove < 0 or remove > limit):
-            raise ConfigError(
-                "Memory token limits must be finite, non-negative, and atMaxRemoveTokens cannot exceed limit"
-            )
-        self.limit = limit
+        value: float = limit if isinstance(limit, (int, float)) and not isinstance(limit, bool) else math.nan
+        remove = value * 0.25 if at_max_remove_tokens is None else at_max_remove_tokens
+        if trim_mode == "memory-only":
+            if not (_finite_non_negative(value) and _finite_non_negative(remove) and remove <= value):
+                raise ConfigError(
+                    "Memory token limits must be finite, non-negative, and atMaxRemoveTokens cannot exceed limit"
+                )
+        elif not value >= 0:  # also refuses NaN (not a number)
+            raise ConfigError("TokenLimiter limit must be a non-negative number")
+        self.limit = value
         self.strategy = strategy
         self.count_mode = count_mode
         self.trim_mode = trim_mode
@@ -91,6 +94,13 @@ class TokenLimiter:
             args.abort("TokenLimiterProcessor: No messages fit within the remaining token budget. Cannot send "
                        "LLM a request with no messages.")
         message_list.remove_by_ids([m.id for m in messages if m.id not in kept])
+        return None
+
+    async def process_input_step(self, args: ProcessInputStepArgs) -> None:
+        """Before each later model call, trim again: tool results may have pushed the prompt over the limit
+        (step 0 follows ``process_input`` on the same list)."""
+        if args.step_number > 0:
+            await self.process_input(args)
         return None
 
     def _trim_memory(self, args: ProcessInputArgs, messages: list[Message], system: float) -> None:
@@ -139,6 +149,10 @@ class TokenLimiter:
                 content = msgspec.structs.replace(message.content, parts=parts, content=text)
                 message_list.replace(msgspec.structs.replace(message, content=content))
         return None
+
+
+def _finite_non_negative(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def _truncate(text: str, budget: float, limiter: TokenLimiter) -> str:
