@@ -486,7 +486,16 @@ class Memory:
         with operation_span("threadmind.memory.create_thread", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
             created: Thread = await self._ask(thread_id, CreateThread(thread))
+            await self._mirror_working_memory(created.resource_id, metadata)
             return created
+
+    async def _mirror_working_memory(self, resource_id: str, metadata: Mapping[str, Any] | None) -> None:
+        """Thread metadata carrying a string ``workingMemory`` also sets the resource's, when working memory is
+        resource-scoped (reference §7.1: saveThread/updateThread)."""
+        text = metadata.get("workingMemory") if metadata else None
+        wm = self._options.working_memory
+        if isinstance(text, str) and wm.enabled and wm.scope == "resource":
+            await self._write_working_memory("resource", resource_id, lambda _old: text)
 
     async def get_thread_by_id(self, thread_id: str, *, resource_id: str | None = None) -> Thread | None:
         """The thread, or None when missing or owned by another resource than ``resource_id``."""
@@ -531,6 +540,7 @@ class Memory:
         _check_metadata(metadata)
         with operation_span("threadmind.memory.update_thread", "update_memory", thread_id=thread_id):
             thread: Thread = await self._ask(thread_id, UpdateThread(title, metadata))
+            await self._mirror_working_memory(thread.resource_id, metadata)
             return thread
 
     async def delete_thread(self, thread_id: str) -> None:
@@ -598,7 +608,8 @@ class Memory:
         for message in batch:
             by_thread.setdefault(message.thread_id or "", []).append(message)
         only = next(iter(by_thread)) if len(by_thread) == 1 else None
-        with operation_span("threadmind.memory.save_messages", "upsert_memory", thread_id=only,
+        owner = batch[0].resource_id if batch and all(m.resource_id == batch[0].resource_id for m in batch) else None
+        with operation_span("threadmind.memory.save_messages", "upsert_memory", thread_id=only, resource_id=owner,
                             threadmind__messages__count=len(batch)):
             self._running()
             if not batch:
@@ -1080,10 +1091,12 @@ class Memory:
         template = template_for(config.working_memory)
         if template is None:
             return None
-        data = await self.get_working_memory(thread_id=thread_id, resource_id=resource_id, memory_config=config)
-        if config.read_only:
-            return readonly_instruction(data)
-        return instruction(template, data)
+        with operation_span("threadmind.memory.get_system_message", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            data = await self.get_working_memory(thread_id=thread_id, resource_id=resource_id, memory_config=config)
+            if config.read_only:
+                return readonly_instruction(data)
+            return instruction(template, data)
 
     def list_tools(self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> dict[str, Tool]:
         """``{"updateWorkingMemory": Tool}`` when working memory is on and writable, else ``{}``."""

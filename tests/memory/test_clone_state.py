@@ -70,3 +70,18 @@ async def test_the_threads_observations_are_copied_with_mapped_ids(tmp_path: Pat
         assert copied.id != "om-1"
         source = await records.current("thread:t1")
         assert source is not None and source.observed_message_ids == ["a", "b"]
+
+
+async def test_working_memory_in_thread_metadata_also_sets_the_resources(make_store: StoreFactory) -> None:
+    async with Memory(storage=make_store(), options={"workingMemory": {"enabled": True}}) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1", metadata={"workingMemory": "# From create"})
+        assert await memory.get_working_memory(thread_id="t1", resource_id="r1") == "# From create"
+        await memory.update_thread("t1", metadata={"workingMemory": "# From update", "other": 1})
+        assert await memory.get_working_memory(thread_id="t1", resource_id="r1") == "# From update"
+        await memory.update_thread("t1", title="renamed")  # no workingMemory key: the resource's stays
+        assert await memory.get_working_memory(thread_id="t1", resource_id="r1") == "# From update"
+    options = {"workingMemory": {"enabled": True, "scope": "thread"}}
+    async with Memory(storage=make_store(), options=options) as memory:  # thread scope: the thread keeps it
+        await memory.create_thread(resource_id="r1", thread_id="t1", metadata={"workingMemory": "# Mine"})
+        resource = await memory.storage.get_resource("r1")
+        assert resource is None or resource.working_memory is None

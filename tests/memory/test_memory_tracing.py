@@ -133,3 +133,63 @@ async def test_concurrent_saves_no_threadmind_root(tmp_path: Path, span_exporter
             assert link.context.span_id in index
             linked_callers |= {a.context.span_id for a in _chain(index[link.context.span_id], index)} & set(callers)
         assert len(linked_callers) == len(group.links)
+
+
+async def test_background_vector_work_never_starts_a_new_root(
+    tmp_path: Path, span_exporter: InMemorySpanExporter
+) -> None:
+    """Write-behind vector rows and vector deletes run in the index actor's own task; under a caller span they
+    still belong to the caller's trace (SPEC §8: no new root while a caller span exists)."""
+    from threadmind.embedders import HashEmbedder
+    from threadmind.stores import HnswVectorStore
+
+    async with Memory(storage=SQLiteStore(tmp_path / "m.db"), vector=HnswVectorStore(tmp_path / "v"),
+                      embedder=HashEmbedder(dim=32), options={"semanticRecall": True}) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        span_exporter.clear()
+        with trace.get_tracer("test").start_as_current_span("caller") as caller:
+            await memory.save_messages([msg("a", text="hello there"), msg("b", text="general kenobi", ms=1)])
+            await memory.delete_messages(["a"])  # its vectors go in the index actor's task
+            await anyio.sleep(0.1)  # the write-behind delay passes while the caller's span is open
+            spans = span_exporter.get_finished_spans()
+    names = [s.name for s in spans]
+    assert "threadmind.index.write_behind" in names and "threadmind.index.delete_messages" in names, names
+    trace_id = caller.get_span_context().trace_id
+    for span in _threadmind(spans):
+        assert span.parent is not None, f"{span.name} started a new root"
+        assert span.context.trace_id == trace_id, span.name
+    index = _by_id(spans)
+    behind = next(s for s in spans if s.name == "threadmind.index.write_behind")
+    batches = {s.context.span_id for s in spans if s.name == "threadmind.index.batch"}
+    assert {link.context.span_id for link in behind.links} & batches  # linked to the batches it carries
+    delete = next(s for s in spans if s.name == "threadmind.index.delete_messages")
+    assert delete.attributes is not None and delete.attributes["gen_ai.operation.name"] == "delete_memory"
+    commits = [s for s in spans if s.name == "threadmind.store.group_commit" and delete in _chain(s, index)]
+    assert commits, "the vector delete's commit descends from its span"
+
+
+async def test_actor_store_and_operation_spans_name_their_thread_and_resource(
+    tmp_path: Path, span_exporter: InMemorySpanExporter
+) -> None:
+    options = {"workingMemory": {"enabled": True}}
+    async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options=options) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        span_exporter.clear()
+        await memory.save_messages([msg("a")])
+        await memory.update_working_memory(thread_id="t1", resource_id="r1", working_memory="# Notes")
+        await memory.recall("t1", per_page=5, page=1)  # a page the actor's tail does not hold: a store read
+        assert await memory.get_system_message(thread_id="t1", resource_id="r1")
+        spans = span_exporter.get_finished_spans()
+    by_name: dict[str, list[ReadableSpan]] = {}
+    for span in spans:
+        by_name.setdefault(span.name, []).append(span)
+    save = by_name["threadmind.actor.SaveMessages"][0].attributes or {}
+    assert (save["threadmind.thread.id"], save["gen_ai.conversation.id"]) == ("t1", "t1")
+    resource = by_name["threadmind.actor.Exclusive"]
+    assert any((s.attributes or {}).get("threadmind.resource.id") == "r1" for s in resource)
+    op = by_name["threadmind.memory.save_messages"][0].attributes or {}
+    assert op["threadmind.resource.id"] == "r1"
+    reads = by_name["threadmind.store.read"]
+    assert reads and all((s.attributes or {})["db.system.name"] == "sqlite" for s in reads)
+    system = by_name["threadmind.memory.get_system_message"][0].attributes or {}
+    assert (system["gen_ai.operation.name"], system["threadmind.thread.id"]) == ("search_memory", "t1")

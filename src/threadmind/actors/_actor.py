@@ -95,6 +95,9 @@ class Actor(abc.ABC, Generic[C]):
     """
 
     key: str
+    #: Span attributes that carry the actor's key under the names operators search by (a thread actor's
+    #: spans have ``threadmind.thread.id`` and ``gen_ai.conversation.id``).
+    key_attributes: tuple[str, ...] = ()
 
     def __init__(
         self, key: str, *, mailbox_capacity: int = 1024, clock: Callable[[], float] = time.monotonic
@@ -354,6 +357,8 @@ class Actor(abc.ABC, Generic[C]):
                 "threadmind.actor.key": self.key,
                 "threadmind.mailbox.depth": envelope.depth,
             }
+            for name in self.key_attributes:
+                attributes[name] = self.key
             extra = getattr(command, "span_attributes", None)
             if extra is not None:
                 attributes.update(extra())

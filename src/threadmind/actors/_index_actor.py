@@ -233,6 +233,9 @@ class _Prepared:
         return self.unit[positions]
 
 
+_COMMAND_OPERATIONS = {"delete_messages": "delete_memory", "delete_thread": "delete_memory"}
+
+
 class _Op:
     """A queued command with a reply slot and the caller's span context (for batch span links)."""
 
@@ -1201,6 +1204,18 @@ class IndexActor:
     async def _process_command(self, op: _Command) -> None:
         if op.kind == "barrier":  # nothing to do: reaching here means every earlier op has finished
             return
+        if op.link is None:  # no SDK, or no caller span: nothing to attach
+            await self._run_command(op)
+            return
+        # Work for one caller: a descendant of that caller's span, though it runs in the index's own task.
+        parent = trace.set_span_in_context(trace.NonRecordingSpan(op.link.context))
+        with trace.get_tracer("threadmind").start_as_current_span(
+            f"threadmind.index.{op.kind}", context=parent, attributes={ATTR_OPERATION: _COMMAND_OPERATIONS.get(
+                op.kind, "update_memory")},
+        ):
+            await self._run_command(op)
+
+    async def _run_command(self, op: _Command) -> None:
         # The load lock keeps a concurrent first load from missing this change.
         async with self._load_lock:
             index = self._index

@@ -18,6 +18,7 @@ import msgspec
 
 from ..codecs import Resource
 from ..stores._protocol import Store
+from ..tracing import ATTR_RESOURCE_ID
 from ._actor import NOT_NOW, Actor
 from ._thread_actor import TAIL_TTL, Exclusive
 
@@ -33,6 +34,8 @@ ResourceCommand = GetResource | Exclusive
 
 class ResourceActor(Actor[ResourceCommand]):
     """Runs exclusive operations on one resource, one at a time, in arrival order; caches the row."""
+
+    key_attributes = (ATTR_RESOURCE_ID,)
 
     def __init__(
         self, key: str, store: Store, *, ttl: float = TAIL_TTL, clock: Callable[[], float] = time.monotonic

@@ -18,6 +18,7 @@ import msgspec
 from ..codecs import Message, Thread
 from ..errors import ResourceMismatch, ThreadNotFound
 from ..stores._protocol import MessagePage, MessageQuery, SaveHook, Store
+from ..tracing import ATTR_CONVERSATION_ID, ATTR_THREAD_ID
 from ._actor import NOT_NOW, Actor
 from ._tail import Tail
 
@@ -166,6 +167,8 @@ def _reads_since(query: MessageQuery, thread_id: str) -> bool:
 
 class ThreadActor(Actor[ThreadCommand]):
     """Serializes every operation on one thread; also guards agent turns (``turn_lock``)."""
+
+    key_attributes = (ATTR_THREAD_ID, ATTR_CONVERSATION_ID)
 
     def __init__(self, thread_id: str, store: Store, *, mailbox_capacity: int = 1024, ttl: float = TAIL_TTL) -> None:
         super().__init__(thread_id, mailbox_capacity=mailbox_capacity)

@@ -15,9 +15,12 @@ import asyncio
 from collections.abc import Sequence
 
 import anyio
+from opentelemetry import trace
+from opentelemetry.trace import Link
 
 from ..errors import StorageError
 from ..stores._vector_records import PendingVector, VectorRecord, VectorRecords
+from ..tracing import ATTR_OPERATION, tracing_enabled
 
 __all__ = ("CoalescingRecords",)
 
@@ -25,10 +28,11 @@ __all__ = ("CoalescingRecords",)
 class _Buffer:
     """Background rows of one index waiting to be written, and the outcome their callers wait for."""
 
-    __slots__ = ("by_message", "count", "done", "error", "index_name", "ready", "seq", "taken")
+    __slots__ = ("by_message", "count", "done", "error", "index_name", "links", "ready", "seq", "taken")
 
     def __init__(self, index_name: str) -> None:
         self.index_name = index_name
+        self.links: list[Link] = []  # the spans of the batches whose rows it holds (with an SDK installed)
         self.by_message: dict[str, list[VectorRecord]] = {}
         self.count = 0
         self.ready = asyncio.Event()  # set when the buffer should be written without waiting any longer
@@ -83,6 +87,10 @@ class CoalescingRecords:
         if buffer is None:
             buffer = self._buffer = _Buffer(index_name)
         buffer.add(records)
+        if tracing_enabled():
+            context = trace.get_current_span().get_span_context()
+            if context.is_valid:
+                buffer.links.append(Link(context))
         if buffer.count >= self._max_records:
             buffer.ready.set()
         if leader:
@@ -121,7 +129,19 @@ class CoalescingRecords:
                 if previous is not None:
                     await previous.done.wait()
                 self.writes += 1
-                buffer.seq = await self.inner.upsert(buffer.index_name, buffer.records(), background=background)
+                if buffer.links:
+                    # Shared by the batches whose rows it holds, whoever writes it (the index's own task, say):
+                    # linked to each and a child of the first, so it is never a new root (SPEC §8).
+                    links = buffer.links
+                    parent = trace.set_span_in_context(trace.NonRecordingSpan(links[0].context))
+                    with trace.get_tracer("threadmind").start_as_current_span(
+                        "threadmind.index.write_behind", context=parent, links=links,
+                        attributes={ATTR_OPERATION: "upsert_memory", "threadmind.vectors.count": buffer.count},
+                    ):
+                        buffer.seq = await self.inner.upsert(buffer.index_name, buffer.records(),
+                                                             background=background)
+                else:
+                    buffer.seq = await self.inner.upsert(buffer.index_name, buffer.records(), background=background)
         except Exception as exc:
             buffer.error = exc
         except BaseException:  # interrupted: the callers must not take the rows for written

@@ -725,7 +725,10 @@ class SQLiteStore:
         if reader is None:  # pragma: no cover - _ready guarantees an open reader
             raise StorageError(f"{self!r} is closed")
         try:
-            return await _in_connection_thread(reader, _read_tx(fn))
+            if not tracing_enabled():  # no SDK: not even a no-op span on the hot path
+                return await _in_connection_thread(reader, _read_tx(fn))
+            with get_tracer().start_as_current_span("threadmind.store.read", attributes={ATTR_DB_SYSTEM: "sqlite"}):
+                return await _in_connection_thread(reader, _read_tx(fn))
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite error: {exc}") from exc
         except ValueError as exc:
