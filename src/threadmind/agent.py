@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -361,22 +362,26 @@ class Agent:
             if response.usage is not None:
                 usage = response.usage if usage is None else usage + response.usage
             finish_reason = response.finish_reason
-            parts.append(StepStartPart())
+            # Every part of the response carries its creation time (reference §4.1), each step its own.
+            stamp = int(time.time() * 1000)
+            parts.append(StepStartPart(created_at=stamp))
             if response.text:
-                parts.append(TextPart(text=response.text))
+                parts.append(TextPart(text=response.text, created_at=stamp))
                 text = response.text
             pending_client = False
             for call in response.tool_calls:
                 invocation, is_client = await self._invoke(call.tool_call_id, call.tool_name, call.args, tools,
                                                            tool_context)
                 pending_client = pending_client or is_client
-                parts.append(ToolInvocationPart(tool_invocation=invocation))
+                parts.append(ToolInvocationPart(tool_invocation=invocation, created_at=int(time.time() * 1000)))
             self._publish(message_list, response_id, parts, text)
             if not response.tool_calls:
                 break
             if pending_client:
                 finish_reason = "tool-calls"
                 break
+        else:  # max_steps ran out while the model was still calling tools
+            finish_reason = "tool-calls"
         return text, finish_reason, usage, message_list
 
     async def _call_model(self, request: ModelRequest) -> ModelResponse:

@@ -106,6 +106,10 @@ async def test_server_tools_loop_and_merge_into_one_response_message(tmp_path: P
                          "StepStartPart", "TextPart"]
         results = [p.tool_invocation.result for p in rows[1].content.parts if isinstance(p, ToolInvocationPart)]
         assert results == [5, {"capital": "Paris"}]
+        stamps = [p.created_at for p in rows[1].content.parts]  # every part of every step (reference §4.1)
+        assert all(isinstance(t, int) and t > 1_600_000_000_000 for t in stamps), stamps
+        assert stamps == sorted(stamps)
+        assert result.finish_reason == "stop"
 
 
 async def test_server_tool_loop_stops_at_max_steps(tmp_path: Path) -> None:
@@ -125,6 +129,7 @@ async def test_server_tool_loop_stops_at_max_steps(tmp_path: Path) -> None:
         assert sum(isinstance(p, StepStartPart) for p in rows[1].content.parts) == 3
         assert tool_states(rows[1]) == {"c1": "result", "c2": "result", "c3": "result"}
         assert result.messages[0].id == rows[1].id
+        assert result.finish_reason == "tool-calls"  # the model was still calling tools when the steps ran out
 
 
 async def test_a_failing_or_unknown_tool_is_reported_to_the_model(tmp_path: Path) -> None:
