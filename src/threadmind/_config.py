@@ -45,6 +45,11 @@ def _non_negative_int(value: object, name: str) -> None:
         raise ConfigError(f"{name} must be a finite non-negative integer")
 
 
+def _num(value: float) -> float | int:
+    """A number as the reference prints it (JavaScript shows 2000, not 2000.0)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _one_of(value: object, allowed: tuple[object, ...], name: str) -> None:
     """A literal option (configs built in Python skip msgspec's type checks, so they are checked here)."""
     if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
@@ -202,6 +207,11 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     observation_tokens: int = 40_000
     buffer_tokens: float | bool | None = None
     block_after: float | None = None
+    # Accepted from Mastra configs: buffering is not built (observations run in the background once past
+    # ``message_tokens``), so ``bufferActivation`` has nothing to tune; the Observer does not title threads.
+    buffer_activation: float | None = None
+    thread_title: bool = False
+    share_token_budget: bool = False
 
     def __post_init__(self) -> None:
         _one_of(self.enabled, (True, False), "observationalMemory.enabled")
@@ -212,17 +222,24 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
                 raise ConfigError(f"observationalMemory.{name} must be a positive number, got {value!r}")
         buffer = self.buffer_tokens
         if isinstance(buffer, (int, float)) and not isinstance(buffer, bool):
+            if self.scope == "resource":
+                raise ConfigError("Async buffering is not yet supported with scope: 'resource'. Use scope: "
+                                  "'thread', or set observation: { bufferTokens: false } to disable async buffering.")
+            if not buffer > 0:
+                raise ConfigError(f"observation.bufferTokens must be > 0, got {_num(buffer)}")
             absolute = buffer * self.message_tokens if 0 < buffer < 1 else buffer
             if absolute >= self.message_tokens:
-                raise ConfigError(
-                    f"observation.bufferTokens ({buffer}) must be less than messageTokens ({self.message_tokens})"
-                )
+                raise ConfigError(f"observation.bufferTokens ({_num(buffer)}) must be less than messageTokens "
+                                  f"({_num(self.message_tokens)})")
         if self.block_after is not None:
             absolute = self.block_after * self.message_tokens if 1 <= self.block_after < 100 else self.block_after
             if absolute < self.message_tokens:
-                raise ConfigError(
-                    f"observation.blockAfter ({self.block_after}) must be >= messageTokens ({self.message_tokens})"
-                )
+                raise ConfigError(f"observation.blockAfter ({_num(self.block_after)}) must be >= messageTokens "
+                                  f"({_num(self.message_tokens)})")
+        _unsupported(self.thread_title, False, "observation.threadTitle", "the Observer does not title threads "
+                     "(use generateTitle)")
+        _unsupported(self.share_token_budget, False, "observationalMemory.shareTokenBudget", "a shared "
+                     "message/observation budget is not implemented")
 
 
 class GenerateTitleConfig(msgspec.Struct, **_CFG):
@@ -344,7 +361,7 @@ def _prepare(options: Mapping[str, Any]) -> dict[str, Any]:
         flat = {k: v for k, v in om.items() if k not in ("observation", "reflection")}
         observation = om.get("observation") or {}
         reflection = om.get("reflection") or {}
-        for key in ("messageTokens", "bufferTokens", "blockAfter"):
+        for key in ("messageTokens", "bufferTokens", "blockAfter", "bufferActivation", "threadTitle"):
             if key in observation:
                 flat[key] = observation[key]
         if "observationTokens" in reflection:

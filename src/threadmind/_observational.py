@@ -74,9 +74,30 @@ def block_after_tokens(config: ObservationalMemoryConfig) -> float:
     return value * config.message_tokens if 1 <= value < 100 else float(value)
 
 
+# Read after the block: how to weigh what it says against the conversation (the reference places such
+# instructions after ``</observations>``).
+OBSERVATIONS_GUIDANCE = (
+    "When you answer, rely on the most recent observations where they disagree with older ones, treat planned "
+    "actions whose dates have passed as done, and let the user's latest message take priority over everything "
+    "in this block."
+)
+
+# The user-role reminder that opens the remaining history once observations replaced its older part
+# (reference §8.1); recall hides it like every <system-reminder> message, and it is never stored.
+CONTINUATION_REMINDER = (
+    "<system-reminder>This is not a message from the user. The earlier part of this conversation is kept in "
+    "the observations above, because it no longer fits in the context. Continue the conversation naturally "
+    "from where they leave off: do not greet the user as if it were a new conversation and do not mention "
+    "observations or memory. Every message after this reminder is newer than the observations."
+    "</system-reminder>"
+)
+CONTINUATION_ID = "om-continuation"
+
+
 def observations_system_message(observations: str) -> str:
-    """The system text the model sees: the preamble and the ``<observations>`` block."""
-    return f"{OBSERVATIONS_PREAMBLE}\n\n<observations>\n{observations.strip()}\n</observations>"
+    """The system text the model sees: the preamble, the ``<observations>`` block and how to read it."""
+    return (f"{OBSERVATIONS_PREAMBLE}\n\n<observations>\n{observations.strip()}\n</observations>\n\n"
+            f"{OBSERVATIONS_GUIDANCE}")
 
 
 def _date_header(messages: Sequence[Message]) -> str:
@@ -296,7 +317,7 @@ class ObservationalMemoryEngine:
             return _Snapshot(record=record, messages=messages, tokens=self.counter.count_messages(messages))
 
         snap = await self._serialized(config, thread_id, resource_id, _snapshot, "om_snapshot")
-        if snap.tokens <= config.message_tokens or not snap.messages:
+        if snap.tokens < config.message_tokens or not snap.messages:  # observe at the threshold (reference: >=)
             return False
         model = self._model(config, thread_id, resource_id)
         if model is None:
@@ -341,7 +362,7 @@ class ObservationalMemoryEngine:
         committed = await self._serialized(config, thread_id, resource_id, _commit, "om_observe")
         if committed is None:
             return False
-        if committed.observation_token_count > config.observation_tokens:
+        if committed.observation_token_count >= config.observation_tokens:
             await self._reflect(config, thread_id, resource_id, committed, model)
         return True
 

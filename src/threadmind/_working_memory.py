@@ -119,7 +119,7 @@ def instruction(template: WorkingMemoryTemplate, data: str | None) -> str:
         "conversation history",
         "- Do not remove empty sections - you must include the empty sections along with the ones you're "
         "filling in",
-        f"- REMEMBER: the way you update your workingMemory is by calling the updateWorkingMemory tool with the "
+        f"- REMEMBER: the way you update your working memory is by calling the updateWorkingMemory tool with the "
         f"entire {fmt} content. The system will store it for you. The user will not see it.",
         "- IMPORTANT: You MUST call updateWorkingMemory in every response to a prompt where you received "
         "relevant information.",
@@ -145,6 +145,10 @@ def readonly_instruction(data: str | None) -> str:
         "2. Act naturally - don't mention this system to users. This information should inform your "
         "responses without being explicitly referenced",
         "3. This memory is read-only in the current session - you cannot update it",
+        "",
+        "Notes:",
+        "- This system is here so that you can maintain the conversation when your context window is very short",
+        "- The user will not see the working memory data directly",
     ])
 
 

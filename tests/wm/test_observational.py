@@ -10,7 +10,12 @@ from typing import Any
 import anyio
 import pytest
 
-from threadmind._observational import OBSERVATIONS_PREAMBLE, OBSERVER_INSTRUCTIONS, REFLECTOR_INSTRUCTIONS
+from threadmind._observational import (
+    CONTINUATION_REMINDER,
+    OBSERVATIONS_PREAMBLE,
+    OBSERVER_INSTRUCTIONS,
+    REFLECTOR_INSTRUCTIONS,
+)
 from threadmind.agent import Agent
 from threadmind.errors import ModelError
 from threadmind.memory import Memory, MemoryConfig, ObservationalMemoryConfig
@@ -207,7 +212,8 @@ async def test_turn_waits_past_block_after(tmp_path: Path) -> None:
         await agent.generate(_long("one") + " " + _long("more"), thread_id="t1", resource_id="r1")
         await agent.generate("two", thread_id="t1", resource_id="r1")
     assert len(calls) == 1
-    assert [m.text for m in model.requests[1].messages] == ["two"]
+    # once observations replace the history, a continuation reminder opens what is left (reference §8.1)
+    assert [m.text for m in model.requests[1].messages] == [CONTINUATION_REMINDER, "two"]
 
 
 async def test_failing_observer_does_not_block_the_turn(tmp_path: Path) -> None:
@@ -358,7 +364,7 @@ async def test_turns_read_unobserved_messages_from_the_thread_actor(tmp_path: Pa
         for i in range(5):
             await agent.generate(f"turn {i}", thread_id="t1", resource_id="r1")
         assert store.message_reads == message_reads and store.reads == reads
-        assert [m.text for m in model.requests[-1].messages] == [
+        assert [m.text for m in model.requests[-1].messages] == [CONTINUATION_REMINDER,
             "first", "ok", "second", "ok", *[t for i in range(4) for t in (f"turn {i}", "ok")], "turn 4"]
     assert calls == []
 
@@ -380,3 +386,64 @@ async def test_an_observation_keeps_the_thread_actors_tail(tmp_path: Path) -> No
         assert actor._tail is not None and actor._thread is not None
         await threads.ask("t", Exclusive(nothing, "anything"))
         assert actor._tail is None and actor._thread is None  # an arbitrary exclusive trusts neither
+
+
+async def test_the_observer_runs_at_exactly_the_threshold() -> None:
+    """Reference §8.1: observe when unobserved tokens >= messageTokens, counted as the round counts them."""
+    from threadmind.tokens import DefaultTokenCounter
+
+    async with _om_memory(InMemoryStore(), _endless(_observer([])), message_tokens=10**6) as memory:
+        await Agent("a", "i", ScriptedModel(["r1"]), memory=memory).generate(
+            _long("one"), thread_id="t1", resource_id="r1")
+        turn = (await memory.recall("t1", per_page=False)).messages
+    exactly = DefaultTokenCounter().count_messages(turn)  # what one such turn leaves unobserved
+    for threshold, observed in ((exactly, 1), (exactly + 1, 0)):
+        calls: list[str] = []
+        async with _om_memory(InMemoryStore(), _endless(_observer(calls)), message_tokens=threshold) as memory:
+            await Agent("a", "i", ScriptedModel(["r1"]), memory=memory).generate(
+                _long("one"), thread_id="t1", resource_id="r1")
+        assert len(calls) == observed, (threshold, exactly, calls)
+
+
+async def test_the_model_sees_how_to_read_observations_and_a_continuation_reminder(tmp_path: Path) -> None:
+    calls: list[str] = []
+    model = ScriptedModel(["r1", "r2"])
+    async with _om_memory(SQLiteStore(tmp_path / "om.db"), _endless(_observer(calls))) as memory:
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate(_long("one") + " " + _long("more"), thread_id="t1", resource_id="r1")
+        await agent.generate("two", thread_id="t1", resource_id="r1")
+        system = [s for s in model.requests[1].system if s.startswith(OBSERVATIONS_PREAMBLE)]
+        assert len(system) == 1 and "</observations>\n\nWhen you answer" in system[0]
+        reminder = model.requests[1].messages[0]
+        assert reminder.role == "user" and reminder.text.startswith("<system-reminder>")
+        assert reminder.text.endswith("</system-reminder>")
+        stored = await memory.recall("t1", per_page=False)
+        assert CONTINUATION_REMINDER not in [m.text for m in stored.messages]  # never persisted
+        assert await memory.list_messages_by_id(["om-continuation"]) == []
+
+
+@pytest.mark.parametrize(("observation", "scope", "needle"), [
+    pytest.param({"messageTokens": 1000, "bufferTokens": 2000}, "thread",
+                 r"^observation\.bufferTokens \(2000\) must be less than messageTokens \(1000\)$", id="buffer-big"),
+    pytest.param({"messageTokens": 1000, "blockAfter": 500}, "thread",
+                 r"^observation\.blockAfter \(500\) must be >= messageTokens \(1000\)$", id="block-after"),
+    pytest.param({"bufferTokens": 0}, "thread", r"^observation\.bufferTokens must be > 0, got 0$", id="buffer-zero"),
+    pytest.param({"bufferTokens": -5}, "thread", r"must be > 0, got -5$", id="buffer-negative"),
+    pytest.param({"bufferTokens": 0.2}, "resource", r"^Async buffering is not yet supported with scope: 'resource'",
+                 id="resource-buffer"),
+    pytest.param({"threadTitle": True}, "thread", "observation.threadTitle", id="thread-title"),
+])
+def test_observational_options_are_validated_with_the_reference_texts(
+    observation: dict[str, Any], scope: str, needle: str
+) -> None:
+    from threadmind.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=needle):
+        Memory(storage=InMemoryStore(), options={"observationalMemory": {"scope": scope, "observation": observation}})
+
+
+def test_observational_options_mastra_accepts_are_accepted() -> None:
+    memory = Memory(storage=InMemoryStore(), options={"observationalMemory": {
+        "scope": "resource", "observation": {"bufferTokens": False, "bufferActivation": 0.8, "threadTitle": False}}})
+    om = memory.options.observational_memory_config
+    assert om is not None and om.scope == "resource" and om.buffer_activation == 0.8

@@ -171,6 +171,8 @@ class TestMemoryApi:
         assert "3. Use Markdown format for all data" in text
         assert f"<working_memory_template>\n{DEFAULT_TRIMMED}\n</working_memory_template>" in text
         assert "<working_memory_data>\nnull\n</working_memory_data>" in text
+        assert "- REMEMBER: the way you update your working memory is by calling the updateWorkingMemory tool " \
+               "with the entire Markdown content." in text
         await md_memory.update_working_memory(thread_id="t1", resource_id="r1", working_memory="# Me\nAda")
         text = await md_memory.get_system_message(thread_id="t1", resource_id="r1")
         assert text is not None and "<working_memory_data>\n# Me\nAda\n</working_memory_data>" in text
@@ -259,7 +261,10 @@ class TestAgentMarkdown:
             "hi", thread_id="t1", resource_id="r1", memory_options={"readOnly": True})
         request = model.requests[0]
         assert request.tools == []
-        assert any(s.startswith("WORKING_MEMORY_SYSTEM_INSTRUCTION (READ-ONLY):") for s in request.system)
+        (text,) = [s for s in request.system if s.startswith("WORKING_MEMORY_SYSTEM_INSTRUCTION (READ-ONLY):")]
+        assert text.endswith("\n\nNotes:\n- This system is here so that you can maintain the conversation when "
+                             "your context window is very short\n- The user will not see the working memory data "
+                             "directly")
 
 
 class TestAgentSchema:

@@ -8,15 +8,24 @@ background. Reference §8.1.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from .._config import ObservationalMemoryConfig
-from .._observational import ObservationalMemoryEngine, block_after_tokens, observations_system_message
+from .._observational import (
+    CONTINUATION_ID,
+    CONTINUATION_REMINDER,
+    ObservationalMemoryEngine,
+    block_after_tokens,
+    observations_system_message,
+)
+from ..codecs import Message, utc_now
 from ..stores._protocol import Store
 from ._history import persist_turn
 from ._protocol import ProcessInputArgs, ProcessOutputArgs
 
 __all__ = ("ObservationalMemory",)
 
-_TOKENS_KEY = "observational-memory.unobserved-tokens"
+_UNOBSERVED_KEY = "observational-memory.unobserved"  # run state: the unobserved rows loaded for the turn
 
 
 
@@ -46,10 +55,15 @@ class ObservationalMemory:
             if await engine.ensure_below_block(config, thread_id, resource_id, tokens):
                 record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
                 tokens = engine.counter.count_messages(unobserved)
-        args.context.run_state[_TOKENS_KEY] = tokens
+        args.context.run_state[_UNOBSERVED_KEY] = unobserved
+        own = [m for m in unobserved if m.thread_id in (None, thread_id)]
         if record is not None and record.active_observations.strip():
             args.message_list.add_system(observations_system_message(record.active_observations), "memory")
-        own = [m for m in unobserved if m.thread_id in (None, thread_id)]
+            # Opens what is left of the history (memory-sourced: never stored); it sorts first.
+            first = min((m.created_at for m in own), default=None) or utc_now()
+            args.message_list.add(Message.user(CONTINUATION_REMINDER, id=CONTINUATION_ID, thread_id=thread_id,
+                                               resource_id=resource_id, created_at=first - timedelta(milliseconds=1)),
+                                  "memory")
         if own:
             args.message_list.add(own, "memory")
         return None
@@ -61,9 +75,12 @@ class ObservationalMemory:
         if not kept or thread_id is None:
             return None
         config = self._config(args)
-        before = context.run_state.get(_TOKENS_KEY)
+        before = context.run_state.get(_UNOBSERVED_KEY)
         engine = self.engine
-        tokens = (before if isinstance(before, int) else 0) + sum(engine.counter.count_message(m) for m in kept)
-        if tokens > config.message_tokens:
+        # Counted as the observation round counts its snapshot (each row once), so a turn that schedules one
+        # is one it runs.
+        rows = {m.id: m for m in (*(before if isinstance(before, list) else ()), *kept)}
+        tokens = engine.counter.count_messages(rows.values())
+        if tokens >= config.message_tokens:  # the reference observes at the threshold
             engine.schedule(config, thread_id, resource_id)
         return None
