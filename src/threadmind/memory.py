@@ -624,6 +624,7 @@ class Memory:
             else:
                 saved = await self._save_by_thread(by_thread, marker)
                 tokens = await indexer.upsert_messages(saved) if indexer is not None else 0
+            saved.sort(key=_created_at)  # as stored: ascending by created_at, ties in batch order (reference §1)
             return SaveResult(messages=saved, usage=Usage(tokens=tokens) if tokens else None)
 
     async def _check_threads(self, by_thread: dict[str, list[Message]]) -> None:
@@ -711,18 +712,21 @@ class Memory:
         with operation_span("threadmind.memory.recall", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
             store, _ = self._running()
-            if not config.history_enabled and per_page is None and semantic is None and not includes:
+            if not config.history_enabled and per_page is None and semantic is None:
+                # Reference §1.1 step 2: no history asked for and no search to run (``include`` or not).
                 return RecallResult(messages=[], total=0, page=page, per_page=0, has_more=False)
+            # Step 3: resource-scoped semantic recall, as configured, tolerates a thread that does not exist yet.
+            configured = config.semantic_recall_config
+            tolerate_missing = configured is not None and configured.scope != "thread"
             limit = config.max_messages
             if (per_page is None and page == 0 and direction is None and not includes and window is None
                     and semantic is None and config.message_history is None and limit):
                 # The default window comes from the thread actor's in-memory tail: no database read when warm.
-                tail: MessagePage = await self._ask(thread_id, LoadWindow(limit, resource_id))
+                tail: MessagePage = await self._ask(thread_id, LoadWindow(limit, resource_id, tolerate_missing))
                 return RecallResult(messages=_visible(tail.messages), total=tail.total, page=0, per_page=limit,
                                     has_more=tail.has_more)
             if resource_id is not None:
                 thread = await store.get_thread(thread_id)
-                tolerate_missing = semantic is not None and semantic.scope == "resource"
                 if thread is None and not tolerate_missing:
                     raise ThreadNotFound(thread_id, message=f"No thread found with id {thread_id}")
                 if thread is not None and thread.resource_id != resource_id:
@@ -763,20 +767,27 @@ class Memory:
                 "Memory error: Resource-scoped semantic recall is enabled but no resourceId was provided. "
                 "Either provide a resourceId or explicitly set semanticRecall.scope to 'thread'."
             )
+        from .actors._index_actor import chunk_text
+
+        # The query is chunked as stored texts are (whitespace runs become one space; reference §6.2), and
+        # each chunk runs its own top-k query; a message found by several chunks comes once.
+        found: dict[str, None] = {}
         try:
-            hits = await self._index.query(
-                text,
-                top_k=semantic.top_k,
-                resource_id=resource_id if semantic.scope == "resource" else None,
-                thread_id=thread_id if semantic.scope == "thread" else None,
-                threshold=semantic.threshold,
-            )
+            for chunk in chunk_text(text, semantic.max_chunk_chars):
+                hits = await self._index.query(
+                    chunk,
+                    top_k=semantic.top_k,
+                    resource_id=resource_id if semantic.scope == "resource" else None,
+                    thread_id=thread_id if semantic.scope == "thread" else None,
+                    threshold=semantic.threshold,
+                )
+                found.update(dict.fromkeys(hit.message_id for hit in hits))
         except EmbedderError:
             return [], True
         window = semantic.range
         return [
-            Include(id=hit.message_id, with_previous_messages=window.before, with_next_messages=window.after)
-            for hit in hits
+            Include(id=message_id, with_previous_messages=window.before, with_next_messages=window.after)
+            for message_id in found
         ], False
 
     async def _token_window(
@@ -1413,6 +1424,10 @@ class Memory:
         if not isinstance(text, str):
             raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
         return self._tokens.count_text(text)
+
+
+def _created_at(message: Message) -> datetime:
+    return message.created_at
 
 
 def _bind(fn: Callable[[T], Awaitable[Any]], arg: T) -> Callable[[], Awaitable[Any]]:

@@ -193,3 +193,52 @@ class TestTokenBudget:
         async with Memory(storage=make_store(), options=options) as memory:
             ids = await _thread_of(memory, 12)
             assert [m.id for m in (await memory.recall("t1")).messages] == ids[-4:]
+
+
+class TestReferenceRecallRules:
+    """Reference §1.1 steps 2 and 3, §6.2 for the query, and §1's save result order."""
+
+    async def test_history_disabled_without_per_page_returns_nothing_even_with_include(
+        self, make_store: StoreFactory
+    ) -> None:
+        for options in ({"lastMessages": False}, {"lastMessages": 0}, {"messageHistory": {"maxTokens": 0}}):
+            async with Memory(storage=make_store(), options=options) as memory:
+                await memory.create_thread(resource_id="r1", thread_id="t1")
+                await memory.save_messages([msg("m1", ms=1), msg("m2", ms=2)])
+                result = await memory.recall("t1", include=[{"id": "m1"}])
+                assert (result.messages, result.total, result.per_page) == ([], 0, 0)
+                paged = await memory.recall("t1", per_page=0, include=[{"id": "m1"}])  # asked for: served
+                assert [m.id for m in paged.messages] == ["m1"]
+
+    async def test_resource_scoped_semantic_recall_tolerates_a_missing_thread(self, make_store: StoreFactory) -> None:
+        from threadmind.embedders import HashEmbedder
+        from threadmind.errors import ThreadNotFound
+        from threadmind.stores import HnswVectorStore
+
+        async with Memory(storage=make_store(), vector=HnswVectorStore(), embedder=HashEmbedder(dim=32),
+                          options={"semanticRecall": True}) as memory:
+            for kwargs in ({}, {"per_page": 5}, {"vector_search_string": "hello"}):
+                result = await memory.recall("not-yet", resource_id="r1", **kwargs)  # type: ignore[arg-type]
+                assert result.messages == [] and result.total == 0
+        async with Memory(storage=make_store(), vector=HnswVectorStore(), embedder=HashEmbedder(dim=32),
+                          options={"semanticRecall": {"scope": "thread"}}) as memory:
+            with pytest.raises(ThreadNotFound, match="No thread found with id not-yet"):
+                await memory.recall("not-yet", resource_id="r1")
+
+    async def test_the_query_is_normalised_like_stored_text(self, make_store: StoreFactory) -> None:
+        from threadmind.embedders import HashEmbedder
+        from threadmind.stores import HnswVectorStore
+
+        options = {"lastMessages": 1, "semanticRecall": {"topK": 1, "messageRange": 0, "threshold": 0.9}}
+        async with Memory(storage=make_store(), vector=HnswVectorStore(), embedder=HashEmbedder(dim=64),
+                          options=options) as memory:
+            await memory.create_thread(resource_id="r1", thread_id="t1")
+            await memory.save_messages([msg("a", ms=1, text="zebra crossing stripes"), msg("b", ms=2, text="x")])
+            for query in ("zebra crossing stripes", "  zebra   crossing\nstripes"):
+                result = await memory.recall("t1", resource_id="r1", vector_search_string=query)
+                assert "a" in [m.id for m in result.messages], query
+
+    async def test_save_returns_messages_in_created_at_order(self, memory: Memory) -> None:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        result = await memory.save_messages([msg("late", ms=10_000), msg("early", ms=1_000), msg("tie", ms=1_000)])
+        assert [m.id for m in result.messages] == ["early", "tie", "late"]
