@@ -90,6 +90,7 @@ from .errors import (
 )
 from .processors._history import MemoryTokenLimiter, MessageHistory
 from .processors._input_filter import MemoryInputFilter
+from .processors._merge import is_system_reminder
 from .processors._protocol import processor_id
 from .processors._semantic import SemanticRecall
 from .processors._working_memory import WorkingMemory
@@ -1441,25 +1442,10 @@ def _visible(messages: Iterable[Message]) -> list[Message]:
     """Drop system rows and system reminders, as ``recall`` does by default (reference §4.6)."""
     out: list[Message] = []
     for message in messages:
-        if message.role == "system" or _is_system_reminder(message):
+        if message.role == "system" or is_system_reminder(message):
             continue
         out.append(message)
     return out
-
-
-def _is_system_reminder(message: Message) -> bool:
-    metadata = message.content.metadata or {}
-    if message.role == "user":
-        if isinstance(metadata.get("systemReminder"), dict) or "dynamicAgentsMdReminder" in metadata:
-            return True
-        parts = message.content.parts
-        first = parts[0] if parts else None
-        return first is not None and getattr(first, "text", "").startswith("<system-reminder")
-    if message.role == "signal":
-        signal = metadata.get("signal")
-        return isinstance(signal, dict) and signal.get("type") in ("system-reminder", "reactive")
-    return False
-
 
 
 class _RoutedIndex:

@@ -242,3 +242,13 @@ class TestReferenceRecallRules:
         await memory.create_thread(resource_id="r1", thread_id="t1")
         result = await memory.save_messages([msg("late", ms=10_000), msg("early", ms=1_000), msg("tie", ms=1_000)])
         assert [m.id for m in result.messages] == ["early", "tie", "late"]
+
+    async def test_a_reminder_is_hidden_by_its_first_text_part(self, memory: Memory) -> None:
+        from threadmind import FilePart, Message, MessageContent, TextPart
+
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        content = MessageContent(parts=[FilePart(data="aGk=", mime_type="text/plain"),
+                                        TextPart(text="<system-reminder>be brief</system-reminder>")])
+        reminder = Message("rem", "user", content, BASE, thread_id="t1", resource_id="r1")
+        await memory.save_messages([reminder, msg("m1", ms=5)])
+        assert [m.id for m in (await memory.recall("t1")).messages] == ["m1"]
