@@ -22,7 +22,7 @@ from ._config import ObservationalMemoryConfig
 from ._hygiene import is_transient_signal
 from ._transcript import part_texts
 from .actors._thread_actor import Exclusive
-from .codecs import Message, utc_now
+from .codecs import Message, to_iso, utc_now
 from .errors import ThreadmindError
 from .stores._om import ObservationalMemoryStore, OMRecord, lookup_key, om_store_for
 from .stores._protocol import DateRange, MessageQuery, Store
@@ -53,7 +53,9 @@ OBSERVER_INSTRUCTIONS = (
     "and decisions, what was asked and answered, tasks in progress, and any commitments the assistant made. "
     "Write one observation per line starting with '* ' and a priority marker (🔴 important, 🟡 maybe useful, "
     "🟢 minor), include times as (HH:MM) when known, and keep names, numbers and exact values. Do not repeat "
-    "observations already listed under previous observations. Output only the observation lines."
+    "observations already listed under previous observations. Output only the observation lines, optionally "
+    "followed by <current-task>what the user is working on now</current-task> and "
+    "<suggested-response>guidance for the assistant's next reply</suggested-response>."
 )
 
 REFLECTOR_INSTRUCTIONS = (
@@ -64,6 +66,38 @@ REFLECTOR_INSTRUCTIONS = (
 )
 
 _MAX_ROUNDS = 8  # observation rounds one background job may run before yielding to the next trigger
+
+# Tags the Observer may add after its observations; they go to thread.metadata.mastra.om (reference §8.1).
+_OBSERVER_TAGS = (("current-task", "currentTask"), ("suggested-response", "suggestedResponse"))
+
+
+def split_observer_output(text: str) -> tuple[str, dict[str, str]]:
+    """The observation lines, and the tagged extras (``currentTask``, ``suggestedResponse``) cut out of them."""
+    extras: dict[str, str] = {}
+    for tag, key in _OBSERVER_TAGS:
+        opening, closing = f"<{tag}>", f"</{tag}>"
+        start = text.find(opening)
+        end = text.find(closing, start + len(opening)) if start >= 0 else -1
+        if start >= 0 and end >= 0:
+            value = text[start + len(opening):end].strip()
+            if value:
+                extras[key] = value
+            text = text[:start] + text[end + len(closing):]
+    return text.strip(), extras
+
+
+def sealed_updates(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """``update_messages`` entries that mark observed messages sealed (``content.metadata.mastra.sealed``),
+    keeping whatever else their ``mastra`` metadata holds."""
+    updates: list[dict[str, Any]] = []
+    for message in messages:
+        mastra = (message.content.metadata or {}).get("mastra")
+        mastra = dict(mastra) if isinstance(mastra, dict) else {}
+        if mastra.get("sealed") is True:
+            continue
+        mastra["sealed"] = True
+        updates.append({"id": message.id, "content": {"metadata": {"mastra": mastra}}})
+    return updates
 
 
 def block_after_tokens(config: ObservationalMemoryConfig) -> float:
@@ -326,7 +360,7 @@ class ObservationalMemoryEngine:
         previous = snap.record.active_observations if snap.record is not None else ""
         prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
                   f"New messages to observe:\n{_transcript(snap.messages)}")
-        observed = await self._call(model, OBSERVER_INSTRUCTIONS, prompt, "observer")
+        observed, extras = split_observer_output(await self._call(model, OBSERVER_INSTRUCTIONS, prompt, "observer"))
         block = f"{_date_header(snap.messages)}\n{observed}"
 
         async def _commit() -> OMRecord | None:
@@ -357,6 +391,7 @@ class ObservationalMemoryEngine:
             record.pending_message_tokens = 0
             record.updated_at = now
             await records.put(record)
+            await self._mark_observed(store, thread_id, snap.messages, extras)
             return record
 
         committed = await self._serialized(config, thread_id, resource_id, _commit, "om_observe")
@@ -365,6 +400,29 @@ class ObservationalMemoryEngine:
         if committed.observation_token_count >= config.observation_tokens:
             await self._reflect(config, thread_id, resource_id, committed, model)
         return True
+
+    async def _mark_observed(
+        self, store: Store, thread_id: str, messages: Sequence[Message], extras: dict[str, str]
+    ) -> None:
+        """After an observation: seal the observed messages and note the cursor (and the Observer's extras) in
+        ``thread.metadata.mastra.om`` (reference §8.1). Straight to the store, inside the owning actor's
+        exclusive step: the write counts make the thread actors drop their caches."""
+        updates = sealed_updates(messages)
+        if updates:
+            await store.update_messages(updates)
+        thread = await store.get_thread(thread_id)
+        if thread is None:
+            return
+        last = max(messages, key=lambda m: m.created_at)
+        mastra = (thread.metadata or {}).get("mastra")
+        mastra = dict(mastra) if isinstance(mastra, dict) else {}
+        om = mastra.get("om")
+        om = dict(om) if isinstance(om, dict) else {}
+        om.update(extras)
+        om["lastObservedAt"] = to_iso(last.created_at)
+        om["lastObservedMessageCursor"] = {"createdAt": to_iso(last.created_at), "id": last.id}
+        mastra["om"] = om
+        await store.update_thread(thread_id, metadata={"mastra": mastra})
 
     async def _reflect(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,

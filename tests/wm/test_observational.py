@@ -447,3 +447,34 @@ def test_observational_options_mastra_accepts_are_accepted() -> None:
         "scope": "resource", "observation": {"bufferTokens": False, "bufferActivation": 0.8, "threadTitle": False}}})
     om = memory.options.observational_memory_config
     assert om is not None and om.scope == "resource" and om.buffer_activation == 0.8
+
+
+async def test_an_observation_seals_what_it_observed_and_notes_the_thread(tmp_path: Path) -> None:
+    """Reference §8.1: observed messages carry content.metadata.mastra.sealed; the thread's
+    metadata.mastra.om holds the cursor and what the Observer said of the current task."""
+    from threadmind.codecs import to_iso
+
+    def observe(request: ModelRequest) -> str:
+        return ("* 🔴 user plans a trip\n<current-task>booking the trip</current-task>\n"
+                "<suggested-response>ask for dates</suggested-response>")
+
+    async with _om_memory(SQLiteStore(tmp_path / "om.db"), _endless(observe)) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1", metadata={"mastra": {"keep": 1}, "x": 2})
+        agent = Agent("a", "i", ScriptedModel(["r1", "r2"]), memory=memory)
+        await agent.generate(_long("one") + " " + _long("more"), thread_id="t1", resource_id="r1")
+        await agent.generate("two", thread_id="t1", resource_id="r1")  # waits past block_after: observed
+        records = await _records(memory)
+        assert records and "<current-task>" not in records[-1].active_observations
+        assert "user plans a trip" in records[-1].active_observations
+        observed = set(records[-1].observed_message_ids)
+        stored = (await memory.recall("t1", per_page=False)).messages
+        sealed = {m.id for m in stored if ((m.content.metadata or {}).get("mastra") or {}).get("sealed") is True}
+        assert observed and observed <= sealed
+        thread = await memory.get_thread_by_id("t1")
+        assert thread is not None and thread.metadata is not None
+        assert thread.metadata["x"] == 2 and thread.metadata["mastra"]["keep"] == 1  # merged, not replaced
+        om = thread.metadata["mastra"]["om"]
+        last = max((m for m in stored if m.id in observed), key=lambda m: m.created_at)
+        assert om["lastObservedAt"] == to_iso(last.created_at)
+        assert om["lastObservedMessageCursor"] == {"createdAt": to_iso(last.created_at), "id": last.id}
+        assert (om["currentTask"], om["suggestedResponse"]) == ("booking the trip", "ask for dates")
