@@ -189,8 +189,7 @@ class WorkingMemoryConfig(msgspec.Struct, **_CFG):
             raise ConfigError(f"workingMemory.schema must be a JSON schema object, got {self.schema!r}")
         if self.template is not None and self.schema is not None:
             raise ConfigError("workingMemory takes either a template or a schema, not both")
-        _unsupported(self.version, "stable", "workingMemory.version", "only the stable updateWorkingMemory tool is "
-                     "implemented")
+        _one_of(self.version, ("stable", "vnext"), "workingMemory.version")
         _unsupported(self.use_state_signals, False, "workingMemory.useStateSignals", "state signals are not "
                      "implemented")
         _unsupported(self.agent_managed, False, "workingMemory.agentManaged", "agent-managed working memory is not "

@@ -68,9 +68,11 @@ def schema_skeleton(schema: Mapping[str, Any]) -> Any:
 _EMPTY: dict[str, Any] = {"string": "", "number": 0, "integer": 0, "boolean": False}
 
 
-def instruction(template: WorkingMemoryTemplate, data: str | None) -> str:
-    """The standard tool-mode instruction the model sees (reference §7.3)."""
+def instruction(template: WorkingMemoryTemplate, data: str | None, *, vnext: bool = False) -> str:
+    """The tool-mode instruction the model sees (reference §7.3); ``vnext`` for the Markdown vNext tool."""
     is_json = template.format == "json"
+    if vnext and not is_json:
+        return _vnext_instruction(template, data)
     fmt = "JSON" if is_json else "Markdown"
     lines = [
         "WORKING_MEMORY_SYSTEM_INSTRUCTION:",
@@ -125,6 +127,44 @@ def instruction(template: WorkingMemoryTemplate, data: str | None) -> str:
         "relevant information.",
         f"- IMPORTANT: Preserve the {fmt} formatting structure above while updating the content.",
     ]
+    return "\n".join(lines)
+
+
+def _vnext_instruction(template: WorkingMemoryTemplate, data: str | None) -> str:
+    """The vNext variant: the model adds or corrects entries (``newMemory``, ``searchString``) instead of
+    rewriting the whole document; it need not call the tool when nothing changed."""
+    lines = [
+        "WORKING_MEMORY_SYSTEM_INSTRUCTION:",
+        "Store and update any conversation-relevant information by calling the updateWorkingMemory tool.",
+        "",
+        "Guidelines:",
+        "1. Store anything that could be useful later in the conversation",
+        "2. Update proactively when information changes, no matter how small",
+        "3. Use Markdown format for all data",
+        "4. Act naturally - don't mention this system to users. Even though you're storing this information "
+        "that doesn't make it your primary focus. Do not ask them generally for \"information about yourself\"",
+        "5. If your working memory already holds the information, there is no need to call updateWorkingMemory",
+        "6. Information that seems irrelevant to the current conversation is no reason to delete it from "
+        "working memory",
+        "",
+        "<working_memory_template>",
+        template.content,
+        "</working_memory_template>",
+        "",
+        "<working_memory_data>",
+        data if data else "null",
+        "</working_memory_data>",
+        "",
+        "Notes:",
+        "- Send only what is new as newMemory; to correct an entry, also send the exact text to replace as "
+        "searchString with updateReason 'clarify-existing-memory' or 'replace-irrelevant-memory'",
+        "- REMEMBER: the way you update your working memory is by calling the updateWorkingMemory tool. The "
+        "system will store it for you. The user will not see it.",
+    ]
+    if template.content != DEFAULT_TEMPLATE.strip():
+        lines.append("- Only store information if it's in the working memory template, do not store other "
+                     "information unless the user asks you to remember it, as that non-template information may "
+                     "be irrelevant")
     return "\n".join(lines)
 
 

@@ -1108,7 +1108,7 @@ class Memory:
             data = await self.get_working_memory(thread_id=thread_id, resource_id=resource_id, memory_config=config)
             if config.read_only:
                 return readonly_instruction(data)
-            return instruction(template, data)
+            return instruction(template, data, vnext=config.working_memory.version == "vnext")
 
     def list_tools(self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> dict[str, Tool]:
         """``{"updateWorkingMemory": Tool}`` when working memory is on and writable, else ``{}``."""
@@ -1126,6 +1126,22 @@ class Memory:
                 "include fields you want to add or update. To preserve existing data, omit the field entirely. "
                 "Arrays are replaced entirely when provided, so include every item you want to keep. Set a "
                 "field to null to remove it."
+            )
+        elif config.working_memory.version == "vnext":
+            parameters = {
+                "type": "object",
+                "properties": {
+                    "newMemory": {"type": "string", "description": "The Markdown text to add to working memory, "
+                                  "or to put in place of searchString."},
+                    "searchString": {"type": "string", "description": "Exact text of working memory to replace "
+                                     "(with updateReason clarify-existing-memory or replace-irrelevant-memory)."},
+                    "updateReason": {"type": "string", "enum": list(_VNEXT_REASONS),
+                                     "description": "Why working memory changes; append-new-memory by default."},
+                },
+            }
+            description = (
+                "Update the working memory with new information: add what is new, or replace an existing entry "
+                "by sending the exact text to replace as searchString. Existing data not mentioned is kept."
             )
         else:
             parameters = {
@@ -1165,6 +1181,12 @@ class Memory:
         assert key is not None
         template = template_for(config.working_memory)
         assert template is not None
+        if template.format == "markdown" and config.working_memory.version == "vnext":
+            try:
+                return await self._update_working_memory_vnext(args, scope, key, template.content)
+            except Exception:  # the reference's vNext tool reports every failure this way
+                _log.warning("working memory vNext update failed", exc_info=True)
+                return {"success": False, "reason": "Tool error."}
         if template.format == "markdown":
             value = args.get("memory") if isinstance(args, Mapping) else None
             if not isinstance(value, str):
@@ -1211,6 +1233,54 @@ class Memory:
 
         await self._write_working_memory(scope, key, _merge)
         return {"success": True}
+
+    async def _update_working_memory_vnext(
+        self, args: Any, scope: str, key: str, template: str
+    ) -> dict[str, Any]:
+        """The vNext tool (reference §7.4): append, or replace ``searchString``, never rewrite the whole text."""
+        values = args if isinstance(args, Mapping) else {}
+        new = values.get("newMemory")
+        new = new if isinstance(new, str) else ""
+        search = values.get("searchString")
+        search = search if isinstance(search, str) and search else None
+        reason = values.get("updateReason") or "append-new-memory"
+        if reason not in _VNEXT_REASONS:
+            return {"error": True, "message": "Tool input validation failed for update-working-memory: "
+                                              f"updateReason must be one of {', '.join(_VNEXT_REASONS)}"}
+        if reason == "append-new-memory":
+            search = None
+        elif search is None:
+            return {"success": False, "reason": f"updateReason was {reason} but no searchString was provided. "
+                                                f'Unable to replace undefined with "{new}"'}
+        if scope == "resource" and reason == "replace-irrelevant-memory":
+            search = None  # resource-scoped memory is shared by threads: an append, as in the reference
+        is_template = new == template or normalize_ws(new) == normalize_ws(template)
+        outcome: dict[str, Any] = {}
+
+        def _apply(old: str | None) -> str | None:
+            if not old:
+                if is_template:
+                    outcome.update(success=False, reason="try again when you have data to add. newMemory was "
+                                                         "equal to the working memory template")
+                    return None
+                outcome.update(success=True, reason="started new working memory")
+                text = new
+            elif search is not None and search in old:
+                outcome.update(success=True, reason="found and replaced searchString with newMemory")
+                text = old.replace(search, new, 1)
+            elif new in old or is_template:
+                outcome.update(success=False, reason="attempted to insert duplicate data into working memory. this "
+                                                     "entry was skipped")
+                return None
+            else:
+                outcome.update(success=True, reason="attempted to replace working memory string that doesn't exist. "
+                               "Appending to working memory instead." if search is not None
+                               else "appended newMemory to end of working memory")
+                text = f"{old}\n{new}"
+            return text.replace(template, "") if template else text  # the template itself is never stored
+
+        await self._write_working_memory(scope, key, _apply)
+        return outcome
 
     # processors ----------------------------------------------------------------------------------
     def _semantic_processor(self, config: MemoryConfig) -> object:
@@ -1425,6 +1495,9 @@ class Memory:
         if not isinstance(text, str):
             raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
         return self._tokens.count_text(text)
+
+
+_VNEXT_REASONS = ("append-new-memory", "clarify-existing-memory", "replace-irrelevant-memory")
 
 
 def _created_at(message: Message) -> datetime:

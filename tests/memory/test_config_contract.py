@@ -63,7 +63,7 @@ def test_mastra_keys_without_an_effect_here_are_accepted() -> None:
     memory = Memory(storage=InMemoryStore(), vector=HnswVectorStore(), embedder=HashEmbedder(), options={
         "filterIncompleteToolCalls": True,
         "semanticRecall": {"topK": 3, "indexName": "custom", "indexConfig": {"type": "hnsw", "hnsw": {"m": 8}}},
-        "workingMemory": {"enabled": True, "version": "stable", "useStateSignals": False},
+        "workingMemory": {"enabled": True, "version": "vnext", "useStateSignals": False},
         "generateTitle": {"minMessages": 2, "emitEvent": True},
     })
     recall = memory.options.semantic_recall_config
@@ -72,7 +72,7 @@ def test_mastra_keys_without_an_effect_here_are_accepted() -> None:
 
 @pytest.mark.parametrize(("options", "needle"), [
     pytest.param({"filterIncompleteToolCalls": False}, "filterIncompleteToolCalls", id="incomplete-calls"),
-    pytest.param({"workingMemory": {"enabled": True, "version": "vnext"}}, "workingMemory.version", id="vnext"),
+    pytest.param({"workingMemory": {"enabled": True, "version": "next"}}, "workingMemory.version", id="version"),
     pytest.param({"workingMemory": {"useStateSignals": True}}, "useStateSignals", id="state-signals"),
     pytest.param({"workingMemory": {"agentManaged": True}}, "agentManaged", id="agent-managed"),
     pytest.param({"semanticRecall": {"filter": {"tag": "x"}}}, "semanticRecall.filter", id="filter"),

@@ -398,3 +398,77 @@ class TestToolChecks:
             await tool.run({"memory": "y"}, ToolContext(thread_id="new", resource_id="r2"))
         assert info.value.message == "Thread with id new resourceId does not match the current resourceId r2"
         assert await md_memory.get_working_memory(thread_id="new", resource_id="r2") is None
+
+
+def _vnext_call(call_id: str = "c1", **args: Any) -> ModelResponse:
+    return ModelResponse(tool_calls=[ToolCall(call_id, "updateWorkingMemory", args)])
+
+
+class TestVNext:
+    """The vNext tool (reference §7.4): append or replace entries instead of rewriting the document."""
+
+    TEMPLATE = "# Notes\n- "
+
+    async def _run(self, memory: Memory, *calls: ModelResponse, resource: str = "r1") -> list[Any]:
+        steps: list[str | ModelResponse] = []
+        for call in calls:
+            steps += [call, "ok"]
+        model = ScriptedModel(steps)
+        agent = Agent("a", "i", model, memory=memory)
+        outcomes: list[Any] = []
+        for _ in calls:
+            outcomes += _tool_results(await agent.generate("note this", thread_id="t1", resource_id=resource))
+        return outcomes
+
+    @pytest.mark.parametrize("scope", SCOPES)
+    async def test_the_update_reasons(self, store_factory: Any, scope: str) -> None:
+        async with _memory(store_factory(), template=self.TEMPLATE, scope=scope, version="vnext") as memory:
+            tools = memory.list_tools()
+            assert set(tools["updateWorkingMemory"].parameters["properties"]) == {
+                "newMemory", "searchString", "updateReason"}
+            outcomes = await self._run(
+                memory,
+                _vnext_call(newMemory="# Notes\n- "),  # the template with no data: nothing to store yet
+                _vnext_call(newMemory="- likes tea"),
+                _vnext_call(newMemory="- likes tea"),  # already there
+                _vnext_call(newMemory="- lives in Lyon", searchString="ignored", updateReason="append-new-memory"),
+                _vnext_call(newMemory="- likes green tea", searchString="- likes tea",
+                            updateReason="clarify-existing-memory"),
+                _vnext_call(newMemory="- works nights", searchString="- not there",
+                            updateReason="clarify-existing-memory"),
+                _vnext_call(newMemory="- x", updateReason="clarify-existing-memory"),
+            )
+            assert outcomes == [
+                {"success": False, "reason": "try again when you have data to add. newMemory was equal to the "
+                                             "working memory template"},
+                {"success": True, "reason": "started new working memory"},
+                {"success": False, "reason": "attempted to insert duplicate data into working memory. this entry "
+                                             "was skipped"},
+                {"success": True, "reason": "appended newMemory to end of working memory"},
+                {"success": True, "reason": "found and replaced searchString with newMemory"},
+                {"success": True, "reason": "attempted to replace working memory string that doesn't exist. "
+                                            "Appending to working memory instead."},
+                {"success": False, "reason": 'updateReason was clarify-existing-memory but no searchString was '
+                                             'provided. Unable to replace undefined with "- x"'},
+            ]
+            stored = await memory.get_working_memory(thread_id="t1", resource_id="r1")
+            assert stored == "- likes green tea\n- lives in Lyon\n- works nights"
+
+    async def test_replace_irrelevant_appends_in_resource_scope(self, store_factory: Any) -> None:
+        async with _memory(store_factory(), template=self.TEMPLATE, version="vnext") as memory:
+            await memory.update_working_memory(thread_id="t1", resource_id="r1", working_memory="- old fact")
+            outcomes = await self._run(memory, _vnext_call(newMemory="- new fact", searchString="- old fact",
+                                                           updateReason="replace-irrelevant-memory"))
+            assert outcomes == [{"success": True, "reason": "appended newMemory to end of working memory"}]
+            assert await memory.get_working_memory(thread_id="t1", resource_id="r1") == "- old fact\n- new fact"
+
+    async def test_the_instruction_is_the_vnext_variant(self, store_factory: Any) -> None:
+        async with _memory(store_factory(), template=self.TEMPLATE, version="vnext") as memory:
+            text = await memory.get_system_message(thread_id="t1", resource_id="r1")
+            assert text is not None and text.startswith("WORKING_MEMORY_SYSTEM_INSTRUCTION:\n")
+            assert "5. If your working memory already holds the information, there is no need to call" in text
+            assert "<working_memory_data>\nnull\n</working_memory_data>" in text
+            assert "Only store information if it's in the working memory template" in text  # a custom template
+        async with _memory(store_factory(), version="vnext") as memory:
+            text = await memory.get_system_message(thread_id="t1", resource_id="r1")
+            assert text is not None and "Only store information if it's in the working memory template" not in text

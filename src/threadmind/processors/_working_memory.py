@@ -70,6 +70,7 @@ class WorkingMemory:
         if self.read_only or context.memory_config.read_only:
             text = readonly_instruction(data)
         else:
-            text = instruction(self._template(context.memory_config), data)
+            text = instruction(self._template(context.memory_config), data,
+                               vnext=context.memory_config.working_memory.version == "vnext")
         args.message_list.add_system(text, "memory")
         return None
