@@ -211,6 +211,7 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     buffer_activation: float | None = None
     thread_title: bool = False
     share_token_budget: bool = False
+    reflection_model: Any = None  # the Reflector's model when it differs from the Observer's (``model``)
 
     def __post_init__(self) -> None:
         _one_of(self.enabled, (True, False), "observationalMemory.enabled")
@@ -358,15 +359,31 @@ def _prepare(options: Mapping[str, Any]) -> dict[str, Any]:
     om = data.get("observationalMemory")
     if isinstance(om, Mapping):
         flat = {k: v for k, v in om.items() if k not in ("observation", "reflection")}
-        observation = om.get("observation") or {}
-        reflection = om.get("reflection") or {}
-        for key in ("messageTokens", "bufferTokens", "blockAfter", "bufferActivation", "threadTitle"):
-            if key in observation:
-                flat[key] = observation[key]
-        if "observationTokens" in reflection:
-            flat["observationTokens"] = reflection["observationTokens"]
+        for group, keys in _OM_GROUPS.items():
+            values = om.get(group) or {}
+            if not isinstance(values, Mapping):
+                raise ConfigError(f"observationalMemory.{group} must be an object, got {values!r}")
+            unknown = sorted(set(values) - set(keys))
+            if unknown:
+                raise ConfigError(f"observationalMemory.{group} has unknown option(s) {', '.join(unknown)}; "
+                                  f"known: {', '.join(sorted(keys))}")
+            for key, field in keys.items():
+                if key in values and field is not None:
+                    flat[field] = values[key]
         data["observationalMemory"] = flat
     return data
+
+
+# Mastra's nested observational-memory options -> the flat camelCase field each one sets (None: accepted from
+# Mastra configs but without effect here: model settings and provider options are the model object's own).
+_OM_GROUPS: dict[str, dict[str, str | None]] = {
+    "observation": {"messageTokens": "messageTokens", "bufferTokens": "bufferTokens", "blockAfter": "blockAfter",
+                    "bufferActivation": "bufferActivation", "threadTitle": "threadTitle", "model": "model",
+                    "maxTokensPerBatch": None, "previousObserverTokens": None, "modelSettings": None,
+                    "providerOptions": None},
+    "reflection": {"observationTokens": "observationTokens", "model": "reflectionModel", "bufferActivation": None,
+                   "blockAfter": None, "modelSettings": None, "providerOptions": None},
+}
 
 
 def memory_config_from(options: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:

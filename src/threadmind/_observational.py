@@ -203,9 +203,9 @@ class ObservationalMemoryEngine:
             self._agent_models[f"resource:{resource_id}"] = model
 
     def _model(
-        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None
+        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, *, reflector: bool = False
     ) -> LanguageModel | None:
-        model = config.model
+        model = (config.reflection_model or config.model) if reflector else config.model
         if isinstance(model, str):
             from .models import resolve_model
 
@@ -398,7 +398,8 @@ class ObservationalMemoryEngine:
         if committed is None:
             return False
         if committed.observation_token_count >= config.observation_tokens:
-            await self._reflect(config, thread_id, resource_id, committed, model)
+            reflector = self._model(config, thread_id, resource_id, reflector=True) or model
+            await self._reflect(config, thread_id, resource_id, committed, reflector)
         return True
 
     async def _mark_observed(

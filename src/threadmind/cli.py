@@ -199,6 +199,10 @@ async def _demo(args: argparse.Namespace) -> int:
     from .stores import HnswVectorStore, SQLiteStore
     from .workload import Workload
 
+    for option in ("threads", "resources", "turns", "concurrency"):
+        value = getattr(args, option)
+        if value < 1:
+            raise _CliError(f"--{option} must be a positive integer, got {value}")
     workdir = None
     if args.db:
         db_path = args.db

@@ -263,6 +263,10 @@ class Memory:
         if cache_ttl is not None and (isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float))
                                       or not cache_ttl >= 0):
             raise ConfigError(f"cache_ttl must be None or a number of seconds >= 0, got {cache_ttl!r}")
+        if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float)) or not idle_timeout >= 0:
+            raise ConfigError(f"idle_timeout must be a number of seconds >= 0, got {idle_timeout!r}")
+        if isinstance(max_actors, bool) or not isinstance(max_actors, int) or max_actors < 1:
+            raise ConfigError(f"max_actors must be an integer >= 1, got {max_actors!r}")
         self._cache_ttl = math.inf if cache_ttl is None else float(cache_ttl)
         self._options = memory_config_from(options)
         self._merged: OrderedDict[bytes, MemoryConfig] = OrderedDict()

@@ -290,3 +290,19 @@ def test_as_a_subprocess(mastra_db: str) -> None:
     assert ok.returncode == 0, ok.stderr
     assert {t["id"] for t in json.loads(ok.stdout)} == {t["id"] for t in MANIFEST["threads"]}
     assert ok.stderr == ""
+
+
+@pytest.mark.parametrize("option", ["--threads", "--resources", "--turns", "--concurrency"])
+def test_demo_refuses_sizes_below_one(capsys: pytest.CaptureFixture[str], option: str) -> None:
+    code, _, err = run(capsys, "demo", option, "0")  # --concurrency 0 used to wait forever
+    assert code == 1 and f"{option} must be a positive integer, got 0" in err
+
+
+def test_a_database_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> None:
+    """A failed connect must not leave aiosqlite's worker thread to report to a closed loop at exit."""
+    for argv in (["demo", "--threads", "2", "--turns", "1", "--db", str(tmp_path / "missing" / "x.db")],
+                 ["stats", "--db", str(tmp_path)]):
+        done = subprocess.run([sys.executable, "-m", "threadmind.cli", *argv], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 1, done.stderr
+        assert "cannot open" in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -427,3 +427,20 @@ class TestCheckpoints:
         assert len(finished) == len(posted)  # aclose waited for every checkpoint it had queued
         async with SQLiteStore(tmp_path / "x.db") as again:
             assert len((await again.list_messages(MessageQuery(thread_id="t1", per_page=False))).messages) == 8
+
+
+async def test_a_failed_open_leaves_no_worker_thread(tmp_path: Path) -> None:
+    """aiosqlite queues its worker's stop on a failed connect without waiting; the store waits for it, so
+    the thread can never report to an event loop that has closed meanwhile (a traceback at process exit)."""
+    import threading
+
+    from threadmind.errors import StorageError
+
+    before = set(threading.enumerate())
+    for _ in range(5):
+        store = SQLiteStore(tmp_path / "missing" / "x.db")
+        with pytest.raises(StorageError, match="cannot open"):
+            await store.open()
+        workers = [t for t in threading.enumerate()
+                   if t not in before and t.is_alive() and "_connection_worker_thread" in t.name]
+        assert workers == []  # aiosqlite's worker (default name "Thread-N (_connection_worker_thread)")

@@ -478,3 +478,28 @@ async def test_an_observation_seals_what_it_observed_and_notes_the_thread(tmp_pa
         assert om["lastObservedAt"] == to_iso(last.created_at)
         assert om["lastObservedMessageCursor"] == {"createdAt": to_iso(last.created_at), "id": last.id}
         assert (om["currentTask"], om["suggestedResponse"]) == ("booking the trip", "ask for dates")
+
+
+def test_nested_observational_options_reject_typos_by_name() -> None:
+    from threadmind.errors import ConfigError
+
+    for group, key in (("observation", "messageTokenz"), ("reflection", "observationTokenz")):
+        with pytest.raises(ConfigError, match=f"observationalMemory.{group} has unknown option.*{key}"):
+            Memory(storage=InMemoryStore(), options={"observationalMemory": {group: {key: 40}}})
+
+
+async def test_the_reflector_can_have_its_own_model() -> None:
+    calls: list[str] = []
+    observer = _endless(_observer(calls))
+    reflector = ScriptedModel(["* condensed by the reflector"])
+    options = {"observationalMemory": {"observation": {"model": observer, "messageTokens": 50},
+                                       "reflection": {"model": reflector, "observationTokens": 1}}}
+    memory = Memory(storage=InMemoryStore(), options=options)
+    om = memory.options.observational_memory_config
+    assert om is not None and om.model is observer and om.reflection_model is reflector
+    async with memory:
+        agent = Agent("a", "i", ScriptedModel(["r1", "r2"]), memory=memory)
+        await agent.generate(_long("one") + " " + _long("more"), thread_id="t1", resource_id="r1")
+        await agent.generate("two", thread_id="t1", resource_id="r1")
+    assert "reflect" not in calls  # the observer model only observed
+    assert [r.system[0] for r in reflector.requests] == [REFLECTOR_INSTRUCTIONS]

@@ -154,6 +154,21 @@ async def _in_connection_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite
     return result
 
 
+async def _connect(path: str, **kwargs: Any) -> aiosqlite.Connection:
+    """``aiosqlite.connect``, except that a failed connect leaves no worker thread behind.
+
+    On failure aiosqlite queues its worker thread's stop without waiting for it; if the event loop closed
+    before the thread ran it, the thread would report to a closed loop (a traceback after the error at exit).
+    """
+    conn = aiosqlite.connect(path, **kwargs)
+    try:
+        return await conn
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(conn._thread.join, 5.0)
+        raise
+
+
 async def _close_connection(conn: aiosqlite.Connection) -> None:
     """Close an aiosqlite connection and wait until its worker thread has really exited.
 
@@ -596,11 +611,11 @@ class SQLiteStore:
                 raise StorageError(f"{self!r} is closed")
             writer = reader = checkpointer = None
             try:
-                writer = await aiosqlite.connect(self._path, isolation_level=None, cached_statements=256)
+                writer = await _connect(self._path, isolation_level=None, cached_statements=256)
                 await _in_connection_thread(writer, self._setup_writer)
-                reader = await aiosqlite.connect(self._path, isolation_level=None, cached_statements=256)
+                reader = await _connect(self._path, isolation_level=None, cached_statements=256)
                 await _in_connection_thread(reader, self._setup_reader)
-                checkpointer = await aiosqlite.connect(self._path, isolation_level=None)
+                checkpointer = await _connect(self._path, isolation_level=None)
                 await checkpointer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):
