@@ -69,9 +69,9 @@ from .actors._thread_actor import (
 )
 from .codecs import (
     Message,
-    MessageContent,
     Resource,
     Thread,
+    checked_message,
     encode_json,
     message_from_dict,
     to_iso,
@@ -140,26 +140,15 @@ def _require_id(value: object, field: str) -> str:
     return value
 
 
-_ROLES = frozenset({"user", "assistant", "system", "signal"})
 _MERGED_CONFIGS = 256  # per-call configs remembered by their JSON (most callers pass the same few each time)
 _config_json = msgspec.json.Encoder().encode
 
 
 def _check_message(message: Message, index: int) -> Message:
-    """A ``Message`` built in Python is not type-checked by msgspec: check the fields stores rely on."""
+    """A ``Message`` built in Python is not type-checked by msgspec: check it stores and reads back."""
     if not isinstance(message.id, str) or not message.id:
         raise ValidationError(f"messages[{index}].id must be a non-empty string, got {message.id!r}")
-    if message.role not in _ROLES:
-        raise ValidationError(f"messages[{index}].role must be one of {sorted(_ROLES)}, got {message.role!r}")
-    if not isinstance(message.created_at, datetime):
-        got = type(message.created_at).__name__
-        raise ValidationError(f"messages[{index}].created_at must be a datetime, got {got}")
-    if not isinstance(message.content, MessageContent):
-        got = type(message.content).__name__
-        raise ValidationError(f"messages[{index}].content must be a MessageContent, got {got}")
-    if message.type is not None and not isinstance(message.type, str):
-        raise ValidationError(f"messages[{index}].type must be a string or None")
-    return message
+    return checked_message(message, f"messages[{index}]")
 
 
 def _coerce_message(value: object, index: int) -> Message:

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from threadmind import Memory, Message, MessageContent, TextPart
+from threadmind import Memory, Message, MessageContent, TextPart, ToolInvocation, ToolInvocationPart
 from threadmind.codecs import decode_message, encode_json
 from threadmind.errors import InvalidMessage, ResourceMismatch, ThreadNotFound, ValidationError
 
@@ -188,3 +188,56 @@ async def test_unserializable_metadata_is_validation_error(memory: Memory, metad
     assert await memory.get_thread_by_id("t2") is None and await memory.get_thread_by_id("t3") is None
     thread = await memory.get_thread_by_id("t1")
     assert thread is not None and thread.metadata == {"ok": 1}
+
+
+class TestMessagesBuiltInPython:
+    """msgspec does not type-check ``Message(...)``: what would not read back is refused before any write."""
+
+    @pytest.mark.parametrize(("content", "needle"), [
+        pytest.param(lambda: MessageContent(parts=[1]), r"messages\[0\]\.content\.parts\[0\]", id="int-part"),
+        pytest.param(lambda: MessageContent(parts=[None]), r"messages\[0\]\.content\.parts\[0\]", id="none-part"),
+        pytest.param(lambda: MessageContent(parts="abc"), r"messages\[0\]\.content\.parts", id="str-parts"),
+        pytest.param(lambda: MessageContent(format=3), r"messages\[0\]\.content\.format", id="format-3"),
+        pytest.param(lambda: MessageContent(parts=[TextPart(text=5)]), r"messages\[0\]\.content\.parts\[0\]\.text",
+                     id="int-text"),
+        pytest.param(lambda: MessageContent(parts=[TextPart(text="a\ud800b")]), r"messages\[0\]\.content",
+                     id="lone-surrogate"),
+        pytest.param(lambda: MessageContent(parts=[ToolInvocationPart(tool_invocation=ToolInvocation(
+            state="bogus", tool_call_id="c", tool_name="t"))]), r"messages\[0\]\.content\.parts\[0\]", id="tool-state"),
+        pytest.param(lambda: MessageContent(parts=[ToolInvocationPart(tool_invocation=ToolInvocation(
+            state="call", tool_call_id="c", tool_name="t", args={"x": object()}))]), r"messages\[0\]\.content",
+            id="unencodable-args"),
+    ])
+    async def test_bad_content_is_refused_and_the_thread_stays_readable(
+        self, memory: Memory, content: Any, needle: str
+    ) -> None:
+        await _setup(memory)
+        bad = Message(id="bad", role="user", content=content(), created_at=BASE, thread_id="t1", resource_id="r1")
+        for save in (lambda: memory.save_messages([bad]), lambda: memory.storage.save_messages("t1", [bad])):
+            with pytest.raises(InvalidMessage, match=needle):
+                await save()
+        assert await memory.list_messages_by_id(["bad"]) == []
+        await memory.save_messages([msg("after", ms=9)])
+        assert await all_ids(memory, "t1") == ["existing", "after"]
+        assert [m.id for m in (await memory.recall("t1")).messages] == ["existing", "after"]
+
+    async def test_bad_fields_are_refused_by_name(self, memory: Memory) -> None:
+        await _setup(memory)
+        for fields, needle in (({"role": []}, r"messages\[0\]\.role"), ({"created_at": "now"}, "created_at"),
+                               ({"content": "text"}, r"messages\[0\]\.content")):
+            base: dict[str, Any] = {"id": "bad", "role": "user", "content": MessageContent(), "created_at": BASE,
+                                    "thread_id": "t1", "resource_id": "r1"}
+            with pytest.raises(ValidationError, match=needle):
+                await memory.save_messages([Message(**{**base, **fields})])
+        await _nothing_written(memory)
+
+    async def test_parts_given_as_dicts_are_stored_and_cached_as_typed_parts(self, memory: Memory) -> None:
+        await _setup(memory)
+        await memory.recall("t1")  # the thread actor caches the window: the save is merged into it
+        loose = Message(id="loose", role="user", content=MessageContent(parts=[{"type": "text", "text": "hi"}]),
+                        created_at=BASE + timedelta(seconds=5), thread_id="t1", resource_id="r1")
+        saved = await memory.save_messages([loose])
+        assert isinstance(saved.messages[0].content.parts[0], TextPart)
+        recalled = (await memory.recall("t1")).messages
+        assert [type(p).__name__ for p in recalled[-1].content.parts] == ["TextPart"]
+        assert recalled[-1].text == "hi"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._json import checked_message as checked_message
 from ._json import content_from_text as content_from_text
 from ._json import decode_content as decode_content
 from ._json import decode_message as decode_message

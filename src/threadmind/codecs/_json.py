@@ -223,6 +223,49 @@ def resource_to_dict(resource: Resource) -> dict[str, Any]:
             "createdAt": to_iso(resource.created_at), "updatedAt": to_iso(resource.updated_at)}
 
 
+_ROLES = ("user", "assistant", "system", "signal")
+
+
+def checked_message(message: Message, where: str = "message") -> Message:
+    """A ``Message`` built in Python, proven to store and read back: msgspec does not type-check ``__init__``,
+    so ``parts=[1]``, a bad tool state, ``format=3`` or a lone surrogate would otherwise be written and break
+    every later read of the thread. Returns the message with its content as a read would give it (parts given
+    as dicts become typed parts).
+
+    :raises InvalidMessage: naming the field (``where`` prefixes it, e.g. ``messages[3]``).
+    """
+    if not isinstance(message.role, str) or message.role not in _ROLES:
+        raise InvalidMessage(f"invalid message: {where}.role must be one of {', '.join(_ROLES)}, got "
+                             f"{message.role!r}")
+    if not isinstance(message.created_at, datetime):
+        raise InvalidMessage(f"invalid message: {where}.created_at must be a datetime, got "
+                             f"{type(message.created_at).__name__}")
+    if message.type is not None and not isinstance(message.type, str):
+        raise InvalidMessage(f"invalid message: {where}.type must be a string or None")
+    content = message.content
+    if not isinstance(content, MessageContent):
+        raise InvalidMessage(f"invalid message: {where}.content must be a MessageContent, got "
+                             f"{type(content).__name__}")
+    try:
+        raw = _encoder.encode(content)
+    except (TypeError, ValueError, OverflowError, NotImplementedError) as exc:  # ValueError: lone surrogates
+        raise InvalidMessage(f"invalid message: {where}.content cannot be stored as JSON: {exc}") from exc
+    try:
+        decoded = decode_content(raw)
+    except InvalidMessage as exc:
+        text = str(exc)  # decode_content names some paths from the content (`$.parts`), some with it (`$.content`)
+        if "`$.content" in text:
+            text = text.replace("`$.", f"`$.{where}.", 1)
+        elif "`$." in text:
+            text = text.replace("`$.", f"`$.{where}.content.", 1)
+        else:
+            text = f"{text} (at {where}.content)"
+        raise InvalidMessage(text) from exc
+    if decoded != content:
+        message = msgspec.structs.replace(message, content=decoded)
+    return message
+
+
 def encode_content(content: MessageContent) -> bytes:
     """Compact JSON of a content object, as stored in ``mastra_messages.content``."""
     return _encoder.encode(content)

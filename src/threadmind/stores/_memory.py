@@ -193,7 +193,7 @@ class InMemoryStore:
         """Insert a new thread and its messages atomically (used by clone)."""
         await self._ready()
         q.validate_thread(thread)
-        q.validate_messages(thread.id, messages)
+        messages = q.validate_messages(thread.id, messages)
         q.check_owner(thread.id, thread.resource_id, messages)
         stored, _ = q.stored_thread(thread)
         if stored.id in self._threads:
@@ -240,7 +240,7 @@ class InMemoryStore:
     ) -> list[Message]:
         """Upsert messages of one thread atomically, in order (see the ``Store`` protocol)."""
         await self._ready()
-        q.validate_messages(thread_id, messages)
+        messages = q.validate_messages(thread_id, messages)
         if not messages:
             return []
         kept = self._check_part(thread_id, messages, {})
@@ -253,8 +253,7 @@ class InMemoryStore:
     ) -> dict[str, list[Message]]:
         """Upsert the messages of several threads at once: every part is checked before any is written."""
         await self._ready()
-        for thread_id, messages in by_thread.items():
-            q.validate_messages(thread_id, messages)
+        by_thread = {thread_id: q.validate_messages(thread_id, messages) for thread_id, messages in by_thread.items()}
         claimed: dict[str, str] = {}  # ids new to the store, by the thread an earlier part gave them
         kept = {thread_id: self._check_part(thread_id, messages, claimed)
                 for thread_id, messages in by_thread.items() if messages}

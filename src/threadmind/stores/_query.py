@@ -13,7 +13,17 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from ..codecs import Message, MessageContent, Resource, Thread, decode_content, encode_content, encode_json, utc_now
+from ..codecs import (
+    Message,
+    MessageContent,
+    Resource,
+    Thread,
+    checked_message,
+    decode_content,
+    encode_content,
+    encode_json,
+    utc_now,
+)
 from ..codecs._time import from_iso, to_utc_ms
 from ..errors import InvalidMessage, ResourceMismatch, ValidationError
 from ._protocol import UNSET, DateRange, Include, MessageQuery, UnsetType
@@ -338,10 +348,13 @@ def messages_has_more(flt: MessageFilter, page_count: int, total: int, messages:
     return returned < total and flt.offset + flt.limit < total
 
 
-def validate_messages(thread_id: str, messages: Sequence[Message]) -> None:
-    """Static checks on a batch for ``thread_id``: Message instances with ids, this thread, a resource id."""
+def validate_messages(thread_id: str, messages: Sequence[Message]) -> list[Message]:
+    """Checks on a batch for ``thread_id`` before anything is written: Message instances with ids, this thread,
+    a resource id, and content that stores and reads back (``checked_message``). Returns the messages to store
+    (content as a read gives it)."""
     if not isinstance(thread_id, str) or not thread_id.strip():
         raise ValidationError("thread_id must be a non-empty string")
+    checked: list[Message] = []
     for i, message in enumerate(messages):
         if not isinstance(message, Message):
             raise ValidationError(f"messages[{i}] must be a Message, got {type(message).__name__}")
@@ -353,6 +366,8 @@ def validate_messages(thread_id: str, messages: Sequence[Message]) -> None:
             )
         if not isinstance(message.resource_id, str) or not message.resource_id:
             raise ValidationError(f"messages[{i}].resource_id is required (the thread's resource id)")
+        checked.append(checked_message(message, f"messages[{i}]"))
+    return checked
 
 
 def check_owner(thread_id: str, owner: str, messages: Sequence[Message]) -> None:

@@ -1024,7 +1024,7 @@ class SQLiteStore:
     async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
         """Insert a new thread and its messages atomically (used by clone)."""
         q.validate_thread(thread)
-        q.validate_messages(thread.id, messages)
+        messages = q.validate_messages(thread.id, messages)
         q.check_owner(thread.id, thread.resource_id, messages)
         stored, meta = q.stored_thread(thread)
         rows = [_message_row(m) for m in messages]
@@ -1054,7 +1054,7 @@ class SQLiteStore:
         ``after(conn, messages)`` runs inside the same transaction once the rows are written (the vector
         layer records its pending marks there).
         """
-        q.validate_messages(thread_id, messages)
+        messages = q.validate_messages(thread_id, messages)
         if not messages:
             await self._idle_checkpoint()
             return []
@@ -1082,10 +1082,9 @@ class SQLiteStore:
         error) rolls back every part. ``after(conn, messages)`` runs once, with all the messages, in the
         same transaction.
         """
-        for thread_id, messages in by_thread.items():
-            q.validate_messages(thread_id, messages)
+        checked = {thread_id: q.validate_messages(thread_id, messages) for thread_id, messages in by_thread.items()}
         parts = [(thread_id, [_message_row(m) for m in messages], messages)
-                 for thread_id, messages in by_thread.items() if messages]
+                 for thread_id, messages in checked.items() if messages]
         if not parts:
             await self._idle_checkpoint()
             return {thread_id: [] for thread_id in by_thread}
