@@ -27,6 +27,7 @@ from .codecs import (
     TextPart,
     ToolInvocation,
     ToolInvocationPart,
+    checked_message,
     new_id,
     utc_now,
 )
@@ -35,6 +36,7 @@ from .models import LanguageModel, ModelRequest, ModelResponse, ToolSpec, resolv
 from .processors._message_list import MessageList
 from .processors._protocol import (
     RequestContext,
+    processor_id,
     run_input_processors,
     run_input_step_processors,
     run_output_processors,
@@ -206,6 +208,17 @@ async def _memory_processors(
         return build(configured, memory_config=memory_options)
 
 
+def _processors(value: object, field: str) -> list[object]:
+    """A list of processors (duck-typed: an ``id`` and a ``process_*`` method), checked at construction."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise ValidationError(f"Agent `{field}` must be a list of processors, got {type(value).__name__}")
+    for processor in value:
+        processor_id(processor)
+    return list(value)
+
+
 class _SkippedProcessor:
     """Stands in for a memory processor to leave out of one run (memory skips ids already configured)."""
 
@@ -238,6 +251,19 @@ class Agent:
         input_processors: Sequence[object] = (),
         output_processors: Sequence[object] = (),
     ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ValidationError(f"Agent `name` must be a non-empty string, got {name!r}")
+        if not isinstance(instructions, str):
+            raise ValidationError(f"Agent `instructions` must be a string, got {type(instructions).__name__}")
+        if not isinstance(model, str) and not (isinstance(getattr(model, "model_id", None), str)
+                                               and callable(getattr(model, "generate", None))):
+            raise ValidationError("Agent `model` must be a LanguageModel (a `model_id` and an async `generate`) "
+                                  f"or a model string such as 'openai/gpt-4o-mini', got {type(model).__name__}")
+        if memory is not None:
+            from .memory import Memory
+
+            if not isinstance(memory, Memory):
+                raise ValidationError(f"Agent `memory` must be a Memory, got {type(memory).__name__}")
         self.name = name
         self.instructions = instructions
         self.model: LanguageModel = resolve_model(model) if isinstance(model, str) else model
@@ -248,8 +274,8 @@ class Agent:
         for tool in self.tools:
             if not isinstance(tool, Tool):
                 raise ValidationError(f"Agent `tools` must contain Tool objects, not {type(tool).__name__}")
-        self.input_processors = list(input_processors)
-        self.output_processors = list(output_processors)
+        self.input_processors = _processors(input_processors, "input_processors")
+        self.output_processors = _processors(output_processors, "output_processors")
 
     async def generate(
         self,
@@ -263,7 +289,12 @@ class Agent:
         """Run one turn and return the response (``messages`` are the run's response messages)."""
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValidationError("max_steps must be a positive integer")
+        for field, value in (("thread_id", thread_id), ("resource_id", resource_id)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValidationError(f"`{field}` must be a non-empty string or None, got {value!r}")
         system_inputs, conversation = _split_input(input)
+        conversation = [checked_message(item, f"input[{i}]") if isinstance(item, Message) else item
+                        for i, item in enumerate(conversation)]
         _check_threads(conversation, thread_id, resource_id)
         memory = self.memory
         with operation_span("threadmind.agent.generate", "chat", thread_id=thread_id, resource_id=resource_id,

@@ -140,6 +140,22 @@ def _require_id(value: object, field: str) -> str:
     return value
 
 
+def _configured_ids(configured: object) -> set[str]:
+    """The ids of the processors a caller configured itself (memory skips those)."""
+    if configured is None:
+        return set()
+    if isinstance(configured, (str, bytes, Mapping)) or not isinstance(configured, Iterable):
+        raise ValidationError(f"`configured` must be a list of processors, got {type(configured).__name__}")
+    return {processor_id(p) for p in configured}
+
+
+def _check_ids(thread_id: object, resource_id: object) -> None:
+    """A thread id and an optional resource id, as working-memory calls take them."""
+    _require_id(thread_id, "thread_id")
+    if resource_id is not None:
+        _require_id(resource_id, "resource_id")
+
+
 _MERGED_CONFIGS = 256  # per-call configs remembered by their JSON (most callers pass the same few each time)
 _config_json = msgspec.json.Encoder().encode
 
@@ -158,7 +174,9 @@ def _coerce_message(value: object, index: int) -> Message:
         try:
             return message_from_dict(value)
         except InvalidMessage as exc:
-            raise InvalidMessage(exc.message.replace("`$.", f"`messages[{index}].")) from exc
+            text = exc.message
+            text = text.replace("`$.", f"`messages[{index}].") if "`$." in text else f"{text} - at `messages[{index}]`"
+            raise InvalidMessage(text) from exc
     raise ValidationError(f"messages[{index}] must be a Message or a dict, not {type(value).__name__}")
 
 
@@ -517,6 +535,8 @@ class Memory:
             raise ValidationError(f"order_by must be 'created_at' or 'updated_at', got {order_by!r}")
         if direction not in ("ASC", "DESC"):
             raise ValidationError(f"direction must be 'ASC' or 'DESC', got {direction!r}")
+        if resource_id is not None:
+            _require_id(resource_id, "resource_id")
         order: Literal["created_at", "updated_at"] = "updated_at" if order_by in ("updated_at", "updatedAt") \
             else "created_at"
         with operation_span("threadmind.memory.list_threads", "search_memory", resource_id=resource_id):
@@ -699,6 +719,9 @@ class Memory:
             raise ValidationError(f"per_page must be a non-negative integer, False (all) or None, got {per_page!r}")
         if direction is not None and direction not in ("ASC", "DESC"):
             raise ValidationError(f"direction must be 'ASC' or 'DESC', got {direction!r}")
+        if include is not None and (isinstance(include, (str, bytes, Mapping)) or not isinstance(include, Sequence)):
+            raise ValidationError(f"`include` must be a list of {{id, with_previous_messages, with_next_messages}}, "
+                                  f"got {type(include).__name__}")
         includes = [_include_from(v, i) for i, v in enumerate(include or ())]
         window = _date_range_from(date_range)
         config = self._call_config(thread_config)
@@ -865,7 +888,8 @@ class Memory:
             elif isinstance(item, Mapping) and "id" in item:
                 key = item["id"]
             else:
-                raise ValidationError("Invalid input: array items must be strings or objects with an id property")
+                raise ValidationError("Invalid input: array items must be strings or objects with an id property "
+                                      f"(ids[{len(keys)}] is {type(item).__name__})")
             if not isinstance(key, str) or not key.strip():
                 raise ValidationError("All message IDs must be non-empty strings")
             keys.append(key)
@@ -1017,6 +1041,8 @@ class Memory:
         memory_config: MemoryConfig | Mapping[str, Any] | None = None,
     ) -> str | None:
         """The stored working memory text, or None when disabled or empty."""
+        _check_ids(thread_id, resource_id)
+        self._running()
         config = self._call_config(memory_config)
         if not config.working_memory.enabled:
             return None
@@ -1040,6 +1066,7 @@ class Memory:
         memory_config: MemoryConfig | Mapping[str, Any] | None = None,
     ) -> None:
         """Replace the working memory (serialized per resource or per thread)."""
+        _check_ids(thread_id, resource_id)
         config = self._call_config(memory_config)
         if not config.working_memory.enabled:
             raise ConfigError("Working memory is not enabled for this memory instance")
@@ -1092,6 +1119,8 @@ class Memory:
         memory_config: MemoryConfig | Mapping[str, Any] | None = None,
     ) -> str | None:
         """The working-memory instruction the model sees (read-only variant when read-only), or None."""
+        _check_ids(thread_id, resource_id)
+        self._running()
         config = self._call_config(memory_config)
         template = template_for(config.working_memory)
         if template is None:
@@ -1314,7 +1343,7 @@ class Memory:
         """The memory's input processors in the reference order, skipping ids already ``configured``."""
 
         config = self._call_config(memory_config)
-        taken = {processor_id(p) for p in configured}
+        taken = _configured_ids(configured)
         history_on = config.history_enabled
         om = config.observational_memory_config
         routed = self._routed
@@ -1347,7 +1376,7 @@ class Memory:
         """The memory's output processors: ``semantic-recall`` then ``message-history``."""
 
         config = self._call_config(memory_config)
-        taken = {processor_id(p) for p in configured}
+        taken = _configured_ids(configured)
         out: list[object] = []
         if config.semantic_recall_config is not None and "semantic-recall" not in taken:
             out.append(self._semantic_processor(config))

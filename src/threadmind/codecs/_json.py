@@ -177,6 +177,8 @@ def _message(wire: _WireMessage[Any], content: MessageContent) -> Message:
 
 def decode_message(buf: bytes | memoryview | str) -> Message:
     """Decode one message in Mastra's JSON shape; raise :class:`InvalidMessage` naming the bad field."""
+    if not isinstance(buf, (bytes, bytearray, memoryview, str)):
+        raise InvalidMessage(f"invalid message: expected JSON bytes or text, got {type(buf).__name__}")
     try:
         wire = _message_json.decode(buf)
     except msgspec.ValidationError as exc:
@@ -206,7 +208,12 @@ def _out(message: Message) -> _MessageOut:
 
 def message_to_dict(message: Message) -> dict[str, Any]:
     """Mastra's JSON shape as Python objects: camelCase keys, ``createdAt`` ISO with ms and ``Z``."""
-    result: dict[str, Any] = msgspec.to_builtins(_out(message), enc_hook=_enc_hook)
+    if not isinstance(message, Message):
+        raise InvalidMessage(f"invalid message: expected a Message, got {type(message).__name__}")
+    try:
+        result: dict[str, Any] = msgspec.to_builtins(_out(message), enc_hook=_enc_hook)
+    except (TypeError, ValueError, AttributeError, OverflowError, NotImplementedError) as exc:
+        raise InvalidMessage(f"invalid message: message {message.id!r} cannot be converted: {exc}") from exc
     return result
 
 
@@ -284,8 +291,14 @@ def _wire(obj: Any) -> Any:
 
 
 def encode_json(obj: Any) -> bytes:
-    """JSON bytes in Mastra's shapes (messages, threads, resources, lists of them, or any msgspec value)."""
-    return _encoder.encode(_wire(obj))
+    """JSON bytes in Mastra's shapes (messages, threads, resources, lists of them, or any msgspec value).
+
+    :raises InvalidMessage: something in ``obj`` has no JSON form (an arbitrary object, a lone surrogate).
+    """
+    try:
+        return _encoder.encode(_wire(obj))
+    except (TypeError, ValueError, AttributeError, OverflowError, NotImplementedError) as exc:
+        raise InvalidMessage(f"invalid message: cannot encode as JSON: {exc}") from exc
 
 
 def new_id() -> str:

@@ -96,7 +96,7 @@ def encode_metadata(metadata: Mapping[str, Any] | None, field: str) -> str | Non
         raise ValidationError(f"{field} must be a mapping or None, got {type(metadata).__name__}")
     try:
         return encode_json(dict(metadata)).decode()
-    except (TypeError, msgspec.EncodeError) as exc:
+    except (ValidationError, TypeError, msgspec.EncodeError) as exc:  # encode_json raises InvalidMessage
         raise ValidationError(f"{field} is not JSON-serializable: {exc}") from exc
 
 
@@ -121,6 +121,16 @@ def validate_thread(thread: Any) -> None:
         raise ValidationError("thread.resource_id must be a non-empty string")
     if not isinstance(thread.title, str):
         raise ValidationError("thread.title must be a string")
+    for name in ("id", "resource_id", "title"):
+        _check_utf8(getattr(thread, name), f"thread.{name}")
+
+
+def _check_utf8(text: str, field: str) -> None:
+    """SQLite stores text as UTF-8: a lone surrogate cannot be stored (nor round-trip through JSON)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{field} is not valid text: {exc}") from exc
 
 
 def stored_thread(thread: Thread) -> tuple[Thread, str | None]:
@@ -150,11 +160,20 @@ class ThreadListArgs(msgspec.Struct, frozen=True):
     metadata: list[tuple[str, Any]]
 
 
+# The largest integer accepted for paging, windows and filter values: JavaScript's safe integer (Mastra's
+# bound too); SQLite's own limit is 2**63 - 1, past which binding raises OverflowError.
+MAX_INT = 2**53 - 1
+_MAX_FILTER_KEYS = 64  # a metadata filter is one AND term per key; SQLite refuses very deep expressions
+
+
 def _check_metadata_filter(metadata: Mapping[str, Any] | None, code_prefix: str) -> list[tuple[str, Any]]:
     if metadata is None:
         return []
     if not isinstance(metadata, Mapping):
         raise ValidationError("metadata filter must be a mapping", code=f"{code_prefix}INVALID_METADATA_VALUE")
+    if len(metadata) > _MAX_FILTER_KEYS:
+        raise ValidationError(f"metadata filter has {len(metadata)} keys; at most {_MAX_FILTER_KEYS} are allowed",
+                              code=f"{code_prefix}INVALID_METADATA_VALUE")
     pairs: list[tuple[str, Any]] = []
     for key, value in metadata.items():
         if (not isinstance(key, str) or len(key) > 128 or not _KEY_RE.fullmatch(key)
@@ -170,6 +189,9 @@ def _check_metadata_filter(metadata: Mapping[str, Any] | None, code_prefix: str)
                 f"filtered on, got {type(value).__name__}",
                 code=f"{code_prefix}INVALID_METADATA_VALUE",
             )
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise ValidationError(f'Invalid metadata value for key "{key}": integers beyond ±{MAX_INT} cannot be '
+                                  "filtered on", code=f"{code_prefix}INVALID_METADATA_VALUE")
         pairs.append((key, value))
     return pairs
 
@@ -180,6 +202,10 @@ def _check_paging(page: Any, per_page: Any, code: str) -> None:
     if per_page is True or (per_page is not False and (not isinstance(per_page, int) or per_page < 0)):
         raise ValidationError(f"per_page must be a non-negative integer or False (all), got {per_page!r}",
                               code=code)
+    if page > MAX_INT or (per_page is not False and per_page > MAX_INT) \
+            or (per_page is not False and page * per_page > MAX_INT):
+        raise ValidationError(f"page and per_page must keep the offset within {MAX_INT}, got page={page!r}, "
+                              f"per_page={per_page!r}", code=code)
 
 
 def validate_thread_list(
@@ -264,8 +290,9 @@ def _include(item: Any, index: int) -> Include:
         raise ValidationError(f"include[{index}].id must be a non-empty string")
     for name in ("with_previous_messages", "with_next_messages"):
         count = getattr(inc, name)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValidationError(f"include[{index}].{name} must be a non-negative integer, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0 or count > MAX_INT:
+            raise ValidationError(f"include[{index}].{name} must be a non-negative integer up to {MAX_INT}, got "
+                                  f"{count!r}")
     return inc
 
 
@@ -442,7 +469,7 @@ def parse_updates(updates: Sequence[Mapping[str, Any]]) -> list[MessageUpdate]:
         if content is not msgspec.UNSET and not isinstance(content, (Mapping, MessageContent)):
             raise ValidationError(f"updates[{i}].content must be a dict or MessageContent")
         role = fields.get("role", msgspec.UNSET)
-        if role is not msgspec.UNSET and role not in _ROLES:
+        if role is not msgspec.UNSET and (not isinstance(role, str) or role not in _ROLES):
             raise ValidationError(f"updates[{i}].role must be one of {sorted(_ROLES)}, got {role!r}")
         mtype = fields.get("type", msgspec.UNSET)
         if mtype is not msgspec.UNSET and mtype is not None and not isinstance(mtype, str):
@@ -509,7 +536,10 @@ def apply_update(old: Message, update: MessageUpdate) -> Message:
         changes["resource_id"] = update.resource_id
     if update.created_at is not msgspec.UNSET:
         changes["created_at"] = update.created_at
-    return msgspec.structs.replace(old, **changes) if changes else old
+    if not changes:
+        return old
+    # The merged content must store and read back like any saved message (checked before anything is written).
+    return checked_message(msgspec.structs.replace(old, **changes), f"update of message {old.id!r}")
 
 
 # -- resources ---------------------------------------------------------------------------------------
