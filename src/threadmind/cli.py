@@ -134,13 +134,43 @@ def _human_bytes(n: int) -> str:
 # ------------------------------------------------------------------------------------------- opening
 
 
+def _stored_dimensions(db: str | None) -> set[int]:
+    """The vector dimensions a database already holds: Mastra's ``memory_messages_<dim>`` tables and the
+    indexes of threadmind's vector table (read-only; nothing when the file does not exist yet)."""
+    if not db or not os.path.isfile(db):
+        return set()
+    import sqlite3
+    from contextlib import closing
+
+    from ._interop import _tables
+
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            found = {table.dimension for table in _tables(conn)}
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'threadmind_vectors'"
+                            ).fetchone():
+                for (name,) in conn.execute("SELECT DISTINCT index_name FROM threadmind_vectors"):
+                    suffix = str(name).removeprefix("memory_messages")
+                    if suffix == "":
+                        found.add(1536)
+                    elif suffix.startswith("_") and suffix[1:].isdigit():
+                        found.add(int(suffix[1:]))
+    except sqlite3.Error:
+        return set()  # the store's own open reports what is wrong with the file
+    return found
+
+
 def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
-    """The embedder named by ``--embedder`` and the expected dimension (``--dim``)."""
+    """The embedder named by ``--embedder`` and the expected dimension: ``--dim``, else (for the hash embedder)
+    the one dimension the database's vectors already have, else the hash default."""
     spec: str = args.embedder
     if spec == "hash":
         from .embedders._hash import HashEmbedder
 
-        dim = args.dim if args.dim is not None else _DEFAULT_DIM
+        dim = args.dim
+        if dim is None:
+            stored = _stored_dimensions(getattr(args, "db", None))
+            dim = stored.pop() if len(stored) == 1 else _DEFAULT_DIM
         return HashEmbedder(dim=dim), dim
     if spec.startswith("openai/"):
         from .embedders._resolve import resolve_embedder
@@ -224,7 +254,8 @@ async def _demo(args: argparse.Namespace) -> int:
     )
     print(f"threadmind demo: {args.threads} threads x {args.turns} turns under {workload.resources} resources, "
           f"concurrency {args.concurrency}, semantic recall {'on' if semantic else 'off'}")
-    print(f"database: {db_path}")
+    print(f"database: {db_path}" + (" (deleted at exit; --keep keeps it)" if workdir is not None and not args.keep
+                                      else ""))
     async with memory:
         for t in range(workload.threads):
             await memory.create_thread(thread_id=workload.thread_id(t), resource_id=workload.resource_id(t),
@@ -404,7 +435,7 @@ def _read_import_file(path: str) -> tuple[list[tuple[int, Message]], list[str]]:
     if path == "-":
         return _parse_lines(sys.stdin)
     if not os.path.isfile(path):
-        raise _CliError(f"import file {path!r} does not exist")
+        raise _CliError(f"import file {path!r} " + ("is not a file" if os.path.exists(path) else "does not exist"))
     try:
         with open(path, encoding="utf-8") as stream:
             return _parse_lines(stream)
@@ -558,7 +589,8 @@ def _embedder_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embedder", default="hash", metavar="hash|openai/MODEL",
                         help="embedder for vectors (default: hash)")
     parser.add_argument("--dim", type=int, default=None, metavar="N",
-                        help=f"embedding dimension (default for hash: {_DEFAULT_DIM})")
+                        help="embedding dimension (default for hash: the dimension of the database's vectors, "
+                             f"else {_DEFAULT_DIM})")
 
 
 def _parser() -> argparse.ArgumentParser:

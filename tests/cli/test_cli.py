@@ -155,6 +155,20 @@ class TestInspection:
         rows = [line.split() for line in out.splitlines()[2:]]
         assert {r[2] for r in rows} == {"thread-wm"}
 
+    def test_the_dimension_defaults_to_the_databases_vectors(
+        self, capsys: pytest.CaptureFixture[str], mastra_db: str
+    ) -> None:
+        """Without --dim the hash embedder takes the one dimension the file's vectors have (16 here), so
+        search finds Mastra's vectors and reindex fills that index instead of starting a 384-dim one."""
+        probe = MANIFEST["semantic_probe"]
+        code, out, _ = run(capsys, "search", probe["vectorSearchString"], "--thread", probe["threadId"],
+                           "--db", mastra_db, "--top-k", "4")
+        assert code == 0
+        rows = [line.split() for line in out.splitlines()[2:]]
+        assert [r[1] for r in rows] == [h["message_id"] for h in probe["vector_query"]["hits"]]
+        code, out, _ = run(capsys, "reindex", "--db", mastra_db)
+        assert code == 0 and "memory_messages_16" in out
+
     def test_search_unknown_thread(self, capsys: pytest.CaptureFixture[str], mastra_db: str) -> None:
         code, _, err = run(capsys, "search", "x", "--thread", "ghost", "--db", mastra_db, "--dim", "16")
         assert code == 1 and "ghost" in err
