@@ -107,11 +107,7 @@ def instruction(template: WorkingMemoryTemplate, data: str | None, *, vnext: boo
                 json.dumps(skeleton, separators=(",", ":")),
             ]
     lines += [
-        "",
-        "<working_memory_data>",
-        data if data else "null",
-        "</working_memory_data>",
-        "",
+        *_data_block(data),
         "Notes:",
         "- Update memory whenever referenced information changes",
         "- If you're unsure whether to store something, store it (eg if the user tells you information about "
@@ -128,6 +124,11 @@ def instruction(template: WorkingMemoryTemplate, data: str | None, *, vnext: boo
         f"- IMPORTANT: Preserve the {fmt} formatting structure above while updating the content.",
     ]
     return "\n".join(lines)
+
+
+def _data_block(data: str | None) -> list[str]:
+    """The stored data inside its markers (the literal ``null`` when there is none), between blank lines."""
+    return ["", "<working_memory_data>", data if data else "null", "</working_memory_data>", ""]
 
 
 def _vnext_instruction(template: WorkingMemoryTemplate, data: str | None) -> str:
@@ -150,11 +151,7 @@ def _vnext_instruction(template: WorkingMemoryTemplate, data: str | None) -> str
         "<working_memory_template>",
         template.content,
         "</working_memory_template>",
-        "",
-        "<working_memory_data>",
-        data if data else "null",
-        "</working_memory_data>",
-        "",
+        *_data_block(data),
         "Notes:",
         "- Send only what is new as newMemory; to correct an entry, also send the exact text to replace as "
         "searchString with updateReason 'clarify-existing-memory' or 'replace-irrelevant-memory'",
