@@ -190,3 +190,19 @@ async def test_a_caller_cancelled_mid_commit_leaves_the_save_whole_and_indexed(t
         assert index is not None
         await index.flush()
         assert index.statistics().vectors == 3 and index.statistics().pending == 0
+
+
+async def test_a_batch_across_threads_is_indexed_whole_and_marked_pending_in_its_transaction(tmp_path: Path) -> None:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, HashEmbedder(dim=64)) as memory:
+        for tid in ("t1", "t2"):
+            await memory.create_thread(thread_id=tid, resource_id="r1")
+        await memory.save_messages([msg("a", "t1", text="alpine lakes in the summer"),
+                                    msg("b", "t2", text="glacier crevasse rescue training")])
+        assert (await _hit_ids(memory, "alpine lakes in the summer"))[0] == "a"
+        assert (await _hit_ids(memory, "glacier crevasse rescue training"))[0] == "b"
+        stats = memory._index.statistics()  # type: ignore[union-attr]
+        assert stats.vectors == 2 and stats.pending == 0
+    with sqlite3.connect(tmp_path / "m.db") as conn:
+        rows = conn.execute("SELECT message_id, thread_id FROM threadmind_vectors ORDER BY message_id").fetchall()
+        marks = conn.execute("SELECT count(*) FROM threadmind_vector_pending").fetchone()[0]
+    assert rows == [("a", "t1"), ("b", "t2")] and marks == 0
