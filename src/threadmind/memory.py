@@ -9,6 +9,7 @@ same task, as with any anyio task group.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import logging
@@ -304,7 +305,10 @@ class Memory:
         self._tokens: TokenCounter = token_counter or DefaultTokenCounter()
         self._max_actors = max_actors
         self._state = _State.NEW
-        self._stack: AsyncExitStack | None = None
+        # The task that owns the actor system (see ``start``), what it says once started, and its stop signal.
+        self._host: asyncio.Task[None] | None = None
+        self._started: asyncio.Future[None] | None = None
+        self._stop: asyncio.Event | None = None
         self._threads: ActorRegistry[ThreadActor] | None = None
         self._resources: ActorRegistry[ResourceActor] | None = None
         self._index: IndexActor | None = None
@@ -327,68 +331,102 @@ class Memory:
         return self._storage
 
     async def start(self) -> None:
-        """Open the store and start the actor system (idempotent)."""
+        """Open the store and start the actor system (idempotent).
+
+        The actor system lives in a task of its own, owned by this Memory, so ``start()`` and ``aclose()`` may
+        be called from any task and under any timeout (a server's startup and shutdown handlers).
+        """
         if self._state is _State.RUNNING:
             return
         if self._state is _State.CLOSED:
             raise ThreadmindError("this Memory is closed; create a new one", code="THREADMIND_CLOSED")
         store = self.storage
-        stack = AsyncExitStack()
+        if self._started is None:  # the first start(); a concurrent one waits for the same outcome
+            loop = asyncio.get_running_loop()
+            self._started = loop.create_future()
+            self._stop = asyncio.Event()
+            self._host = loop.create_task(self._run_host(store, self._started, self._stop), name="threadmind.memory")
+        started = self._started
         try:
-            await store.open()
-            stack.push_async_callback(store.aclose)
-            self._threads = await stack.enter_async_context(
-                ActorRegistry(
-                    lambda key: ThreadActor(key, store, ttl=self._cache_ttl),
-                    idle_timeout=self._idle_timeout,
-                    max_actors=self._max_actors,
-                )
-            )
-            self._resources = await stack.enter_async_context(
-                ActorRegistry(lambda key: ResourceActor(key, store, ttl=self._cache_ttl),
-                              idle_timeout=self._idle_timeout)
-            )
-            if self._vector is not None and self._embedder is not None:
-                from .actors._index_actor import IndexActor
-
-                recall = self._options.semantic_recall_config or SemanticRecallConfig()
-                index = IndexActor(
-                    store=store,
-                    vector=self._vector,
-                    embedder=self._embedder,
-                    embedding_dimension=self._embedding_dimension,
-                    max_chunk_chars=recall.max_chunk_chars,
-                )
-                self._index = await stack.enter_async_context(index)
-                try:  # learn the index name now so get_input_processors() can stay synchronous
-                    await index.dimension()
-                    self._index_name = await index.index_name()
-                except ThreadmindError:
-                    _log.warning("embedder dimension probe failed at start; will retry on first use")
-                if self._index_name is not None:  # a Mastra file: bring its vectors over once (index empty)
-                    from ._interop import import_mastra_vectors
-
-                    try:
-                        await import_mastra_vectors(store, index_names=[self._index_name])
-                    except ThreadmindError:
-                        _log.warning("could not import Mastra vectors into %s", self._index_name, exc_info=True)
-            self._background = await stack.enter_async_context(anyio.create_task_group())
+            await asyncio.shield(started)
         except BaseException:
-            await stack.aclose()
+            if not started.done() or started.cancelled() or started.exception() is not None:
+                await self._stop_host()  # a failed or interrupted start leaves nothing running
+                if self._started is started:  # and a later start() tries afresh
+                    self._host = self._started = self._stop = None
             raise
-        self._stack = stack
         self._state = _State.RUNNING
 
-    async def aclose(self) -> None:
-        """Wait for background work, drain every actor, flush the index and close the store."""
-        if self._state is not _State.RUNNING:
-            self._state = _State.CLOSED
+    async def _run_host(self, store: Store, started: asyncio.Future[None], stop: asyncio.Event) -> None:
+        """(host task) Enter the store and the actor system, report, run until ``aclose()``, then drain them."""
+        try:
+            async with AsyncExitStack() as stack:
+                await self._enter_system(stack, store)
+                started.set_result(None)
+                await stop.wait()
+        except BaseException as exc:
+            if started.done():
+                raise  # a failure while draining: aclose() reports it
+            if isinstance(exc, asyncio.CancelledError):
+                started.cancel()
+            else:
+                started.set_exception(exc)
+
+    async def _enter_system(self, stack: AsyncExitStack, store: Store) -> None:
+        await store.open()
+        stack.push_async_callback(store.aclose)
+        self._threads = await stack.enter_async_context(
+            ActorRegistry(
+                lambda key: ThreadActor(key, store, ttl=self._cache_ttl),
+                idle_timeout=self._idle_timeout,
+                max_actors=self._max_actors,
+                sweep_interval=_sweep_interval(self._idle_timeout),
+            )
+        )
+        self._resources = await stack.enter_async_context(
+            ActorRegistry(lambda key: ResourceActor(key, store, ttl=self._cache_ttl),
+                          idle_timeout=self._idle_timeout, sweep_interval=_sweep_interval(self._idle_timeout))
+        )
+        if self._vector is not None and self._embedder is not None:
+            from .actors._index_actor import IndexActor
+
+            recall = self._options.semantic_recall_config or SemanticRecallConfig()
+            index = IndexActor(
+                store=store,
+                vector=self._vector,
+                embedder=self._embedder,
+                embedding_dimension=self._embedding_dimension,
+                max_chunk_chars=recall.max_chunk_chars,
+            )
+            self._index = await stack.enter_async_context(index)
+            try:  # learn the index name now so get_input_processors() can stay synchronous
+                await index.dimension()
+                self._index_name = await index.index_name()
+            except ThreadmindError:
+                _log.warning("embedder dimension probe failed at start; will retry on first use")
+            if self._index_name is not None:  # a Mastra file: bring its vectors over once (index empty)
+                from ._interop import import_mastra_vectors
+
+                try:
+                    await import_mastra_vectors(store, index_names=[self._index_name])
+                except ThreadmindError:
+                    _log.warning("could not import Mastra vectors into %s", self._index_name, exc_info=True)
+        self._background = await stack.enter_async_context(anyio.create_task_group())
+
+    async def _stop_host(self) -> None:
+        """Tell the host task to drain and wait for it, even if this caller is cancelled meanwhile (shielded:
+        the shutdown then completes on its own)."""
+        host, stop = self._host, self._stop
+        if host is None or stop is None:
             return
-        self._state = _State.CLOSED
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            # Task groups must exit in LIFO order in this task, so no extra cancel scope wraps this.
-            await stack.aclose()
+        stop.set()
+        await asyncio.shield(host)
+
+    async def aclose(self) -> None:
+        """Wait for background work, drain every actor, flush the index and close the store (from any task)."""
+        state, self._state = self._state, _State.CLOSED
+        if state is _State.RUNNING or self._host is not None:
+            await self._stop_host()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -1520,6 +1558,13 @@ class Memory:
 
 
 _VNEXT_REASONS = ("append-new-memory", "clarify-existing-memory", "replace-irrelevant-memory")
+
+
+def _sweep_interval(idle_timeout: float) -> float | None:
+    """How often the registries look for actors idle past ``idle_timeout``: a fraction of it, within 0.05–30 s."""
+    if not math.isfinite(idle_timeout):
+        return None
+    return min(30.0, max(0.05, idle_timeout / 4))
 
 
 def _created_at(message: Message) -> datetime:

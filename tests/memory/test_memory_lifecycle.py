@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from threadmind import Memory
-from threadmind.errors import ThreadmindError
+from threadmind.errors import StorageError, ThreadmindError
 from threadmind.stores import InMemoryStore, SQLiteStore
 
 from ._support import StoreFactory, all_ids, msg
@@ -191,3 +191,70 @@ async def test_start_is_idempotent_and_context_manager_reusable_store() -> None:
     await memory.aclose()
     with pytest.raises(ThreadmindError):
         await memory.start()
+
+
+class TestStartAndCloseFromAnyTask:
+    """Servers start and stop memory from handlers: under timeouts and from other tasks (the actor system
+    lives in a task the Memory owns)."""
+
+    async def _reopened_ids(self, db: Path) -> list[str]:
+        async with Memory(storage=SQLiteStore(db)) as again:
+            return [m.id for m in (await again.recall("t1", per_page=False)).messages]
+
+    async def test_aclose_under_a_timeout(self, tmp_path: Path) -> None:
+        import asyncio
+
+        for way in ("fail_after", "move_on_after", "wait_for"):
+            db = tmp_path / f"{way}.db"
+            memory = Memory(storage=SQLiteStore(db))
+            await memory.start()
+            await memory.create_thread(resource_id="r1", thread_id="t1")
+            await memory.save_messages([msg("a")])
+            if way == "fail_after":
+                with anyio.fail_after(10):
+                    await memory.aclose()
+            elif way == "move_on_after":
+                with anyio.move_on_after(10):
+                    await memory.aclose()
+            else:
+                await asyncio.wait_for(memory.aclose(), 10)
+            await anyio.lowlevel.checkpoint()  # the calling task is not left cancelled
+            assert await self._reopened_ids(db) == ["a"]
+
+    async def test_start_in_one_task_and_close_in_another(self, tmp_path: Path) -> None:
+        memory = Memory(storage=SQLiteStore(tmp_path / "m.db"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(memory.start)
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        await memory.save_messages([msg("a")])
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(memory.aclose)
+        with pytest.raises(ThreadmindError) as info:
+            await memory.recall("t1")
+        assert info.value.code == "THREADMIND_CLOSED"
+        assert await self._reopened_ids(tmp_path / "m.db") == ["a"]
+
+    async def test_a_failed_start_can_be_retried(self, tmp_path: Path) -> None:
+        memory = Memory(storage=SQLiteStore(tmp_path / "missing" / "m.db"))
+        for _ in range(2):
+            with anyio.fail_after(5), pytest.raises(StorageError, match="cannot open"):
+                await memory.start()
+        (tmp_path / "missing").mkdir()
+        async with memory:  # the directory exists now: a fresh attempt succeeds
+            await memory.create_thread(resource_id="r1", thread_id="t1")
+
+    async def test_the_cap_comes_back_after_a_burst_and_idle_actors_are_passivated(self, tmp_path: Path) -> None:
+        # idle_timeout 1 s: the registries sweep every 0.25 s (a quarter of it)
+        async with Memory(storage=SQLiteStore(tmp_path / "m.db"), idle_timeout=1.0, max_actors=4) as memory:
+            async with anyio.create_task_group() as tg:
+                for i in range(50):
+                    tg.start_soon(lambda i=i: memory.create_thread(resource_id="r1", thread_id=f"p{i}"))
+            threads = memory._threads
+            assert threads is not None
+            await anyio.sleep(0.6)  # a sweep or two: none idle for 1 s yet, but the cap is back
+            stats = threads.statistics()
+            assert stats.live == 4 and stats.evicted >= 46 and stats.passivated == 0, stats
+            await anyio.sleep(1.2)  # idle for over 1 s: passivated
+            assert threads.statistics().live == 0
+            await memory.save_messages([msg("a", "p7")])  # a passivated thread comes back intact
+            assert await all_ids(memory, "p7") == ["a"]

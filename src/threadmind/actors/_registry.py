@@ -258,6 +258,9 @@ class ActorRegistry(Generic[A]):
             while True:
                 await anyio.sleep(interval)
                 self.sweep()
+                over = len(self._actors) - self._max_actors
+                if over > 0:  # a burst of busy actors went past the cap; bring it back now that some are idle
+                    self._evict(over)
 
     async def _run_actor(self, actor: A) -> None:
         try:
