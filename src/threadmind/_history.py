@@ -222,7 +222,10 @@ async def load_token_window(
         page += 1
     if include_overflow and stopped == "tokens":
         kept = loaded
-    kept = kept[::-1]
+    # Oldest first in the store's order (created_at, sequence): a tool group flattened by the retention can
+    # hold messages that are not neighbours, so reversing the kept list would misplace them.
+    chosen = {id(m) for m in kept}
+    kept = [m for m in reversed(loaded) if id(m) in chosen]
     if includes:
         extra = await store.list_messages(
             MessageQuery(thread_id=thread_id, resource_id=resource_id, per_page=0, include=list(includes))

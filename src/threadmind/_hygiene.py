@@ -76,7 +76,9 @@ def persistable(message: Message, *, drop_partial_calls: bool = False) -> Messag
         if new_text != text:
             text = new_text
             changed = True
-    if not parts and not text:
+    if not parts and (not text or (drop_partial_calls and changed and content.parts)):
+        # Memory.save_messages keeps a message with text and no parts (reference §1); the history output
+        # step drops one whose parts were all removed (§3.2 step 4).
         return None
     if not changed:
         return message

@@ -393,19 +393,23 @@ class Agent:
             if response.usage is not None:
                 usage = response.usage if usage is None else usage + response.usage
             finish_reason = response.finish_reason
-            # Every part of the response carries its creation time (reference §4.1), each step its own.
+            # Every part of the response carries its creation time (reference §4.1), each step its own. A step
+            # that produced nothing adds nothing: a run whose model said nothing has no response message (so
+            # an error finish then saves nothing at all, reference §3.2 step 3).
             stamp = int(time.time() * 1000)
-            parts.append(StepStartPart(created_at=stamp))
+            produced: list[Part] = []
             if response.text:
-                parts.append(TextPart(text=response.text, created_at=stamp))
+                produced.append(TextPart(text=response.text, created_at=stamp))
                 text = response.text
             pending_client = False
             for call in response.tool_calls:
                 invocation, is_client = await self._invoke(call.tool_call_id, call.tool_name, call.args, tools,
                                                            tool_context)
                 pending_client = pending_client or is_client
-                parts.append(ToolInvocationPart(tool_invocation=invocation, created_at=int(time.time() * 1000)))
-            self._publish(message_list, response_id, parts, text)
+                produced.append(ToolInvocationPart(tool_invocation=invocation, created_at=int(time.time() * 1000)))
+            if produced:
+                parts += [StepStartPart(created_at=stamp), *produced]
+                self._publish(message_list, response_id, parts, text)
             if not response.tool_calls:
                 break
             if pending_client:

@@ -158,3 +158,40 @@ async def test_back_to_back_turns_keep_their_order(tmp_path: Path) -> None:
         expected = [t for i in range(20) for t in (f"q{i}", f"a{i}")]
         assert texts(await stored(memory)) == expected
         assert texts(model.requests[-1].messages) == [*expected[:-2], "q19"]
+
+
+class TestHistoryEdgeRules:
+    """Reference §3.2 steps 3–4 and §1.1 step 8 at their edges."""
+
+    async def test_an_error_finish_with_no_output_saves_nothing(self, tmp_path: Path) -> None:
+        async with open_memory(tmp_path) as memory:
+            model = ScriptedModel([ModelResponse(text=None, finish_reason="error")])
+            result = await Agent("a", "i", model, memory=memory).generate(
+                "hello", thread_id=THREAD, resource_id=RESOURCE)
+            assert result.messages == [] and result.finish_reason == "error"
+            assert await stored(memory) == []  # no orphan user message, no step-start-only response
+            await Agent("a", "i", ScriptedModel([ModelResponse(text=None)]), memory=memory).generate(
+                "again", thread_id=THREAD, resource_id=RESOURCE)
+            assert [(m.role, m.text) for m in await stored(memory)] == [("user", "again")]  # nothing to answer with
+
+    async def test_a_message_whose_parts_were_all_removed_is_not_saved(self, tmp_path: Path) -> None:
+        t0 = base_time()
+        u1 = text_msg("user", "plan it", id="u1", at=t0)
+        a1 = msg("assistant", tool_part("partial-call", "c0"), id="a1", at=t0 + timedelta(seconds=1), text="thinking")
+        u2 = text_msg("user", "go on", id="u2", at=t0 + timedelta(seconds=2))
+        async with open_memory(tmp_path) as memory:  # an empty thread is seeded with the whole input
+            await Agent("a", "i", ScriptedModel(["done"]), memory=memory).generate(
+                [u1, a1, u2], thread_id=THREAD, resource_id=RESOURCE)
+            assert "a1" not in [m.id for m in await stored(memory)]  # its only part was a partial call
+
+    async def test_a_token_budget_recall_is_in_time_order_across_split_tool_groups(self, tmp_path: Path) -> None:
+        t0 = base_time()
+        async with open_memory(tmp_path, {"messageHistory": {"maxTokens": 1000}}) as memory:
+            await seed(memory, [
+                msg("assistant", tool_part("call", "c1"), id="a1", at=t0 + timedelta(seconds=1)),
+                text_msg("user", "meanwhile", id="u2", at=t0 + timedelta(seconds=2)),
+                msg("assistant", tool_part("result", "c1", result=1), id="a3", at=t0 + timedelta(seconds=3)),
+                text_msg("user", "and then", id="u4", at=t0 + timedelta(seconds=4)),
+            ])
+            result = await memory.recall(THREAD)
+            assert [m.id for m in result.messages] == ["a1", "u2", "a3", "u4"]

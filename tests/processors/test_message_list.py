@@ -397,6 +397,18 @@ class TestSealedReplace:
         new = ml.get("gen-1")
         assert texts(new) == ["later2", "x"] and new.created_at == T0 + timedelta(seconds=5)  # type: ignore[union-attr]
 
+    def test_sealed_at_on_a_typed_part_counts_too(self) -> None:
+        """Stored parts decode to typed parts: their ``metadata.mastra.sealedAt`` marks the sealed count."""
+        ml = make_list()
+        sealed_part = TextPart(text="one", metadata={"mastra": {"sealedAt": 1}})
+        ml.add(msg("a", "assistant", parts=[sealed_part, TextPart(text="two")], metadata=SEALED, text=None),
+               "memory")
+        ml.add(msg("a", "assistant", parts=[TextPart(text="one"), TextPart(text="two"), TextPart(text="three")],
+                   text=None, at=T0 + timedelta(seconds=5)), "response")
+        new = ml.get("gen-1")
+        assert new is not None and texts(new) == ["two", "three"]  # past the one sealed part
+        assert texts(ml.get("a")) == ["one", "two"]  # type: ignore[arg-type]
+
     def test_old_before_last_sealed_gets_fresh_id(self) -> None:
         ml = make_list()
         ml.add(msg("u", "user", "q", at=T0), "memory")

@@ -165,7 +165,7 @@ def sealed_part_count(message: Message) -> int:
     parts = message.content.parts
     for index in range(len(parts) - 1, -1, -1):
         part = parts[index]
-        meta = _field(part, "metadata") if isinstance(part, UnknownPart) else None
+        meta = _field(part, "metadata") if isinstance(part, UnknownPart) else getattr(part, "metadata", None)
         if _mastra_meta(meta).get("sealedAt") or _mastra_meta(part.provider_metadata).get("sealedAt"):
             return index + 1
     return len(parts)
