@@ -46,13 +46,13 @@ def is_transient_signal(message: Message) -> bool:
     return isinstance(signal, dict) and signal.get("transient") is True
 
 
-def _clean_parts(parts: list[Part], *, drop_partial_calls: bool) -> tuple[list[Part], bool]:
+def _clean_parts(parts: list[Part], *, history_step: bool) -> tuple[list[Part], bool]:
     changed = False
     kept: list[Part] = []
     for part in parts:
         if isinstance(part, ToolInvocationPart):
             invocation = part.tool_invocation
-            if invocation.tool_name == WM_TOOL_NAME or (drop_partial_calls and invocation.state == "partial-call"):
+            if invocation.tool_name == WM_TOOL_NAME or (history_step and invocation.state == "partial-call"):
                 changed = True
                 continue
         elif isinstance(part, TextPart) and _OPEN in part.text:
@@ -64,21 +64,24 @@ def _clean_parts(parts: list[Part], *, drop_partial_calls: bool) -> tuple[list[P
     return kept, changed
 
 
-def persistable(message: Message, *, drop_partial_calls: bool = False) -> Message | None:
-    """The message as it should be stored, or None when nothing of it should be."""
+def persistable(message: Message, *, history_step: bool = False) -> Message | None:
+    """The message as it should be stored, or None when nothing of it should be.
+
+    ``history_step``: the MessageHistory output step's rules (reference §3.2 step 4), which also drop
+    ``partial-call`` parts and a message whose parts were all removed; ``Memory.save_messages`` (§1) keeps
+    partial calls and a message that still has text.
+    """
     if message.role == "system" or is_transient_signal(message):
         return None
     content = message.content
-    parts, changed = _clean_parts(content.parts, drop_partial_calls=drop_partial_calls)
+    parts, changed = _clean_parts(content.parts, history_step=history_step)
     text = content.content
     if text is not None and _OPEN in text:
         new_text = strip_working_memory_tags(text)
         if new_text != text:
             text = new_text
             changed = True
-    if not parts and (not text or (drop_partial_calls and changed and content.parts)):
-        # Memory.save_messages keeps a message with text and no parts (reference §1); the history output
-        # step drops one whose parts were all removed (§3.2 step 4).
+    if not parts and (not text or (history_step and changed and content.parts)):
         return None
     if not changed:
         return message

@@ -111,7 +111,7 @@ async def persist_turn(storage: Store, args: ProcessOutputArgs) -> list[Message]
         return []
     kept: list[Message] = []
     for message in sorted([*message_list.get_input(), *response], key=lambda m: m.created_at):
-        clean = persistable(message, drop_partial_calls=True)
+        clean = persistable(message, history_step=True)
         if clean is not None:
             kept.append(clean)
     if not kept:
