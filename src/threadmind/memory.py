@@ -1089,11 +1089,32 @@ class Memory:
                             resource_id=resource_id):
             store, _ = self._running()
             if scope == "resource":
+                if not await self._owned_by(thread_id, resource_id):
+                    return None
                 resource = await self._get_resource(key)
                 return resource.working_memory if resource is not None else None
             thread = await store.get_thread(key)
+            if thread is not None and resource_id is not None and thread.resource_id != resource_id:
+                return None  # another resource's thread reads as absent, as in get_thread_by_id
             value = (thread.metadata or {}).get("workingMemory") if thread is not None else None
             return value if isinstance(value, str) else None
+
+    async def _owned_by(self, thread_id: str | None, resource_id: str | None) -> bool:
+        """False when ``thread_id`` names an existing thread of another resource than ``resource_id`` (SPEC §6).
+
+        A thread that does not exist yet passes: resource-scoped working memory may precede its first thread.
+        """
+        if not thread_id or resource_id is None:
+            return True
+        thread: Thread | None = await self._ask(thread_id, GetThread())
+        return thread is None or thread.resource_id == resource_id
+
+    async def _check_owner(self, thread_id: str | None, resource_id: str | None) -> None:
+        """Refuse a write that names an existing thread of another resource (``ResourceMismatch``)."""
+        if not await self._owned_by(thread_id, resource_id):
+            thread: Thread | None = await self._ask(str(thread_id), GetThread())
+            assert thread is not None and resource_id is not None
+            raise ResourceMismatch(str(thread_id), thread.resource_id, resource_id)
 
     async def update_working_memory(
         self,
@@ -1113,14 +1134,21 @@ class Memory:
         scope, key = self._wm_scope_key(config, thread_id, resource_id)
         with operation_span("threadmind.memory.update_working_memory", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            await self._write_working_memory(scope, key, lambda _old: working_memory)
+            await self._write_working_memory(scope, key, lambda _old: working_memory, owner=resource_id,
+                                             thread_id=thread_id)
 
     async def _write_working_memory(
-        self, scope: str, key: str, update: Callable[[str | None], str | None]
+        self, scope: str, key: str, update: Callable[[str | None], str | None], *, owner: str | None = None,
+        thread_id: str | None = None,
     ) -> str | None:
-        """Read-modify-write working memory under the scope's actor; ``update`` returns None to skip."""
+        """Read-modify-write working memory under the scope's actor; ``update`` returns None to skip.
+
+        ``owner``: the resource the caller acts as; a ``thread_id`` of another resource is refused
+        (``ResourceMismatch``) before anything is written.
+        """
         store, _ = self._running()
         if scope == "resource":
+            await self._check_owner(thread_id, owner)
 
             async def _resource() -> str | None:
                 resource: Resource | None = await store.get_resource(key)
@@ -1135,6 +1163,8 @@ class Memory:
             thread = await store.get_thread(key)
             if thread is None:
                 raise ThreadNotFound(key, message=f"Thread {key} not found")
+            if owner is not None and thread.resource_id != owner:
+                raise ResourceMismatch(key, thread.resource_id, owner)
             old = (thread.metadata or {}).get("workingMemory")
             new = update(old if isinstance(old, str) else None)
             if new is not None:
@@ -1165,6 +1195,8 @@ class Memory:
             return None
         with operation_span("threadmind.memory.get_system_message", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
+            if not await self._owned_by(thread_id, resource_id):
+                return None  # another resource's thread: nothing to instruct about
             data = await self.get_working_memory(thread_id=thread_id, resource_id=resource_id, memory_config=config)
             if config.read_only:
                 return readonly_instruction(data)
@@ -1243,7 +1275,8 @@ class Memory:
         assert template is not None
         if template.format == "markdown" and config.working_memory.version == "vnext":
             try:
-                return await self._update_working_memory_vnext(args, scope, key, template.content)
+                return await self._update_working_memory_vnext(args, scope, key, template.content,
+                                                               owner=resource_id, thread_id=thread_id)
             except Exception:  # the reference's vNext tool reports every failure this way
                 _log.warning("working memory vNext update failed", exc_info=True)
                 return {"success": False, "reason": "Tool error."}
@@ -1262,7 +1295,7 @@ class Memory:
                     return None
                 return value
 
-            await self._write_working_memory(scope, key, _replace)
+            await self._write_working_memory(scope, key, _replace, owner=resource_id, thread_id=thread_id)
             if skipped:
                 return {"success": False, "message": "Attempted to replace existing working memory with empty "
                                                      "template. Update skipped to prevent data loss."}
@@ -1291,11 +1324,11 @@ class Memory:
                 existing = {}
             return json.dumps(deep_merge(existing, update), separators=(",", ":"), ensure_ascii=False)
 
-        await self._write_working_memory(scope, key, _merge)
+        await self._write_working_memory(scope, key, _merge, owner=resource_id, thread_id=thread_id)
         return {"success": True}
 
     async def _update_working_memory_vnext(
-        self, args: Any, scope: str, key: str, template: str
+        self, args: Any, scope: str, key: str, template: str, *, owner: str | None, thread_id: str | None
     ) -> dict[str, Any]:
         """The vNext tool (reference §7.4): append, or replace ``searchString``, never rewrite the whole text."""
         values = args if isinstance(args, Mapping) else {}
@@ -1339,7 +1372,7 @@ class Memory:
                 text = f"{old}\n{new}"
             return text.replace(template, "") if template else text  # the template itself is never stored
 
-        await self._write_working_memory(scope, key, _apply)
+        await self._write_working_memory(scope, key, _apply, owner=owner, thread_id=thread_id)
         return outcome
 
     # processors ----------------------------------------------------------------------------------
