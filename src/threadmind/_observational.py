@@ -394,7 +394,9 @@ class ObservationalMemoryEngine:
             await self._mark_observed(store, thread_id, snap.messages, extras)
             return record
 
-        committed = await self._serialized(config, thread_id, resource_id, _commit, "om_observe")
+        with operation_span("threadmind.om.commit_observation", "update_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            committed = await self._serialized(config, thread_id, resource_id, _commit, "om_observe")
         if committed is None:
             return False
         if committed.observation_token_count >= config.observation_tokens:
@@ -452,7 +454,9 @@ class ObservationalMemoryEngine:
             record.created_at = record.updated_at = now
             await records.put(record)
 
-        await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
+        with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
 
 
 def _same(a: OMRecord | None, b: OMRecord | None) -> bool:

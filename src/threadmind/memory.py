@@ -1132,10 +1132,8 @@ class Memory:
         if not isinstance(working_memory, str):
             raise ValidationError(f"`working_memory` must be a string, got {type(working_memory).__name__}")
         scope, key = self._wm_scope_key(config, thread_id, resource_id)
-        with operation_span("threadmind.memory.update_working_memory", "update_memory", thread_id=thread_id,
-                            resource_id=resource_id):
-            await self._write_working_memory(scope, key, lambda _old: working_memory, owner=resource_id,
-                                             thread_id=thread_id)
+        await self._write_working_memory(scope, key, lambda _old: working_memory, owner=resource_id,
+                                         thread_id=thread_id)
 
     async def _write_working_memory(
         self, scope: str, key: str, update: Callable[[str | None], str | None], *, owner: str | None = None,
@@ -1144,8 +1142,18 @@ class Memory:
         """Read-modify-write working memory under the scope's actor; ``update`` returns None to skip.
 
         ``owner``: the resource the caller acts as; a ``thread_id`` of another resource is refused
-        (``ResourceMismatch``) before anything is written.
+        (``ResourceMismatch``) before anything is written. Every write (the public call, the tool, thread
+        metadata mirrored into the resource) has its ``update_memory`` span.
         """
+        with operation_span("threadmind.memory.update_working_memory", "update_memory", thread_id=thread_id,
+                            resource_id=owner if owner is not None else (key if scope == "resource" else None),
+                            threadmind__working_memory__scope=scope):
+            return await self._write_working_memory_now(scope, key, update, owner, thread_id)
+
+    async def _write_working_memory_now(
+        self, scope: str, key: str, update: Callable[[str | None], str | None], owner: str | None,
+        thread_id: str | None,
+    ) -> str | None:
         store, _ = self._running()
         if scope == "resource":
             await self._check_owner(thread_id, owner)
@@ -1487,7 +1495,8 @@ class Memory:
             boundary = advance(thread)
             return None if boundary is None else {BOUNDARY_KEY: boundary.to_metadata()}
 
-        updated: Thread | None = await self._ask(thread_id, PatchThreadMetadata(patch, "advance_boundary"))
+        with operation_span("threadmind.memory.advance_boundary", "update_memory", thread_id=thread_id):
+            updated: Thread | None = await self._ask(thread_id, PatchThreadMetadata(patch, "advance_boundary"))
         return updated
 
     # agent turns ---------------------------------------------------------------------------------
@@ -1577,7 +1586,8 @@ class Memory:
                 if thread is not None and not thread.title:  # never retitle
                     await store.update_thread(thread_id, title=title)
 
-            await self._background_exclusive(thread_id, _set, "set_title")
+            with operation_span("threadmind.memory.set_title", "update_memory", thread_id=thread_id):
+                await self._background_exclusive(thread_id, _set, "set_title")
         except Exception:
             _log.warning("title generation for thread %s failed; title left untouched", thread_id, exc_info=True)
 
@@ -1662,7 +1672,9 @@ class _RoutedStore:
         """Nothing to do: the memory owns the real store."""
 
     async def create_thread(self, thread: Thread) -> Thread:
-        created: Thread = await self._memory._ask(thread.id, CreateThread(thread))
+        with operation_span("threadmind.memory.create_thread", "update_memory", thread_id=thread.id,
+                            resource_id=thread.resource_id):
+            created: Thread = await self._memory._ask(thread.id, CreateThread(thread))
         return created
 
     async def get_thread(self, thread_id: str) -> Thread | None:
@@ -1674,25 +1686,31 @@ class _RoutedStore:
     async def update_thread(
         self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
     ) -> Thread:
-        thread: Thread = await self._memory._ask(thread_id, UpdateThread(title, metadata))
+        with operation_span("threadmind.memory.update_thread", "update_memory", thread_id=thread_id):
+            thread: Thread = await self._memory._ask(thread_id, UpdateThread(title, metadata))
         return thread
 
     async def delete_thread(self, thread_id: str) -> None:
-        await self._memory._ask(thread_id, DeleteThread())
+        await self._memory.delete_thread(thread_id)
 
     async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
         return await self._memory.update_thread_resource_id(thread_id, resource_id=resource_id)
 
     async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
         store = self._store
-        return await self._memory._exclusive(
-            thread.id, lambda: store.create_thread_with_messages(thread, messages), "create_thread_with_messages"
-        )
+        with operation_span("threadmind.memory.create_thread", "upsert_memory", thread_id=thread.id,
+                            resource_id=thread.resource_id, threadmind__messages__count=len(messages)):
+            return await self._memory._exclusive(
+                thread.id, lambda: store.create_thread_with_messages(thread, messages), "create_thread_with_messages"
+            )
 
     async def save_messages(
         self, thread_id: str, messages: Sequence[Message], *, after: SaveHook | None = None
     ) -> list[Message]:
-        saved: list[Message] = await self._memory._ask(thread_id, SaveMessages(messages, after))
+        owner = messages[0].resource_id if messages else None
+        with operation_span("threadmind.memory.save_messages", "upsert_memory", thread_id=thread_id, resource_id=owner,
+                            threadmind__messages__count=len(messages)):
+            saved: list[Message] = await self._memory._ask(thread_id, SaveMessages(messages, after))
         return saved
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
@@ -1731,9 +1749,10 @@ class _RoutedStore:
 
     async def update_resource(self, resource_id: str, **kwargs: Any) -> Resource:
         store = self._store
-        return await self._memory._resource_exclusive(
-            resource_id, lambda: store.update_resource(resource_id, **kwargs), "update_resource"
-        )
+        with operation_span("threadmind.memory.update_resource", "update_memory", resource_id=resource_id):
+            return await self._memory._resource_exclusive(
+                resource_id, lambda: store.update_resource(resource_id, **kwargs), "update_resource"
+            )
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.S)

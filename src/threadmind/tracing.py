@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -34,6 +35,10 @@ ATTR_MAILBOX_DEPTH = "threadmind.mailbox.depth"
 ATTR_DB_SYSTEM = "db.system.name"
 
 _VERSION = "0.1.0"
+# The thread and resource an operation names travel in the OpenTelemetry context (which mailboxes carry), so
+# the spans nested inside it (an index query in resource scope, an actor's store write) name them too.
+_THREAD_KEY = otel_context.create_key("threadmind.thread")
+_RESOURCE_KEY = otel_context.create_key("threadmind.resource")
 
 
 class _TracerCache:
@@ -107,8 +112,10 @@ def operation_span(
 ) -> AbstractContextManager[Span]:
     """A span for one public memory operation, with the GenAI memory attributes set.
 
-    Exceptions are recorded and mark the span as an error; they propagate unchanged. Without a tracer
-    provider this is a shared no-op (no span objects, no context switches: the hot paths stay hot).
+    A span that names no thread (or resource) takes the one of the operation it runs inside, across mailbox
+    hops too: every span of a call that names a thread carries ``gen_ai.conversation.id``. Exceptions are
+    recorded and mark the span as an error; they propagate unchanged. Without a tracer provider this is a
+    shared no-op (no span objects, no context switches: the hot paths stay hot).
     """
     if not tracing_enabled():
         return _NO_SPAN
@@ -124,6 +131,15 @@ def _recording_span(
     kind: SpanKind,
     attributes: dict[str, Any],
 ) -> Iterator[Span]:
+    ctx = otel_context.get_current()
+    if thread_id is None:
+        thread_id = otel_context.get_value(_THREAD_KEY, ctx)  # type: ignore[assignment]
+    else:
+        ctx = otel_context.set_value(_THREAD_KEY, thread_id, ctx)
+    if resource_id is None:
+        resource_id = otel_context.get_value(_RESOURCE_KEY, ctx)  # type: ignore[assignment]
+    else:
+        ctx = otel_context.set_value(_RESOURCE_KEY, resource_id, ctx)
     attrs: dict[str, Any] = {ATTR_OPERATION: operation}
     if thread_id is not None:
         attrs[ATTR_CONVERSATION_ID] = thread_id
@@ -133,13 +149,17 @@ def _recording_span(
     for key, value in attributes.items():
         if value is not None:
             attrs[key.replace("__", ".")] = value
-    with get_tracer().start_as_current_span(
-        name, kind=kind, attributes=attrs, record_exception=False, set_status_on_exception=False
-    ) as span:
-        try:
-            yield span
-        except BaseException as exc:
-            if span.is_recording() and isinstance(exc, Exception):
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            raise
+    token = otel_context.attach(ctx)
+    try:
+        with get_tracer().start_as_current_span(
+            name, kind=kind, attributes=attrs, record_exception=False, set_status_on_exception=False
+        ) as span:
+            try:
+                yield span
+            except BaseException as exc:
+                if span.is_recording() and isinstance(exc, Exception):
+                    span.record_exception(exc)
+                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                raise
+    finally:
+        otel_context.detach(token)

@@ -193,3 +193,96 @@ async def test_actor_store_and_operation_spans_name_their_thread_and_resource(
     assert reads and all((s.attributes or {})["db.system.name"] == "sqlite" for s in reads)
     system = by_name["threadmind.memory.get_system_message"][0].attributes or {}
     assert (system["gen_ai.operation.name"], system["threadmind.thread.id"]) == ("search_memory", "t1")
+
+
+def _op_spans(spans: Sequence[ReadableSpan], operation: str) -> list[ReadableSpan]:
+    return [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == operation]
+
+
+async def test_semantic_recall_spans_name_the_conversation(tmp_path: Path,
+                                                           span_exporter: InMemorySpanExporter) -> None:
+    """Resource-scoped semantic recall searches by resource, but the call names a thread: every span says so."""
+    from threadmind.embedders import HashEmbedder
+    from threadmind.stores import HnswVectorStore
+
+    options = {"semanticRecall": {"topK": 2, "messageRange": 0, "scope": "resource"}}
+    async with Memory(storage=SQLiteStore(tmp_path / "s.db"), vector=HnswVectorStore(tmp_path / "v"),
+                      embedder=HashEmbedder(dim=32), options=options) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        await memory.create_thread(resource_id="r1", thread_id="t2")
+        await memory.save_messages([msg("a", "t2", text="flights to tokyo in april")])
+        span_exporter.clear()
+        await memory.recall("t1", resource_id="r1", vector_search_string="tokyo flights")
+        spans = span_exporter.get_finished_spans()
+    searches = _op_spans(spans, "search_memory")
+    assert {s.name for s in searches} >= {"threadmind.memory.recall", "threadmind.index.query"}
+    for span in searches:
+        attributes = span.attributes or {}
+        assert attributes.get("gen_ai.conversation.id") == "t1", span.name
+        assert attributes.get("threadmind.resource.id") == "r1", span.name
+    for span in spans:
+        if span.name.startswith("threadmind.actor."):
+            assert (span.attributes or {}).get("gen_ai.conversation.id") == "t1", span.name
+
+
+async def test_every_write_of_an_agent_turn_has_its_span(tmp_path: Path,
+                                                         span_exporter: InMemorySpanExporter) -> None:
+    """Persist, working memory, the token boundary and the title of one turn each show as a memory operation
+    inside the caller's trace, with the conversation and resource ids."""
+    from threadmind.agent import Agent
+    from threadmind.models import ModelResponse, ScriptedModel, ToolCall
+
+    options = {"lastMessages": 20, "messageHistory": {"maxTokens": 120, "atMaxRemoveTokens": 40},
+               "workingMemory": {"enabled": True}, "generateTitle": True}
+    model = ScriptedModel([
+        ModelResponse(tool_calls=[ToolCall("c1", "updateWorkingMemory", {"memory": "# User\n- name: Ada\n"})]),
+        "Nice to meet you, Ada. " + "word " * 40,
+        "A title",
+    ])
+    async with Memory(storage=SQLiteStore(tmp_path / "a.db"), options=options) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        await memory.save_messages([msg(f"old{i}", text="older history " * 20, ms=i) for i in range(6)])
+        span_exporter.clear()
+        with trace.get_tracer("test").start_as_current_span("request") as caller:
+            await Agent("a", "Be brief.", model, memory=memory).generate("Hi, I'm Ada", thread_id="t1",
+                                                                         resource_id="r1")
+        await memory.aclose()  # waits for the title
+        spans = span_exporter.get_finished_spans()
+    index = _by_id(spans)
+    writes = {s.name: s for s in _op_spans(spans, "upsert_memory") + _op_spans(spans, "update_memory")}
+    assert {"threadmind.memory.save_messages", "threadmind.memory.update_working_memory",
+            "threadmind.memory.advance_boundary", "threadmind.memory.set_title"} <= set(writes), sorted(writes)
+    for name in ("threadmind.memory.save_messages", "threadmind.memory.update_working_memory",
+                 "threadmind.memory.advance_boundary", "threadmind.memory.set_title"):
+        span = writes[name]
+        attributes = span.attributes or {}
+        assert attributes.get("gen_ai.conversation.id") == "t1", name
+        assert attributes.get("threadmind.resource.id") == "r1", name
+        assert caller.get_span_context().span_id in {a.context.span_id for a in _chain(span, index)}, name
+    saved = writes["threadmind.memory.save_messages"]
+    actor = [s for s in spans if s.name == "threadmind.actor.SaveMessages"]
+    assert any(saved in _chain(s, index) for s in actor)
+
+
+async def test_observations_are_traced_as_memory_writes(tmp_path: Path,
+                                                        span_exporter: InMemorySpanExporter) -> None:
+    from threadmind.agent import Agent
+    from threadmind.memory import MemoryConfig, ObservationalMemoryConfig
+    from threadmind.models import ScriptedModel
+
+    observer = ScriptedModel(iter(lambda: "* observed", None))
+    config = MemoryConfig(observational_memory=ObservationalMemoryConfig(model=observer, message_tokens=30))
+    async with Memory(storage=SQLiteStore(tmp_path / "om.db"), options=config) as memory:
+        span_exporter.clear()
+        with trace.get_tracer("test").start_as_current_span("request") as caller:
+            agent = Agent("a", "Be brief.", ScriptedModel(["ok " * 30, "ok " * 30]), memory=memory)
+            await agent.generate("tell me " * 30, thread_id="t1", resource_id="r1")
+            await agent.generate("more " * 30, thread_id="t1", resource_id="r1")
+        await memory.aclose()
+        spans = span_exporter.get_finished_spans()
+    index = _by_id(spans)
+    commits = [s for s in _op_spans(spans, "update_memory") if s.name == "threadmind.om.commit_observation"]
+    assert commits
+    for span in commits:
+        assert (span.attributes or {}).get("gen_ai.conversation.id") == "t1"
+        assert caller.get_span_context().span_id in {a.context.span_id for a in _chain(span, index)}
