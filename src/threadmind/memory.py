@@ -101,7 +101,7 @@ from .tracing import operation_span
 
 if TYPE_CHECKING:
     from ._observational import ObservationalMemoryEngine
-    from .actors._index_actor import IndexActor, VectorHit
+    from .actors._index_actor import IndexActor, IndexStatistics, VectorHit
     from .agent import Tool, ToolContext
     from .embedders._protocol import Embedder
     from .models import LanguageModel
@@ -1058,6 +1058,51 @@ class Memory:
 
             return await self._index.reindex(_progress)
 
+    async def search_vectors(
+        self,
+        text: str,
+        *,
+        top_k: int = 10,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        threshold: float | None = None,
+    ) -> list[VectorHit]:
+        """The ``top_k`` stored messages most similar to ``text`` (message, thread, resource and score), within a
+        thread or a resource when given; ``[]`` without semantic recall. For tools and operators: ``recall``
+        is what an agent turn uses."""
+        if not isinstance(text, str):
+            raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 10_000:
+            raise ValidationError(f"`top_k` must be an integer from 1 to 10000, got {top_k!r}")
+        if thread_id is not None:
+            _require_id(thread_id, "thread_id")
+        if resource_id is not None:
+            _require_id(resource_id, "resource_id")
+        with operation_span("threadmind.memory.search_vectors", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            self._running()
+            if self._index is None:
+                await anyio.lowlevel.checkpoint()
+                return []
+            return await self._index.query(text, top_k=top_k, thread_id=thread_id, resource_id=resource_id,
+                                           threshold=threshold)
+
+    async def flush_index(self) -> int:
+        """Wait until every vector queued so far is written and searchable; returns how many were staged.
+
+        Saves already return once their vectors are queryable; this is for work that opted out (an agent
+        turn embeds in the background) and for tools that need a quiescent index.
+        """
+        self._running()
+        if self._index is None:
+            await anyio.lowlevel.checkpoint()
+            return 0
+        return await self._index.flush()
+
+    def index_statistics(self) -> IndexStatistics | None:
+        """Counters of the vector index (live vectors, pending messages, batches...), or None without one."""
+        return self._index.statistics() if self._index is not None else None
+
     # working memory ------------------------------------------------------------------------------
     def _wm_scope_key(self, config: MemoryConfig, thread_id: str, resource_id: str | None) -> tuple[str, str]:
         scope = config.working_memory.scope
@@ -1653,6 +1698,9 @@ class _RoutedIndex:
 
     async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int:
         return await self._actor().upsert_messages(messages, wait=wait)
+
+    def pending_marker(self) -> Callable[[Any, Sequence[Message]], None] | None:
+        return self._actor().pending_marker()
 
 
 class _RoutedStore:

@@ -8,6 +8,7 @@ per-thread boundary so the same messages stay out of later turns.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from .._config import MessageHistoryConfig
 from .._history import (
@@ -21,7 +22,7 @@ from .._history import (
 from .._hygiene import is_transient_signal, persistable
 from ..codecs import Message, Thread, utc_now
 from ..errors import ThreadNotFound
-from ..stores._protocol import MessageQuery, Store
+from ..stores._protocol import MessageQuery, SaveHook, Store
 from ..tokens import DefaultTokenCounter, TokenCounter, TokenLimiterCounter
 from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs, RequestContext
 
@@ -118,12 +119,34 @@ async def persist_turn(storage: Store, args: ProcessOutputArgs) -> list[Message]
         return []
     if (context.thread is None or context.thread.id != thread_id) and await storage.get_thread(thread_id) is None:
         await _create_thread(storage, context, thread_id, resource_id)
+    after = _combined(context.save_hooks)
     try:
-        await storage.save_messages(thread_id, kept)
+        saved = await _save(storage, thread_id, kept, after)
     except ThreadNotFound:
         await _create_thread(storage, context, thread_id, resource_id)
-        await storage.save_messages(thread_id, kept)
+        saved = await _save(storage, thread_id, kept, after)
+    await context.mark_persisted(saved)
     return kept
+
+
+async def _save(storage: Store, thread_id: str, messages: list[Message], after: SaveHook | None) -> list[Message]:
+    if after is None:
+        return await storage.save_messages(thread_id, messages)
+    return await storage.save_messages(thread_id, messages, after=after)
+
+
+def _combined(hooks: Sequence[SaveHook]) -> SaveHook | None:
+    """One save hook running each of ``hooks`` in order (None when there are none)."""
+    if not hooks:
+        return None
+    if len(hooks) == 1:
+        return hooks[0]
+
+    def run_all(conn: Any, messages: Sequence[Message]) -> None:
+        for hook in hooks:
+            hook(conn, messages)
+
+    return run_all
 
 
 async def _create_thread(storage: Store, context: RequestContext, thread_id: str, resource_id: str | None) -> None:

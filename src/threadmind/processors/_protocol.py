@@ -12,7 +12,7 @@ results added. A method returns None (the list was changed in place, or not at a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from .._config import MemoryConfig
@@ -43,10 +43,20 @@ class Processor(Protocol):
         ...
 
 
-class RequestContext:
-    """What memory processors know about the run: the thread, the resource and the effective options."""
+#: Work that must wait until the turn's messages are durable; given the messages as stored.
+AfterPersist = Callable[[list[Message]], Awaitable[None]]
 
-    __slots__ = ("finish_reason", "memory_config", "resource_id", "run_state", "thread")
+
+class RequestContext:
+    """What memory processors know about the run: the thread, the resource and the effective options.
+
+    ``persisted`` is None until the run's messages are saved, then what was stored. A processor whose work
+    depends on them (embedding the turn) calls :meth:`when_persisted`, so that work never runs for a
+    save that failed, whatever order the processors run in.
+    """
+
+    __slots__ = ("_after_persist", "finish_reason", "memory_config", "persisted", "resource_id", "run_state",
+                 "save_hooks", "thread")
 
     def __init__(
         self,
@@ -60,6 +70,24 @@ class RequestContext:
         self.memory_config = memory_config or MemoryConfig()
         self.run_state: dict[str, Any] = {}
         self.finish_reason: str | None = None
+        self.persisted: list[Message] | None = None
+        #: Hooks the turn's message save runs inside its own transaction (e.g. marking vectors as pending).
+        self.save_hooks: list[Callable[[Any, Sequence[Message]], None]] = []
+        self._after_persist: list[AfterPersist] = []
+
+    async def when_persisted(self, work: AfterPersist) -> None:
+        """Run ``work`` with the stored messages once the turn is persisted (now, if it already is)."""
+        if self.persisted is not None:
+            await work(self.persisted)
+        else:
+            self._after_persist.append(work)
+
+    async def mark_persisted(self, saved: list[Message]) -> None:
+        """(the persisting processor) The turn's messages committed: run what waited for them."""
+        self.persisted = saved
+        waiting, self._after_persist = self._after_persist, []
+        for work in waiting:
+            await work(saved)
 
     @property
     def thread_id(self) -> str | None:

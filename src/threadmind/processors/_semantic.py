@@ -7,8 +7,8 @@ hits from other threads of the resource are rendered into one system message. Er
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._config import MessageRange
 from ..codecs import Message, TextPart
@@ -26,6 +26,10 @@ class RecallIndex(Protocol):
                     threshold: float | None = None) -> list[VectorHit]: ...
 
     async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int: ...
+
+    def pending_marker(self) -> Callable[[Any, Sequence[Message]], None] | None:
+        """A hook for the save's own transaction that marks its messages as awaiting vectors (crash safety)."""
+        ...
 
 __all__ = ("SemanticRecall", "render_remembered")
 
@@ -151,15 +155,28 @@ class SemanticRecall:
         return None
 
     async def process_output_result(self, args: ProcessOutputArgs) -> None:
+        """Embed the turn's messages once they are stored, and exactly as stored.
+
+        The vectors wait for the commit (``RequestContext.when_persisted``), as ``Memory.save_messages`` gates
+        its vectors on the commit: a persist that fails or is cancelled leaves no vector for a message that does
+        not exist. The save also marks the messages as awaiting vectors in its own transaction, so a crash
+        before the vectors are written leaves them for the index's retry.
+        """
         context = args.context
         if context.memory_config.read_only or not (context.thread_id or args.message_list.thread_id):
             return None
-        message_list = args.message_list
-        new = [m for m in [*message_list.get_input(), *message_list.get_response()] if m.role != "system"]
+        if context.persisted is None:
+            marker = self.index.pending_marker()
+            if marker is not None:
+                context.save_hooks.append(marker)
+        await context.when_persisted(self._embed)
+        return None
+
+    async def _embed(self, stored: list[Message]) -> None:
+        new = [m for m in stored if m.role != "system"]
         if not new:
-            return None
+            return
         try:
             await self.index.upsert_messages(new, wait=False)
         except Exception:
             _log.warning("embedding the turn's messages failed; they will be retried", exc_info=True)
-        return None
