@@ -28,6 +28,7 @@ served is recorded in ``FakeOpenAI.streams`` (events sent, whether the client we
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import random
 import re
@@ -149,6 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+            self.wfile = io.BytesIO()  # what is still buffered can never be sent: drop it
             script.disconnected.set()
         finally:
             script.finished.set()
@@ -249,9 +251,9 @@ class FakeOpenAI:
 
     @staticmethod
     def stream_events(completion: dict[str, Any], *, include_usage: bool = True,
-                      args_piece: int = 4) -> list[dict[str, Any] | str]:
-        """The events the OpenAI API streams for ``completion``: a role chunk, one chunk per word of reasoning
-        and text (whitespace kept), each tool call opened with its id and name then its arguments in
+                      args_piece: int = 4) -> list[dict[str, Any] | str | bytes]:
+        """The events the OpenAI API streams for ``completion``: a role chunk, one chunk per word of reasoning,
+        text and refusal (whitespace kept), each tool call opened with its id and name then its arguments in
         ``args_piece``-character pieces, the finish reason, the usage chunk (``choices: []``) when
         ``include_usage``, then ``"[DONE]"``. With ``include_usage`` every other chunk has ``usage: null``."""
         choice = completion["choices"][0]
@@ -265,11 +267,13 @@ class FakeOpenAI:
                 event["usage"] = None
             return event
 
-        events: list[dict[str, Any] | str] = [chunk({"role": "assistant", "content": ""})]
+        events: list[dict[str, Any] | str | bytes] = [chunk({"role": "assistant", "content": ""})]
         for word in re.findall(r"\s*\S+\s*", message.get("reasoning_content") or ""):
             events.append(chunk({"reasoning_content": word}))
         for word in re.findall(r"\s*\S+\s*", message.get("content") or ""):
             events.append(chunk({"content": word}))
+        for word in re.findall(r"\s*\S+\s*", message.get("refusal") or ""):
+            events.append(chunk({"refusal": word}))
         for index, call in enumerate(message.get("tool_calls") or ()):
             function = call["function"]
             events.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",

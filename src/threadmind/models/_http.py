@@ -190,6 +190,10 @@ class OpenAIHTTP:
         """An ``error``-class exception whose message never contains the API key."""
         return self._error(self._redact(message), code=f"{self._code_prefix}_{code}")
 
+    def redact(self, text: str) -> str:
+        """``text`` with the API key replaced by ``[redacted]``."""
+        return self._redact(text)
+
     async def _send(self, path: str, payload: bytes, *, what: str, stream: bool) -> httpx.Response:
         if self._key_missing:
             raise ConfigError(

@@ -10,7 +10,7 @@ Answers, whole or streamed as server-sent events, are read by ``_openai_response
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -216,7 +216,7 @@ class OpenAIChatModel:
         raw = await self._http.post("/chat/completions", body, what=f"chat completion ({self.model})")
         return parse_chat_response(raw)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
         """Send one chat completion request with ``stream: true`` and yield its pieces as they arrive.
 
         Server-sent events are read incrementally (see :class:`ChatStreamAssembler` for what each becomes);
@@ -241,7 +241,7 @@ class OpenAIChatModel:
                 for chunk in response_chunks(parse_chat_response(raw)):
                     yield chunk
                 return
-            assembler = ChatStreamAssembler()
+            assembler = ChatStreamAssembler(redact=self._http.redact)
             decoder = SSEDecoder()
             source = response.aiter_bytes()
             while not assembler.done:

@@ -5,6 +5,7 @@ event by event (``ChatStreamAssembler``), into the same :class:`ModelResponse` /
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -182,10 +183,12 @@ class ChatStreamAssembler:
     arrive. The complete tool calls, their arguments JSON-decoded, follow when the choice finishes (or the
     stream ends); the final chunk, with the finish reason and the usage the server sends after it, comes
     at ``[DONE]``. A refusal is the text when there is no other text and no tool call, as in
-    :func:`parse_chat_response`, so a stream and a whole completion give equal responses.
+    :func:`parse_chat_response`, so a stream and a whole completion give equal responses. ``redact``
+    cleans any server text quoted in an error (the API key never appears in one).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, redact: Callable[[str], str] = str) -> None:
+        self._redact = redact
         self.done = False
         self.events = 0
         self.finish_reason: str | None = None
@@ -210,12 +213,13 @@ class ChatStreamAssembler:
         try:
             wire = _stream_chunk_decoder.decode(data)
         except msgspec.DecodeError as exc:
-            raise ModelError(f"the chat completion stream sent a malformed event ({exc}): {_excerpt(data)}",
+            raise ModelError(f"the chat completion stream sent a malformed event ({exc}): "
+                             f"{_excerpt(self._redact(data))}",
                              code="THREADMIND_MODEL_BAD_RESPONSE") from exc
         if wire.error is not None:
             err = wire.error
             message = err.get("message") if isinstance(err, dict) else err
-            raise ModelError(f"the chat completion stream reported an error: {_excerpt(str(message))}",
+            raise ModelError(f"the chat completion stream reported an error: {_excerpt(self._redact(str(message)))}",
                              code="THREADMIND_MODEL_STREAM_ERROR")
         if wire.usage is not None:
             self.usage = usage_of(wire.usage)

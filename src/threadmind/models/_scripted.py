@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Iterable, Iterator
 from typing import Any, TypeAlias
 
 import anyio.lowlevel
@@ -13,7 +13,7 @@ from ..errors import ConfigError, ModelError
 from ._protocol import ModelChunk, ModelRequest, ModelResponse
 from ._stream import collect_response
 
-__all__ = ("ScriptStep", "ScriptedModel")
+__all__ = ("ScriptStep", "ScriptedModel", "word_deltas")
 
 _Answer: TypeAlias = "str | ModelResponse"
 _Streamed: TypeAlias = "AsyncIterable[ModelChunk | str]"
@@ -125,7 +125,7 @@ class ScriptedModel:
             return answer
         return await collect_response(_chunks_of(answer))
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
         """Record ``request`` and stream the next scripted response (see the class docstring)."""
         await anyio.lowlevel.checkpoint()
         answer = await self._resolve(self._next_step(request), request)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from .._results import Usage
@@ -41,7 +41,7 @@ def _as_model_error(model: LanguageModel, exc: Exception, doing: str) -> Excepti
     return ModelError(f"model {_model_name(model)} failed{doing}: {detail}")
 
 
-async def stream_model(model: LanguageModel, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+async def stream_model(model: LanguageModel, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
     """Stream one step of ``model``: its own ``stream`` when it has one, else ``generate`` as one chunk.
 
     The model's chunks pass through unchanged; the last one always carries ``finish_reason`` (a stream
