@@ -46,12 +46,14 @@ __all__ = ("FakeOpenAI", "RecordedRequest", "StreamScript")
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """One request as the server saw it: method, path, lower-cased headers and the decoded JSON body."""
+    """One request as the server saw it: method, path, lower-cased headers, the decoded JSON body, and the
+    client's (host, port), which tells whether requests shared a connection."""
 
     method: str
     path: str
     headers: dict[str, str]
     body: Any
+    client: tuple[str, int] | None = None
 
 
 @dataclass
@@ -107,7 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode("utf-8", "replace")
         headers = {k.lower(): v for k, v in self.headers.items()}
-        answer = self.server.fake._handle(RecordedRequest("POST", self.path, headers, body))
+        client = (str(self.client_address[0]), int(self.client_address[1]))
+        answer = self.server.fake._handle(RecordedRequest("POST", self.path, headers, body, client))
         if isinstance(answer, StreamScript):
             self._stream(answer)
             return

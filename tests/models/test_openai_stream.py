@@ -22,6 +22,7 @@ from threadmind.models import (
     OpenAIChatModel,
     ToolCall,
     ToolInputDelta,
+    _openai,
     collect_response,
     stream_model,
 )
@@ -197,6 +198,29 @@ class TestStreamParsing:
         async with _model(fake_openai) as model:
             assert await collect_response(model.stream(REQUEST)) == ModelResponse(
                 text="fine", usage=Usage(tokens=2, input_tokens=1, output_tokens=1))
+
+    async def test_consecutive_streams_share_one_connection(self, fake_openai: FakeOpenAI) -> None:
+        async with _model(fake_openai) as model:
+            for _ in range(3):
+                assert (await collect_response(model.stream(REQUEST))).text == "ok"
+            await model.generate(REQUEST)
+        assert len({r.client for r in fake_openai.requests}) == 1
+
+    async def test_events_after_done_are_ignored(self, fake_openai: FakeOpenAI) -> None:
+        fake_openai.script_stream([ROLE, _event({"content": "kept"}, "stop"), "[DONE]", _event({"content": "late"})])
+        async with _model(fake_openai) as model:
+            assert await _chunks(model) == [ModelChunk(text="kept"), ModelChunk(finish_reason="stop")]
+
+    async def test_a_body_left_open_after_done_ends_the_stream_anyway(
+        self, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(_openai, "_DRAIN_SECONDS", 0.01)
+        [stream] = fake_openai.script_stream(StreamScript([ROLE, _event({"content": "x"}, "stop"), "[DONE]", ROLE],
+                                                          pause_after=3))
+        async with _model(fake_openai) as model:
+            assert await _chunks(model) == [ModelChunk(text="x"), ModelChunk(finish_reason="stop")]
+            assert not stream.finished.is_set()  # the server still holds the body open
+        stream.resume.set()
 
     async def test_a_server_answering_with_a_whole_completion(self, fake_openai: FakeOpenAI) -> None:
         completion = FakeOpenAI.completion("not streamed", tool_calls=[("c1", "t", {})])

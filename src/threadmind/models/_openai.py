@@ -10,7 +10,8 @@ Answers, whole or streamed as server-sent events, are read by ``_openai_response
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ("OpenAIChatModel", "chat_payload", "parse_chat_response", "resolve_model")
 
 _SUPPORTED_PROVIDERS = ("openai",)
+_DRAIN_SECONDS = 1.0
+_DRAIN_BYTES = 64 << 10
 _ANSWERED_STATES = frozenset({"result", "output-error", "output-denied"})
 
 
@@ -265,9 +268,20 @@ class OpenAIChatModel:
                     raise ModelError(f"{what}: {exc}", code="THREADMIND_MODEL_BAD_RESPONSE") from exc
                 for chunk in self._events(assembler, events):
                     yield chunk
+            await self._drain(source)
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+
+    async def _drain(self, source: AsyncIterator[bytes]) -> None:
+        """Read what follows ``[DONE]`` (the end of the chunked body) so the connection goes back to the pool;
+        a server that keeps the body open after ``[DONE]`` costs at most :data:`_DRAIN_SECONDS`."""
+        read = 0
+        with anyio.move_on_after(_DRAIN_SECONDS), contextlib.suppress(*self._http.transport_errors):
+            async for piece in source:
+                read += len(piece)
+                if read > _DRAIN_BYTES:
+                    break
 
     @staticmethod
     def _events(assembler: ChatStreamAssembler, events: list[str]) -> Iterator[ModelChunk]:
