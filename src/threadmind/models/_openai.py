@@ -238,6 +238,7 @@ class OpenAIChatModel:
         body = msgspec.json.encode(payload, enc_hook=str)
         what = f"chat completion stream ({self.model})"
         response = await self._http.open_stream("/chat/completions", body, what=what)
+        source: AsyncIterator[bytes] | None = None
         try:
             if response.headers.get("content-type", "").startswith("application/json"):
                 raw = await self._read_whole(response, what)
@@ -271,6 +272,9 @@ class OpenAIChatModel:
             await self._drain(source)
         finally:
             with anyio.CancelScope(shield=True):
+                close_source = getattr(source, "aclose", None)
+                if close_source is not None:
+                    await close_source()
                 await response.aclose()
 
     async def _drain(self, source: AsyncIterator[bytes]) -> None:
