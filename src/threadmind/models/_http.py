@@ -166,6 +166,35 @@ class OpenAIHTTP:
         :raises ThreadmindError: (the ``error`` class) on a non-retryable status, after the last retry, or
             when the server cannot be reached.
         """
+        response = await self._send(path, payload, what=what, stream=False)
+        return response.content
+
+    async def open_stream(self, path: str, payload: bytes, *, what: str) -> httpx.Response:
+        """POST ``payload`` and return the 2xx response with its body still unread (server-sent events).
+
+        Connecting and the status line are retried as :meth:`post` does; the body never is. The caller
+        reads it (``aiter_lines``) and must ``aclose`` the response, which drops the connection when the body
+        was not read to its end.
+
+        :raises ThreadmindError: (the ``error`` class) as :meth:`post`.
+        """
+        return await self._send(path, payload, what=what, stream=True)
+
+    @property
+    def transport_errors(self) -> tuple[type[Exception], ...]:
+        """The httpx errors reading a body raises when the connection drops, times out or sends garbage."""
+        httpx = self._httpx
+        return (httpx.RequestError,)
+
+    def failure(self, message: str, *, code: str) -> ThreadmindError:
+        """An ``error``-class exception whose message never contains the API key."""
+        return self._error(self._redact(message), code=f"{self._code_prefix}_{code}")
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key replaced by ``[redacted]``."""
+        return self._redact(text)
+
+    async def _send(self, path: str, payload: bytes, *, what: str, stream: bool) -> httpx.Response:
         if self._key_missing:
             raise ConfigError(
                 f"{self._owner} needs an API key for api.openai.com: pass api_key= or set OPENAI_API_KEY",
@@ -174,11 +203,20 @@ class OpenAIHTTP:
         httpx = self._httpx
         client = self._get_client()
         url = self.base_url + path
+        headers = self._headers()
+        if stream:
+            headers["Accept"] = "text/event-stream"
         attempts = self.policy.max_retries + 1
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                response = await client.post(url, content=payload, headers=self._headers())
+                request = client.build_request("POST", url, content=payload, headers=headers)
+                response = await client.send(request, stream=stream)
+                if stream and not 200 <= response.status_code < 300:
+                    try:
+                        await response.aread()  # the error body, for the message
+                    finally:
+                        await response.aclose()
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 if last:
                     raise self._error(
@@ -195,7 +233,7 @@ class OpenAIHTTP:
             else:
                 status = response.status_code
                 if 200 <= status < 300:
-                    return response.content
+                    return response
                 retryable = status in _RETRY_STATUSES or status >= 500
                 if last or not retryable:
                     tries = f" after {attempt + 1} attempts" if attempt else ""

@@ -5,21 +5,25 @@ texts first, then each stored message; an assistant message is cut into steps (a
 wherever text follows a tool call), each step becoming an assistant message with ``tool_calls`` followed by
 one ``tool`` message per finished call. Calls still waiting for an outcome are left out, as the reference's
 ``filterIncompleteToolCalls`` default does, because the API rejects a tool call without its result.
+Answers, whole or streamed as server-sent events, are read by ``_openai_response``.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import msgspec
 
-from .._results import Usage
 from ..codecs import FilePart, Message, StepStartPart, TextPart, ToolInvocation, ToolInvocationPart
 from ..errors import ConfigError, ModelError
 from ._http import OpenAIHTTP
-from ._protocol import LanguageModel, ModelRequest, ModelResponse, ToolCall, ToolSpec
+from ._openai_response import ChatStreamAssembler, parse_chat_response
+from ._protocol import LanguageModel, ModelChunk, ModelRequest, ModelResponse, ToolSpec
+from ._sse import EventTooLarge, SSEDecoder
+from ._stream import response_chunks
 
 if TYPE_CHECKING:
     import httpx
@@ -27,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ("OpenAIChatModel", "chat_payload", "parse_chat_response", "resolve_model")
 
 _SUPPORTED_PROVIDERS = ("openai",)
+_DRAIN_SECONDS = 1.0
+_DRAIN_BYTES = 64 << 10
 _ANSWERED_STATES = frozenset({"result", "output-error", "output-denied"})
 
 
@@ -155,96 +161,6 @@ def chat_payload(model: str, request: ModelRequest) -> dict[str, Any]:
     return payload
 
 
-# --- response parsing -----------------------------------------------------------------------------------
-
-
-class _WireFunction(msgspec.Struct):
-    name: str
-    arguments: Any = None
-
-
-class _WireToolCall(msgspec.Struct):
-    function: _WireFunction
-    id: str | None = None
-
-
-class _WireMessage(msgspec.Struct):
-    content: Any = None
-    tool_calls: list[_WireToolCall] | None = None
-    refusal: str | None = None
-
-
-class _WireChoice(msgspec.Struct):
-    message: _WireMessage
-    finish_reason: str | None = None
-
-
-class _WireUsage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    total_tokens: int | None = None
-
-
-class _WireCompletion(msgspec.Struct):
-    choices: list[_WireChoice]
-    usage: _WireUsage | None = None
-
-
-_completion_decoder = msgspec.json.Decoder(_WireCompletion)
-
-
-def _decode_arguments(raw: Any) -> Any:
-    """Arguments arrive as JSON text; invalid JSON is passed on as the raw string so the caller can see it."""
-    if not isinstance(raw, str):
-        return {} if raw is None else raw
-    if not raw.strip():
-        return {}
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return raw
-
-
-def _text_of(content: Any) -> str | None:
-    if isinstance(content, str):
-        return content or None
-    if isinstance(content, list):  # some compatible servers answer with content parts
-        texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        return "".join(t for t in texts if isinstance(t, str)) or None
-    return None
-
-
-def parse_chat_response(body: bytes) -> ModelResponse:
-    """A :class:`ModelResponse` from a ``/chat/completions`` body (first choice).
-
-    :raises ~threadmind.errors.ModelError: the body is not a chat completion.
-    """
-    try:
-        completion = _completion_decoder.decode(body)
-    except msgspec.DecodeError as exc:
-        raise ModelError(f"the chat completion response is malformed: {exc}", code="THREADMIND_MODEL_BAD_RESPONSE") \
-            from exc
-    if not completion.choices:
-        raise ModelError("the chat completion response has no choices", code="THREADMIND_MODEL_BAD_RESPONSE")
-    choice = completion.choices[0]
-    calls = [
-        ToolCall(call.id or f"call_{uuid.uuid4().hex}", call.function.name, _decode_arguments(call.function.arguments))
-        for call in choice.message.tool_calls or ()
-    ]
-    text = _text_of(choice.message.content)
-    if text is None and not calls and choice.message.refusal:
-        text = choice.message.refusal
-    usage = None
-    if completion.usage is not None:
-        wire = completion.usage
-        total = wire.total_tokens
-        if total is None:
-            total = (wire.prompt_tokens or 0) + (wire.completion_tokens or 0)
-        usage = Usage(tokens=total, input_tokens=wire.prompt_tokens, output_tokens=wire.completion_tokens)
-    finish = choice.finish_reason or ("tool_calls" if calls else "stop")
-    return ModelResponse(text=text, tool_calls=calls, finish_reason=finish, usage=usage)
-
-
 # --- the model --------------------------------------------------------------------------------------------
 
 
@@ -302,6 +218,88 @@ class OpenAIChatModel:
         body = msgspec.json.encode(chat_payload(self.model, request), enc_hook=str)
         raw = await self._http.post("/chat/completions", body, what=f"chat completion ({self.model})")
         return parse_chat_response(raw)
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
+        """Send one chat completion request with ``stream: true`` and yield its pieces as they arrive.
+
+        Server-sent events are read incrementally (see :class:`ChatStreamAssembler` for what each becomes);
+        usage is asked for with ``stream_options.include_usage``. A server that answers with a whole JSON
+        completion instead is streamed as one chunk. Connecting and the status are retried as in
+        :meth:`generate`; once the body is being read nothing is retried. Closing the iterator (or
+        cancelling its consumer) closes the HTTP response, so the server stops generating.
+
+        :raises ~threadmind.errors.ModelError: as :meth:`generate` for the status; a malformed event
+            (``THREADMIND_MODEL_BAD_RESPONSE``), an error event (``THREADMIND_MODEL_STREAM_ERROR``), or a
+            connection dropped before the end of the stream (``THREADMIND_MODEL_STREAM_INTERRUPTED``).
+        """
+        payload = chat_payload(self.model, request)
+        payload["stream"] = True
+        payload["stream_options"] = {"include_usage": True}
+        body = msgspec.json.encode(payload, enc_hook=str)
+        what = f"chat completion stream ({self.model})"
+        response = await self._http.open_stream("/chat/completions", body, what=what)
+        source: AsyncIterator[bytes] | None = None
+        try:
+            if response.headers.get("content-type", "").startswith("application/json"):
+                raw = await self._read_whole(response, what)
+                for chunk in response_chunks(parse_chat_response(raw)):
+                    yield chunk
+                return
+            assembler = ChatStreamAssembler(redact=self._http.redact)
+            decoder = SSEDecoder()
+            source = response.aiter_bytes()
+            while not assembler.done:
+                try:
+                    data = await anext(source)
+                except StopAsyncIteration:
+                    for chunk in self._events(assembler, decoder.close()):
+                        yield chunk
+                    for chunk in assembler.end():
+                        yield chunk
+                    break
+                except self._http.transport_errors as exc:
+                    raise self._http.failure(
+                        f"{what} from {self._http.display_url} was cut off after {assembler.events} event(s): "
+                        f"{type(exc).__name__}: {exc or 'connection lost'}",
+                        code="STREAM_INTERRUPTED",
+                    ) from exc
+                try:
+                    events = decoder.feed(data)
+                except EventTooLarge as exc:
+                    raise ModelError(f"{what}: {exc}", code="THREADMIND_MODEL_BAD_RESPONSE") from exc
+                for chunk in self._events(assembler, events):
+                    yield chunk
+            await self._drain(source)
+        finally:
+            with anyio.CancelScope(shield=True):
+                close_source = getattr(source, "aclose", None)
+                if close_source is not None:
+                    await close_source()
+                await response.aclose()
+
+    async def _drain(self, source: AsyncIterator[bytes]) -> None:
+        """Read what follows ``[DONE]`` (the end of the chunked body) so the connection goes back to the pool;
+        a server that keeps the body open after ``[DONE]`` costs at most :data:`_DRAIN_SECONDS`."""
+        read = 0
+        with anyio.move_on_after(_DRAIN_SECONDS), contextlib.suppress(*self._http.transport_errors):
+            async for piece in source:
+                read += len(piece)
+                if read > _DRAIN_BYTES:
+                    break
+
+    @staticmethod
+    def _events(assembler: ChatStreamAssembler, events: list[str]) -> Iterator[ModelChunk]:
+        for data in events:
+            yield from assembler.feed(data)
+
+    async def _read_whole(self, response: httpx.Response, what: str) -> bytes:
+        try:
+            return await response.aread()
+        except self._http.transport_errors as exc:
+            raise self._http.failure(
+                f"{what} from {self._http.display_url} was cut off: {type(exc).__name__}: {exc or 'connection lost'}",
+                code="STREAM_INTERRUPTED",
+            ) from exc
 
     async def aclose(self) -> None:
         """Close the HTTP client if this model created it."""
