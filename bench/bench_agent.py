@@ -29,6 +29,7 @@ import anyio
 import numpy as np
 
 import threadmind.agent as agent_module
+import threadmind.memory._turn as turn_module
 from threadmind import Memory, Message
 from threadmind.agent import Agent
 from threadmind.embedders import HashEmbedder
@@ -55,7 +56,8 @@ class _TimedModel:
 
 
 class _MemorySteps:
-    """Times the memory steps of each turn: input processors, output processors (persist), thread check.
+    """Times the memory steps of each turn: input processors, output processors (persist), thread check
+    (``ensure_thread`` as ``Memory.turn`` calls it).
 
     Wraps the functions ``Agent`` calls for them while the context is open; every processor in this
     benchmark is one of memory's, so their sum is the memory overhead.
@@ -65,7 +67,7 @@ class _MemorySteps:
         self.seconds = 0.0
 
     _WRAPPED = ((agent_module, "run_input_processors"), (agent_module, "run_output_processors"),
-                (Memory, "_ensure_thread"))
+                (turn_module, "ensure_thread"))
 
     def __enter__(self) -> _MemorySteps:
         self._saved = [getattr(owner, name) for owner, name in self._WRAPPED]
@@ -201,7 +203,7 @@ async def _without_memory(turns: int) -> dict[str, Any]:
 
 async def _observational(workdir: str, turns: int) -> dict[str, Any]:
     """Observational memory with a scripted Observer: per-turn overhead and how long each observation takes."""
-    from threadmind._observational import ObservationalMemoryEngine
+    from threadmind.memory import ObservationalMemoryEngine
 
     observations: list[float] = []
     original = ObservationalMemoryEngine._observe_once

@@ -159,7 +159,7 @@ async def _build_index(memory: Memory) -> dict[str, Any]:
     Saves make vectors exactly searchable at once and leave HNSW insertion for later, so the build is its
     own figure, and the queries of phase (d) then run against the finished index.
     """
-    index = memory._index
+    index = memory.actor_system.index
     assert index is not None
     rss_before = _rss_now_mb()
     started = time.perf_counter()
@@ -173,7 +173,7 @@ async def _build_index(memory: Memory) -> dict[str, Any]:
 
 
 async def _queries(memory: Memory, workload: Workload) -> dict[str, Any]:
-    index = memory._index
+    index = memory.actor_system.index
     assert index is not None
     embedder = HashEmbedder(dim=384)
     messages = [m for t in range(workload.threads) for k in range(workload.turns)

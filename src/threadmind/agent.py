@@ -8,13 +8,12 @@ raises persists nothing and raises ``ModelError``. Turns on one thread follow th
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -31,81 +30,29 @@ from .codecs import (
     new_id,
     utc_now,
 )
-from .errors import EmbedderError, ModelError, ThreadmindError, TripWire, ValidationError
-from .models import LanguageModel, ModelRequest, ModelResponse, ToolSpec, resolve_model
-from .processors._message_list import MessageList
-from .processors._protocol import (
+from .errors import ModelError, ThreadmindError, TripWire, ValidationError
+from .models import LanguageModel, ModelRequest, ModelResponse, resolve_model
+from .processors import (
+    MessageList,
     RequestContext,
     processor_id,
     run_input_processors,
     run_input_step_processors,
     run_output_processors,
 )
+from .tools import Tool as Tool
+from .tools import ToolContext as ToolContext
 from .tracing import operation_span
 
 _log = logging.getLogger("threadmind.agent")
 
 if TYPE_CHECKING:
     from ._config import MemoryConfig
-    from .memory import Memory
+    from .memory import Memory, Turn
 
 __all__ = ("Agent", "GenerateResult", "Tool", "ToolContext", "TripWireInfo")
 
 AgentInput = str | Message | Mapping[str, Any] | Sequence[str | Message | Mapping[str, Any]]
-
-
-class ToolContext(msgspec.Struct, frozen=True, kw_only=True):
-    """Passed as a second argument to ``execute`` when the function accepts one."""
-
-    thread_id: str | None
-    resource_id: str | None
-    memory: Any = None
-    memory_config: Any = None
-
-
-class Tool:
-    """A tool offered to the model. Without ``execute`` it is a client tool (the run stops at its call)."""
-
-    __slots__ = ("_takes_context", "description", "execute", "name", "parameters")
-
-    def __init__(
-        self,
-        name: str,
-        description: str = "",
-        parameters: Mapping[str, Any] | None = None,
-        execute: Callable[..., Any] | None = None,
-    ) -> None:
-        if not isinstance(name, str) or not name:
-            raise ValidationError("Tool `name` must be a non-empty string")
-        self.name = name
-        self.description = description
-        self.parameters: dict[str, Any] = dict(parameters or {"type": "object", "properties": {}})
-        self.execute = execute
-        self._takes_context = False
-        if execute is not None:
-            try:
-                params = [p for p in inspect.signature(execute).parameters.values()
-                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-                self._takes_context = len(params) >= 2
-            except (TypeError, ValueError):  # builtins without a signature
-                self._takes_context = False
-
-    @property
-    def spec(self) -> ToolSpec:
-        """What the model sees of this tool."""
-        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
-
-    async def run(self, args: Any, context: ToolContext) -> Any:
-        """Call ``execute`` (sync or async) with the arguments, and the context when it takes one."""
-        assert self.execute is not None
-        result = self.execute(args, context) if self._takes_context else self.execute(args)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
-    def __repr__(self) -> str:
-        kind = "client" if self.execute is None else "server"
-        return f"Tool(name={self.name!r}, {kind})"
 
 
 class TripWireInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -181,33 +128,6 @@ def _final_text(before: list[Message], after: list[Message], text: str) -> str:
     return " ".join(p.text for p in last.content.parts if isinstance(p, TextPart))
 
 
-async def _memory_processors(
-    memory: Memory,
-    configured: Sequence[object],
-    memory_options: MemoryConfig | Mapping[str, Any] | None,
-    config: MemoryConfig | None,
-    phase: Literal["input", "output"],
-) -> list[object]:
-    """Memory's processors for the run, built from the caller's per-call options so they merge exactly once.
-
-    Passing the already merged ``config`` would merge it over the instance options a second time, which
-    loses per-call values equal to the defaults (``{"retainFullInput": False}`` over ``True``).
-    """
-    build = memory.get_input_processors if phase == "input" else memory.get_output_processors
-    try:
-        return build(configured, memory_config=memory_options)
-    except EmbedderError:  # the embedder's dimension probe failed at start: retry it
-        try:
-            await memory._processors_for_run((), config, phase)
-        except EmbedderError:
-            # Still unreachable, and without its dimension no index can be chosen: the turn goes on without
-            # semantic recall (SPEC §9: an embedder outage never fails the whole turn); ``reindex()`` embeds
-            # what this turn saved once the embedder is back.
-            _log.warning("embedder unreachable and its dimension unknown: this turn runs without semantic recall")
-            return build([*configured, _NO_SEMANTIC_RECALL], memory_config=memory_options)
-        return build(configured, memory_config=memory_options)
-
-
 def _processors(value: object, field: str) -> list[object]:
     """A list of processors (duck-typed: an ``id`` and a ``process_*`` method), checked at construction."""
     if value is None:
@@ -217,16 +137,6 @@ def _processors(value: object, field: str) -> list[object]:
     for processor in value:
         processor_id(processor)
     return list(value)
-
-
-class _SkippedProcessor:
-    """Stands in for a memory processor to leave out of one run (memory skips ids already configured)."""
-
-    def __init__(self, processor_id: str) -> None:
-        self.id = processor_id
-
-
-_NO_SEMANTIC_RECALL = _SkippedProcessor("semantic-recall")
 
 
 def _json_safe(value: Any) -> Any:
@@ -300,34 +210,27 @@ class Agent:
         with operation_span("threadmind.agent.generate", "chat", thread_id=thread_id, resource_id=resource_id,
                             gen_ai__agent__name=self.name, gen_ai__request__model=self.model.model_id):
             if memory is None:
-                return await self._run(conversation, system_inputs, None, None, None, thread_id, resource_id,
-                                       max_steps)
-            config = memory._call_config(memory_options)
+                return await self._run(conversation, system_inputs, None, thread_id, resource_id, max_steps)
             if not thread_id or not resource_id:
                 raise ValidationError(
                     f'A resourceId and a threadId must be provided when using Memory. Saw threadId "{thread_id}" '
                     f'and resourceId "{resource_id}"',
                     code="AGENT_MEMORY_MISSING_RESOURCE_ID",
                 )
-            async with memory._turn(thread_id, resource_id, config.thread_concurrency):
-                return await self._run(conversation, system_inputs, memory, config, memory_options, thread_id,
-                                       resource_id, max_steps)
+            async with memory.turn(thread_id, resource_id, memory_options=memory_options,
+                                   input_processors=self.input_processors,
+                                   output_processors=self.output_processors) as turn:
+                return await self._run(conversation, system_inputs, turn, thread_id, resource_id, max_steps)
 
     async def _run(
         self,
         conversation: list[str | Message | Mapping[str, Any]],
         system_inputs: list[str],
-        memory: Memory | None,
-        config: MemoryConfig | None,
-        memory_options: MemoryConfig | Mapping[str, Any] | None,
+        turn: Turn | None,
         thread_id: str | None,
         resource_id: str | None,
         max_steps: int,
     ) -> GenerateResult:
-        thread = None
-        if memory is not None:
-            assert thread_id is not None and resource_id is not None
-            thread = await memory._ensure_thread(thread_id, resource_id)
         message_list = MessageList(thread_id=thread_id, resource_id=resource_id)
         # System texts live in the list so processors see them (token budgets count the whole prompt).
         for system_text in (self.instructions, *system_inputs):
@@ -335,21 +238,18 @@ class Agent:
                 message_list.add_system(system_text)
         if conversation:
             message_list.add(conversation, "input")
-        context = RequestContext(thread=thread, resource_id=resource_id, memory_config=config)
-        memory_inputs: list[object] = []
-        memory_outputs: list[object] = []
+        context = turn.context() if turn is not None else RequestContext(resource_id=resource_id)
+        memory_inputs = turn.input_processors if turn is not None else []
+        memory_outputs = turn.output_processors if turn is not None else []
         tools: dict[str, Tool] = {t.name: t for t in self.tools}
-        if memory is not None:
-            memory_inputs = await _memory_processors(memory, self.input_processors, memory_options, config, "input")
-            memory_outputs = await _memory_processors(memory, self.output_processors, memory_options, config,
-                                                      "output")
-            tools.update(memory.list_tools(memory_config=memory_options))  # merged once, like `config`
+        if turn is not None:
+            tools.update(turn.tools)
         usage: Usage | None = None
         try:
             message_list = await run_input_processors([*memory_inputs, *self.input_processors], message_list,
                                                       context)
             text, finish_reason, usage, message_list = await self._loop(
-                message_list, tools, context, memory, max_steps, [*memory_inputs, *self.input_processors])
+                message_list, tools, context, self.memory, max_steps, [*memory_inputs, *self.input_processors])
             context.finish_reason = finish_reason
             before = message_list.get_response()
             message_list = await run_output_processors([*self.output_processors, *memory_outputs], message_list,
@@ -359,8 +259,8 @@ class Agent:
             return GenerateResult(text="", messages=[], usage=usage, finish_reason="tripwire",
                                   tripwire=TripWireInfo(reason=trip.reason, processor_id=trip.processor_id))
         response = message_list.get_response()
-        if memory is not None and thread_id is not None and resource_id is not None and config is not None:
-            memory._after_turn(self.model, thread_id, resource_id, config, message_list)
+        if turn is not None:
+            turn.finish(self.model, message_list)
         return GenerateResult(text=text, messages=response, usage=usage, finish_reason=finish_reason)
 
     async def _loop(

@@ -142,11 +142,11 @@ def _stored_dimensions(db: str | None) -> set[int]:
     import sqlite3
     from contextlib import closing
 
-    from ._interop import _tables
+    from .stores import vector_tables_in
 
     try:
         with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-            found = {table.dimension for table in _tables(conn)}
+            found = {table.dimension for table in vector_tables_in(conn)}
             if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'threadmind_vectors'"
                             ).fetchone():
                 for (name,) in conn.execute("SELECT DISTINCT index_name FROM threadmind_vectors"):
@@ -280,10 +280,9 @@ async def _demo(args: argparse.Namespace) -> int:
         p50, p99 = _percentile(latencies, 0.5) * 1000, _percentile(latencies, 0.99) * 1000
         print(f"saved {total} messages in {elapsed:.2f} s: {total / elapsed:,.0f} msgs/s "
               f"(save p50 {p50:.2f} ms, p99 {p99:.2f} ms)")
-        index = memory._index
-        if index is not None:  # insert the staged vectors into HNSW now rather than under the timed reads
+        if memory.index_statistics() is not None:  # insert the staged vectors now, not under the timed reads
             started = time.perf_counter()
-            inserted = await index.flush()
+            inserted = await memory.flush_index()
             print(f"HNSW index: {inserted:,} vectors inserted in {time.perf_counter() - started:.2f} s")
         recall_times: list[float] = []
         for i in range(200):
@@ -370,9 +369,8 @@ async def _search(args: argparse.Namespace) -> int:
     async with _memory(args, semantic=True, top_k=args.top_k) as memory:
         if args.thread is not None and await memory.get_thread_by_id(args.thread) is None:
             raise ThreadNotFound(args.thread)
-        index = memory._index
-        assert index is not None
-        hits = await index.query(args.query, top_k=args.top_k, resource_id=args.resource, thread_id=args.thread)
+        hits = await memory.search_vectors(args.query, top_k=args.top_k, resource_id=args.resource,
+                                           thread_id=args.thread)
         found = {m.id: m for m in await memory.list_messages_by_id([h.message_id for h in hits])}
     rows = [
         (f"{hit.score:.4f}", hit.message_id, hit.thread_id, found[hit.message_id].role,
@@ -503,11 +501,9 @@ async def _import(args: argparse.Namespace) -> int:
 async def _reindex(args: argparse.Namespace) -> int:
     _require_db(args.db)
     async with _memory(args, semantic=True) as memory:
-        index = memory._index  # Memory.reindex() takes no progress callback
-        assert index is not None
         with _progress("reindex") as progress:
-            made = await index.reindex(progress=progress)
-        name = await index.index_name()
+            made = await memory.reindex(progress=progress)
+        name = memory.index_name
     print(f"reindex: made {made} vectors in {name}")
     return 0
 
@@ -543,7 +539,7 @@ def _sizes(db: str, vectors_dir: str) -> tuple[int, int, bool]:
 
 
 async def _stats(args: argparse.Namespace) -> int:
-    from ._interop import mastra_vector_tables
+    from .stores import mastra_vector_tables
 
     _require_db(args.db)
     async with _memory(args, semantic=False) as memory:

@@ -204,7 +204,7 @@ async def test_thread_saves_run_inline_and_exclusive_work_through_the_mailbox(tm
 
     async with Memory(storage=SQLiteStore(tmp_path / "m.db")) as memory:
         await memory.create_thread(thread_id="t", resource_id="r")
-        threads = memory._threads
+        threads = memory.actor_system.threads
         assert threads is not None
         actor = threads.get("t")
         actor.handle = spy.__get__(actor)  # type: ignore[method-assign]

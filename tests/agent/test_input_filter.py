@@ -158,7 +158,7 @@ async def test_empty_thread_is_seeded_with_the_whole_input_and_provider_metadata
 async def test_no_storage_call_when_nothing_would_be_trimmed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The filter's storage is the memory's routed store (its "last 1" probe may be answered by the thread
     # actor's tail without a database read), so spy at that level, and on the database below it.
-    from threadmind.memory import _RoutedStore
+    from threadmind.memory._gateway import ActorAccess as _RoutedStore
 
     probes: list[MessageQuery] = []
     original = _RoutedStore.list_messages

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from threadmind import Message, MessageHistoryConfig
-from threadmind._history import _PAGE, _retain, group_by_tool_calls, load_token_window
 from threadmind.codecs import TextPart
+from threadmind.processors._token_window import _PAGE, _retain, group_by_tool_calls, load_token_window
 from threadmind.tokens import DefaultTokenCounter
 
 from ._support import RESOURCE, THREAD, base_time, msg, open_memory, seed, text_msg, tool_part
@@ -41,7 +41,7 @@ async def test_paged_window_equals_one_pass_over_the_thread(tmp_path: Path, budg
     async with open_memory(tmp_path) as memory:
         await seed(memory, history)
         config = MessageHistoryConfig(max_tokens=budget, at_max_remove_tokens=0)
-        window = await load_token_window(memory._routed, THREAD, RESOURCE, config, None, counter=counter,
+        window = await load_token_window(memory.processor_access, THREAD, RESOURCE, config, None, counter=counter,
                                          use_stored_boundary=False)
         expected, _ = _retain(history[::-1], counter.count_message, None, budget)
         assert [m.id for m in window] == [m.id for m in expected[::-1]]
@@ -71,7 +71,7 @@ async def test_pages_from_the_actors_tail_equal_the_stores_pages(tmp_path: Path)
             for page in range(TAIL_MAX // per_page + 1):
                 query = MessageQuery(thread_id=THREAD, resource_id=RESOURCE, page=page, per_page=per_page,
                                      direction="DESC", include_total=False)
-                routed = await memory._routed.list_messages(query)
+                routed = await memory.processor_access.list_messages(query)
                 exact = await memory.storage.list_messages(query)
                 assert [m.id for m in routed.messages] == [m.id for m in exact.messages], (step, per_page, page)
                 assert (routed.page, routed.per_page, routed.has_more) == (exact.page, exact.per_page, exact.has_more)
@@ -114,7 +114,7 @@ async def test_a_token_budget_window_is_read_from_the_store_once(
     assert reads[0] >= 1 and reads[-1] == reads[0]  # ten more turns, no message read
 
     import threadmind.actors._thread_actor as thread_actor
-    import threadmind.memory as memory_module
+    import threadmind.memory._gateway as memory_module
 
     monkeypatch.setattr(thread_actor, "TAIL_MAX", thread_actor.TAIL_CAPACITY)
     monkeypatch.setattr(memory_module, "TAIL_MAX", thread_actor.TAIL_CAPACITY)

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from threadmind._interop import import_mastra_vectors, mastra_vector_tables
 from threadmind.codecs import message_to_dict, thread_to_dict
 from threadmind.embedders._hash import HashEmbedder
 from threadmind.memory import Memory
 from threadmind.stores._hnsw import HnswVectorStore
+from threadmind.stores._interop import import_mastra_vectors, mastra_vector_tables
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
 
@@ -233,7 +233,7 @@ class TestVectors:
     async def test_vector_query_scores(self, memory: Memory) -> None:
         probe = MANIFEST["semantic_probe"]
         query = probe["vector_query"]
-        index = memory._index  # the raw vector query behind recall, to compare scores with Mastra's
+        index = memory.actor_system.index  # the raw vector query behind recall, to compare scores with Mastra's
         assert index is not None
         hits = await index.query(probe["vectorSearchString"], top_k=query["topK"],
                                  thread_id=query["filter"]["thread_id"])

@@ -8,7 +8,7 @@ from pathlib import Path
 from threadmind import Memory
 from threadmind.models import ScriptedModel
 from threadmind.stores import SQLiteStore
-from threadmind.stores._om import OMRecord, om_store_for
+from threadmind.stores._om import OMRecord
 
 from ._support import StoreFactory, msg
 
@@ -55,7 +55,7 @@ async def test_the_threads_observations_are_copied_with_mapped_ids(tmp_path: Pat
         await memory.create_thread(resource_id="r1", thread_id="t1")
         await memory.save_messages([msg("a", ms=1), msg("b", ms=2), msg("c", ms=3)])
         now = datetime(2025, 3, 2, tzinfo=UTC)
-        records = om_store_for(store)
+        records = store.observational_records()
         await records.put(OMRecord(
             id="om-1", lookup_key="thread:t1", scope="thread", resource_id="r1", thread_id="t1",
             active_observations="* user greeted", generation_count=2, observed_message_ids=["a", "b"],

@@ -90,10 +90,10 @@ class TestConstruction:
             {"messageHistory": {"maxTokens": 500}}, {"lastMessages": None}, {"lastMessages": False},
         ]
         for override in overrides * 2:
-            assert memory._call_config(override) == merge_config(memory.options, override), override
-        assert memory._call_config({"readOnly": True}) is memory._call_config({"readOnly": True})
-        assert memory._call_config({"lastMessages": 2}).last_messages == 2
-        assert memory._call_config({"readOnly": False}).read_only is False
+            assert memory.effective_options(override) == merge_config(memory.options, override), override
+        assert memory.effective_options({"readOnly": True}) is memory.effective_options({"readOnly": True})
+        assert memory.effective_options({"lastMessages": 2}).last_messages == 2
+        assert memory.effective_options({"readOnly": False}).read_only is False
 
     async def test_not_started_raises(self) -> None:
         memory = Memory(storage=InMemoryStore())

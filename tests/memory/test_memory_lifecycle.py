@@ -249,7 +249,7 @@ class TestStartAndCloseFromAnyTask:
             async with anyio.create_task_group() as tg:
                 for i in range(50):
                     tg.start_soon(lambda i=i: memory.create_thread(resource_id="r1", thread_id=f"p{i}"))
-            threads = memory._threads
+            threads = memory.actor_system.threads
             assert threads is not None
             await anyio.sleep(0.6)  # a sweep or two: none idle for 1 s yet, but the cap is back
             stats = threads.statistics()

@@ -40,7 +40,7 @@ async def test_a_storage_failure_in_one_part_writes_no_part(tmp_path: Path) -> N
 async def test_a_caller_cancelled_midway_leaves_all_or_nothing(memory: Memory) -> None:
     for tid in ("t1", "t2"):
         await memory.create_thread(resource_id="r1", thread_id=tid)
-    threads = memory._threads
+    threads = memory.actor_system.threads
     assert threads is not None
     release = anyio.Event()
     holding = anyio.Event()
@@ -99,7 +99,7 @@ async def test_overlapping_batches_in_any_order_never_deadlock(memory: Memory) -
 
 
 class _WithoutSaveMany:
-    """A store offering only the required protocol (``save_messages_many`` is optional)."""
+    """A store that lacks ``save_messages_many`` (the batched save across threads the contract requires)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -110,18 +110,14 @@ class _WithoutSaveMany:
         return getattr(self._inner, name)
 
 
-async def test_a_store_without_save_many_still_refuses_a_bad_batch_before_writing(tmp_path: Path) -> None:
-    from threadmind.errors import ResourceMismatch
+def test_a_store_without_save_many_is_refused_at_construction(tmp_path: Path) -> None:
+    """A batch spanning threads must commit in one transaction: a store that cannot do that is refused when
+    the Memory is built, naming what it lacks, instead of committing each thread's part on its own."""
+    from threadmind.errors import ConfigError
 
-    async with Memory(storage=_WithoutSaveMany(SQLiteStore(tmp_path / "m.db"))) as memory:  # type: ignore[arg-type]
-        for tid, owner in (("t1", "r1"), ("t2", "r2")):
-            await memory.create_thread(resource_id=owner, thread_id=tid)
-        with pytest.raises(ResourceMismatch):
-            await memory.save_messages([msg("a", "t1", ms=1), msg("b", "t2", "r1", ms=2)])
-        assert (await all_ids(memory, "t1"), await all_ids(memory, "t2")) == ([], [])
-        saved = await memory.save_messages([msg("a", "t1", ms=1), msg("b", "t2", "r2", ms=2)])
-        assert [m.id for m in saved.messages] == ["a", "b"]
-        assert (await all_ids(memory, "t1"), await all_ids(memory, "t2")) == (["a"], ["b"])
+    with pytest.raises(ConfigError, match="save_messages_many") as info:
+        Memory(storage=_WithoutSaveMany(SQLiteStore(tmp_path / "m.db")))  # type: ignore[arg-type]
+    assert info.value.code == "THREADMIND_STORE_INCOMPLETE"
 
 
 @pytest.mark.parametrize("operation", ["update", "delete"])

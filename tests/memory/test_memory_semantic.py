@@ -86,7 +86,7 @@ async def test_scope_resource_vs_thread(tmp_path: Path) -> None:
 
 async def test_delete_messages_removes_vectors(memory: Memory) -> None:
     ids = await _fill(memory)
-    index = memory._index  # the vector side itself: a deleted message's vector must be gone, not just skipped
+    index = memory.actor_system.index  # the vector side itself: a deleted vector must be gone, not skipped
     assert index is not None
     query = "learning to play jazz piano chords"
     assert ids[3] in [h.message_id for h in await index.query(query, top_k=10, resource_id="r1")]

@@ -14,7 +14,7 @@ import pytest
 
 import threadmind.stores._om as om_module
 from threadmind.stores import SQLiteStore
-from threadmind.stores._om import OMRecord, om_store_for
+from threadmind.stores._om import OMRecord, SQLiteOMStore
 
 T = TypeVar("T")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -50,7 +50,7 @@ class CountingReads:
 async def test_the_current_record_is_read_once_and_a_write_is_seen(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "m.db") as store:
         counting = CountingReads(store)
-        records = om_store_for(counting)
+        records = SQLiteOMStore(counting)
         await records.put(_record(0, "first"))
         reads = counting.reads
         for _ in range(5):
@@ -66,7 +66,7 @@ async def test_the_current_record_is_read_once_and_a_write_is_seen(tmp_path: Pat
 
 async def test_handed_out_records_are_copies(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "m.db") as store:
-        records = om_store_for(store)
+        records = SQLiteOMStore(store)
         await records.put(_record(0, "kept"))
         for _ in range(3):  # the read, then answers from the kept record
             handed = await records.current("thread:t1")
@@ -79,7 +79,7 @@ async def test_handed_out_records_are_copies(tmp_path: Path) -> None:
 async def test_a_read_that_overlapped_a_write_is_not_kept(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "m.db") as store:
         counting = CountingReads(store)
-        records = om_store_for(counting)
+        records = SQLiteOMStore(counting)
         await records.put(_record(0, "old"))
         counting.hold = release = anyio.Event()
         seen: list[Any] = []
@@ -105,7 +105,7 @@ async def test_another_process_is_seen_once_the_record_expires(
             conn.execute(om_module._INSERT, om_module._row(record))
 
     async with SQLiteStore(tmp_path / "m.db") as store:
-        records = om_store_for(store)
+        records = SQLiteOMStore(store)
         await records.put(_record(0, "mine"))
         assert (await records.current("thread:t1")) is not None
         write_elsewhere(_record(1, "theirs"))
@@ -120,7 +120,7 @@ async def test_another_process_is_seen_once_the_record_expires(
 
 async def test_another_store_object_on_the_same_file_is_seen_at_once(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "m.db") as store, SQLiteStore(tmp_path / "m.db") as peer:
-        records, same_store, on_peer = om_store_for(store), om_store_for(store), om_store_for(peer)
+        records, same_store, on_peer = SQLiteOMStore(store), SQLiteOMStore(store), SQLiteOMStore(peer)
         await records.put(_record(0, "mine"))
         assert (await records.current("thread:t1")).active_observations == "mine"  # type: ignore[union-attr]
         await same_store.put(_record(1, "second object"))

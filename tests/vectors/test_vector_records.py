@@ -16,7 +16,6 @@ from threadmind.stores._vector_records import (
     SQLiteVectorRecords,
     VectorRecord,
     VectorRecords,
-    vector_records_for,
 )
 
 
@@ -34,13 +33,13 @@ async def records(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         yield InMemoryVectorRecords()
         return
     async with SQLiteStore(tmp_path / "v.db") as store:
-        chosen = vector_records_for(store)
+        chosen = store.vector_records()
         assert isinstance(chosen, SQLiteVectorRecords)
         yield chosen
 
 
 def test_stores_without_sql_jobs_get_in_memory_records() -> None:
-    assert isinstance(vector_records_for(InMemoryStore()), InMemoryVectorRecords)
+    assert isinstance(InMemoryStore().vector_records(), InMemoryVectorRecords)
 
 
 class TestVectorRecords:
@@ -99,7 +98,7 @@ async def test_large_batches_span_several_statements(tmp_path: Path) -> None:
     from threadmind.codecs import Message
 
     async with SQLiteStore(tmp_path / "big.db") as store:
-        records = vector_records_for(store)
+        records = store.vector_records()
         assert isinstance(records, SQLiteVectorRecords)
         await records.ensure_tables()
         messages = [Message.user(f"text {i}", id=f"m{i}", thread_id="t1", resource_id="r1") for i in range(1203)]

@@ -221,7 +221,7 @@ async def test_concurrent_semantic_saves_share_vector_row_writes(tmp_path: Path)
             for t in range(20):
                 tg.start_soon(_thread, t)
         assert await memory.reindex() == 0  # a barrier: every buffered row is written
-        stats = memory._index.statistics()  # type: ignore[union-attr]
+        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
         # Never more writes than batches; how many share one depends on timing (see the unit tests above).
         assert 0 < stats.row_writes <= stats.batches
         assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [200]

@@ -10,20 +10,20 @@ from typing import Any
 import anyio
 import pytest
 
-from threadmind._observational import (
-    CONTINUATION_REMINDER,
-    OBSERVATIONS_PREAMBLE,
-    OBSERVER_INSTRUCTIONS,
-    REFLECTOR_INSTRUCTIONS,
-)
 from threadmind.agent import Agent
 from threadmind.errors import ModelError
 from threadmind.memory import Memory, MemoryConfig, ObservationalMemoryConfig
 from threadmind.models import ModelRequest, ModelResponse
 from threadmind.models._scripted import ScriptedModel
+from threadmind.processors import (
+    CONTINUATION_REMINDER,
+    OBSERVATIONS_PREAMBLE,
+    OBSERVER_INSTRUCTIONS,
+    REFLECTOR_INSTRUCTIONS,
+)
 from threadmind.processors._protocol import processor_id
 from threadmind.stores._memory import InMemoryStore
-from threadmind.stores._om import OMRecord, om_store_for
+from threadmind.stores._om import OMRecord
 from threadmind.stores._sqlite import SQLiteStore
 
 OM_COLUMNS = [
@@ -64,8 +64,8 @@ def _om_memory(store: Any, model: Any, **om: Any) -> Memory:
 
 
 async def _records(memory: Memory, key: str = "thread:t1") -> list[OMRecord]:
-    assert memory._om_engine is not None
-    return await memory._om_engine.records.history(key)
+    assert memory.observational_engine is not None
+    return await memory.observational_engine.records.history(key)
 
 
 def test_processors_replace_history() -> None:
@@ -163,7 +163,7 @@ async def test_burst_on_one_thread_observes_each_message_once(tmp_path: Path, po
                 tg.start_soon(turn, i)
         stored = (await memory.recall("t1", per_page=False)).messages
     async with SQLiteStore(tmp_path / "om.db") as reopened:  # after aclose: every observation has committed
-        records = await om_store_for(reopened).history("thread:t1")
+        records = await reopened.observational_records().history("thread:t1")
     assert len(stored) == 60
     assert calls, "observations ran"
     assert all("New messages to observe:" in c for c in calls), [c[:300] for c in calls if "New messages" not in c]
@@ -192,12 +192,12 @@ async def test_turn_does_not_wait_below_block_after(tmp_path: Path) -> None:
         await started.wait()
         with anyio.fail_after(5):
             await agent.generate(_long("two"), thread_id="t1", resource_id="r1")
-        assert memory._om_engine is not None
-        assert memory._om_engine.inflight(memory.options.observational_memory_config,  # type: ignore[arg-type]
+        assert memory.observational_engine is not None
+        assert memory.observational_engine.inflight(memory.options.observational_memory_config,  # type: ignore[arg-type]
                                           "t1", "r1")
         assert len(model.requests[1].messages) == 3  # raw history while the Observer works
         release.set()
-        engine = memory._om_engine
+        engine = memory.observational_engine
     # aclose waited for the observation
     assert observer.calls >= 1
     assert (await engine.records.current("thread:t1")) is not None
@@ -223,10 +223,10 @@ async def test_failing_observer_does_not_block_the_turn(tmp_path: Path) -> None:
     observer = _endless(raising)
     model = ScriptedModel(["r1", "r2", "r3"])
     async with _om_memory(InMemoryStore(), observer) as memory:
-        assert memory._om_engine is None
+        assert memory.observational_engine is None
         agent = Agent("a", "i", model, memory=memory)
         await agent.generate(_long("one"), thread_id="t1", resource_id="r1")
-        engine = memory._om_engine
+        engine = memory.observational_engine
         assert engine is not None
         with anyio.fail_after(5):  # retries: 3 attempts, 0.05 s then 0.1 s backoff per observation
             result = await agent.generate(_long("two"), thread_id="t1", resource_id="r1")
@@ -354,7 +354,7 @@ async def test_turns_read_unobserved_messages_from_the_thread_actor(tmp_path: Pa
     model = _endless(lambda request: "ok")
     async with _om_memory(store, _endless(_observer(calls)), message_tokens=100_000) as memory:
         observed = datetime.now(UTC) - timedelta(minutes=1)  # observed before: reads start from a cursor
-        await om_store_for(store).put(OMRecord(
+        await store.observational_records().put(OMRecord(
             id="om-0", lookup_key="thread:t1", scope="thread", resource_id="r1", thread_id="t1",
             active_observations="* 🟡 earlier", last_observed_at=observed, created_at=observed, updated_at=observed))
         agent = Agent("a", "i", model, memory=memory)
@@ -375,7 +375,7 @@ async def test_an_observation_keeps_the_thread_actors_tail(tmp_path: Path) -> No
     async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 5}) as memory:
         await memory.create_thread(thread_id="t", resource_id="r")
         await memory.recall("t", resource_id="r")
-        threads = memory._threads
+        threads = memory.actor_system.threads
         assert threads is not None
         actor = threads.get("t")
 

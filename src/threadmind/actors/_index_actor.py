@@ -51,7 +51,6 @@ from ..stores._vector_records import (
     SQLiteVectorRecords,
     VectorRecord,
     VectorRecords,
-    vector_records_for,
 )
 from ..tracing import ATTR_OPERATION, operation_span, tracing_enabled
 from ._write_behind import CoalescingRecords
@@ -402,7 +401,7 @@ class IndexActor:
         self._last_batch_ops = 1  # ops in recent batches: jumps up, decays by one per batch (see _collect)
         self._retry_interval = retry_interval
         self._cache = EmbeddingCache(cache_size)
-        records = vector_records_for(store)
+        records = store.vector_records()
         self._sql_records = records if isinstance(records, SQLiteVectorRecords) else None
         # SQL rows of background upserts share one write every few batches (see _write_behind).
         self._coalescing = CoalescingRecords(records) if self._sql_records is not None else None

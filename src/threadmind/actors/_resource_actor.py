@@ -45,7 +45,8 @@ class ResourceActor(Actor[ResourceCommand]):
         self._ttl = ttl
         self._resource: tuple[Resource | None, float] | None = None  # (row, expires at)
         # The store's write count for this resource (when it keeps one) as of the cached row.
-        self._versions: Callable[[str], int] | None = getattr(store, "resource_version", None)
+        self._versions: Callable[[str], int] | None = store.resource_version
+
         self._seen: int | None = None
 
     def _version(self) -> int | None:

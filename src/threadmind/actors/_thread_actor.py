@@ -17,7 +17,7 @@ import msgspec
 
 from ..codecs import Message, Thread
 from ..errors import ResourceMismatch, ThreadNotFound
-from ..stores._protocol import MessagePage, MessageQuery, SaveHook, Store
+from ..stores._protocol import MessagePage, MessageQuery, Store
 from ..tracing import ATTR_CONVERSATION_ID, ATTR_THREAD_ID
 from ._actor import NOT_NOW, Actor
 from ._tail import Tail
@@ -51,13 +51,14 @@ class SaveObserver(Protocol):
 
 
 class SaveMessages(msgspec.Struct, frozen=True):
-    """Upsert a batch of this thread's messages atomically (``after`` runs inside the same transaction).
+    """Upsert a batch of this thread's messages atomically (``mark_pending``: and mark them as awaiting
+    vectors in the same transaction).
 
     ``observer`` hears when the save starts and how it ended; it is always told the end once started.
     """
 
     messages: Sequence[Message]
-    after: SaveHook | None = None
+    mark_pending: bool = False
     observer: SaveObserver | None = None
 
     def span_attributes(self) -> dict[str, str | int]:
@@ -183,7 +184,8 @@ class ThreadActor(Actor[ThreadCommand]):
         self._thread: tuple[Thread | None, float] | None = None  # (row, expires at)
         # The store's write count for this thread, when it keeps one (WriteCounts): the count this actor
         # last saw, and how many of this command's store calls write.
-        self._versions: Callable[[str], int] | None = getattr(store, "thread_version", None)
+        self._versions: Callable[[str], int] | None = store.thread_version
+
         self._seen: int | None = None
         self._own_writes = 0
 
@@ -230,15 +232,12 @@ class ThreadActor(Actor[ThreadCommand]):
     async def _handle(self, command: ThreadCommand) -> Any:
         store = self._store
         match command:
-            case SaveMessages(messages, after, observer):
+            case SaveMessages(messages, mark_pending, observer):
                 if observer is not None:
                     await observer.started()
                 self._own_writes += 1
                 try:
-                    if after is None:
-                        saved = await store.save_messages(self.key, messages)
-                    else:
-                        saved = await store.save_messages(self.key, messages, after=after)
+                    saved = await store.save_messages(self.key, messages, mark_pending=mark_pending)
                 except BaseException:
                     self._tail = None  # the outcome is unknown to us: re-read next time
                     if observer is not None:
@@ -409,12 +408,7 @@ class ThreadActor(Actor[ThreadCommand]):
             thread = cached[0]
             page = await store.list_messages(MessageQuery(thread_id=self.key, per_page=size, direction="DESC"))
         else:
-            both = getattr(store, "get_thread_with_tail", None)
-            if both is not None:
-                thread, page = await both(self.key, size)
-            else:
-                thread = await store.get_thread(self.key)
-                page = await store.list_messages(MessageQuery(thread_id=self.key, per_page=size, direction="DESC"))
+            thread, page = await store.get_thread_with_tail(self.key, size)
             self._remember(thread)
         owner = thread.resource_id if thread is not None else None
         messages = page.messages[::-1]

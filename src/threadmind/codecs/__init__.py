@@ -17,6 +17,7 @@ from ._json import thread_to_dict as thread_to_dict
 from ._time import from_iso as from_iso
 from ._time import to_iso as to_iso
 from ._time import utc_now as utc_now
+from ._transcript import part_texts as part_texts
 from ._types import FilePart as FilePart
 from ._types import Message as Message
 from ._types import MessageContent as MessageContent
@@ -54,6 +55,7 @@ __all__ = (
     "message_from_dict",
     "message_to_dict",
     "new_id",
+    "part_texts",
     "part_from_dict",
     "resource_to_dict",
     "thread_to_dict",

@@ -1,31 +1,114 @@
-"""Memory processors: the per-run MessageList, the processor protocol and the built-in processors."""
+"""Memory processors: the per-run MessageList, the processor protocol and the built-in processors.
+
+The public names are SPEC's; the rest of this ``__init__`` is what ``memory`` and ``agent`` use of the
+package (the processors' access protocol, history windows, message hygiene, the texts of working and
+observational memory, the processor runner), so no other package imports this package's modules directly.
+"""
 
 from __future__ import annotations
 
+from ._access import MemoryAccess as MemoryAccess
+from ._access import MessageReader as MessageReader
+from ._access import StoreAccess as StoreAccess
+from ._access import as_access as as_access
 from ._history import MemoryTokenLimiter as MemoryTokenLimiter
 from ._history import MessageHistory as MessageHistory
+from ._history import persist_turn as persist_turn
+from ._hygiene import WM_TOOL_NAME as WM_TOOL_NAME
+from ._hygiene import is_transient_signal as is_transient_signal
+from ._hygiene import persistable as persistable
 from ._input_filter import MemoryInputFilter as MemoryInputFilter
+from ._merge import is_system_reminder as is_system_reminder
 from ._message_list import MessageList as MessageList
+from ._observation_text import CONTINUATION_ID as CONTINUATION_ID
+from ._observation_text import CONTINUATION_REMINDER as CONTINUATION_REMINDER
+from ._observation_text import OBSERVATIONS_PREAMBLE as OBSERVATIONS_PREAMBLE
+from ._observation_text import OBSERVER_INSTRUCTIONS as OBSERVER_INSTRUCTIONS
+from ._observation_text import REFLECTOR_INSTRUCTIONS as REFLECTOR_INSTRUCTIONS
+from ._observation_text import ObservationEngine as ObservationEngine
+from ._observation_text import block_after_tokens as block_after_tokens
+from ._observation_text import date_header as date_header
+from ._observation_text import observations_system_message as observations_system_message
+from ._observation_text import observer_transcript as observer_transcript
+from ._observation_text import sealed_updates as sealed_updates
+from ._observation_text import split_observer_output as split_observer_output
+from ._observational import ObservationalMemory as ObservationalMemory
+from ._protocol import AfterPersist as AfterPersist
 from ._protocol import ProcessInputArgs as ProcessInputArgs
 from ._protocol import ProcessInputStepArgs as ProcessInputStepArgs
 from ._protocol import Processor as Processor
 from ._protocol import ProcessOutputArgs as ProcessOutputArgs
 from ._protocol import RequestContext as RequestContext
+from ._protocol import processor_id as processor_id
+from ._protocol import run_input_processors as run_input_processors
+from ._protocol import run_input_step_processors as run_input_step_processors
+from ._protocol import run_output_processors as run_output_processors
+from ._semantic import RecallIndex as RecallIndex
 from ._semantic import SemanticRecall as SemanticRecall
+from ._semantic import render_remembered as render_remembered
 from ._token_limiter import TokenLimiter as TokenLimiter
+from ._token_window import BOUNDARY_KEY as BOUNDARY_KEY
+from ._token_window import Boundary as Boundary
+from ._token_window import load_token_window as load_token_window
 from ._working_memory import WorkingMemory as WorkingMemory
+from ._working_memory_text import deep_merge as deep_merge
+from ._working_memory_text import drop_optional_nulls as drop_optional_nulls
+from ._working_memory_text import instruction as instruction
+from ._working_memory_text import normalize_ws as normalize_ws
+from ._working_memory_text import readonly_instruction as readonly_instruction
+from ._working_memory_text import template_for as template_for
+from ._working_memory_text import validate_schema as validate_schema
 
 __all__ = (
+    "BOUNDARY_KEY",
+    "CONTINUATION_ID",
+    "CONTINUATION_REMINDER",
+    "OBSERVATIONS_PREAMBLE",
+    "OBSERVER_INSTRUCTIONS",
+    "REFLECTOR_INSTRUCTIONS",
+    "WM_TOOL_NAME",
+    "AfterPersist",
+    "Boundary",
+    "MemoryAccess",
     "MemoryInputFilter",
     "MemoryTokenLimiter",
     "MessageHistory",
     "MessageList",
+    "MessageReader",
+    "ObservationEngine",
+    "ObservationalMemory",
     "ProcessInputArgs",
     "ProcessInputStepArgs",
     "ProcessOutputArgs",
     "Processor",
+    "RecallIndex",
     "RequestContext",
     "SemanticRecall",
+    "StoreAccess",
     "TokenLimiter",
     "WorkingMemory",
+    "as_access",
+    "block_after_tokens",
+    "date_header",
+    "deep_merge",
+    "drop_optional_nulls",
+    "instruction",
+    "is_system_reminder",
+    "is_transient_signal",
+    "load_token_window",
+    "normalize_ws",
+    "observations_system_message",
+    "observer_transcript",
+    "persist_turn",
+    "persistable",
+    "processor_id",
+    "readonly_instruction",
+    "render_remembered",
+    "run_input_processors",
+    "run_input_step_processors",
+    "run_output_processors",
+    "sealed_updates",
+    "split_observer_output",
+    "template_for",
+    "validate_schema",
 )

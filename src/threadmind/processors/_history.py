@@ -8,10 +8,16 @@ per-thread boundary so the same messages stay out of later turns.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 from .._config import MessageHistoryConfig
-from .._history import (
+from ..codecs import Message, Thread, utc_now
+from ..errors import ThreadNotFound
+from ..stores import MessageQuery, Store
+from ..tokens import DefaultTokenCounter, TokenCounter, TokenLimiterCounter
+from ._access import MemoryAccess, as_access
+from ._hygiene import is_transient_signal, persistable
+from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs, RequestContext
+from ._token_window import (
     CONVERSATION_OVERHEAD,
     Boundary,
     advance_boundary,
@@ -19,12 +25,6 @@ from .._history import (
     load_token_window,
     read_boundary,
 )
-from .._hygiene import is_transient_signal, persistable
-from ..codecs import Message, Thread, utc_now
-from ..errors import ThreadNotFound
-from ..stores._protocol import MessageQuery, SaveHook, Store
-from ..tokens import DefaultTokenCounter, TokenCounter, TokenLimiterCounter
-from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs, RequestContext
 
 __all__ = ("MemoryTokenLimiter", "MessageHistory", "persist_turn")
 
@@ -40,13 +40,14 @@ class MessageHistory:
 
     def __init__(
         self,
-        storage: Store,
+        storage: Store | MemoryAccess,
         last_messages: int | bool | None = None,
         token_limit: MessageHistoryConfig | None = None,
         *,
         token_counter: TokenCounter | None = None,
     ) -> None:
-        self.storage = storage
+        self.storage = as_access(storage)
+
         self.last_messages = last_messages
         self.token_limit = token_limit
         self.token_counter = token_counter or DefaultTokenCounter()
@@ -94,13 +95,14 @@ class MessageHistory:
         return None
 
 
-async def persist_turn(storage: Store, args: ProcessOutputArgs) -> list[Message]:
+async def persist_turn(storage: MemoryAccess, args: ProcessOutputArgs) -> list[Message]:
     """Save the run's input and response messages (reference ``persistMessages``); returns what was saved.
 
     Nothing when the run has no thread or is read-only, or after an error finish with no response (no orphan
     user message). System messages, transient signals, partial calls and working-memory parts and tags are
-    dropped. The run's thread was loaded (or created) at its start; a thread deleted meanwhile surfaces as
-    ThreadNotFound from the save and is re-created, as the reference ensures the thread exists.
+    dropped. One step of the thread's owner makes sure the thread exists (the reference's ensure: a thread
+    deleted meanwhile is made again) and saves; then what waited for the commit runs
+    (``RequestContext.when_persisted``).
     """
     context = args.context
     thread_id, resource_id = args.ids()
@@ -117,43 +119,13 @@ async def persist_turn(storage: Store, args: ProcessOutputArgs) -> list[Message]
             kept.append(clean)
     if not kept:
         return []
-    if (context.thread is None or context.thread.id != thread_id) and await storage.get_thread(thread_id) is None:
-        await _create_thread(storage, context, thread_id, resource_id)
-    after = _combined(context.save_hooks)
-    try:
-        saved = await _save(storage, thread_id, kept, after)
-    except ThreadNotFound:
-        await _create_thread(storage, context, thread_id, resource_id)
-        saved = await _save(storage, thread_id, kept, after)
+    thread = context.thread
+    if thread is None or thread.id != thread_id:
+        now = utc_now()
+        thread = context.thread = Thread(thread_id, resource_id or thread_id, "", {}, now, now)
+    saved = await storage.persist_turn(thread, kept, mark_pending=context.mark_pending)
     await context.mark_persisted(saved)
     return kept
-
-
-async def _save(storage: Store, thread_id: str, messages: list[Message], after: SaveHook | None) -> list[Message]:
-    if after is None:
-        return await storage.save_messages(thread_id, messages)
-    return await storage.save_messages(thread_id, messages, after=after)
-
-
-def _combined(hooks: Sequence[SaveHook]) -> SaveHook | None:
-    """One save hook running each of ``hooks`` in order (None when there are none)."""
-    if not hooks:
-        return None
-    if len(hooks) == 1:
-        return hooks[0]
-
-    def run_all(conn: Any, messages: Sequence[Message]) -> None:
-        for hook in hooks:
-            hook(conn, messages)
-
-    return run_all
-
-
-async def _create_thread(storage: Store, context: RequestContext, thread_id: str, resource_id: str | None) -> None:
-    now = utc_now()
-    thread = Thread(thread_id, resource_id or thread_id, "", {}, now, now)
-    await storage.create_thread(thread)
-    context.thread = thread
 
 
 class MemoryTokenLimiter:

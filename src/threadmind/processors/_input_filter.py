@@ -9,7 +9,8 @@ from __future__ import annotations
 import msgspec
 
 from ..codecs import Message, ToolInvocationPart
-from ..stores._protocol import MessageQuery, Store
+from ..stores import MessageQuery, Store
+from ._access import MemoryAccess, as_access
 from ._merge import CLIENT_UPDATE_STATES, advances, strip_provider_metadata
 from ._protocol import ProcessInputArgs
 
@@ -50,8 +51,8 @@ class MemoryInputFilter:
     id = "memory-input-filter"
     name = "MemoryInputFilter"
 
-    def __init__(self, storage: Store, retain_full_input: bool = False) -> None:
-        self.storage = storage
+    def __init__(self, storage: Store | MemoryAccess, retain_full_input: bool = False) -> None:
+        self.storage = as_access(storage)
         self.retain_full_input = retain_full_input
 
     async def process_input(self, args: ProcessInputArgs) -> None:

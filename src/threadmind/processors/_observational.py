@@ -11,16 +11,17 @@ from __future__ import annotations
 from datetime import timedelta
 
 from .._config import ObservationalMemoryConfig
-from .._observational import (
+from ..codecs import Message, utc_now
+from ..stores import Store
+from ._access import MemoryAccess, as_access
+from ._history import persist_turn
+from ._observation_text import (
     CONTINUATION_ID,
     CONTINUATION_REMINDER,
-    ObservationalMemoryEngine,
+    ObservationEngine,
     block_after_tokens,
     observations_system_message,
 )
-from ..codecs import Message, utc_now
-from ..stores._protocol import Store
-from ._history import persist_turn
 from ._protocol import ProcessInputArgs, ProcessOutputArgs
 
 __all__ = ("ObservationalMemory",)
@@ -35,8 +36,10 @@ class ObservationalMemory:
     id = "observational-memory"
     name = "ObservationalMemory"
 
-    def __init__(self, storage: Store, engine: ObservationalMemoryEngine, config: ObservationalMemoryConfig) -> None:
-        self.storage = storage
+    def __init__(self, storage: Store | MemoryAccess, engine: ObservationEngine,
+                 config: ObservationalMemoryConfig) -> None:
+        self.storage = as_access(storage)
+
         self.engine = engine
         self.config = config
 

@@ -55,8 +55,8 @@ class RequestContext:
     save that failed, whatever order the processors run in.
     """
 
-    __slots__ = ("_after_persist", "finish_reason", "memory_config", "persisted", "resource_id", "run_state",
-                 "save_hooks", "thread")
+    __slots__ = ("_after_persist", "finish_reason", "mark_pending", "memory_config", "persisted", "resource_id",
+                 "run_state", "thread")
 
     def __init__(
         self,
@@ -71,8 +71,8 @@ class RequestContext:
         self.run_state: dict[str, Any] = {}
         self.finish_reason: str | None = None
         self.persisted: list[Message] | None = None
-        #: Hooks the turn's message save runs inside its own transaction (e.g. marking vectors as pending).
-        self.save_hooks: list[Callable[[Any, Sequence[Message]], None]] = []
+        #: Whether the turn's save also marks its messages as awaiting vectors (semantic recall embeds them).
+        self.mark_pending = False
         self._after_persist: list[AfterPersist] = []
 
     async def when_persisted(self, work: AfterPersist) -> None:

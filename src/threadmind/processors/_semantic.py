@@ -7,12 +7,13 @@ hits from other threads of the resource are rendered into one system message. Er
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from .._config import MessageRange
 from ..codecs import Message, TextPart
-from ..stores._protocol import Include, MessageQuery, Store
+from ..stores import Include, MessageQuery, Store
+from ._access import MemoryAccess, as_access
 from ._protocol import ProcessInputArgs, ProcessOutputArgs
 
 if TYPE_CHECKING:
@@ -26,10 +27,6 @@ class RecallIndex(Protocol):
                     threshold: float | None = None) -> list[VectorHit]: ...
 
     async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int: ...
-
-    def pending_marker(self) -> Callable[[Any, Sequence[Message]], None] | None:
-        """A hook for the save's own transaction that marks its messages as awaiting vectors (crash safety)."""
-        ...
 
 __all__ = ("SemanticRecall", "render_remembered")
 
@@ -87,7 +84,7 @@ class SemanticRecall:
 
     def __init__(
         self,
-        storage: Store,
+        storage: Store | MemoryAccess,
         index: RecallIndex,
         *,
         top_k: int = 4,
@@ -96,7 +93,7 @@ class SemanticRecall:
         threshold: float | None = None,
         index_name: str | None = None,
     ) -> None:
-        self.storage = storage
+        self.storage = as_access(storage)
         self.index = index
         self.top_k = top_k
         self.message_range = (
@@ -166,9 +163,7 @@ class SemanticRecall:
         if context.memory_config.read_only or not (context.thread_id or args.message_list.thread_id):
             return None
         if context.persisted is None:
-            marker = self.index.pending_marker()
-            if marker is not None:
-                context.save_hooks.append(marker)
+            context.mark_pending = True
         await context.when_persisted(self._embed)
         return None
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from .._config import MemoryConfig, WorkingMemoryConfig
 from .._results import WorkingMemoryTemplate
-from .._working_memory import instruction, readonly_instruction, template_for
-from ..stores._protocol import Store
+from ..stores import Store
+from ._access import MemoryAccess, as_access
 from ._protocol import ProcessInputArgs
+from ._working_memory_text import instruction, readonly_instruction, template_for
 
 __all__ = ("WorkingMemory",)
 
@@ -27,7 +28,7 @@ class WorkingMemory:
 
     def __init__(
         self,
-        storage: Store,
+        storage: Store | MemoryAccess,
         template: str | None = None,
         scope: str = "resource",
         read_only: bool = False,
@@ -35,7 +36,7 @@ class WorkingMemory:
         schema: dict[str, Any] | None = None,
         template_provider: TemplateProvider | None = None,
     ) -> None:
-        self.storage = storage
+        self.storage = as_access(storage)
         self.template = template
         self.schema = schema
         self.scope = scope

@@ -1,25 +1,63 @@
-"""Storage: the ``Store`` protocol, the embedded SQLite store, the in-memory store, and the hnswlib vector store."""
+"""Storage: the ``Store`` contract, the SQLite and in-memory stores, and the hnswlib vector store.
+
+Besides the public stores, this package's ``__init__`` is the one way other threadmind packages reach its
+internals (the query checks both ``Memory`` and stores apply, the side-table protocols, Mastra interop).
+"""
 
 from __future__ import annotations
 
 from ._hnsw import HnswVectorStore as HnswVectorStore
+from ._interop import import_mastra_vectors as import_mastra_vectors
+from ._interop import mastra_vector_tables as mastra_vector_tables
+from ._interop import vector_tables_in as vector_tables_in
 from ._memory import InMemoryStore as InMemoryStore
+from ._om import InMemoryOMStore as InMemoryOMStore
+from ._om import ObservationalMemoryStore as ObservationalMemoryStore
+from ._om import OMRecord as OMRecord
+from ._om import SQLiteOMStore as SQLiteOMStore
+from ._om import lookup_key as lookup_key
+from ._protocol import STORE_METHODS as STORE_METHODS
 from ._protocol import DateRange as DateRange
 from ._protocol import Include as Include
 from ._protocol import MessagePage as MessagePage
 from ._protocol import MessageQuery as MessageQuery
 from ._protocol import Store as Store
 from ._protocol import ThreadPage as ThreadPage
+from ._protocol import check_store as check_store
+from ._query import parse_date_range as parse_date_range
+from ._query import parse_include as parse_include
 from ._sqlite import SQLiteStore as SQLiteStore
+from ._vector_records import InMemoryVectorRecords as InMemoryVectorRecords
+from ._vector_records import PendingVector as PendingVector
+from ._vector_records import SQLiteVectorRecords as SQLiteVectorRecords
+from ._vector_records import VectorRecord as VectorRecord
+from ._vector_records import VectorRecords as VectorRecords
 
 __all__ = (
+    "STORE_METHODS",
     "DateRange",
     "HnswVectorStore",
+    "InMemoryOMStore",
     "InMemoryStore",
+    "InMemoryVectorRecords",
     "Include",
     "MessagePage",
     "MessageQuery",
+    "OMRecord",
+    "ObservationalMemoryStore",
+    "PendingVector",
+    "SQLiteOMStore",
     "SQLiteStore",
+    "SQLiteVectorRecords",
     "Store",
     "ThreadPage",
+    "VectorRecord",
+    "VectorRecords",
+    "check_store",
+    "import_mastra_vectors",
+    "lookup_key",
+    "mastra_vector_tables",
+    "parse_date_range",
+    "parse_include",
+    "vector_tables_in",
 )

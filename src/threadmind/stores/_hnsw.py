@@ -170,7 +170,7 @@ class HnswVectorStore:
         )
 
     # Internals for Memory and the index actor ----------------------------------------------------
-    def _adopt(self, metric: Metric, m: int, ef_construction: int, ef_search: int) -> None:
+    def adopt(self, metric: Metric, m: int, ef_construction: int, ef_search: int) -> None:
         """(Memory) Take ``semanticRecall.indexConfig``'s values for the parameters this store left at their
         defaults; one given differently on both sides raises ``ConfigError``."""
         self._metric = _adopted("metric", metric, self._metric, "cosine")

@@ -21,7 +21,9 @@ import msgspec
 from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import StorageError, ThreadNotFound, ValidationError
 from . import _query as q
-from ._protocol import UNSET, MessagePage, MessageQuery, SaveHook, ThreadPage, UnsetType
+from ._om import InMemoryOMStore
+from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
+from ._vector_records import InMemoryVectorRecords
 from ._versions import WriteCounts
 
 __all__ = ("InMemoryStore",)
@@ -60,6 +62,8 @@ class InMemoryStore:
         self._versions = WriteCounts()
         self._resource_versions = WriteCounts()
         self._closed = False
+        self._vector_records = InMemoryVectorRecords()
+        self._om_records = InMemoryOMStore()
 
     def __repr__(self) -> str:
         return f"InMemoryStore(threads={len(self._threads)}, messages={len(self._messages)})"
@@ -101,6 +105,14 @@ class InMemoryStore:
         self._threads[stored.id] = (stored, next(self._seq))
         self._versions.bump((stored.id,))
         return stored
+
+    def vector_records(self) -> InMemoryVectorRecords:
+        """This store's vector rows (in process memory, like everything else here)."""
+        return self._vector_records
+
+    def observational_records(self, *, ttl: float | None = None) -> InMemoryOMStore:
+        """This store's observational-memory records (in process memory)."""
+        return self._om_records
 
     def thread_version(self, thread_id: str) -> int:
         """How many write calls through this store touched the thread (see ``WriteCounts``)."""
@@ -236,9 +248,13 @@ class InMemoryStore:
                 self._threads[thread_id] = (msgspec.structs.replace(entry[0], updated_at=now), entry[1])
 
     async def save_messages(
-        self, thread_id: str, messages: Sequence[Message], *, after: SaveHook | None = None
+        self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False
     ) -> list[Message]:
-        """Upsert messages of one thread atomically, in order (see the ``Store`` protocol)."""
+        """Upsert messages of one thread atomically, in order (see the ``Store`` protocol).
+
+        ``mark_pending`` is accepted and ignored: the marks protect vectors across a crash, and nothing of this
+        store outlives its process.
+        """
         await self._ready()
         messages = q.validate_messages(thread_id, messages)
         if not messages:
@@ -249,7 +265,7 @@ class InMemoryStore:
         return q.saved(messages, kept)
 
     async def save_messages_many(
-        self, by_thread: Mapping[str, Sequence[Message]], *, after: SaveHook | None = None
+        self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False
     ) -> dict[str, list[Message]]:
         """Upsert the messages of several threads at once: every part is checked before any is written."""
         await self._ready()

@@ -23,7 +23,7 @@ from ..codecs._jsonb import decode_jsonb
 from ..errors import StorageError
 from ._versions import FileCounts, WriteCounts
 
-__all__ = ("OM_TABLE", "OMRecord", "ObservationalMemoryStore", "lookup_key", "om_store_for")
+__all__ = ("OM_TABLE", "InMemoryOMStore", "OMRecord", "ObservationalMemoryStore", "SQLiteOMStore", "lookup_key")
 
 OM_TABLE = "mastra_observational_memory"
 
@@ -209,7 +209,7 @@ _CURRENT_TTL = 2.0  # seconds a current record is kept (as the thread actors kee
 _CURRENT_KEYS = 4096  # most keys kept, least recently asked dropped first
 
 
-class _SQLiteOMStore:
+class SQLiteOMStore:
     """OM records in the SQLite file, through the store's group-commit writer and snapshot reader.
 
     Every agent turn with observational memory asks for the current record, which changes only when an
@@ -306,8 +306,8 @@ class _SQLiteOMStore:
             self._counts().bump((key,))
 
 
-class _DictOMStore:
-    """OM records in a dictionary (for ``InMemoryStore`` and any store without ``execute_write``)."""
+class InMemoryOMStore:
+    """OM records in a dictionary (``InMemoryStore``'s; gone when the process ends)."""
 
     def __init__(self) -> None:
         self._records: dict[str, dict[str, OMRecord]] = {}
@@ -332,13 +332,3 @@ class _DictOMStore:
     async def delete(self, key: str) -> None:
         await anyio.lowlevel.checkpoint()
         self._records.pop(key, None)
-
-
-def om_store_for(store: object, *, ttl: float | None = None) -> ObservationalMemoryStore:
-    """The OM record store for a memory store: the SQLite table when it has a writer, else a dictionary.
-
-    ``ttl``: seconds a current record is kept (default 2; ``math.inf`` when no other process writes).
-    """
-    if callable(getattr(store, "execute_write", None)) and callable(getattr(store, "execute_read", None)):
-        return _SQLiteOMStore(store, ttl)
-    return _DictOMStore()

@@ -9,21 +9,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
 from ..codecs import Message, Resource, Thread
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._om import ObservationalMemoryStore
+    from ._vector_records import VectorRecords
 
 __all__ = (
     "UNSET",
     "DateRange",
+    "STORE_METHODS",
     "SaveHook",
     "Include",
     "MessagePage",
     "MessageQuery",
     "Store",
     "ThreadPage",
+    "check_store",
     "UnsetType",
 )
 
@@ -89,19 +96,15 @@ class ThreadPage(msgspec.Struct, frozen=True, kw_only=True):
 
 @runtime_checkable
 class Store(Protocol):
-    """Durable threads, messages and resources. Implementations: ``SQLiteStore``, ``InMemoryStore``.
+    """Durable threads, messages and resources: the whole contract threadmind relies on.
 
-    Optional, and offered by both built-in stores:
-
-    * ``async get_thread_with_tail(thread_id, size) -> (Thread | None, MessagePage)``: the thread row and
-      ``list_messages(MessageQuery(thread_id=..., per_page=size, direction="DESC"))`` in one read; thread
-      actors use it when present, two calls otherwise.
-    * ``async save_messages_many(by_thread, *, after=None) -> dict[str, list[Message]]``: the messages of
-      several threads (``{thread_id: messages}``) upserted in one transaction, each part checked as
-      ``save_messages`` checks its batch, all parts or none; ``Memory.save_messages`` uses it for a batch
-      that spans threads (without it, each thread's part commits on its own).
-    * ``thread_version(thread_id) -> int``: how many write calls touched the thread's row or messages
-      (one per call, success or not); with it a thread actor sees at once that a write went past it.
+    Implementations: ``SQLiteStore``, ``InMemoryStore``, ``PostgresStore``, or your own. ``Memory`` checks a
+    store once, at construction (:func:`check_store`), and refuses one that lacks a method below with a
+    ``ConfigError`` naming it. Every write method is atomic (all or nothing) and bumps the write counts of
+    what it touched (``thread_version``/``resource_version``): actors trust their caches only while the
+    counts are the ones they last saw, so a store that cannot tell returns a count that changes on every
+    call (caching off). Side tables live with the store (``vector_records``, ``observational_records``), so
+    what the index and observational memory write is as durable as the messages.
     """
 
     async def open(self) -> None:
@@ -155,23 +158,34 @@ class Store(Protocol):
 
     # messages ----------------------------------------------------------------------------------
     async def save_messages(
-        self, thread_id: str, messages: Sequence[Message], *, after: SaveHook | None = None
+        self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False
     ) -> list[Message]:
         """Upsert messages of one thread atomically, in order.
-
-        ``after(conn, messages)`` is an optional hook run in the same transaction after the rows are written
-        (SQL stores pass their connection; stores without one may ignore it).
 
         Checks in the same transaction: the thread exists (``ThreadNotFound``), every message has this
         ``thread_id`` and the thread's ``resource_id`` (``ResourceMismatch``), no id already belongs to
         another thread (``ValidationError``). An existing id keeps its original ``created_at`` and its
         position; new ids are appended after everything stored. Bumps the thread's ``updated_at``.
+        ``mark_pending``: also record the messages as awaiting vectors (``vector_records().take_pending``),
+        in the same transaction, so a crash before their vectors are written leaves them for a retry.
         Returns the messages as stored (original ``created_at`` for re-saved ids).
         """
         ...
 
+    async def save_messages_many(
+        self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False
+    ) -> dict[str, list[Message]]:
+        """The messages of several threads (``{thread_id: messages}``) upserted in one transaction, each part
+        checked as :meth:`save_messages` checks its batch: every part or none. Returns them by thread."""
+        ...
+
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         """Page through a thread's messages (reference §5.3), with include windows and filters."""
+        ...
+
+    async def get_thread_with_tail(self, thread_id: str, size: int) -> tuple[Thread | None, MessagePage]:
+        """The thread row and its newest ``size`` messages (``list_messages`` with ``per_page=size``,
+        ``direction="DESC"``) as of one moment; thread actors load their cache with it."""
         ...
 
     async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
@@ -200,6 +214,51 @@ class Store(Protocol):
     ) -> Resource:
         """Create the row if missing (metadata ``{}``), else set the given fields (metadata shallow-merged)."""
         ...
+
+    # write counts ------------------------------------------------------------------------------
+    def thread_version(self, thread_id: str) -> int:
+        """How many write calls touched the thread's row or messages (one per call, success or not)."""
+        ...
+
+    def resource_version(self, resource_id: str) -> int:
+        """How many write calls touched the resource's row."""
+        ...
+
+    # side tables -------------------------------------------------------------------------------
+    def vector_records(self) -> VectorRecords:
+        """The vector rows, tombstones and pending marks that back the semantic index (the source of truth
+        behind an HNSW cache), kept with this store's data."""
+        ...
+
+    def observational_records(self, *, ttl: float | None = None) -> ObservationalMemoryStore:
+        """Observational-memory records (Mastra's ``mastra_observational_memory`` where the store has it);
+        ``ttl`` bounds how long a current record may be served from memory."""
+        ...
+
+
+#: Every method a store must have, in the order ``check_store`` names missing ones.
+STORE_METHODS: tuple[str, ...] = (
+    "open", "aclose", "create_thread", "get_thread", "list_threads", "update_thread", "delete_thread",
+    "update_thread_resource_id", "create_thread_with_messages", "save_messages", "save_messages_many",
+    "list_messages", "get_thread_with_tail", "get_messages_by_id", "update_messages", "delete_messages",
+    "get_resource", "update_resource", "thread_version", "resource_version", "vector_records",
+    "observational_records",
+)
+
+
+def check_store(store: object) -> Store:
+    """``store`` if it implements the whole :class:`Store` contract, else ``ConfigError`` naming what lacks.
+
+    Checked once, when a ``Memory`` is built, so a partial store fails at construction instead of silently
+    keeping some data in a place that does not last.
+    """
+    missing = [name for name in STORE_METHODS if not callable(getattr(store, name, None))]
+    if missing:
+        raise ConfigError(
+            f"{type(store).__name__} is not a complete threadmind Store: it lacks {', '.join(missing)} "
+            "(see threadmind.stores.Store for the contract)", code="THREADMIND_STORE_INCOMPLETE")
+    assert isinstance(store, Store)
+    return store
 
 
 WriteFn = Callable[[Any], T]

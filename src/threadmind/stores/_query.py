@@ -30,6 +30,8 @@ from ._protocol import UNSET, DateRange, Include, MessageQuery, UnsetType
 
 __all__ = (
     "MessageFilter",
+    "parse_date_range",
+    "parse_include",
     "MessageUpdate",
     "ThreadListArgs",
     "apply_update",
@@ -274,20 +276,29 @@ class MessageFilter(msgspec.Struct, frozen=True):
     include: list[Include]
 
 
-def _include(item: Any, index: int) -> Include:
+_INCLUDE_KEYS = {"id", "with_previous_messages", "withPreviousMessages", "with_next_messages", "withNextMessages"}
+_DATE_KEYS = {"start", "end", "start_exclusive", "end_exclusive", "startExclusive", "endExclusive"}
+
+
+def parse_include(item: Any, index: int) -> Include:
+    """``include[index]``: an ``Include`` or a dict with ``id`` and snake- or camelCase window sizes."""
     if isinstance(item, Include):
         inc = item
     elif isinstance(item, Mapping):
+        unknown = set(item) - _INCLUDE_KEYS
+        if unknown:
+            raise ValidationError(f"include[{index}] has unknown keys {sorted(map(str, unknown))}; use id, "
+                                  "with_previous_messages, with_next_messages")
         get = item.get
         inc = Include(
             id=get("id"),  # type: ignore[arg-type]
-            with_previous_messages=get("with_previous_messages", get("withPreviousMessages", 0)) or 0,
-            with_next_messages=get("with_next_messages", get("withNextMessages", 0)) or 0,
+            with_previous_messages=get("with_previous_messages", get("withPreviousMessages", 0)),
+            with_next_messages=get("with_next_messages", get("withNextMessages", 0)),
         )
     else:
-        raise ValidationError(f"include[{index}] must be an Include or a mapping, got {type(item).__name__}")
+        raise ValidationError(f"include[{index}] must be a dict with a string 'id', got {type(item).__name__}")
     if not isinstance(inc.id, str) or not inc.id:
-        raise ValidationError(f"include[{index}].id must be a non-empty string")
+        raise ValidationError(f"include[{index}] must be a dict with a string 'id'")
     for name in ("with_previous_messages", "with_next_messages"):
         count = getattr(inc, name)
         if isinstance(count, bool) or not isinstance(count, int) or count < 0 or count > MAX_INT:
@@ -296,15 +307,25 @@ def _include(item: Any, index: int) -> Include:
     return inc
 
 
-def _date_range(value: Any) -> DateRange | None:
+def parse_date_range(value: Any) -> DateRange | None:
+    """A ``DateRange`` or a dict ``{start, end, start_exclusive, end_exclusive}`` (camelCase flags too)."""
     if value is None or isinstance(value, DateRange):
         return value
-    if isinstance(value, Mapping):
-        try:
-            return msgspec.convert(dict(value), DateRange)
-        except msgspec.ValidationError as exc:
-            raise ValidationError(f"date_range is invalid: {exc}") from exc
-    raise ValidationError(f"date_range must be a DateRange or a mapping, got {type(value).__name__}")
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"date_range must be a dict with start/end datetimes, got {type(value).__name__}")
+    unknown = set(value) - _DATE_KEYS
+    if unknown:
+        raise ValidationError(f"date_range has unknown keys {sorted(map(str, unknown))}; use start, end, "
+                              "*_exclusive")
+    for key in ("start", "end"):
+        if value.get(key) is not None and not isinstance(value[key], datetime):
+            raise ValidationError(f"date_range.{key} must be a datetime or None")
+    return DateRange(
+        start=value.get("start"),
+        end=value.get("end"),
+        start_exclusive=bool(value.get("start_exclusive", value.get("startExclusive", False))),
+        end_exclusive=bool(value.get("end_exclusive", value.get("endExclusive", False))),
+    )
 
 
 def validate_message_query(query: MessageQuery) -> MessageFilter:
@@ -322,9 +343,10 @@ def validate_message_query(query: MessageQuery) -> MessageFilter:
         raise ValidationError(f"direction must be 'ASC' or 'DESC', got {query.direction!r}")
     if query.resource_id is not None and not isinstance(query.resource_id, str):
         raise ValidationError("resource_id must be a string or None")
-    dates = _date_range(query.date_range)
+    dates = parse_date_range(query.date_range)
     pairs = _check_metadata_filter(query.metadata, f"{_LIBSQL}LIST_MESSAGES_")
-    includes = [_include(item, i) for i, item in enumerate(query.include or ())]
+    includes = [parse_include(item, i) for i, item in enumerate(query.include or ())]
+
     limit = None if query.per_page is False else int(query.per_page)
     offset = 0 if limit is None else query.page * limit
     return MessageFilter(

@@ -55,8 +55,10 @@ from ..codecs._time import from_iso
 from ..errors import ConfigError, InvalidMessage, StorageError, ThreadmindError, ThreadNotFound, ValidationError
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
+from ._om import ObservationalMemoryStore, SQLiteOMStore
 from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
 from ._schema import create_schema
+from ._vector_records import SQLiteVectorRecords
 from ._versions import FileCounts, WriteCounts, counts_for_file
 
 __all__ = ("SQLiteStore", "StoreStatistics")
@@ -580,6 +582,7 @@ class SQLiteStore:
         self._checkpointer: aiosqlite.Connection | None = None
         self._checkpointing = False
         self._checked_at = 0
+        self._vector_records: SQLiteVectorRecords | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r}, state={self._state.value})"
@@ -1047,18 +1050,18 @@ class SQLiteStore:
     # -- messages ----------------------------------------------------------------------------------------
 
     async def save_messages(
-        self, thread_id: str, messages: Sequence[Message], *, after: SaveHook | None = None
+        self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False
     ) -> list[Message]:
         """Upsert messages of one thread atomically, in order (see the ``Store`` protocol).
 
-        ``after(conn, messages)`` runs inside the same transaction once the rows are written (the vector
-        layer records its pending marks there).
+        ``mark_pending``: the vector layer's pending marks are written inside the same transaction.
         """
         messages = q.validate_messages(thread_id, messages)
         if not messages:
             await self._idle_checkpoint()
             return []
         rows = [_message_row(m) for m in messages]
+        after = await self._pending_hook(mark_pending)
 
         def job(conn: sqlite3.Connection) -> dict[str, str]:
             kept = _save_rows(conn, thread_id, rows, messages, to_iso(utc_now()))
@@ -1074,13 +1077,13 @@ class SQLiteStore:
         return q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
 
     async def save_messages_many(
-        self, by_thread: Mapping[str, Sequence[Message]], *, after: SaveHook | None = None
+        self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False
     ) -> dict[str, list[Message]]:
         """Upsert the messages of several threads in one transaction: every thread's part, or none of them.
 
         Each part is checked as :meth:`save_messages` checks its batch; the first refusal (or any SQLite
-        error) rolls back every part. ``after(conn, messages)`` runs once, with all the messages, in the
-        same transaction.
+        error) rolls back every part. ``mark_pending`` marks them all as awaiting vectors in the same
+        transaction.
         """
         checked = {thread_id: q.validate_messages(thread_id, messages) for thread_id, messages in by_thread.items()}
         parts = [(thread_id, [_message_row(m) for m in messages], messages)
@@ -1088,6 +1091,7 @@ class SQLiteStore:
         if not parts:
             await self._idle_checkpoint()
             return {thread_id: [] for thread_id in by_thread}
+        after = await self._pending_hook(mark_pending)
 
         def job(conn: sqlite3.Connection) -> list[dict[str, str]]:
             now = to_iso(utc_now())
@@ -1100,6 +1104,23 @@ class SQLiteStore:
         stored = {thread_id: q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
                   for (thread_id, _, messages), kept in zip(parts, kept_per_part, strict=True)}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
+
+    async def _pending_hook(self, mark_pending: bool) -> SaveHook | None:
+        """The in-transaction hook that writes pending vector marks (its tables made first), or None."""
+        if not mark_pending:
+            return None
+        await self.vector_records().ensure_tables()
+        return SQLiteVectorRecords.pending_marker
+
+    def vector_records(self) -> SQLiteVectorRecords:
+        """The vector rows of this file (``threadmind_vectors`` and friends), written on its writer thread."""
+        if self._vector_records is None:
+            self._vector_records = SQLiteVectorRecords(self)
+        return self._vector_records
+
+    def observational_records(self, *, ttl: float | None = None) -> ObservationalMemoryStore:
+        """Observational-memory records in Mastra's ``mastra_observational_memory`` table of this file."""
+        return SQLiteOMStore(self, ttl)
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         """Page through messages (reference §5.3), with include windows and filters."""

@@ -25,7 +25,6 @@ __all__ = (
     "SQLiteVectorRecords",
     "VectorRecord",
     "VectorRecords",
-    "vector_records_for",
 )
 
 T = TypeVar("T")
@@ -123,13 +122,6 @@ class _SQLExecutor(Protocol):
     async def execute_write(self, fn: Callable[[sqlite3.Connection], T], *, defer: float = 0.0) -> T: ...
 
     async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-
-
-def vector_records_for(store: object) -> VectorRecords:
-    """SQL-backed records for a store that runs SQL jobs (``SQLiteStore``), else in-memory records."""
-    if isinstance(store, _SQLExecutor):
-        return SQLiteVectorRecords(store)
-    return InMemoryVectorRecords()
 
 
 def _chunks(items: Sequence[str], size: int = _IN_CHUNK) -> Iterable[Sequence[str]]:

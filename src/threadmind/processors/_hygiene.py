@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from .codecs import Message, MessageContent, Part, TextPart, ToolInvocationPart
+from ..codecs import Message, MessageContent, Part, TextPart, ToolInvocationPart
 
 __all__ = ("WM_TOOL_NAME", "is_transient_signal", "persistable", "strip_working_memory_tags")
 

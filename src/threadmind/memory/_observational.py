@@ -18,139 +18,33 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import msgspec
 
-from ._config import ObservationalMemoryConfig
-from ._hygiene import is_transient_signal
-from ._transcript import part_texts
-from .actors._thread_actor import Exclusive
-from .codecs import Message, to_iso, utc_now
-from .errors import ThreadmindError
-from .stores._om import ObservationalMemoryStore, OMRecord, lookup_key, om_store_for
-from .stores._protocol import DateRange, MessageQuery, Store
-from .tokens import DefaultTokenCounter, TokenCounter
-from .tracing import operation_span
+from .._config import ObservationalMemoryConfig
+from ..codecs import Message, to_iso, utc_now
+from ..errors import ThreadmindError
+from ..processors import (
+    OBSERVER_INSTRUCTIONS,
+    REFLECTOR_INSTRUCTIONS,
+    MemoryAccess,
+    date_header,
+    is_transient_signal,
+    observer_transcript,
+    sealed_updates,
+    split_observer_output,
+)
+from ..stores import DateRange, MessageQuery, ObservationalMemoryStore, OMRecord, Store, lookup_key
+from ..tokens import DefaultTokenCounter, TokenCounter
+from ..tracing import operation_span
 
 if TYPE_CHECKING:
-    from .memory import Memory
-    from .models import LanguageModel
+    from ..models import LanguageModel
+    from ._core import MemoryCore
 
-__all__ = (
-    "OBSERVATIONS_PREAMBLE",
-    "OBSERVER_INSTRUCTIONS",
-    "REFLECTOR_INSTRUCTIONS",
-    "ObservationalMemoryEngine",
-    "block_after_tokens",
-    "observations_system_message",
-)
+__all__ = ("ObservationalMemoryEngine",)
 
 T = TypeVar("T")
 _log = logging.getLogger("threadmind.observational")
 
-OBSERVATIONS_PREAMBLE = "The following observations block contains your memory of past conversations with this user."
-
-OBSERVER_INSTRUCTIONS = (
-    "You are the Observer of a conversational agent's memory. Read the new messages of the conversation and "
-    "write concise observations of everything worth remembering: facts about the user, their preferences, goals "
-    "and decisions, what was asked and answered, tasks in progress, and any commitments the assistant made. "
-    "Write one observation per line starting with '* ' and a priority marker (🔴 important, 🟡 maybe useful, "
-    "🟢 minor), include times as (HH:MM) when known, and keep names, numbers and exact values. Do not repeat "
-    "observations already listed under previous observations. Output only the observation lines, optionally "
-    "followed by <current-task>what the user is working on now</current-task> and "
-    "<suggested-response>guidance for the assistant's next reply</suggested-response>."
-)
-
-REFLECTOR_INSTRUCTIONS = (
-    "You are the Reflector of a conversational agent's memory. The observations below have grown too long. "
-    "Rewrite them into a shorter log that keeps every fact still relevant: merge duplicates, drop what was "
-    "superseded, keep dates as 'Date:' headers and keep the one-observation-per-line '* ' format with priority "
-    "markers. Output only the condensed observations."
-)
-
 _MAX_ROUNDS = 8  # observation rounds one background job may run before yielding to the next trigger
-
-# Tags the Observer may add after its observations; they go to thread.metadata.mastra.om (reference §8.1).
-_OBSERVER_TAGS = (("current-task", "currentTask"), ("suggested-response", "suggestedResponse"))
-
-
-def split_observer_output(text: str) -> tuple[str, dict[str, str]]:
-    """The observation lines, and the tagged extras (``currentTask``, ``suggestedResponse``) cut out of them."""
-    extras: dict[str, str] = {}
-    for tag, key in _OBSERVER_TAGS:
-        opening, closing = f"<{tag}>", f"</{tag}>"
-        start = text.find(opening)
-        end = text.find(closing, start + len(opening)) if start >= 0 else -1
-        if start >= 0 and end >= 0:
-            value = text[start + len(opening):end].strip()
-            if value:
-                extras[key] = value
-            text = text[:start] + text[end + len(closing):]
-    return text.strip(), extras
-
-
-def sealed_updates(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """``update_messages`` entries that mark observed messages sealed (``content.metadata.mastra.sealed``),
-    keeping whatever else their ``mastra`` metadata holds."""
-    updates: list[dict[str, Any]] = []
-    for message in messages:
-        mastra = (message.content.metadata or {}).get("mastra")
-        mastra = dict(mastra) if isinstance(mastra, dict) else {}
-        if mastra.get("sealed") is True:
-            continue
-        mastra["sealed"] = True
-        updates.append({"id": message.id, "content": {"metadata": {"mastra": mastra}}})
-    return updates
-
-
-def block_after_tokens(config: ObservationalMemoryConfig) -> float:
-    """Unobserved tokens past which a turn waits for the Observer (default 1.2 × ``message_tokens``)."""
-    value = config.block_after
-    if value is None:
-        return 1.2 * config.message_tokens
-    return value * config.message_tokens if 1 <= value < 100 else float(value)
-
-
-# Read after the block: how to weigh what it says against the conversation (the reference places such
-# instructions after ``</observations>``).
-OBSERVATIONS_GUIDANCE = (
-    "When you answer, rely on the most recent observations where they disagree with older ones, treat planned "
-    "actions whose dates have passed as done, and let the user's latest message take priority over everything "
-    "in this block."
-)
-
-# The user-role reminder that opens the remaining history once observations replaced its older part
-# (reference §8.1); recall hides it like every <system-reminder> message, and it is never stored.
-CONTINUATION_REMINDER = (
-    "<system-reminder>This is not a message from the user. The earlier part of this conversation is kept in "
-    "the observations above, because it no longer fits in the context. Continue the conversation naturally "
-    "from where they leave off: do not greet the user as if it were a new conversation and do not mention "
-    "observations or memory. Every message after this reminder is newer than the observations."
-    "</system-reminder>"
-)
-CONTINUATION_ID = "om-continuation"
-
-
-def observations_system_message(observations: str) -> str:
-    """The system text the model sees: the preamble, the ``<observations>`` block and how to read it."""
-    return (f"{OBSERVATIONS_PREAMBLE}\n\n<observations>\n{observations.strip()}\n</observations>\n\n"
-            f"{OBSERVATIONS_GUIDANCE}")
-
-
-def _date_header(messages: Sequence[Message]) -> str:
-    first = messages[0].created_at
-    last = messages[-1].created_at
-    start = f"{first:%b} {first.day}, {first.year}"
-    end = f"{last:%b} {last.day}, {last.year}"
-    return f"Date: {start}" if start == end else f"Date: {start} - {end}"
-
-
-def _transcript(messages: Sequence[Message]) -> str:
-    lines: list[str] = []
-    for message in messages:
-        stamp = f"{message.created_at:%Y-%m-%d %H:%M}"
-        role = {"user": "User", "assistant": "Assistant"}.get(message.role, message.role.capitalize())
-        texts = [text if kind == "text" else f"({kind}) {text}" for kind, text in part_texts(message, tool_chars=500)]
-        if texts:
-            lines.append(f"[{stamp}] {role}: " + "\n".join(texts))
-    return "\n".join(lines)
 
 
 class _Snapshot(msgspec.Struct, kw_only=True):
@@ -164,13 +58,13 @@ class ObservationalMemoryEngine:
 
     def __init__(
         self,
-        memory: Memory,
+        core: MemoryCore,
         *,
         token_counter: TokenCounter | None = None,
         retries: int = 3,
         backoff: float = 0.05,
     ) -> None:
-        self._memory = memory
+        self._core = core
         self._records: ObservationalMemoryStore | None = None
         self.counter: TokenCounter = token_counter or DefaultTokenCounter()
         self.retries = retries
@@ -184,12 +78,12 @@ class ObservationalMemoryEngine:
     def records(self) -> ObservationalMemoryStore:
         """The OM record store (the SQLite table, or a dictionary)."""
         if self._records is None:
-            self._records = om_store_for(self._memory.storage, ttl=self._memory._cache_ttl)
+            self._records = self._core.store().observational_records(ttl=self._core.cache_ttl)
         return self._records
 
     @property
     def _store(self) -> Store:
-        return self._memory.storage
+        return self._core.store()
 
     @staticmethod
     def key(config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> str:
@@ -207,7 +101,7 @@ class ObservationalMemoryEngine:
     ) -> LanguageModel | None:
         model = (config.reflection_model or config.model) if reflector else config.model
         if isinstance(model, str):
-            from .models import resolve_model
+            from ..models import resolve_model
 
             return resolve_model(model)
         if model is not None:
@@ -221,19 +115,17 @@ class ObservationalMemoryEngine:
         fn: Callable[[], Awaitable[T]], name: str,
     ) -> T:
         """Run ``fn`` on the owning actor (works while ``aclose()`` drains background work)."""
-        memory = self._memory
+        system = self._core.system
+        if system is None:
+            raise ThreadmindError("this Memory has no store", code="THREADMIND_CLOSED")
         if config.scope == "resource" and resource_id:
-            registry = memory._resources
-            if registry is None:
-                raise ThreadmindError("this Memory is closed", code="THREADMIND_CLOSED")
-            result: T = await registry.ask(resource_id, Exclusive(fn, name))
-            return result
+            return await system.resource_exclusive(resource_id, fn, name, background=True)
         # Observation reads messages and writes only OM records: the thread actor keeps its tail and row.
-        return await memory._background_exclusive(thread_id, fn, name, thread_unchanged=True)
+        return await system.exclusive(thread_id, fn, name, thread_unchanged=True, background=True)
 
     # -- reading -------------------------------------------------------------------------------------
     async def _unobserved(
-        self, store: Store, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+        self, store: MemoryAccess | Store, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
         record: OMRecord | None,
     ) -> list[Message]:
         cursor = record.last_observed_at if record is not None else None
@@ -255,7 +147,7 @@ class ObservationalMemoryEngine:
                 if m.id not in seen and m.role != "system" and not is_transient_signal(m)]
 
     async def load(
-        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, store: Store
+        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, store: MemoryAccess
     ) -> tuple[OMRecord | None, list[Message]]:
         """The current record and the unobserved messages (read through ``store``, e.g. the routed store)."""
         record = await self.records.current(self.key(config, thread_id, resource_id))
@@ -264,13 +156,13 @@ class ObservationalMemoryEngine:
     # -- scheduling ----------------------------------------------------------------------------------
     def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
         """Start a background observation for this key unless one is running; True when started."""
-        background = self._memory._background
+        system = self._core.system
         key = self.key(config, thread_id, resource_id)
-        if background is None or key in self._inflight:
+        if system is None or not system.accepting_background or key in self._inflight:
             return False
         done = self._inflight[key] = anyio.Event()
-        background.start_soon(self._background_job, config, thread_id, resource_id, key, done,
-                              name=f"threadmind.om.observe[{key}]")
+        system.spawn(self._background_job, config, thread_id, resource_id, key, done,
+                     name=f"threadmind.om.observe[{key}]")
         return True
 
     async def _background_job(
@@ -320,7 +212,7 @@ class ObservationalMemoryEngine:
     # -- the Observer and the Reflector -------------------------------------------------------------
     async def _call(self, model: LanguageModel, system: str, prompt: str, what: str) -> str:
         """One model call with bounded retries (exponential backoff); raises the last error."""
-        from .models import ModelRequest
+        from ..models import ModelRequest
 
         delay = self.backoff
         for attempt in range(1, self.retries + 1):
@@ -359,9 +251,9 @@ class ObservationalMemoryEngine:
             return False
         previous = snap.record.active_observations if snap.record is not None else ""
         prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
-                  f"New messages to observe:\n{_transcript(snap.messages)}")
+                  f"New messages to observe:\n{observer_transcript(snap.messages)}")
         observed, extras = split_observer_output(await self._call(model, OBSERVER_INSTRUCTIONS, prompt, "observer"))
-        block = f"{_date_header(snap.messages)}\n{observed}"
+        block = f"{date_header(snap.messages)}\n{observed}"
 
         async def _commit() -> OMRecord | None:
             current = await records.current(key)

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from .stores._vector_records import SQLiteVectorRecords, VectorRecord, _SQLExecutor
+from ._vector_records import SQLiteVectorRecords, VectorRecord, _SQLExecutor
 
-__all__ = ("MastraVectorTable", "import_mastra_vectors", "mastra_vector_tables")
+__all__ = ("MastraVectorTable", "import_mastra_vectors", "mastra_vector_tables", "vector_tables_in")
 
 T = TypeVar("T")
 _log = logging.getLogger("threadmind.interop")
@@ -41,7 +41,7 @@ class MastraVectorTable(msgspec.Struct, frozen=True):
     dimension: int
 
 
-def _tables(conn: sqlite3.Connection) -> list[MastraVectorTable]:
+def vector_tables_in(conn: sqlite3.Connection) -> list[MastraVectorTable]:
     found: list[MastraVectorTable] = []
     for name, sql in conn.execute(
         "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name LIKE 'memory_messages%' ORDER BY name"
@@ -62,7 +62,7 @@ async def mastra_vector_tables(store: object) -> list[MastraVectorTable]:
     """The Mastra message vector tables in a SQL store's database (none for other stores)."""
     if not isinstance(store, _SQLExecutor):
         return []
-    return await store.execute_read(_tables)
+    return await store.execute_read(vector_tables_in)
 
 
 def _valid_embedding(raw: object, dimension: int) -> bytes | None:
@@ -144,7 +144,7 @@ async def import_mastra_vectors(store: object, *, index_names: Sequence[str] | N
     """
     if not isinstance(store, _SQLExecutor):
         return 0
-    tables = await store.execute_read(_tables)
+    tables = await store.execute_read(vector_tables_in)
     if index_names is not None:
         tables = [t for t in tables if t.name in set(index_names)]
     if not tables:

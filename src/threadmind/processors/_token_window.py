@@ -13,11 +13,12 @@ from typing import Any
 
 import msgspec
 
-from ._config import MessageHistoryConfig
+from .._config import MessageHistoryConfig
+from ..codecs import Message, ToolInvocationPart, from_iso, to_iso
+from ..stores import Include, MessageQuery
+from ..tokens import DefaultTokenCounter, TokenCounter
+from ._access import MessageReader
 from ._hygiene import is_transient_signal
-from .codecs import Message, ToolInvocationPart, from_iso, to_iso
-from .stores._protocol import Include, MessageQuery, Store
-from .tokens import DefaultTokenCounter, TokenCounter
 
 __all__ = (
     "BOUNDARY_KEY",
@@ -167,7 +168,7 @@ def _retain(
 
 
 async def load_token_window(
-    store: Store,
+    store: MessageReader,
     thread_id: str,
     resource_id: str | None,
     history: MessageHistoryConfig,

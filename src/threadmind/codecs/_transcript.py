@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from .codecs import Message, ReasoningPart, TextPart, ToolInvocationPart
+from ._types import Message, ReasoningPart, TextPart, ToolInvocationPart
 
 __all__ = ("PartText", "part_texts")
 

@@ -12,8 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ._config import WorkingMemoryConfig
-from ._results import WorkingMemoryTemplate
+from .._config import WorkingMemoryConfig
+from .._results import WorkingMemoryTemplate
 
 __all__ = (
     "DEFAULT_TEMPLATE",

@@ -1,0 +1,248 @@
+"""The actor system of one Memory: thread and resource registries, the index actor, and background work.
+
+``ActorSystem`` owns every long-lived task of a Memory in a host task of its own (``HostTask``), so it can be
+started and closed from any task. It offers the few ways the rest of threadmind talks to actors:
+
+* ``ask(thread_id, command)``: one command to a thread's actor, in its arrival order;
+* ``exclusive(thread_id, fn)``: run ``fn`` with the thread to itself (a multi-step read-modify-write);
+* ``holding(thread_ids, fn)``: run ``fn`` while holding several threads (sorted ids: never deadlocks);
+* ``resource_exclusive(resource_id, fn)`` / ``get_resource(resource_id)``: the same for a resource;
+* ``turn(thread_id, policy)``: an agent turn's hold on its thread (``enqueue``, ``reject`` or ``parallel``);
+* ``spawn(fn, ...)``: background work (titles, observations) that ``aclose()`` waits for.
+
+Shutdown order: background work finishes first (it may still use the actors), then the index actor flushes,
+then the actors drain, then the store closes.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ..codecs import Resource
+from ..errors import ThreadBusy, ThreadmindError
+from ._lowlevel import HostTask
+from ._registry import ActorRegistry
+from ._resource_actor import GetResource, ResourceActor
+from ._thread_actor import Exclusive, ThreadActor
+
+if TYPE_CHECKING:
+    from ..stores._protocol import Store
+    from ._index_actor import IndexActor
+
+__all__ = ("ActorSystem", "TurnPolicy")
+
+T = TypeVar("T")
+TurnPolicy = Literal["enqueue", "reject", "parallel"]
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+def sweep_interval(idle_timeout: float) -> float | None:
+    """How often the registries look for actors idle past ``idle_timeout``: a fraction of it, within 0.05–30 s."""
+    if not math.isfinite(idle_timeout):
+        return None
+    return min(30.0, max(0.05, idle_timeout / 4))
+
+
+class ActorSystem:
+    """The actors of one Memory over one store (see the module docstring).
+
+    :param store: the message store every actor reads and writes.
+    :param cache_ttl: seconds actors trust what they cached (``math.inf``: until a write says otherwise).
+    :param index: the index actor, or None without semantic recall; entered and flushed with the system.
+    :param on_start: awaited once everything runs, before ``start()`` returns (e.g. probe the embedder).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        cache_ttl: float,
+        idle_timeout: float,
+        max_actors: int,
+        index: IndexActor | None = None,
+        on_start: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.store = store
+        self.index = index
+        self._cache_ttl = cache_ttl
+        self._idle_timeout = idle_timeout
+        self._max_actors = max_actors
+        self._on_start = on_start
+        self._state = _State.NEW
+        self._host = HostTask(self._enter, name="threadmind.memory")
+        self._threads: ActorRegistry[ThreadActor] | None = None
+        self._resources: ActorRegistry[ResourceActor] | None = None
+        self._background: TaskGroup | None = None
+
+    # lifecycle -----------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """Started and not closed."""
+        return self._state is _State.RUNNING
+
+    async def start(self) -> None:
+        """Open the store and start every actor (idempotent; a failed start may be retried).
+
+        :raises ThreadmindError: the system was closed (``THREADMIND_CLOSED``).
+        """
+        if self._state is _State.RUNNING:
+            return
+        if self._state is _State.CLOSED:
+            raise ThreadmindError("this Memory is closed; create a new one", code="THREADMIND_CLOSED")
+        await self._host.start()
+        self._state = _State.RUNNING
+
+    async def aclose(self) -> None:
+        """Wait for background work, flush the index, drain every actor and close the store (idempotent)."""
+        self._state = _State.CLOSED
+        await self._host.stop()
+
+    async def _enter(self, stack: AsyncExitStack) -> None:
+        store = self.store
+        await store.open()
+        stack.push_async_callback(store.aclose)
+        interval = sweep_interval(self._idle_timeout)
+        ttl = self._cache_ttl
+        self._threads = await stack.enter_async_context(ActorRegistry(
+            lambda key: ThreadActor(key, store, ttl=ttl), idle_timeout=self._idle_timeout,
+            max_actors=self._max_actors, sweep_interval=interval))
+        self._resources = await stack.enter_async_context(ActorRegistry(
+            lambda key: ResourceActor(key, store, ttl=ttl), idle_timeout=self._idle_timeout,
+            sweep_interval=interval))
+        if self.index is not None:
+            await stack.enter_async_context(self.index)
+        if self._on_start is not None:
+            await self._on_start()
+        self._background = await stack.enter_async_context(anyio.create_task_group())
+
+    @property
+    def threads(self) -> ActorRegistry[ThreadActor]:
+        """The thread actors (``ThreadmindError`` before start and after close)."""
+        threads, _ = self._registries()
+        return threads
+
+    @property
+    def resources(self) -> ActorRegistry[ResourceActor]:
+        """The resource actors (``ThreadmindError`` before start and after close)."""
+        _, resources = self._registries()
+        return resources
+
+    def check_running(self) -> None:
+        """Raise the misuse error of a system that is not started or already closed."""
+        if self._state is _State.NEW:
+            raise ThreadmindError(
+                "Memory is not started: use `async with memory:` or `await memory.start()` first",
+                code="THREADMIND_NOT_STARTED",
+            )
+        if self._state is _State.CLOSED or self._threads is None:
+            raise ThreadmindError("this Memory is closed", code="THREADMIND_CLOSED")
+
+    def _registries(self) -> tuple[ActorRegistry[ThreadActor], ActorRegistry[ResourceActor]]:
+        """The registries while they exist (also while ``aclose()`` lets background work finish)."""
+        threads, resources = self._threads, self._resources
+        if threads is None or resources is None:
+            raise ThreadmindError("this Memory is closed", code="THREADMIND_CLOSED")
+        return threads, resources
+
+    # threads -------------------------------------------------------------------------------------
+    async def ask(self, thread_id: str, command: Any) -> Any:
+        """Send ``command`` to the thread's actor and return its reply."""
+        self.check_running()
+        threads, _ = self._registries()
+        return await threads.ask(thread_id, command)
+
+    async def exclusive(self, thread_id: str, fn: Callable[[], Awaitable[T]], name: str, *,
+                        thread_unchanged: bool = False, background: bool = False) -> T:
+        """Run ``fn`` with exclusive access to the thread.
+
+        ``thread_unchanged``: ``fn`` writes neither the thread's row nor its messages (the actor keeps its
+        caches). ``background``: the caller is background work, which may still run while ``aclose()``
+        drains it.
+        """
+        if not background:
+            self.check_running()
+        threads, _ = self._registries()
+        result: T = await threads.ask(thread_id, Exclusive(fn, name, thread_unchanged))
+        return result
+
+    async def holding(self, thread_ids: Sequence[str], fn: Callable[[], Awaitable[T]], name: str) -> T:
+        """Run ``fn`` while holding the actor of each of ``thread_ids`` (an exclusive step on each, nested).
+
+        Callers pass the ids sorted: two holders then always take their common actors in the same order,
+        so neither can wait on the other. Once the first actor has started, the rest runs to completion
+        even if the caller leaves (handlers are shielded).
+        """
+        if not thread_ids:
+            return await fn()
+        first, rest = thread_ids[0], thread_ids[1:]
+        return await self.exclusive(first, lambda: self.holding(rest, fn, name), name)
+
+    @asynccontextmanager
+    async def turn(self, thread_id: str, policy: TurnPolicy) -> AsyncIterator[None]:
+        """Hold the thread for one agent turn per ``policy`` (SPEC §6): ``enqueue`` waits for the turn before
+        it, ``reject`` raises ``ThreadBusy`` while another runs, ``parallel`` does not hold it at all."""
+        self.check_running()
+        if policy == "parallel":
+            yield
+            return
+        threads, _ = self._registries()
+        actor = threads.get(thread_id)
+        actor.turn_started()
+        try:
+            if policy == "reject":
+                try:
+                    actor.turn_lock.acquire_nowait()
+                except anyio.WouldBlock:
+                    raise ThreadBusy(thread_id) from None
+                try:
+                    yield
+                finally:
+                    actor.turn_lock.release()
+            else:
+                async with actor.turn_lock:
+                    yield
+        finally:
+            actor.turn_finished()
+
+    # resources -----------------------------------------------------------------------------------
+    async def resource_exclusive(self, resource_id: str, fn: Callable[[], Awaitable[T]], name: str, *,
+                                 background: bool = False) -> T:
+        """Run ``fn`` with exclusive access to the resource (its working memory, its row)."""
+        if not background:
+            self.check_running()
+        _, resources = self._registries()
+        result: T = await resources.ask(resource_id, Exclusive(fn, name))
+        return result
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        """The resource row through its actor (cached while fresh; after any update through it, re-read)."""
+        self.check_running()
+        _, resources = self._registries()
+        resource: Resource | None = await resources.ask(resource_id, GetResource())
+        return resource
+
+    # background work -----------------------------------------------------------------------------
+    def spawn(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str | None = None) -> bool:
+        """Start ``fn(*args)`` as background work that ``aclose()`` waits for; False when closed or closing."""
+        background = self._background
+        if background is None or self._state is not _State.RUNNING:
+            return False
+        background.start_soon(fn, *args, name=name)
+        return True
+
+    @property
+    def accepting_background(self) -> bool:
+        """Whether :meth:`spawn` would start work now."""
+        return self._background is not None and self._state is _State.RUNNING

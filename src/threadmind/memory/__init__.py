@@ -1,0 +1,36 @@
+"""``Memory`` and its options (``from threadmind.memory import Memory``).
+
+The package: ``_facade`` (the public ``Memory``), ``_core`` (the state its parts share), ``_messages``,
+``_recall``, ``_working_memory``, ``_clone``, ``_threads``, ``_titles`` (policy per concern), ``_pipeline``
+(the memory processors of a run), ``_gateway`` (what those processors read and write through), ``_turn``
+(the agent-turn protocol, ``Memory.turn``), ``_observational`` (the observational-memory engine) and
+``_validation`` (argument checks).
+"""
+
+from __future__ import annotations
+
+from .._config import GenerateTitleConfig as GenerateTitleConfig
+from .._config import IndexConfig as IndexConfig
+from .._config import MemoryConfig as MemoryConfig
+from .._config import MessageHistoryConfig as MessageHistoryConfig
+from .._config import MessageRange as MessageRange
+from .._config import ObservationalMemoryConfig as ObservationalMemoryConfig
+from .._config import SemanticRecallConfig as SemanticRecallConfig
+from .._config import WorkingMemoryConfig as WorkingMemoryConfig
+from ._facade import Memory as Memory
+from ._observational import ObservationalMemoryEngine as ObservationalMemoryEngine
+from ._turn import Turn as Turn
+
+__all__ = (
+    "GenerateTitleConfig",
+    "IndexConfig",
+    "Memory",
+    "MemoryConfig",
+    "MessageHistoryConfig",
+    "MessageRange",
+    "ObservationalMemoryConfig",
+    "ObservationalMemoryEngine",
+    "SemanticRecallConfig",
+    "Turn",
+    "WorkingMemoryConfig",
+)

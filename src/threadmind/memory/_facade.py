@@ -1,0 +1,636 @@
+"""The ``Memory`` facade: threads, messages, recall and working memory over a store and an index.
+
+``Memory`` validates every argument (``ValidationError`` naming the field) and delegates: the actor system
+(``threadmind.actors.ActorSystem``) serializes each thread's and resource's operations; the modules beside
+this one hold the policy (``_messages`` saves, ``_recall``, ``_working_memory``, ``_clone``, ``_pipeline``
+processors, ``_turn`` agent turns, ``_observational``). ``start()``/``aclose()`` (or ``async with``) may be
+called from any task: the actor system lives in a host task the Memory owns.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+import anyio
+
+from .._config import MemoryConfig
+from .._results import CloneResult, RecallResult, SaveResult, WorkingMemoryTemplate
+from ..actors import ActorSystem, DeleteThread, UpdateThread
+from ..codecs import Message, Thread, utc_now
+from ..errors import ConfigError, ValidationError
+from ..processors import instruction, persistable, readonly_instruction, template_for
+from ..stores import DateRange, Include, Store, ThreadPage, parse_date_range, parse_include
+from ..tokens import TokenCounter
+from ..tools import Tool
+from ..tracing import operation_span
+from ._clone import clone_thread
+from ._core import MemoryCore, parse_options, ttl_seconds
+from ._messages import delete_messages, save_batch, update_messages
+from ._pipeline import Pipeline
+from ._recall import recall
+from ._threads import create_thread
+from ._turn import Turn, open_turn
+from ._validation import check_ids, check_list, check_metadata, check_title, coerce_message, require_id
+from ._working_memory import (
+    mirror_into_resource,
+    owned_by,
+    read_working_memory,
+    scope_key,
+    working_memory_tool,
+    write_working_memory,
+)
+
+if TYPE_CHECKING:
+    from ..actors import IndexStatistics, VectorHit
+    from ..embedders import Embedder
+    from ..processors import MemoryAccess
+    from ..stores import HnswVectorStore
+    from ._observational import ObservationalMemoryEngine
+
+__all__ = ("Memory",)
+
+_log = logging.getLogger("threadmind.memory")
+_TAIL_TTL = 2.0  # seconds actors trust what they cached by default (see ``cache_ttl``)
+
+
+class Memory:
+    """Durable conversational memory for agents (threads, messages, recall, working memory).
+
+    :param storage: a ``Store`` (``SQLiteStore``, ``InMemoryStore``, ``PostgresStore`` or your own; checked
+        here, ``ConfigError`` naming a missing method); operations without one raise ``ConfigError``.
+    :param vector: an ``HnswVectorStore`` for semantic recall, or None/False for none.
+    :param embedder: an ``Embedder`` or a model-router string such as ``"openai/text-embedding-3-small"``.
+    :param embedding_dimension: the expected vector length; a different embedder output raises
+        ``EmbeddingDimensionMismatch`` before any index is created.
+    :param options: a ``MemoryConfig`` or a dict in Mastra's camelCase shape.
+    :param token_counter: counts tokens for budgets and ``estimate_tokens``; the reference-compatible
+        estimator by default, or ``ExactTokenCounter()`` (extra ``[tokens]``) for real BPE counts.
+    :param cache_ttl: seconds the thread and resource actors (and observational memory) trust what they
+        cached from the store: a thread's row and newest messages, a resource's row, the current OM record.
+        Writes in this process (through this memory, straight into ``memory.storage``, or through another
+        ``SQLiteStore`` object on the same file) are seen at once either way; the TTL bounds how long a write
+        by another process can go unseen. ``None``: no expiry, for a database only this process writes.
+    """
+
+    def __init__(
+        self,
+        *,
+        storage: Store | None = None,
+        vector: HnswVectorStore | Literal[False] | None = None,
+        embedder: Embedder | str | None = None,
+        embedding_dimension: int | None = None,
+        options: MemoryConfig | Mapping[str, Any] | None = None,
+        idle_timeout: float = 300.0,
+        token_counter: TokenCounter | None = None,
+        max_actors: int = 10_000,
+        cache_ttl: float | None = _TAIL_TTL,
+    ) -> None:
+        if cache_ttl is not None and (isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float))
+                                      or not cache_ttl >= 0):
+            raise ConfigError(f"cache_ttl must be None or a number of seconds >= 0, got {cache_ttl!r}")
+        if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float)) or not idle_timeout >= 0:
+            raise ConfigError(f"idle_timeout must be a number of seconds >= 0, got {idle_timeout!r}")
+        if isinstance(max_actors, bool) or not isinstance(max_actors, int) or max_actors < 1:
+            raise ConfigError(f"max_actors must be an integer >= 1, got {max_actors!r}")
+        parsed = parse_options(options)
+        if embedding_dimension is not None and (
+            isinstance(embedding_dimension, bool) or not isinstance(embedding_dimension, int) or embedding_dimension < 1
+        ):
+            raise ConfigError("embedding_dimension must be a positive integer")
+        if isinstance(embedder, str):
+            from ..embedders import resolve_embedder
+
+            embedder = resolve_embedder(embedder)
+        vector_store = vector or None
+        if parsed.semantic_recall_config is not None:
+            if vector_store is None:
+                raise ConfigError("Semantic recall requires a vector store to be configured.",
+                                  code="THREADMIND_CONFIG_VECTOR")
+            if embedder is None:
+                raise ConfigError("Semantic recall requires an embedder to be configured.",
+                                  code="THREADMIND_CONFIG_EMBEDDER")
+            # The HNSW parameters come from the vector store, or from semanticRecall.indexConfig where the
+            # store was left at its defaults (per-call configs cannot rebuild the index).
+            wanted = parsed.semantic_recall_config.index_config
+            vector_store.adopt(wanted.metric, wanted.m, wanted.ef_construction, wanted.ef_search)
+        self._core = MemoryCore(storage=storage, vector=vector_store, embedder=embedder,
+                                embedding_dimension=embedding_dimension, options=parsed, idle_timeout=idle_timeout,
+                                token_counter=token_counter, max_actors=max_actors, cache_ttl=ttl_seconds(cache_ttl))
+        self._pipeline = Pipeline(self._core)
+
+    # lifecycle -----------------------------------------------------------------------------------
+    @property
+    def options(self) -> MemoryConfig:
+        """The instance options (per-call options merge over these)."""
+        return self._core.options
+
+    @property
+    def storage(self) -> Store:
+        """The configured store; ``ConfigError`` when there is none."""
+        return self._core.store()
+
+    @property
+    def actor_system(self) -> ActorSystem:
+        """The runtime that serializes this memory's threads and resources (registries, index actor): for
+        statistics, tools and tests. ``ConfigError`` without a store."""
+        self._core.store()
+        assert self._core.system is not None
+        return self._core.system
+
+    @property
+    def processor_access(self) -> MemoryAccess:
+        """What this memory's processors read and write through (every thread operation via its actor)."""
+        return self._pipeline.access
+
+    @property
+    def observational_engine(self) -> ObservationalMemoryEngine | None:
+        """The observational-memory engine (records, observations in flight), once anything used it."""
+        return self._core.observational
+
+    def effective_options(self, override: MemoryConfig | Mapping[str, Any] | None = None) -> MemoryConfig:
+        """The options a call with ``override`` (a per-call config or camelCase dict) runs with."""
+        return self._core.call_config(override)
+
+    async def start(self) -> None:
+        """Open the store and start the actor system (idempotent; a failed start may be retried).
+
+        The actor system lives in a task of its own, owned by this Memory, so ``start()`` and ``aclose()`` may
+        be called from any task and under any timeout (a server's startup and shutdown handlers).
+        """
+        self._core.store()
+        assert self._core.system is not None
+        await self._core.system.start()
+
+    async def aclose(self) -> None:
+        """Wait for background work, drain every actor, flush the index and close the store (from any task)."""
+        if self._core.system is not None:
+            await self._core.system.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        core = getattr(self, "_core", None)
+        if core is not None and core.system is not None and core.system.running:
+            warnings.warn("unclosed Memory; use `async with memory:` or await memory.aclose()", ResourceWarning,
+                          stacklevel=1)
+
+    # threads -------------------------------------------------------------------------------------
+    async def create_thread(
+        self,
+        *,
+        resource_id: str,
+        thread_id: str | None = None,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Create a thread owned by ``resource_id``; ``ValidationError`` if the id is taken."""
+        require_id(resource_id, "resource_id")
+        if thread_id is not None:
+            require_id(thread_id, "thread_id")
+        check_title(title)
+        check_metadata(metadata)
+        thread_id = thread_id or str(uuid.uuid4())
+        now = utc_now()
+        thread = Thread(thread_id, resource_id, title or "", dict(metadata) if metadata is not None else None, now, now)
+        with operation_span("threadmind.memory.create_thread", "update_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            created = await create_thread(self._core, thread)
+            await mirror_into_resource(self._core, created.resource_id, metadata)
+            return created
+
+    async def get_thread_by_id(self, thread_id: str, *, resource_id: str | None = None) -> Thread | None:
+        """The thread, or None when missing or owned by another resource than ``resource_id``."""
+        require_id(thread_id, "thread_id")
+        with operation_span("threadmind.memory.get_thread", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            self._core.actors()
+            thread = await self._core.store().get_thread(thread_id)
+            if thread is None or (resource_id is not None and thread.resource_id != resource_id):
+                return None
+            return thread
+
+    async def list_threads(
+        self,
+        *,
+        resource_id: str | None = None,
+        page: int = 0,
+        per_page: int | bool = 100,
+        order_by: Literal["created_at", "updated_at"] = "created_at",
+        direction: Literal["ASC", "DESC"] = "DESC",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ThreadPage:
+        """A page of threads, optionally of one resource and matching scalar metadata values."""
+        if order_by not in ("created_at", "updated_at", "createdAt", "updatedAt"):
+            raise ValidationError(f"order_by must be 'created_at' or 'updated_at', got {order_by!r}")
+        if direction not in ("ASC", "DESC"):
+            raise ValidationError(f"direction must be 'ASC' or 'DESC', got {direction!r}")
+        if resource_id is not None:
+            require_id(resource_id, "resource_id")
+        order: Literal["created_at", "updated_at"] = "updated_at" if order_by in ("updated_at", "updatedAt") \
+            else "created_at"
+        with operation_span("threadmind.memory.list_threads", "search_memory", resource_id=resource_id):
+            self._core.actors()
+            return await self._core.store().list_threads(resource_id=resource_id, page=page, per_page=per_page,
+                                                         order_by=order, direction=direction, metadata=metadata)
+
+    async def update_thread(
+        self, thread_id: str, *, title: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> Thread:
+        """Set the title and/or shallow-merge metadata; ``ThreadNotFound`` when missing."""
+        require_id(thread_id, "thread_id")
+        check_title(title)
+        check_metadata(metadata)
+        with operation_span("threadmind.memory.update_thread", "update_memory", thread_id=thread_id):
+            thread: Thread = await self._core.actors().ask(thread_id, UpdateThread(title, metadata))
+            await mirror_into_resource(self._core, thread.resource_id, metadata)
+            return thread
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread, its messages, its vectors and its observations."""
+        require_id(thread_id, "thread_id")
+        core = self._core
+        with operation_span("threadmind.memory.delete_thread", "delete_memory", thread_id=thread_id):
+            await core.actors().ask(thread_id, DeleteThread())
+            if core.index is not None:
+                await core.index.delete_thread(thread_id)
+            if core.observational is not None:  # the thread's observations go with it (reference §1 deleteThread)
+                await core.observational.records.delete(f"thread:{thread_id}")
+
+    async def update_thread_resource_id(self, thread_id: str, *, resource_id: str) -> Thread:
+        """Move a thread and all its messages (and vectors) to another resource."""
+        require_id(thread_id, "thread_id")
+        require_id(resource_id, "resource_id")
+        core = self._core
+        with operation_span("threadmind.memory.update_thread_resource_id", "update_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            store = core.store()
+            thread = await core.actors().exclusive(
+                thread_id, lambda: store.update_thread_resource_id(thread_id, resource_id), "move_thread")
+            if core.index is not None:
+                await core.index.move_thread(thread_id, resource_id)
+            return thread
+
+    # messages ------------------------------------------------------------------------------------
+    async def save_messages(
+        self,
+        messages: Sequence[Message | Mapping[str, Any]],
+        *,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> SaveResult:
+        """Persist messages (idempotent upsert by id), then embed them when semantic recall is on.
+
+        Every message needs ``thread_id`` and ``resource_id`` and an existing thread owned by that resource.
+        System messages and transient signals are dropped; ``<working_memory>`` blocks and
+        ``updateWorkingMemory`` tool parts are stripped. The batch commits in one transaction or not at all,
+        also when it spans threads (it is then written while every one of their actors is held). If the
+        embedder fails the messages stay saved, their vectors are queued for retry, and ``EmbedderError``
+        is raised.
+        """
+        config = self._core.call_config(memory_config)
+        if type(messages) is not list and (isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)):
+            raise ValidationError("`messages` must be a list of Message objects or dicts")
+        batch: list[Message] = []
+        seen: dict[str, int] = {}
+        for index, value in enumerate(messages):
+            message = coerce_message(value, index)
+            thread_id, resource_id = message.thread_id, message.resource_id
+            # The field names are formatted only on failure (this loop runs for every saved message).
+            if not (type(thread_id) is str and thread_id.strip()):
+                require_id(thread_id, f"messages[{index}].thread_id")
+            if not (type(resource_id) is str and resource_id.strip()):
+                require_id(resource_id, f"messages[{index}].resource_id")
+            kept = persistable(message)
+            if kept is None:
+                continue
+            if kept.id in seen:  # a repeated id in one batch: the last copy wins, in the first slot
+                batch[seen[kept.id]] = kept
+                continue
+            seen[kept.id] = len(batch)
+            batch.append(kept)
+        threads = {m.thread_id for m in batch}
+        only = next(iter(threads)) if len(threads) == 1 else None
+        owner = batch[0].resource_id if batch and all(m.resource_id == batch[0].resource_id for m in batch) else None
+        with operation_span("threadmind.memory.save_messages", "upsert_memory", thread_id=only, resource_id=owner,
+                            threadmind__messages__count=len(batch)):
+            self._core.actors()
+            return await save_batch(self._core, batch, config)
+
+    async def recall(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        per_page: int | bool | None = None,
+        page: int = 0,
+        direction: Literal["ASC", "DESC"] | None = None,
+        include: Sequence[Mapping[str, Any] | Include] | None = None,
+        date_range: Mapping[str, Any] | DateRange | None = None,
+        thread_config: MemoryConfig | Mapping[str, Any] | None = None,
+        vector_search_string: str | None = None,
+    ) -> RecallResult:
+        """Messages of a thread: the configured history window by default, or a page when ``per_page`` is given.
+
+        With ``vector_search_string`` and semantic recall on, the top-k similar messages (and their context
+        windows) are merged in; during an embedder outage the result is history only, ``degraded=True``.
+        """
+        if not isinstance(thread_id, str) or not thread_id.strip():
+            raise ValidationError("threadId must be a non-empty string or array of non-empty strings",
+                                  code="MASTRA_STORAGE_LIBSQL_LIST_MESSAGES_INVALID_THREAD_ID")
+        if resource_id is not None:
+            require_id(resource_id, "resource_id")
+        if isinstance(page, bool) or not isinstance(page, int) or page < 0:
+            raise ValidationError(f"page must be a non-negative integer, got {page!r}",
+                                  code="MASTRA_STORAGE_LIBSQL_LIST_MESSAGES_INVALID_PAGE")
+        if per_page is not None and per_page is not False and (
+            per_page is True or not isinstance(per_page, int) or per_page < 0
+        ):
+            raise ValidationError(f"per_page must be a non-negative integer, False (all) or None, got {per_page!r}")
+        if direction is not None and direction not in ("ASC", "DESC"):
+            raise ValidationError(f"direction must be 'ASC' or 'DESC', got {direction!r}")
+        if include is not None:
+            check_list(include, "include", "{id, with_previous_messages, with_next_messages}")
+        includes = [parse_include(v, i) for i, v in enumerate(include or ())]
+        window = parse_date_range(date_range)
+        config = self._core.call_config(thread_config)
+        with operation_span("threadmind.memory.recall", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            return await recall(self._core, config, thread_id, resource_id, per_page=per_page, page=page,
+                                direction=direction, includes=includes, window=window,
+                                vector_search_string=vector_search_string)
+
+    async def list_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        """Messages with these ids in any thread, ascending by time; unknown ids are skipped."""
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise ValidationError("`ids` must be a list of message ids")
+        for i, value in enumerate(ids):
+            require_id(value, f"ids[{i}]")
+        with operation_span("threadmind.memory.list_messages_by_id", "search_memory"):
+            self._core.actors()
+            return await self._core.store().get_messages_by_id(list(ids))
+
+    async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
+        """Partial updates by id (content merged); changed text is re-embedded."""
+        check_list(updates, "updates", "dicts, each with an 'id'")
+        for i, update in enumerate(updates):
+            if not isinstance(update, Mapping):
+                raise ValidationError(f"updates[{i}] must be a dict with an 'id'")
+            require_id(update.get("id"), f"updates[{i}].id")
+        self._core.actors()
+        if not updates:
+            await anyio.lowlevel.checkpoint()
+            return []
+        with operation_span("threadmind.memory.update_messages", "update_memory"):
+            return await update_messages(self._core, updates)
+
+    async def delete_messages(self, ids: Sequence[str | Message | Mapping[str, Any]]) -> None:
+        """Delete messages by id (or message objects), and their vectors."""
+        if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Sequence):
+            raise ValidationError("Invalid input: must be an array of message IDs or message objects")
+        keys: list[str] = []
+        for item in ids:
+            if isinstance(item, str):
+                key: object = item
+            elif isinstance(item, Message):
+                key = item.id
+            elif isinstance(item, Mapping) and "id" in item:
+                key = item["id"]
+            else:
+                raise ValidationError("Invalid input: array items must be strings or objects with an id property "
+                                      f"(ids[{len(keys)}] is {type(item).__name__})")
+            if not isinstance(key, str) or not key.strip():
+                raise ValidationError("All message IDs must be non-empty strings")
+            keys.append(key)
+        self._core.actors()
+        if not keys:
+            await anyio.lowlevel.checkpoint()
+            return
+        with operation_span("threadmind.memory.delete_messages", "delete_memory"):
+            await delete_messages(self._core, keys)
+
+    async def clone_thread(
+        self,
+        source_thread_id: str,
+        *,
+        new_thread_id: str | None = None,
+        resource_id: str | None = None,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        message_limit: int | None = None,
+    ) -> CloneResult:
+        """Copy a thread and its messages (new ids) into a new thread, with their vectors, the thread's working
+        memory and its observations (reference §1, §7.1). ``resource_id`` names the copy's owner."""
+        require_id(source_thread_id, "source_thread_id")
+        if new_thread_id is not None:
+            require_id(new_thread_id, "new_thread_id")
+        if resource_id is not None:
+            require_id(resource_id, "resource_id")
+        if message_limit is not None and (isinstance(message_limit, bool) or not isinstance(message_limit, int)
+                                          or message_limit < 0):
+            raise ValidationError("message_limit must be a non-negative integer")
+        check_metadata(metadata)
+        with operation_span("threadmind.memory.clone_thread", "update_memory", thread_id=source_thread_id,
+                            resource_id=resource_id):
+            return await clone_thread(self._core, source_thread_id, new_thread_id=new_thread_id,
+                                      resource_id=resource_id, title=title, metadata=metadata,
+                                      message_limit=message_limit)
+
+    # vectors -------------------------------------------------------------------------------------
+    async def reindex(self, *, progress: Any = None) -> int:
+        """Make vectors for every message that has none (including ones that failed to embed).
+
+        ``progress(done, total)`` is called as batches complete (by default progress goes to the log).
+        """
+        with operation_span("threadmind.memory.reindex", "embeddings"):
+            self._core.actors()
+            index = self._core.index
+            if index is None:
+                return 0
+
+            def _log_progress(done: int, total: int) -> None:
+                _log.info("reindex: %d/%d messages embedded", done, total)
+
+            return await index.reindex(progress if progress is not None else _log_progress)
+
+    async def search_vectors(
+        self,
+        text: str,
+        *,
+        top_k: int = 10,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        threshold: float | None = None,
+    ) -> list[VectorHit]:
+        """The ``top_k`` stored messages most similar to ``text`` (message, thread, resource and score), within a
+        thread or a resource when given; ``[]`` without semantic recall. For tools and operators: ``recall``
+        is what an agent turn uses."""
+        if not isinstance(text, str):
+            raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 10_000:
+            raise ValidationError(f"`top_k` must be an integer from 1 to 10000, got {top_k!r}")
+        if thread_id is not None:
+            require_id(thread_id, "thread_id")
+        if resource_id is not None:
+            require_id(resource_id, "resource_id")
+        with operation_span("threadmind.memory.search_vectors", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            self._core.actors()
+            index = self._core.index
+            if index is None:
+                await anyio.lowlevel.checkpoint()
+                return []
+            return await index.query(text, top_k=top_k, thread_id=thread_id, resource_id=resource_id,
+                                     threshold=threshold)
+
+    async def flush_index(self) -> int:
+        """Wait until every vector queued so far is written and searchable; returns how many were staged.
+
+        Saves already return once their vectors are queryable; this is for work that opted out (an agent
+        turn embeds in the background) and for tools that need a quiescent index.
+        """
+        self._core.actors()
+        index = self._core.index
+        if index is None:
+            await anyio.lowlevel.checkpoint()
+            return 0
+        return await index.flush()
+
+    @property
+    def index_name(self) -> str | None:
+        """The vector index semantic recall uses (``memory_messages_<dim>``), once the embedder's dimension is
+        known (at ``start()``, or at the first use after an unreachable embedder)."""
+        return self._core.index_name
+
+    def index_statistics(self) -> IndexStatistics | None:
+        """Counters of the vector index (live vectors, pending messages, batches...), or None without one."""
+        index = self._core.index
+        return index.statistics() if index is not None else None
+
+    # working memory ------------------------------------------------------------------------------
+    async def get_working_memory(
+        self,
+        *,
+        thread_id: str,
+        resource_id: str | None = None,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """The stored working memory text, or None when disabled, empty, or the thread is another resource's."""
+        check_ids(thread_id, resource_id)
+        self._core.actors()
+        config = self._core.call_config(memory_config)
+        if not config.working_memory.enabled:
+            return None
+        with operation_span("threadmind.memory.get_working_memory", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            return await read_working_memory(self._core, config, thread_id, resource_id)
+
+    async def update_working_memory(
+        self,
+        *,
+        thread_id: str,
+        resource_id: str | None = None,
+        working_memory: str,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> None:
+        """Replace the working memory (serialized per resource or per thread); ``ResourceMismatch`` when the
+        thread belongs to another resource."""
+        check_ids(thread_id, resource_id)
+        config = self._core.call_config(memory_config)
+        if not config.working_memory.enabled:
+            raise ConfigError("Working memory is not enabled for this memory instance")
+        if not isinstance(working_memory, str):
+            raise ValidationError(f"`working_memory` must be a string, got {type(working_memory).__name__}")
+        scope, key = scope_key(config, thread_id, resource_id)
+        await write_working_memory(self._core, scope, key, lambda _old: working_memory, owner=resource_id,
+                                   thread_id=thread_id)
+
+    def get_working_memory_template(
+        self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
+    ) -> WorkingMemoryTemplate | None:
+        """The Markdown template (trimmed) or the JSON Schema (draft-07); None when working memory is off."""
+        return template_for(self._core.call_config(memory_config).working_memory)
+
+    async def get_system_message(
+        self,
+        *,
+        thread_id: str,
+        resource_id: str | None = None,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """The working-memory instruction the model sees (read-only variant when read-only), or None (also for
+        a thread of another resource)."""
+        check_ids(thread_id, resource_id)
+        self._core.actors()
+        config = self._core.call_config(memory_config)
+        template = template_for(config.working_memory)
+        if template is None:
+            return None
+        with operation_span("threadmind.memory.get_system_message", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            if not await owned_by(self._core, thread_id, resource_id):
+                return None
+            data = await read_working_memory(self._core, config, thread_id, resource_id)
+            if config.read_only:
+                return readonly_instruction(data)
+            return instruction(template, data, vnext=config.working_memory.version == "vnext")
+
+    def list_tools(self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> dict[str, Tool]:
+        """``{"updateWorkingMemory": Tool}`` when working memory is on and writable, else ``{}``."""
+        tool = working_memory_tool(self._core, self._core.call_config(memory_config))
+        return {tool.name: tool} if tool is not None else {}
+
+    # processors and turns ------------------------------------------------------------------------
+    def get_input_processors(
+        self, configured: Sequence[object] = (), *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
+    ) -> list[object]:
+        """The memory's input processors in the reference order, skipping ids already ``configured``."""
+        return self._pipeline.input_processors(configured, self._core.call_config(memory_config))
+
+    def get_output_processors(
+        self, configured: Sequence[object] = (), *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
+    ) -> list[object]:
+        """The memory's output processors: ``semantic-recall`` then ``message-history``."""
+        return self._pipeline.output_processors(configured, self._core.call_config(memory_config))
+
+    def turn(
+        self,
+        thread_id: str,
+        resource_id: str,
+        *,
+        memory_options: MemoryConfig | Mapping[str, Any] | None = None,
+        input_processors: Sequence[object] = (),
+        output_processors: Sequence[object] = (),
+    ) -> AbstractAsyncContextManager[Turn]:
+        """Hold ``thread_id`` for one agent turn and prepare it (see :class:`~threadmind.memory.Turn`).
+
+        The seam agent runners build on: the thread is taken per ``thread_concurrency``, made sure to exist and
+        to belong to ``resource_id``, and the memory's processors (skipping the ids in the runner's own
+        ``input_processors``/``output_processors``) and tools are built with the per-call ``memory_options``.
+
+        :raises ThreadBusy: ``thread_concurrency="reject"`` and another turn holds the thread.
+        :raises ResourceMismatch: the thread belongs to another resource.
+        """
+        require_id(thread_id, "thread_id")
+        require_id(resource_id, "resource_id")
+        return open_turn(self._core, self._pipeline, thread_id, resource_id, memory_options, input_processors,
+                         output_processors)
+
+    # tokens --------------------------------------------------------------------------------------
+    def estimate_tokens(self, text: str) -> int:
+        """Tokens of ``text`` by the memory's token counter (the tokenx-style estimator by default)."""
+        if not isinstance(text, str):
+            raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
+        return self._core.tokens.count_text(text)
+

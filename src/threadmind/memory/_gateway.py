@@ -1,0 +1,119 @@
+"""The memory processors' access to a Memory: every thread read and the turn's save go through the actors.
+
+``ActorAccess`` is the ``MemoryAccess`` that ``Memory`` hands its own processors. Reads of one thread's
+history are served by the thread's actor (from its in-memory tail while it is fresh), and persisting a turn is
+one exclusive step of that actor (make sure the thread exists, then save), so it takes its place in the
+thread's order like any other write. ``RoutedIndex`` is the index as the ``semantic-recall`` processor sees
+it: looked up at each call, so processors can be built before ``start()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..actors import TAIL_MAX, CreateThread, GetThread, LoadMessages, LoadWindow, SaveMessages
+from ..codecs import Message, Resource, Thread
+from ..errors import ConfigError, ThreadNotFound, ValidationError
+from ..stores import MessagePage, MessageQuery, ThreadPage
+from ..tracing import operation_span
+
+if TYPE_CHECKING:
+    from ..actors import IndexActor, VectorHit
+    from ._core import MemoryCore
+
+__all__ = ("ActorAccess", "RoutedIndex")
+
+
+class ActorAccess:
+    """``MemoryAccess`` over a Memory's actors (see the module docstring)."""
+
+    def __init__(self, core: MemoryCore) -> None:
+        self._core = core
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        return await self._core.store().get_thread(thread_id)
+
+    async def list_threads(self, *, resource_id: str | None = None, per_page: int | bool = 100) -> ThreadPage:
+        return await self._core.store().list_threads(resource_id=resource_id, per_page=per_page)
+
+    async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        return await self._core.store().get_messages_by_id(ids)
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        return await self._core.actors().get_resource(resource_id)
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        if not isinstance(query.thread_id, str):
+            return await self._core.store().list_messages(query)
+        system = self._core.actors()
+        per_page = query.per_page
+        if (query.direction == "DESC" and not query.include and query.date_range is None and not query.metadata
+                and isinstance(per_page, int) and per_page is not True and per_page > 0
+                and (query.page == 0 or (query.page + 1) * per_page <= TAIL_MAX)):
+            # "The last N", or a page of the newest TAIL_MAX (a token budget's loader): from the actor's tail.
+            newest = (query.page + 1) * per_page
+            window: MessagePage = await system.ask(
+                query.thread_id, LoadWindow(newest, query.resource_id, tolerate_missing=True))
+            if query.page == 0:
+                return msgspec.structs.replace(window, messages=window.messages[::-1])
+            held = len(window.messages)
+            older = window.messages[max(0, held - newest):max(0, held - newest + per_page)]
+            return MessagePage(messages=older[::-1], total=window.total, page=query.page, per_page=per_page,
+                               has_more=window.total > newest)
+        page: MessagePage = await system.ask(query.thread_id, LoadMessages(query))
+        return page
+
+    async def persist_turn(self, thread: Thread, messages: Sequence[Message], *,
+                           mark_pending: bool = False) -> list[Message]:
+        """Save the turn into ``thread`` (created first when missing), through the thread's actor.
+
+        The row check is the actor's cached one; a thread deleted between it and the save surfaces as
+        ``ThreadNotFound`` from the save and is made again, as the reference ensures the thread exists.
+        """
+        system = self._core.actors()
+        with operation_span("threadmind.memory.save_messages", "upsert_memory", thread_id=thread.id,
+                            resource_id=thread.resource_id, threadmind__messages__count=len(messages)):
+            current: Thread | None = await system.ask(thread.id, GetThread())
+            if current is None:
+                await self._create(thread)
+            save = SaveMessages(messages, mark_pending)
+            try:
+                saved: list[Message] = await system.ask(thread.id, save)
+            except ThreadNotFound:
+                await self._create(thread)
+                saved = await system.ask(thread.id, save)
+            return saved
+
+    async def _create(self, thread: Thread) -> None:
+        with operation_span("threadmind.memory.create_thread", "update_memory", thread_id=thread.id,
+                            resource_id=thread.resource_id):
+            try:
+                await self._core.actors().ask(thread.id, CreateThread(thread))
+            except ValidationError:  # created meanwhile (another turn): save into it
+                pass
+
+
+class RoutedIndex:
+    """The Memory's index actor for the ``semantic-recall`` processor (see the module docstring)."""
+
+    def __init__(self, core: MemoryCore) -> None:
+        self._core = core
+
+    def _actor(self) -> IndexActor:
+        self._core.actors()
+        index = self._core.index
+        if index is None:
+            raise ConfigError("semantic recall needs a vector store and an embedder",
+                              code="SEMANTIC_RECALL_MISSING_VECTOR_ADAPTER")
+        return index
+
+    async def query(self, text: str, *, top_k: int, resource_id: str | None = None, thread_id: str | None = None,
+                    threshold: float | None = None) -> list[VectorHit]:
+        return await self._actor().query(text, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
+                                         threshold=threshold)
+
+    async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int:
+        return await self._actor().upsert_messages(messages, wait=wait)

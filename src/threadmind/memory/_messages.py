@@ -1,0 +1,121 @@
+"""Saving, updating and deleting messages: one transaction per call, in every thread's order.
+
+A batch of one thread goes through that thread's actor; a batch spanning threads is written in one store
+transaction while every involved thread's actor is held (taken in sorted order, so batches never deadlock).
+With semantic recall on, a single-thread save embeds while it commits and stages the vectors only once the
+commit succeeded; the save also marks its messages as awaiting vectors in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._config import MemoryConfig
+from .._results import SaveResult, Usage
+from ..actors import DeleteMessages, SaveMessages
+from ..codecs import Message
+from ..errors import ValidationError
+
+if TYPE_CHECKING:
+    from ._core import MemoryCore
+
+__all__ = ("delete_messages", "save_batch", "update_messages")
+
+T = TypeVar("T")
+
+
+async def save_batch(core: MemoryCore, batch: list[Message], config: MemoryConfig) -> SaveResult:
+    """Persist a checked, de-duplicated batch (each message carries its thread and resource)."""
+    system = core.actors()
+    if not batch:
+        return SaveResult(messages=[])
+    by_thread: dict[str, list[Message]] = {}
+    for message in batch:
+        by_thread.setdefault(message.thread_id or "", []).append(message)
+    index = core.index if config.semantic_recall_config is not None else None
+    mark = index is not None
+    if index is not None and len(by_thread) == 1:
+        # One thread: embed while the save commits (the vectors are staged once it has committed).
+        ((thread_id, messages),) = by_thread.items()
+        upsert = index.upsert_on_commit(messages)
+        saved: list[Message] = await system.ask(thread_id, SaveMessages(messages, mark, upsert))
+        tokens = await upsert.result()
+    else:
+        saved = await _save_by_thread(core, by_thread, mark)
+        tokens = await index.upsert_messages(saved) if index is not None else 0
+    saved.sort(key=_created_at)  # as stored: ascending by created_at, ties in batch order (reference §1)
+    return SaveResult(messages=saved, usage=Usage(tokens=tokens) if tokens else None)
+
+
+async def _save_by_thread(core: MemoryCore, by_thread: dict[str, list[Message]], mark: bool) -> list[Message]:
+    system = core.actors()
+    if len(by_thread) == 1:
+        ((thread_id, messages),) = by_thread.items()
+        saved: list[Message] = await system.ask(thread_id, SaveMessages(messages, mark))
+        return saved
+    store = core.store()
+
+    # One transaction for every thread's part, written while each thread's actor is held, so the batch takes
+    # its place in every thread's arrival order and no part commits without the others.
+    async def write() -> dict[str, list[Message]]:
+        return await store.save_messages_many(by_thread, mark_pending=mark)
+
+    results = await system.holding(sorted(by_thread), write, "save_messages")
+    return [m for thread_id in by_thread for m in results[thread_id]]
+
+
+async def update_messages(core: MemoryCore, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """Partial updates by id, one transaction across threads; changed text is re-embedded."""
+    system = core.actors()
+    store = core.store()
+    existing = {m.id: m for m in await store.get_messages_by_id([u["id"] for u in updates])}
+    by_thread: dict[str, list[Mapping[str, Any]]] = {}
+    for i, update in enumerate(updates):
+        old = existing.get(update["id"])
+        if old is None:
+            raise ValidationError(f"updates[{i}].id: message {update['id']!r} does not exist")
+        for key in ("resource_id", "resourceId"):  # a message always carries its thread's owner
+            if key in update and update[key] != old.resource_id:
+                raise ValidationError(f"updates[{i}].{key}: message {old.id!r} belongs to resource "
+                                      f"{old.resource_id!r}; use update_thread_resource_id to move threads")
+        by_thread.setdefault(old.thread_id or "", []).append(update)
+    # One transaction for every thread involved, written while their actors are held (as a batch save).
+    updated: list[Message] = await system.holding(sorted(by_thread), _bind(store.update_messages, list(updates)),
+                                                  "update_messages")
+    index = core.index
+    if index is not None and core.options.semantic_recall_config is not None:
+        changed = [m for m in updated if existing[m.id].content != m.content]
+        if changed:
+            await index.upsert_messages(changed)
+    return updated
+
+
+async def delete_messages(core: MemoryCore, ids: list[str]) -> None:
+    """Delete messages (one transaction across threads) and their vectors."""
+    system = core.actors()
+    store = core.store()
+    by_thread: dict[str, list[str]] = {}
+    for message in await store.get_messages_by_id(ids):
+        by_thread.setdefault(message.thread_id or "", []).append(message.id)
+    if len(by_thread) == 1:
+        ((thread_id, subset),) = by_thread.items()
+        await system.ask(thread_id, DeleteMessages(subset))
+    elif by_thread:  # one transaction for every thread involved, written while their actors are held
+        found = [mid for subset in by_thread.values() for mid in subset]
+        await system.holding(sorted(by_thread), _bind(store.delete_messages, found), "delete_messages")
+    index = core.index
+    if index is not None:
+        await index.delete_messages(ids)
+
+
+def _created_at(message: Message) -> datetime:
+    return message.created_at
+
+
+def _bind(fn: Callable[[T], Awaitable[Any]], arg: T) -> Callable[[], Awaitable[Any]]:
+    async def _call() -> Any:
+        return await fn(arg)
+
+    return _call

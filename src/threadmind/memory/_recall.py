@@ -1,0 +1,142 @@
+"""``Memory.recall``: the configured history window, a page, or semantic hits merged with their context.
+
+The default window (the last N) is served by the thread's actor from its in-memory tail; a token budget
+walks pages newest-first; semantic recall chunks the query like stored text and merges each hit's context
+window (reference §1.1, §5.3, §6.2). During an embedder outage the result is history only, ``degraded``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal
+
+from .._config import MemoryConfig, SemanticRecallConfig
+from .._results import RecallResult
+from ..actors import LoadMessages, LoadWindow, chunk_text
+from ..codecs import Message
+from ..errors import EmbedderError, ResourceMismatch, ThreadNotFound, ValidationError
+from ..processors import is_system_reminder, load_token_window
+from ..stores import DateRange, Include, MessagePage, MessageQuery
+
+if TYPE_CHECKING:
+    from ._core import MemoryCore
+
+__all__ = ("recall", "visible")
+
+
+async def recall(
+    core: MemoryCore,
+    config: MemoryConfig,
+    thread_id: str,
+    resource_id: str | None,
+    *,
+    per_page: int | bool | None,
+    page: int,
+    direction: Literal["ASC", "DESC"] | None,
+    includes: list[Include],
+    window: DateRange | None,
+    vector_search_string: str | None,
+) -> RecallResult:
+    """The messages of one recall call (arguments already validated)."""
+    system = core.actors()
+    store = core.store()
+    semantic = config.semantic_recall_config if (vector_search_string and core.index is not None) else None
+    if not config.history_enabled and per_page is None and semantic is None:
+        # Reference §1.1 step 2: no history asked for and no search to run (``include`` or not).
+        return RecallResult(messages=[], total=0, page=page, per_page=0, has_more=False)
+    # Step 3: resource-scoped semantic recall, as configured, tolerates a thread that does not exist yet.
+    configured = config.semantic_recall_config
+    tolerate_missing = configured is not None and configured.scope != "thread"
+    limit = config.max_messages
+    if (per_page is None and page == 0 and direction is None and not includes and window is None
+            and semantic is None and config.message_history is None and limit):
+        # The default window comes from the thread actor's in-memory tail: no database read when warm.
+        tail: MessagePage = await system.ask(thread_id, LoadWindow(limit, resource_id, tolerate_missing))
+        return RecallResult(messages=visible(tail.messages), total=tail.total, page=0, per_page=limit,
+                            has_more=tail.has_more)
+    if resource_id is not None:
+        thread = await store.get_thread(thread_id)
+        if thread is None and not tolerate_missing:
+            raise ThreadNotFound(thread_id, message=f"No thread found with id {thread_id}")
+        if thread is not None and thread.resource_id != resource_id:
+            raise ResourceMismatch(thread_id, thread.resource_id, resource_id)
+    degraded = False
+    if semantic is not None:
+        assert vector_search_string is not None
+        hits, degraded = await _semantic_includes(core, vector_search_string, semantic, thread_id=thread_id,
+                                                  resource_id=resource_id)
+        includes = [*includes, *hits]
+    if per_page is None and config.message_history is not None and config.history_enabled:
+        return await _token_window(core, thread_id, resource_id, config, includes, degraded)
+    size: int | bool = per_page if per_page is not None else (config.max_messages or 0)
+    newest_first = direction is None and size is not False
+    query = MessageQuery(
+        thread_id=thread_id,
+        resource_id=resource_id,
+        page=page,
+        per_page=size,
+        direction="DESC" if newest_first else (direction or "ASC"),
+        include=includes,
+        date_range=window,
+    )
+    result: MessagePage = await system.ask(thread_id, LoadMessages(query))
+    messages = visible(result.messages)
+    if newest_first:
+        messages.reverse()  # the store returned (created_at, sequence) descending
+    return RecallResult(messages=messages, total=result.total, page=result.page, per_page=result.per_page,
+                        has_more=result.has_more, degraded=degraded)
+
+
+async def _semantic_includes(
+    core: MemoryCore, text: str, semantic: SemanticRecallConfig, *, thread_id: str, resource_id: str | None
+) -> tuple[list[Include], bool]:
+    index = core.index
+    assert index is not None
+    if semantic.scope == "resource" and resource_id is None:
+        raise ValidationError(
+            "Memory error: Resource-scoped semantic recall is enabled but no resourceId was provided. "
+            "Either provide a resourceId or explicitly set semanticRecall.scope to 'thread'."
+        )
+    # The query is chunked as stored texts are (whitespace runs become one space; reference §6.2), and
+    # each chunk runs its own top-k query; a message found by several chunks comes once.
+    found: dict[str, None] = {}
+    try:
+        for chunk in chunk_text(text, semantic.max_chunk_chars):
+            hits = await index.query(
+                chunk,
+                top_k=semantic.top_k,
+                resource_id=resource_id if semantic.scope == "resource" else None,
+                thread_id=thread_id if semantic.scope == "thread" else None,
+                threshold=semantic.threshold,
+            )
+            found.update(dict.fromkeys(hit.message_id for hit in hits))
+    except EmbedderError:
+        return [], True
+    window = semantic.range
+    return [
+        Include(id=message_id, with_previous_messages=window.before, with_next_messages=window.after)
+        for message_id in found
+    ], False
+
+
+async def _token_window(
+    core: MemoryCore, thread_id: str, resource_id: str | None, config: MemoryConfig, includes: list[Include],
+    degraded: bool,
+) -> RecallResult:
+    store = core.store()
+    history = config.message_history
+    assert history is not None
+
+    async def _load() -> list[Message]:
+        return await load_token_window(store, thread_id, resource_id, history, config.max_messages, includes,
+                                       counter=core.tokens)
+
+    messages = visible(await core.actors().exclusive(thread_id, _load, "load_token_window"))
+    per_page: int | bool = config.max_messages if config.max_messages is not None else False
+    return RecallResult(messages=messages, total=len(messages), page=0, per_page=per_page, has_more=False,
+                        degraded=degraded)
+
+
+def visible(messages: Iterable[Message]) -> list[Message]:
+    """Drop system rows and system reminders, as ``recall`` does by default (reference §4.6)."""
+    return [m for m in messages if m.role != "system" and not is_system_reminder(m)]

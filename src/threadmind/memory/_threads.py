@@ -1,0 +1,44 @@
+"""Thread rows through their actors: create one, and make sure an agent turn's thread exists and is owned."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..actors import CreateThread, GetThread
+from ..codecs import Thread, utc_now
+from ..errors import ResourceMismatch, ValidationError
+from ..tracing import operation_span
+
+if TYPE_CHECKING:
+    from ._core import MemoryCore
+
+__all__ = ("create_thread", "ensure_thread")
+
+
+async def create_thread(core: MemoryCore, thread: Thread) -> Thread:
+    """Insert ``thread`` through its actor; ``ValidationError`` if the id is taken."""
+    with operation_span("threadmind.memory.create_thread", "update_memory", thread_id=thread.id,
+                        resource_id=thread.resource_id):
+        created: Thread = await core.actors().ask(thread.id, CreateThread(thread))
+        return created
+
+
+async def ensure_thread(core: MemoryCore, thread_id: str, resource_id: str) -> Thread:
+    """The run's thread, created when missing; a thread of another resource is refused (``ResourceMismatch``)."""
+    system = core.actors()
+    thread: Thread | None = await system.ask(thread_id, GetThread())
+    if thread is None:
+        now = utc_now()
+        try:
+            thread = await create_thread(core, Thread(thread_id, resource_id, "", None, now, now))
+        except ValidationError:
+            thread = await core.store().get_thread(thread_id)  # created concurrently by another turn
+            if thread is None:
+                raise
+    if thread.resource_id and thread.resource_id != resource_id:
+        raise ResourceMismatch(
+            thread_id, thread.resource_id, resource_id, code="AGENT_MEMORY_THREAD_RESOURCE_MISMATCH",
+            message=f'Thread "{thread_id}" belongs to resource "{thread.resource_id}" but resource '
+                    f'"{resource_id}" was provided. A thread can only be used by the resource that owns it.',
+        )
+    return thread

@@ -1,0 +1,97 @@
+"""What memory processors may do with memory: one narrow surface, ``MemoryAccess``.
+
+A processor built by ``Memory`` gets the Memory's own access, which routes every read of a thread through
+that thread's actor (served from its cache when fresh) and the turn's save through it as one step, so it
+takes its place in the thread's order. A processor built by hand on a bare ``Store`` gets ``StoreAccess``,
+the same surface straight over the store (for pipelines outside a Memory). Either way a processor never holds
+more than this: no thread deletes, no resource writes, no raw transactions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..codecs import Message, Resource, Thread
+from ..errors import ThreadNotFound, ValidationError
+from ..stores import MessagePage, MessageQuery, Store, ThreadPage
+
+__all__ = ("MemoryAccess", "MessageReader", "StoreAccess", "as_access")
+
+
+
+class MessageReader(Protocol):
+    """Thread rows and pages of messages: what history windows read (a ``Store`` is one, and so is
+    ``MemoryAccess``)."""
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """The thread row, or None."""
+        ...
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        """A page of messages (reference §5.3)."""
+        ...
+
+
+@runtime_checkable
+class MemoryAccess(MessageReader, Protocol):
+    """The reads memory processors make, and the one write: persisting the turn."""
+
+    async def list_threads(self, *, resource_id: str | None = None, per_page: int | bool = 100) -> ThreadPage:
+        """Threads of a resource (observational memory in resource scope reads them all)."""
+        ...
+
+    async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        """Messages by id, in any thread; unknown ids skipped."""
+        ...
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        """The resource row, or None."""
+        ...
+
+    async def persist_turn(self, thread: Thread, messages: Sequence[Message], *,
+                           mark_pending: bool = False) -> list[Message]:
+        """Save ``messages`` into ``thread``, creating the thread first when it is missing, in one step of the
+        thread's owner; returns them as stored. ``mark_pending`` as in ``Store.save_messages``."""
+        ...
+
+
+class StoreAccess:
+    """``MemoryAccess`` straight over a ``Store``, for processors built outside a Memory."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        return await self.store.get_thread(thread_id)
+
+    async def list_threads(self, *, resource_id: str | None = None, per_page: int | bool = 100) -> ThreadPage:
+        return await self.store.list_threads(resource_id=resource_id, per_page=per_page)
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        return await self.store.list_messages(query)
+
+    async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        return await self.store.get_messages_by_id(ids)
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        return await self.store.get_resource(resource_id)
+
+    async def persist_turn(self, thread: Thread, messages: Sequence[Message], *,
+                           mark_pending: bool = False) -> list[Message]:
+        store = self.store
+        try:
+            return await store.save_messages(thread.id, messages, mark_pending=mark_pending)
+        except ThreadNotFound:  # the thread is gone (or never was): make it, then save (reference: ensure)
+            try:
+                await store.create_thread(thread)
+            except ValidationError:  # made meanwhile by someone else: save into theirs
+                pass
+            return await store.save_messages(thread.id, messages, mark_pending=mark_pending)
+
+
+def as_access(storage: Store | MemoryAccess) -> MemoryAccess:
+    """A processor's ``storage`` argument as ``MemoryAccess`` (a bare store is wrapped in ``StoreAccess``)."""
+    if isinstance(storage, MemoryAccess):
+        return storage
+    return StoreAccess(storage)

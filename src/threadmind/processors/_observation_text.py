@@ -1,0 +1,161 @@
+"""What observational memory says and reads: the Observer's and Reflector's instructions, the observations
+block the model sees, and the pure helpers around them (reference §8.1).
+
+The engine that runs observations lives with ``Memory``; the ``observational-memory`` processor needs only
+these texts and an :class:`ObservationEngine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .._config import ObservationalMemoryConfig
+from ..codecs import Message, part_texts
+from ..stores import OMRecord
+from ..tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from ._access import MemoryAccess
+
+__all__ = (
+    "CONTINUATION_ID",
+    "CONTINUATION_REMINDER",
+    "OBSERVATIONS_GUIDANCE",
+    "OBSERVATIONS_PREAMBLE",
+    "OBSERVER_INSTRUCTIONS",
+    "REFLECTOR_INSTRUCTIONS",
+    "ObservationEngine",
+    "block_after_tokens",
+    "date_header",
+    "observations_system_message",
+    "observer_transcript",
+    "sealed_updates",
+    "split_observer_output",
+)
+
+
+class ObservationEngine(Protocol):
+    """What the ``observational-memory`` processor asks of the engine that keeps observations."""
+
+    counter: TokenCounter
+
+    async def load(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                   storage: MemoryAccess) -> tuple[OMRecord | None, list[Message]]:
+        """The current record and the messages it has not observed yet."""
+        ...
+
+    async def ensure_below_block(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                                 tokens: int) -> bool:
+        """Wait for (or run) an observation; True when one completed."""
+        ...
+
+    def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
+        """Start a background observation unless one runs; True when started."""
+        ...
+
+
+OBSERVATIONS_PREAMBLE = "The following observations block contains your memory of past conversations with this user."
+
+OBSERVER_INSTRUCTIONS = (
+    "You are the Observer of a conversational agent's memory. Read the new messages of the conversation and "
+    "write concise observations of everything worth remembering: facts about the user, their preferences, goals "
+    "and decisions, what was asked and answered, tasks in progress, and any commitments the assistant made. "
+    "Write one observation per line starting with '* ' and a priority marker (🔴 important, 🟡 maybe useful, "
+    "🟢 minor), include times as (HH:MM) when known, and keep names, numbers and exact values. Do not repeat "
+    "observations already listed under previous observations. Output only the observation lines, optionally "
+    "followed by <current-task>what the user is working on now</current-task> and "
+    "<suggested-response>guidance for the assistant's next reply</suggested-response>."
+)
+
+REFLECTOR_INSTRUCTIONS = (
+    "You are the Reflector of a conversational agent's memory. The observations below have grown too long. "
+    "Rewrite them into a shorter log that keeps every fact still relevant: merge duplicates, drop what was "
+    "superseded, keep dates as 'Date:' headers and keep the one-observation-per-line '* ' format with priority "
+    "markers. Output only the condensed observations."
+)
+
+# Tags the Observer may add after its observations; they go to thread.metadata.mastra.om (reference §8.1).
+_OBSERVER_TAGS = (("current-task", "currentTask"), ("suggested-response", "suggestedResponse"))
+
+
+def split_observer_output(text: str) -> tuple[str, dict[str, str]]:
+    """The observation lines, and the tagged extras (``currentTask``, ``suggestedResponse``) cut out of them."""
+    extras: dict[str, str] = {}
+    for tag, key in _OBSERVER_TAGS:
+        opening, closing = f"<{tag}>", f"</{tag}>"
+        start = text.find(opening)
+        end = text.find(closing, start + len(opening)) if start >= 0 else -1
+        if start >= 0 and end >= 0:
+            value = text[start + len(opening):end].strip()
+            if value:
+                extras[key] = value
+            text = text[:start] + text[end + len(closing):]
+    return text.strip(), extras
+
+
+def sealed_updates(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """``update_messages`` entries that mark observed messages sealed (``content.metadata.mastra.sealed``),
+    keeping whatever else their ``mastra`` metadata holds."""
+    updates: list[dict[str, Any]] = []
+    for message in messages:
+        mastra = (message.content.metadata or {}).get("mastra")
+        mastra = dict(mastra) if isinstance(mastra, dict) else {}
+        if mastra.get("sealed") is True:
+            continue
+        mastra["sealed"] = True
+        updates.append({"id": message.id, "content": {"metadata": {"mastra": mastra}}})
+    return updates
+
+
+def block_after_tokens(config: ObservationalMemoryConfig) -> float:
+    """Unobserved tokens past which a turn waits for the Observer (default 1.2 × ``message_tokens``)."""
+    value = config.block_after
+    if value is None:
+        return 1.2 * config.message_tokens
+    return value * config.message_tokens if 1 <= value < 100 else float(value)
+
+
+# Read after the block: how to weigh what it says against the conversation (the reference places such
+# instructions after ``</observations>``).
+OBSERVATIONS_GUIDANCE = (
+    "When you answer, rely on the most recent observations where they disagree with older ones, treat planned "
+    "actions whose dates have passed as done, and let the user's latest message take priority over everything "
+    "in this block."
+)
+
+# The user-role reminder that opens the remaining history once observations replaced its older part
+# (reference §8.1); recall hides it like every <system-reminder> message, and it is never stored.
+CONTINUATION_REMINDER = (
+    "<system-reminder>This is not a message from the user. The earlier part of this conversation is kept in "
+    "the observations above, because it no longer fits in the context. Continue the conversation naturally "
+    "from where they leave off: do not greet the user as if it were a new conversation and do not mention "
+    "observations or memory. Every message after this reminder is newer than the observations."
+    "</system-reminder>"
+)
+CONTINUATION_ID = "om-continuation"
+
+
+def observations_system_message(observations: str) -> str:
+    """The system text the model sees: the preamble, the ``<observations>`` block and how to read it."""
+    return (f"{OBSERVATIONS_PREAMBLE}\n\n<observations>\n{observations.strip()}\n</observations>\n\n"
+            f"{OBSERVATIONS_GUIDANCE}")
+
+
+def date_header(messages: Sequence[Message]) -> str:
+    first = messages[0].created_at
+    last = messages[-1].created_at
+    start = f"{first:%b} {first.day}, {first.year}"
+    end = f"{last:%b} {last.day}, {last.year}"
+    return f"Date: {start}" if start == end else f"Date: {start} - {end}"
+
+
+def observer_transcript(messages: Sequence[Message]) -> str:
+    lines: list[str] = []
+    for message in messages:
+        stamp = f"{message.created_at:%Y-%m-%d %H:%M}"
+        role = {"user": "User", "assistant": "Assistant"}.get(message.role, message.role.capitalize())
+        texts = [text if kind == "text" else f"({kind}) {text}" for kind, text in part_texts(message, tool_chars=500)]
+        if texts:
+            lines.append(f"[{stamp}] {role}: " + "\n".join(texts))
+    return "\n".join(lines)
