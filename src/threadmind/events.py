@@ -43,7 +43,7 @@ __all__ = (
 )
 
 
-class _Event(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True, tag_field="type"):
+class _Event(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type"):
     """Base of every stream event; the ``type`` tag is the AI SDK chunk name."""
 
     @property

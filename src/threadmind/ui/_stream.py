@@ -7,7 +7,7 @@ then ``data: [DONE]\\n\\n``) and the headers of ``UI_MESSAGE_STREAM_HEADERS``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -85,7 +85,7 @@ async def _close(events: AsyncIterator[StreamEvent]) -> None:
         await aclose()
 
 
-async def ui_message_stream(stream: EventStream) -> AsyncIterator[bytes]:
+async def ui_message_stream(stream: EventStream) -> AsyncGenerator[bytes, None]:
     """The server-sent-event bytes of the AI SDK UI message stream for ``stream`` (an ``AgentStream``).
 
     Enters ``stream`` itself and yields ``data: {json}\\n\\n`` per event (camelCase fields, absent optional
@@ -97,7 +97,8 @@ async def ui_message_stream(stream: EventStream) -> AsyncIterator[bytes]:
     can still answer with an HTTP status. An error raised once the stream is open becomes an ``error`` chunk
     carrying the error's text (no traceback), then ``finish`` with ``error`` (unless one was sent) and
     ``[DONE]``. Closing this generator early (``aclose``, cancellation: an HTTP client that went away)
-    closes the stream's iterator and exits the stream with that exception, which stops the run.
+    closes the stream's iterator and exits the stream with that exception, which stops the run; a server should
+    therefore iterate it under ``contextlib.aclosing`` in the task that started it.
 
     :raises TypeError: ``stream`` is not an async context manager and async iterable.
     """
