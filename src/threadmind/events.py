@@ -1,0 +1,223 @@
+"""What a streamed agent run emits: one frozen record per AI SDK UI message stream chunk.
+
+Each event is a msgspec ``Struct`` tagged by ``type`` with the chunk name of the ``ai`` package's
+``UIMessageChunk`` (checked against ``ai`` 7.0.173, ``src/ui-message-stream/ui-message-chunks.ts``).
+Attributes are snake_case; ``msgspec.json.encode(event)`` writes the chunk's camelCase JSON with the
+optional fields that are ``None`` left out, which is what :func:`threadmind.ui.ui_message_stream` sends.
+
+``finish_reason`` on :class:`FinishEvent` is the agent's (``stop``, ``tool-calls``, ``length``,
+``content-filter``, ``error``, ``tripwire``, ``aborted`` ...); the UI stream maps it onto the AI SDK's set.
+A tripwire is emitted as ``ErrorEvent(error_text=reason)`` then ``FinishEvent(finish_reason="tripwire")``;
+a consumer that stops early makes the run emit ``AbortEvent(reason)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Protocol, TypeAlias, Union, runtime_checkable
+
+import msgspec
+
+__all__ = (
+    "AbortEvent",
+    "ErrorEvent",
+    "EventStream",
+    "FinishEvent",
+    "FinishStepEvent",
+    "ReasoningDeltaEvent",
+    "ReasoningEndEvent",
+    "ReasoningStartEvent",
+    "StartEvent",
+    "StartStepEvent",
+    "StreamEvent",
+    "TextDeltaEvent",
+    "TextEndEvent",
+    "TextStartEvent",
+    "ThreadTitleEvent",
+    "ToolInputAvailableEvent",
+    "ToolInputDeltaEvent",
+    "ToolInputStartEvent",
+    "ToolOutputAvailableEvent",
+    "ToolOutputErrorEvent",
+)
+
+
+class _Event(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True, tag_field="type"):
+    """Base of every stream event; the ``type`` tag is the AI SDK chunk name."""
+
+    @property
+    def type(self) -> str:
+        """The chunk name, e.g. ``text-delta``."""
+        return str(type(self).__struct_config__.tag)
+
+
+class StartEvent(_Event, frozen=True, tag="start"):
+    """The run started; ``message_id`` is the id under which the assistant message is stored."""
+
+    message_id: str | None = None
+
+
+class StartStepEvent(_Event, frozen=True, tag="start-step"):
+    """A model step (one model call) begins."""
+
+
+class FinishStepEvent(_Event, frozen=True, tag="finish-step"):
+    """A model step ended."""
+
+
+class TextStartEvent(_Event, frozen=True, tag="text-start"):
+    """A text part with this ``id`` begins."""
+
+    id: str
+
+
+class TextDeltaEvent(_Event, frozen=True, tag="text-delta"):
+    """More text for the text part ``id``."""
+
+    id: str
+    delta: str
+
+
+class TextEndEvent(_Event, frozen=True, tag="text-end"):
+    """The text part ``id`` is complete."""
+
+    id: str
+
+
+class ReasoningStartEvent(_Event, frozen=True, tag="reasoning-start"):
+    """A reasoning part with this ``id`` begins."""
+
+    id: str
+
+
+class ReasoningDeltaEvent(_Event, frozen=True, tag="reasoning-delta"):
+    """More reasoning text for the part ``id``."""
+
+    id: str
+    delta: str
+
+
+class ReasoningEndEvent(_Event, frozen=True, tag="reasoning-end"):
+    """The reasoning part ``id`` is complete."""
+
+    id: str
+
+
+class ToolInputStartEvent(_Event, frozen=True, tag="tool-input-start"):
+    """The model started writing the arguments of a tool call."""
+
+    tool_call_id: str
+    tool_name: str
+
+
+class ToolInputDeltaEvent(_Event, frozen=True, tag="tool-input-delta"):
+    """More of a tool call's argument JSON, as the model streams it."""
+
+    tool_call_id: str
+    input_text_delta: str
+
+
+class ToolInputAvailableEvent(_Event, frozen=True, tag="tool-input-available"):
+    """A complete tool call (for a client tool, the run then ends with ``tool-calls``)."""
+
+    tool_call_id: str
+    tool_name: str
+    input: Any
+
+
+class ToolOutputAvailableEvent(_Event, frozen=True, tag="tool-output-available"):
+    """A server tool returned ``output``."""
+
+    tool_call_id: str
+    output: Any
+
+
+class ToolOutputErrorEvent(_Event, frozen=True, tag="tool-output-error"):
+    """A server tool raised; ``error_text`` is what the model is told."""
+
+    tool_call_id: str
+    error_text: str
+
+
+class FinishEvent(_Event, frozen=True, tag="finish", omit_defaults=False):
+    """The run finished, for the agent's ``finish_reason``."""
+
+    finish_reason: str = "stop"
+
+
+class ErrorEvent(_Event, frozen=True, tag="error"):
+    """The run failed or was stopped by a tripwire; ``error_text`` says why."""
+
+    error_text: str
+
+
+class AbortEvent(_Event, frozen=True, tag="abort"):
+    """The consumer stopped the run early."""
+
+    reason: str | None = None
+
+
+class ThreadTitleEvent(_Event, frozen=True, tag="data-thread-title", omit_defaults=False):
+    """The thread's generated title (``generateTitle.emitEvent``): ``data = {"threadId", "title"}``, transient."""
+
+    data: dict[str, Any]
+    transient: bool = True
+
+    @classmethod
+    def of(cls, thread_id: str, title: str) -> ThreadTitleEvent:
+        """The event announcing ``title`` for ``thread_id``."""
+        return cls(data={"threadId": thread_id, "title": title})
+
+    @property
+    def thread_id(self) -> str | None:
+        """``data["threadId"]``."""
+        value = self.data.get("threadId")
+        return value if isinstance(value, str) else None
+
+    @property
+    def title(self) -> str | None:
+        """``data["title"]``."""
+        value = self.data.get("title")
+        return value if isinstance(value, str) else None
+
+
+StreamEvent: TypeAlias = Union[
+    StartEvent,
+    StartStepEvent,
+    TextStartEvent,
+    TextDeltaEvent,
+    TextEndEvent,
+    ReasoningStartEvent,
+    ReasoningDeltaEvent,
+    ReasoningEndEvent,
+    ToolInputStartEvent,
+    ToolInputDeltaEvent,
+    ToolInputAvailableEvent,
+    ToolOutputAvailableEvent,
+    ToolOutputErrorEvent,
+    FinishStepEvent,
+    FinishEvent,
+    ErrorEvent,
+    AbortEvent,
+    ThreadTitleEvent,
+]
+
+
+@runtime_checkable
+class EventStream(Protocol):
+    """An async context manager that is also an async iterable of :data:`StreamEvent` (``AgentStream`` is one).
+
+    Leaving the context before the last event (an exception, a cancellation, ``aclose``) stops the run.
+    """
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
+
+    def __aiter__(self) -> AsyncIterator[StreamEvent]: ...
