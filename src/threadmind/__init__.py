@@ -39,7 +39,7 @@ from .codecs import encode_json as encode_json
 from .codecs import message_from_dict as message_from_dict
 from .codecs import message_to_dict as message_to_dict
 from .memory import Memory as Memory
-from .stores._protocol import ThreadPage as ThreadPage
+from .stores import ThreadPage as ThreadPage
 
 __version__ = "0.1.0"
 

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Literal, NamedTuple
 
-from threadmind.codecs import Message, Thread, content_from_text
-from threadmind.codecs._types import Role
+from threadmind.codecs import Message, Role, Thread, content_from_text
 
 __all__ = (
     "BASE_TIME",

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from ..codecs import Resource
-from ..stores._protocol import Store
+from ..stores import Store
 from ..tracing import ATTR_RESOURCE_ID
 from ._actor import NOT_NOW, Actor
 from ._thread_actor import TAIL_TTL, Exclusive

@@ -33,7 +33,7 @@ from ._resource_actor import GetResource, ResourceActor
 from ._thread_actor import Exclusive, ThreadActor
 
 if TYPE_CHECKING:
-    from ..stores._protocol import Store
+    from ..stores import Store
     from ._index_actor import IndexActor
 
 __all__ = ("ActorSystem", "TurnPolicy")

@@ -17,7 +17,7 @@ import msgspec
 
 from ..codecs import Message, Thread
 from ..errors import ResourceMismatch, ThreadNotFound
-from ..stores._protocol import MessagePage, MessageQuery, Store
+from ..stores import MessagePage, MessageQuery, Store
 from ..tracing import ATTR_CONVERSATION_ID, ATTR_THREAD_ID
 from ._actor import NOT_NOW, Actor
 from ._tail import Tail

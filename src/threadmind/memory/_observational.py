@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import msgspec
@@ -36,8 +36,8 @@ from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
 
 if TYPE_CHECKING:
+    from ..actors import ActorSystem
     from ..models import LanguageModel
-    from ._core import MemoryCore
 
 __all__ = ("ObservationalMemoryEngine",)
 
@@ -45,6 +45,15 @@ T = TypeVar("T")
 _log = logging.getLogger("threadmind.observational")
 
 _MAX_ROUNDS = 8  # observation rounds one background job may run before yielding to the next trigger
+
+
+class EngineHost(Protocol):
+    """What the engine needs of its Memory: the store, the actors that own threads and resources, the TTL."""
+
+    cache_ttl: float
+    system: ActorSystem | None
+
+    def store(self) -> Store: ...
 
 
 class _Snapshot(msgspec.Struct, kw_only=True):
@@ -58,7 +67,7 @@ class ObservationalMemoryEngine:
 
     def __init__(
         self,
-        core: MemoryCore,
+        core: EngineHost,
         *,
         token_counter: TokenCounter | None = None,
         retries: int = 3,

@@ -9,6 +9,7 @@ Importing this package does not import httpx; ``OpenAIChatModel`` imports it whe
 
 from __future__ import annotations
 
+from ._http import OpenAIHTTP as OpenAIHTTP
 from ._openai import OpenAIChatModel as OpenAIChatModel
 from ._openai import resolve_model as resolve_model
 from ._protocol import LanguageModel as LanguageModel
@@ -29,6 +30,7 @@ __all__ = (
     "ModelRequest",
     "ModelResponse",
     "OpenAIChatModel",
+    "OpenAIHTTP",
     "ScriptedModel",
     "StreamingLanguageModel",
     "ToolCall",

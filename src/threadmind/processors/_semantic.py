@@ -17,7 +17,7 @@ from ._access import MemoryAccess, as_access
 from ._protocol import ProcessInputArgs, ProcessOutputArgs
 
 if TYPE_CHECKING:
-    from ..actors._index_actor import VectorHit
+    from ..actors import VectorHit
 
 
 class RecallIndex(Protocol):

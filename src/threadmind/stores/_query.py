@@ -22,9 +22,10 @@ from ..codecs import (
     decode_content,
     encode_content,
     encode_json,
+    from_iso,
+    to_utc_ms,
     utc_now,
 )
-from ..codecs._time import from_iso, to_utc_ms
 from ..errors import InvalidMessage, ResourceMismatch, ValidationError
 from ._protocol import UNSET, DateRange, Include, MessageQuery, UnsetType
 

@@ -49,9 +49,18 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext
 
-from ..codecs import Message, MessageContent, Resource, Thread, content_from_text, decode_content, to_iso, utc_now
-from ..codecs._jsonb import decode_jsonb
-from ..codecs._time import from_iso
+from ..codecs import (
+    Message,
+    MessageContent,
+    Resource,
+    Thread,
+    content_from_text,
+    decode_content,
+    decode_jsonb,
+    from_iso,
+    to_iso,
+    utc_now,
+)
 from ..errors import ConfigError, InvalidMessage, StorageError, ThreadmindError, ThreadNotFound, ValidationError
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q

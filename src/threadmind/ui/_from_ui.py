@@ -28,12 +28,13 @@ from ..codecs import (
     TextPart,
     ToolInvocation,
     ToolInvocationPart,
+    ToolState,
     UnknownPart,
+    from_epoch_ms,
     from_iso,
+    to_utc_ms,
     utc_now,
 )
-from ..codecs._time import from_epoch_ms, to_utc_ms
-from ..codecs._types import ToolState
 from ..errors import InvalidMessage, ValidationError
 
 __all__ = ("UI_TOOL_STATES", "messages_from_ui")
