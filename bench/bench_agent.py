@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import numpy as np
 
-import threadmind.agent as agent_module
+import threadmind.agent._run as agent_module
 import threadmind.memory._turn as turn_module
 from threadmind import Memory, Message
 from threadmind.agent import Agent

@@ -248,7 +248,7 @@ class GenerateTitleConfig(msgspec.Struct, **_CFG):
     model: Any = None
     instructions: str | None = None
     min_messages: int = 1
-    emit_event: bool = False  # Mastra's stream-only title event; threadmind has no stream, so nothing to emit
+    emit_event: bool = False  # Agent.stream waits for the title and sends data-thread-title before finish
 
     def __post_init__(self) -> None:
         _non_negative_int(self.min_messages, "generateTitle.minMessages")

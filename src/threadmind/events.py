@@ -7,8 +7,9 @@ optional fields that are ``None`` left out, which is what :func:`threadmind.ui.u
 
 ``finish_reason`` on :class:`FinishEvent` is the agent's (``stop``, ``tool-calls``, ``length``,
 ``content-filter``, ``error``, ``tripwire``, ``aborted`` ...); the UI stream maps it onto the AI SDK's set.
-A tripwire is emitted as ``ErrorEvent(error_text=reason)`` then ``FinishEvent(finish_reason="tripwire")``;
-a consumer that stops early makes the run emit ``AbortEvent(reason)``.
+A tripwire is emitted as ``ErrorEvent(error_text=reason)`` then ``FinishEvent(finish_reason="tripwire")``.
+A consumer that stops early receives nothing more (``Agent.stream`` aborts the run); ``AbortEvent(reason)``
+is the chunk for an event source that reports a stop to a consumer still reading.
 """
 
 from __future__ import annotations

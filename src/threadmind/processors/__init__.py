@@ -19,6 +19,7 @@ from ._hygiene import is_transient_signal as is_transient_signal
 from ._hygiene import persistable as persistable
 from ._input_filter import MemoryInputFilter as MemoryInputFilter
 from ._merge import is_system_reminder as is_system_reminder
+from ._merge import should_merge as should_merge
 from ._message_list import MessageList as MessageList
 from ._observation_text import CONTINUATION_ID as CONTINUATION_ID
 from ._observation_text import CONTINUATION_REMINDER as CONTINUATION_REMINDER
@@ -108,6 +109,7 @@ __all__ = (
     "run_input_step_processors",
     "run_output_processors",
     "sealed_updates",
+    "should_merge",
     "split_observer_output",
     "template_for",
     "validate_schema",

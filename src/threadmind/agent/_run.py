@@ -1,0 +1,407 @@
+"""One agent turn as an async generator of stream events: the protocol ``generate`` and ``stream`` both run.
+
+Order: the input checked → the thread taken (``Memory.turn``) → memory's and the agent's input processors →
+``start`` → per step: the input-step processors, the model (streamed, or one ``generate`` call), the tool calls
+→ the output processors (they persist the turn) → the title → ``finish``. Everything up to ``start`` runs
+before the first event, so a refusal (a busy thread, a thread of another resource, bad input) is raised before
+any event. The generator is driven by its consumer: nothing runs ahead of what was asked for (a slow consumer
+slows the model's stream; nothing is buffered).
+
+How a run ends:
+
+* to its end: the output processors run shielded from cancellation (the save completes or does not start),
+  ``state.result`` is set, then ``finish``;
+* a ``TripWire`` anywhere: ``error`` (its reason) and ``finish`` with ``tripwire``; nothing persisted;
+* an exception (a failed model is a ``ModelError``): it propagates; nothing persisted;
+* closed or cancelled by the consumer (an abort) once the input processors ran: the model's stream is closed,
+  then with ``save_on_abort`` the input and what the assistant produced so far are persisted (shielded) with
+  ``content.metadata.aborted = true`` on the assistant message (see :meth:`StepOutput.parts` for the tool
+  calls). An abort while the input processors run, or after the turn was persisted, saves nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from .._results import Usage
+from ..codecs import Message, MessageContent, Part, StepStartPart, TextPart, ToolInvocation, new_id, utc_now
+from ..errors import ModelError, ThreadmindError, TripWire, ValidationError
+from ..events import (
+    ErrorEvent,
+    FinishEvent,
+    FinishStepEvent,
+    StartEvent,
+    StartStepEvent,
+    StreamEvent,
+    ThreadTitleEvent,
+    ToolOutputAvailableEvent,
+    ToolOutputErrorEvent,
+)
+from ..models import LanguageModel, ModelChunk, ModelRequest, ModelResponse, stream_model
+from ..processors import (
+    MessageList,
+    RequestContext,
+    run_input_processors,
+    run_input_step_processors,
+    run_output_processors,
+    should_merge,
+)
+from ..tools import Tool, ToolContext
+from ..tracing import operation_span
+from ._input import RunCall, prepare_input
+from ._results import GenerateResult, TripWireInfo
+from ._step import REASONING, TEXT, StepOutput, now_ms
+
+if TYPE_CHECKING:
+    from ..memory import Turn
+    from ._agent import Agent
+
+__all__ = ("RunState", "run_turn")
+
+_log = logging.getLogger("threadmind.agent")
+
+_STARTING, _RUNNING, _FINISHING, _PERSISTED = "starting", "running", "finishing", "persisted"
+
+
+class RunState:
+    """What a run has produced so far, read by its abort path; ``result`` once it ended."""
+
+    __slots__ = ("message_id", "parts", "phase", "response_id", "result", "step", "text", "usage")
+
+    def __init__(self) -> None:
+        #: The id the assistant's reply is stored under (the ``start`` event's ``message_id``).
+        self.message_id: str | None = None
+        self.response_id = new_id()
+        self.parts: list[Part] = []  # the parts of the steps that ended
+        self.step: StepOutput | None = None  # the step under way
+        self.text = ""
+        self.usage: Usage | None = None
+        self.phase = _STARTING
+        self.result: GenerateResult | None = None
+
+
+async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: bool,
+                   save_on_abort: bool) -> AsyncGenerator[StreamEvent, None]:
+    """Run one turn of ``agent`` (see the module docstring); ``state`` is filled as it goes.
+
+    ``streaming``: the model is streamed (``stream_model``) and a title is sent as an event when
+    ``generateTitle.emitEvent`` is on; otherwise one ``generate`` call per step (``Agent.generate``).
+    """
+    system_inputs, conversation = prepare_input(call)
+    thread_id, resource_id = call.thread_id, call.resource_id
+    memory = agent.memory
+    with operation_span("threadmind.agent.stream" if streaming else "threadmind.agent.generate", "chat",
+                        thread_id=thread_id, resource_id=resource_id, gen_ai__agent__name=agent.name,
+                        gen_ai__request__model=agent.model.model_id):
+        turn_scope: AbstractAsyncContextManager[Turn | None]
+        if memory is None:
+            turn_scope = nullcontext(None)
+        else:
+            if not thread_id or not resource_id:
+                raise ValidationError(
+                    f'A resourceId and a threadId must be provided when using Memory. Saw threadId "{thread_id}" '
+                    f'and resourceId "{resource_id}"',
+                    code="AGENT_MEMORY_MISSING_RESOURCE_ID",
+                )
+            turn_scope = memory.turn(thread_id, resource_id, memory_options=call.memory_options,
+                                     input_processors=agent.input_processors,
+                                     output_processors=agent.output_processors)
+        async with turn_scope as turn:
+            message_list = MessageList(thread_id=thread_id, resource_id=resource_id)
+            # System texts live in the list so processors see them (token budgets count the whole prompt).
+            for system_text in (agent.instructions, *system_inputs):
+                if system_text:
+                    message_list.add_system(system_text)
+            if conversation:
+                message_list.add(conversation, "input")
+            context = turn.context() if turn is not None else RequestContext(resource_id=resource_id)
+            inputs = [*(turn.input_processors if turn is not None else ()), *agent.input_processors]
+            outputs = [*agent.output_processors, *(turn.output_processors if turn is not None else ())]
+            tools: dict[str, Tool] = {t.name: t for t in agent.tools}
+            if turn is not None:
+                tools.update(turn.tools)
+            run = _Run(agent, state, context, tools, inputs, outputs, streaming)
+            try:
+                run.message_list = await run_input_processors(inputs, message_list, context)
+                state.phase = _RUNNING
+                async with aclosing(run.steps(call.max_steps)) as steps:  # closed with this generator
+                    async for event in steps:
+                        yield event
+                state.phase = _FINISHING
+                with anyio.CancelScope(shield=True):  # the save completes or does not start
+                    text = await run.finish()
+                state.phase = _PERSISTED
+                if turn is not None:
+                    title = await run.title(turn, emit=streaming)
+                    if title is not None:
+                        yield ThreadTitleEvent.of(turn.thread.id, title)
+                state.result = GenerateResult(text=text, messages=run.message_list.get_response(), usage=state.usage,
+                                              finish_reason=run.finish_reason)
+                yield FinishEvent(finish_reason=run.finish_reason)
+            except TripWire as trip:
+                state.result = GenerateResult(text="", messages=[], usage=state.usage, finish_reason="tripwire",
+                                              tripwire=TripWireInfo(reason=trip.reason,
+                                                                    processor_id=trip.processor_id))
+                if state.message_id is None:
+                    yield StartEvent(message_id=state.response_id)
+                yield ErrorEvent(error_text=trip.reason)
+                yield FinishEvent(finish_reason="tripwire")
+            except BaseException as exc:
+                if not isinstance(exc, Exception):  # closed (GeneratorExit) or cancelled by the consumer
+                    await run.aborted(save_on_abort)
+                raise
+
+
+class _Run:
+    """The steps of one turn and how it ends (used by :func:`run_turn` only)."""
+
+    __slots__ = ("agent", "context", "finish_reason", "inputs", "message_list", "outputs", "state", "streaming",
+                 "tools")
+
+    def __init__(self, agent: Agent, state: RunState, context: RequestContext, tools: dict[str, Tool],
+                 inputs: list[object], outputs: list[object], streaming: bool) -> None:
+        self.agent = agent
+        self.state = state
+        self.context = context
+        self.tools = tools
+        self.inputs = inputs
+        self.outputs = outputs
+        self.streaming = streaming
+        self.message_list = MessageList()
+        self.finish_reason = "stop"
+
+    async def steps(self, max_steps: int) -> AsyncGenerator[StreamEvent, None]:
+        """``start``, then each model step with its tool calls, until the model stops calling tools, a client
+        tool is called, or ``max_steps`` ran out (``finish_reason`` is then ``tool-calls``)."""
+        state, agent = self.state, self.agent
+        counter = [0]
+        tool_context = ToolContext(thread_id=self.context.thread_id or self.message_list.thread_id,
+                                   resource_id=self.context.resource_id, memory=agent.memory,
+                                   memory_config=self.context.memory_config)
+        for step_number in range(max_steps):
+            # Before every model call (reference processInputStep): e.g. a token limit trims what tool results
+            # of the previous step added.
+            self.message_list = await run_input_step_processors(self.inputs, self.message_list, self.context,
+                                                                step_number)
+            if step_number == 0:
+                state.message_id = _stored_id(self.message_list, state.response_id)
+                yield StartEvent(message_id=state.message_id)
+            request = ModelRequest(system=self.message_list.get_system_messages(),
+                                   messages=self.message_list.get_all(), tools=[t.spec for t in self.tools.values()])
+            step = state.step = StepOutput(counter)
+            yield StartStepEvent()
+            async with aclosing(self._chunks(request)) as chunks:
+                async for chunk in chunks:
+                    if chunk.reasoning:
+                        if step.open is None or step.open.kind != REASONING:
+                            for event in step.switch(REASONING):
+                                yield event
+                        yield step.add(chunk.reasoning)
+                    if chunk.text:
+                        if step.open is None or step.open.kind != TEXT:
+                            for event in step.switch(TEXT):
+                                yield event
+                        yield step.add(chunk.text)
+                    if chunk.tool_input is not None:
+                        for event in step.tool_input(chunk.tool_input):
+                            yield event
+                    if chunk.tool_call is not None:
+                        for event in step.tool_call(chunk.tool_call):
+                            yield event
+                    if chunk.usage is not None:
+                        step.usage = chunk.usage
+                    if chunk.finish_reason is not None:
+                        step.finish_reason = chunk.finish_reason
+            step.stamp = now_ms()
+            for event in step.close():
+                yield event
+            if step.usage is not None:
+                state.usage = step.usage if state.usage is None else state.usage + step.usage
+            self.finish_reason = step.finish_reason or "stop"
+            calls = step.complete_calls()
+            pending_client = False
+            for pending in calls:
+                assert pending.call is not None
+                invocation, is_client = await _invoke(pending.tool_call_id, pending.tool_name, pending.call.args,
+                                                      self.tools, tool_context)
+                pending.invocation, pending.created_at = invocation, now_ms()
+                pending_client = pending_client or is_client
+                if invocation.state == "result":
+                    yield ToolOutputAvailableEvent(tool_call_id=pending.tool_call_id, output=invocation.result)
+                elif invocation.state == "output-error":
+                    yield ToolOutputErrorEvent(tool_call_id=pending.tool_call_id,
+                                               error_text=invocation.error_text or "tool failed")
+            # The step ends: its parts join the response (no await between, so an abort sees it once).
+            produced = step.parts(self.tools)
+            if produced:
+                state.parts += produced
+                if step.text:
+                    state.text = step.text
+                _publish(self.message_list, state.response_id, state.parts, state.text)
+            state.step = None
+            yield FinishStepEvent()
+            if not calls:
+                return
+            if pending_client:
+                self.finish_reason = "tool-calls"
+                return
+        self.finish_reason = "tool-calls"  # max_steps ran out while the model was still calling tools
+
+    def _chunks(self, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
+        if self.streaming:
+            return _streamed(self.agent.model, request)
+        return _generated(self.agent.model, request)
+
+    async def finish(self) -> str:
+        """The run ran to its end: the output processors (which persist the turn); returns the run's text."""
+        self.context.finish_reason = self.finish_reason
+        before = self.message_list.get_response()
+        self.message_list = await run_output_processors(self.outputs, self.message_list, self.context)
+        return _final_text(before, self.message_list.get_response(), self.state.text)
+
+    async def title(self, turn: Turn, *, emit: bool) -> str | None:
+        """The work after a turn: the title generated now and returned when ``emit`` and
+        ``generateTitle.emitEvent`` are on, else started in the background."""
+        title = turn.config.generate_title_config
+        if emit and title is not None and title.emit_event:
+            return await turn.finish_with_title(self.agent.model, self.message_list)
+        turn.finish(self.agent.model, self.message_list)
+        return None
+
+    async def aborted(self, save: bool) -> None:
+        """The consumer stopped the run: with ``save``, persist what it produced so far (see the module
+        docstring); ``state.result`` says what was kept. Shielded: the save completes or does not start."""
+        state = self.state
+        step = state.step
+        parts = state.parts + (step.parts(self.tools, aborted=True) if step is not None else [])
+        text = step.text if step is not None and step.text else state.text
+        state.step = None
+        if not save or state.phase != _RUNNING:
+            if state.result is None:
+                state.result = GenerateResult(text=text, messages=[], usage=state.usage, finish_reason="aborted")
+            return
+        with anyio.CancelScope(shield=True):
+            if parts:
+                _publish(self.message_list, state.response_id, parts, text, metadata={"aborted": True})
+            self.context.finish_reason = "aborted"
+            try:
+                self.message_list = await run_output_processors(self.outputs, self.message_list, self.context)
+            except TripWire as trip:  # a guardrail still has the last word: nothing persisted
+                state.result = GenerateResult(text="", messages=[], usage=state.usage, finish_reason="tripwire",
+                                              tripwire=TripWireInfo(reason=trip.reason,
+                                                                    processor_id=trip.processor_id))
+                return
+            except Exception:  # the consumer is gone: nobody to raise to; the turn is left unsaved
+                _log.exception("saving the aborted turn failed")
+                state.result = GenerateResult(text=text, messages=[], usage=state.usage, finish_reason="aborted")
+                return
+        state.result = GenerateResult(text=text, messages=self.message_list.get_response(), usage=state.usage,
+                                      finish_reason="aborted")
+
+
+def _stored_id(message_list: MessageList, response_id: str) -> str:
+    """The id the reply will be stored under: the latest assistant message's when the reply merges into it
+    (a client tool's outcome continues that message, reference §4.4 rule 3), else ``response_id``."""
+    conversation = message_list.get_all()
+    if not conversation or conversation[-1].role != "assistant":
+        return response_id
+    latest = conversation[-1]
+    probe = Message(response_id, "assistant", MessageContent(parts=[StepStartPart()]), latest.created_at,
+                    message_list.thread_id, message_list.resource_id)
+    return latest.id if should_merge(latest, probe, "response") else response_id
+
+
+async def _streamed(model: LanguageModel, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
+    with operation_span("threadmind.model.stream", "chat", gen_ai__request__model=model.model_id):
+        async with aclosing(stream_model(model, request)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+
+async def _generated(model: LanguageModel, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
+    """One ``generate`` call as chunks: reasoning, text, each tool call, then the finish chunk."""
+    with operation_span("threadmind.model.generate", "chat", gen_ai__request__model=model.model_id):
+        try:
+            response = await model.generate(request)
+        except ThreadmindError as exc:
+            if isinstance(exc, (ModelError, TripWire)):
+                raise
+            raise ModelError(f"model {model.model_id} failed: {exc.message}") from exc
+        except Exception as exc:
+            raise ModelError(f"model {model.model_id} failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(response, ModelResponse):
+        raise ModelError(f"model {model.model_id} returned {type(response).__name__}, not ModelResponse")
+    if response.reasoning:
+        yield ModelChunk(reasoning=response.reasoning)
+    if response.text:
+        yield ModelChunk(text=response.text)
+    for tool_call in response.tool_calls:
+        yield ModelChunk(tool_call=tool_call)
+    yield ModelChunk(finish_reason=response.finish_reason, usage=response.usage)
+
+
+async def _invoke(call_id: str, name: str, args: Any, tools: dict[str, Tool],
+                  context: ToolContext) -> tuple[ToolInvocation, bool]:
+    """Run one tool call: its invocation with the outcome, and whether it is a client tool's (no outcome yet)."""
+    tool = tools.get(name)
+    if tool is None:
+        return ToolInvocation(state="output-error", tool_call_id=call_id, tool_name=name, args=args,
+                              error_text=f"Tool {name} not found"), False
+    if tool.execute is None:
+        return ToolInvocation(state="call", tool_call_id=call_id, tool_name=name, args=args), True
+    with operation_span("threadmind.tool.execute", "execute_tool", gen_ai__tool__name=name):
+        try:
+            result = await tool.run(args, context)
+        except TripWire:  # a guardrail inside a tool ends the run like any other (SPEC §4: "anywhere")
+            raise
+        except Exception as exc:  # a failing tool is reported to the model, not to the caller
+            return ToolInvocation(state="output-error", tool_call_id=call_id, tool_name=name, args=args,
+                                  error_text=f"{type(exc).__name__}: {exc}"), False
+    return ToolInvocation(state="result", tool_call_id=call_id, tool_name=name, args=args,
+                          result=_json_safe(result)), False
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def _publish(message_list: MessageList, response_id: str, parts: Sequence[Part], text: str,
+             metadata: dict[str, Any] | None = None) -> None:
+    """Put the reply so far into the list as the response message (merged per the list's same-id rules)."""
+    existing = message_list.get(response_id)
+    if existing is not None:
+        merged = {**(existing.content.metadata or {}), **metadata} if metadata else existing.content.metadata
+        content = MessageContent(parts=list(parts), content=text or None, metadata=merged)
+        message_list.replace(msgspec.structs.replace(existing, content=content))
+        return
+    content = MessageContent(parts=list(parts), content=text or None, metadata=metadata)
+    created = utc_now()
+    newest = max((m.created_at for m in message_list.get_all()), default=None)
+    if newest is not None and created <= newest:
+        created = newest + timedelta(milliseconds=1)  # the response always sorts after the turn's input
+    message = Message(response_id, "assistant", content, created, message_list.thread_id, message_list.resource_id)
+    message_list.add(message, "response")
+
+
+def _final_text(before: list[Message], after: list[Message], text: str) -> str:
+    """The run's text; when output processors changed the response, the text of what they left."""
+    if len(before) == len(after) and all(a is b for a, b in zip(before, after, strict=True)):
+        return text
+    last = next((m for m in reversed(after) if m.role == "assistant"), None)
+    if last is None:
+        return ""
+    if last.content.content is not None:
+        return last.content.content
+    return " ".join(p.text for p in last.content.parts if isinstance(p, TextPart))
