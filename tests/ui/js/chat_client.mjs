@@ -4,6 +4,7 @@
 //
 // plan = {
 //   api: "http://127.0.0.1:PORT/api/chat",
+//   chatId: "chat-1" (optional: the chat's id, sent as the body's `id`),
 //   history: "http://127.0.0.1:PORT/api/history" (optional: load it and check it with validateUIMessages),
 //   clientTools: {"<toolName>": <output>},  // answered from onToolCall with addToolOutput
 //   steps: [{send: "text", stopOnText?: "..."}]  // stopOnText: chat.stop() once the reply contains it
@@ -61,7 +62,7 @@ function replyText(messages) {
 }
 
 chat = new HeadlessChat({
-  id: 'chat-1',
+  id: plan.chatId ?? 'chat-1',
   transport: new DefaultChatTransport({ api: plan.api }),
   sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithToolCalls,
   onToolCall: ({ toolCall }) => {
