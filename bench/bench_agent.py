@@ -1,6 +1,6 @@
 """Per-turn memory overhead of the agent pipeline, on a 1 000-message thread.
 
-Run: ``python -m bench.bench_agent [--turns 300] [--history 1000]``. Prints JSON for last-10 history (at
+Run: ``python -m bench.bench_agent [--turns 300] [--history 1000] [--deltas 500]``. Prints JSON for last-10 history (at
 ``synchronous=FULL`` and NORMAL), a token budget, working memory, semantic recall and observational memory:
 
 * ``p50_ms``/``p95_ms``/``p99_ms``: the whole ``generate()`` call minus the model's own time. This also
@@ -13,6 +13,12 @@ Run: ``python -m bench.bench_agent [--turns 300] [--history 1000]``. Prints JSON
 * ``last_10_after_a_pause``: one turn on each of many threads idle past the actors' 2 s cache TTL, the
   usual case in a real chat (the back-to-back turns above find the thread row and window cached);
   ``..._single_process``: the same with ``Memory(cache_ttl=None)``, for a file no other process writes.
+* ``stream``: ``Agent.stream()`` over a model that streams ``deltas`` text deltas instantly, without memory and
+  with last-10 history. ``added_first_token_ms``: the time from ``stream()`` to the first ``text-delta`` event
+  minus the model's own time to its first chunk (measured inside each run); ``first_event_ms``: to the ``start``
+  event; ``per_event_overhead_us``: the time per ``text-delta`` while the reply streams, minus the model's own
+  time per chunk read alone; ``ui_events_per_s``: events through ``ui_message_stream`` (SSE bytes) per second over
+  whole runs (with memory, its reads and the save included).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -33,8 +40,10 @@ import threadmind.memory._turn as turn_module
 from threadmind import Memory, Message
 from threadmind.agent import Agent
 from threadmind.embedders import HashEmbedder
-from threadmind.models import ModelRequest, ModelResponse
+from threadmind.events import StartEvent, TextDeltaEvent
+from threadmind.models import ModelChunk, ModelRequest, ModelResponse
 from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.ui import ui_message_stream
 from threadmind.workload import Workload
 
 
@@ -88,6 +97,102 @@ class _MemorySteps:
                 self.seconds += time.perf_counter() - started
 
         return timed
+
+
+class _InstantStream:
+    """Streams ``deltas`` one-word text deltas at once; notes when each stream was asked for and gave its first."""
+
+    model_id = "bench/instant-stream"
+
+    def __init__(self, deltas: int) -> None:
+        self.deltas = deltas
+        self.called = 0.0
+        self.first_chunk = 0.0
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        return ModelResponse(text=" ".join(["word"] * self.deltas))
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
+        self.called = time.perf_counter()
+        self.first_chunk = 0.0
+        for _ in range(self.deltas):
+            if not self.first_chunk:
+                self.first_chunk = time.perf_counter()
+            yield ModelChunk(text=" word")
+        yield ModelChunk(finish_reason="stop")
+
+
+async def _model_alone(model: _InstantStream, runs: int) -> float:
+    """Seconds the model's own stream takes to be read to its end (the best of ``runs``)."""
+    best = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        async with aclosing(model.stream(ModelRequest())) as chunks:
+            async for _chunk in chunks:
+                pass
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+async def _stream_runs(agent: Agent, model: _InstantStream, runs: int, ids: tuple[str, str] | None) -> dict[str, Any]:
+    first_event: list[float] = []
+    added_first_token: list[float] = []
+    streaming: list[float] = []  # first text delta to last, per delta
+    thread_id, resource_id = ids or (None, None)
+    for i in range(runs):
+        started = time.perf_counter()
+        stream = agent.stream(f"question number {i} about the tokyo flight", thread_id=thread_id,
+                              resource_id=resource_id)
+        first = last = 0.0
+        async with stream:
+            async for event in stream:
+                if isinstance(event, StartEvent):
+                    first_event.append(time.perf_counter() - started)
+                elif isinstance(event, TextDeltaEvent):
+                    last = time.perf_counter()
+                    if not first:
+                        first = last
+                        added_first_token.append(first - started - (model.first_chunk - model.called))
+        streaming.append((last - first) / (model.deltas - 1))
+    alone = await _model_alone(model, min(runs, 20)) / model.deltas
+    overhead_ms_as_us = [(per_delta - alone) * 1000 for per_delta in streaming]  # _pcts scales by 1000 again
+    return {"runs": runs, "deltas": model.deltas,
+            "first_event_ms": _pcts(first_event), "added_first_token_ms": _pcts(added_first_token),
+            "per_event_overhead_us": {k.replace("_ms", "_us"): v for k, v in _pcts(overhead_ms_as_us).items()},
+            "model_alone_per_delta_us": round(alone * 1e6, 4)}
+
+
+async def _ui_throughput(agent: Agent, runs: int, ids: tuple[str, str] | None) -> float:
+    """Events per second through ``ui_message_stream`` (each event framed as SSE bytes)."""
+    frames = 0
+    started = time.perf_counter()
+    for i in range(runs):
+        thread_id, resource_id = ids or (None, None)
+        stream = agent.stream(f"question {i}", thread_id=thread_id, resource_id=resource_id)
+        async with aclosing(ui_message_stream(stream)) as body:
+            async for _frame in body:
+                frames += 1
+    return round((frames - runs) / (time.perf_counter() - started))  # [DONE] is not an event
+
+
+async def _streaming(workdir: str, turns: int, deltas: int) -> dict[str, Any]:
+    """``Agent.stream()`` against the model's own stream: first-token latency and per-event overhead."""
+    runs = max(4, turns)
+    out: dict[str, Any] = {}
+    model = _InstantStream(deltas)
+    agent = Agent("bench", "You are a benchmark.", model)
+    out["without_memory"] = await _stream_runs(agent, model, runs, None)
+    out["without_memory"]["ui_events_per_s"] = await _ui_throughput(agent, max(2, runs // 10), None)
+    path = os.path.join(workdir, "stream.db")
+    async with Memory(storage=SQLiteStore(path), options={"lastMessages": 10}) as memory:
+        workload = Workload(threads=1, resources=1, turns=10)
+        ids = (workload.thread_id(0), workload.resource_id(0))
+        await memory.create_thread(thread_id=ids[0], resource_id=ids[1])
+        await memory.save_messages([m for k in range(workload.turns) for m in workload.messages_for_turn(0, k)])
+        agent = Agent("bench", "You are a benchmark.", model, memory=memory)
+        out["memory_last_10"] = await _stream_runs(agent, model, runs, ids)
+        out["memory_last_10"]["ui_events_per_s"] = await _ui_throughput(agent, max(2, runs // 10), ids)
+    return out
 
 
 def _pcts(samples: Sequence[float]) -> dict[str, float]:
@@ -257,6 +362,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         report["last_10_after_a_pause"] = await _cold_turns(workdir, min(args.turns, 200))
         # The same with cache_ttl=None: a database only this process writes keeps its caches.
         report["last_10_after_a_pause_single_process"] = await _cold_turns(workdir, min(args.turns, 200), None)
+        report["stream"] = await _streaming(workdir, min(args.turns, 300), args.deltas)
     base = report["last_10"]["p50_ms"]
     report["working_memory_extra_p50_ms"] = round(report["last_10_working_memory"]["p50_ms"] - base, 4)
     return report
@@ -266,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--history", type=int, default=1000)
+    parser.add_argument("--deltas", type=int, default=500, help="text deltas per streamed reply")
     args = parser.parse_args(argv)
     print(json.dumps(anyio.run(_main, args), indent=2))
 

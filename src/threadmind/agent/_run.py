@@ -128,15 +128,21 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
             tools: dict[str, Tool] = {t.name: t for t in agent.tools}
             if turn is not None:
                 tools.update(turn.tools)
-            run = _Run(agent, state, context, tools, inputs, outputs, streaming)
+            run = _Run(agent, state, message_list, context, tools, inputs, outputs, streaming)
             try:
                 run.message_list = await run_input_processors(inputs, message_list, context)
                 state.phase = _RUNNING
-                async with aclosing(run.steps(call.max_steps)) as steps:  # closed with this generator
+                steps = run.steps(call.max_steps)
+                try:
                     async for event in steps:
                         yield event
+                finally:  # closed with this generator (an abort closes the model's stream at once)
+                    await steps.aclose()
                 state.phase = _FINISHING
-                with anyio.CancelScope(shield=True):  # the save completes or does not start
+                if outputs:
+                    with anyio.CancelScope(shield=True):  # the save completes or does not start
+                        text = await run.finish()
+                else:
                     text = await run.finish()
                 state.phase = _PERSISTED
                 if turn is not None:
@@ -166,16 +172,16 @@ class _Run:
     __slots__ = ("agent", "context", "finish_reason", "inputs", "message_list", "outputs", "state", "streaming",
                  "tools")
 
-    def __init__(self, agent: Agent, state: RunState, context: RequestContext, tools: dict[str, Tool],
-                 inputs: list[object], outputs: list[object], streaming: bool) -> None:
+    def __init__(self, agent: Agent, state: RunState, message_list: MessageList, context: RequestContext,
+                 tools: dict[str, Tool], inputs: list[object], outputs: list[object], streaming: bool) -> None:
         self.agent = agent
         self.state = state
+        self.message_list = message_list
         self.context = context
         self.tools = tools
         self.inputs = inputs
         self.outputs = outputs
         self.streaming = streaming
-        self.message_list = MessageList()
         self.finish_reason = "stop"
 
     async def steps(self, max_steps: int) -> AsyncGenerator[StreamEvent, None]:
@@ -198,7 +204,8 @@ class _Run:
                                    messages=self.message_list.get_all(), tools=[t.spec for t in self.tools.values()])
             step = state.step = StepOutput(counter)
             yield StartStepEvent()
-            async with aclosing(self._chunks(request)) as chunks:
+            chunks = self._chunks(request)
+            try:
                 async for chunk in chunks:
                     if chunk.reasoning:
                         if step.open is None or step.open.kind != REASONING:
@@ -220,6 +227,8 @@ class _Run:
                         step.usage = chunk.usage
                     if chunk.finish_reason is not None:
                         step.finish_reason = chunk.finish_reason
+            finally:
+                await chunks.aclose()
             step.stamp = now_ms()
             for event in step.close():
                 yield event
@@ -243,8 +252,7 @@ class _Run:
             produced = step.parts(self.tools)
             if produced:
                 state.parts += produced
-                if step.text:
-                    state.text = step.text
+                state.text = step.text or state.text
                 _publish(self.message_list, state.response_id, state.parts, state.text)
             state.step = None
             yield FinishStepEvent()
