@@ -7,6 +7,7 @@ turn's messages or none of them: never half), and that the next turn runs and se
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from threadmind.models import ModelChunk, ModelResponse, ScriptedModel, ToolCall
 from threadmind.stores import SQLiteStore
 
 from ._streaming import GatedStore, Paced, types
-from ._support import RESOURCE, THREAD, open_memory, stored, texts
+from ._support import RESOURCE, THREAD, base_time, open_memory, stored, text_msg, texts
 
 Stop = Callable[[AgentStream], Awaitable[None]]
 
@@ -359,3 +360,26 @@ async def test_what_the_next_request_sends_back_is_not_stored_twice(tmp_path: Pa
         await agent.generate(echo, thread_id=THREAD, resource_id=RESOURCE)
         rows = await stored(memory)
     assert texts(rows) == ["q1", "Half said", "q2", "Full."]
+
+
+async def test_a_reply_saved_after_the_next_message_was_written_still_sorts_before_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client stops a reply and sends its next message at once: that message may be dated before the server
+    saves the aborted reply. The reply is dated when it started, so the conversation keeps its order."""
+    t0 = base_time()
+    clock = [t0 + timedelta(milliseconds=10)]
+    monkeypatch.setattr("threadmind.agent._run.utc_now", lambda: clock[0])
+    paced = Paced(["Thinking"])
+    async with open_memory(tmp_path) as memory:
+        agent = Agent("a", "i", ScriptedModel([paced.stream()]), memory=memory)
+        stream = agent.stream(text_msg("user", "q1", id="q1", at=t0), thread_id=THREAD, resource_id=RESOURCE)
+        async with stream:
+            async for event in stream:
+                if isinstance(event, TextDeltaEvent):
+                    next_message = text_msg("user", "q2", id="q2", at=t0 + timedelta(milliseconds=50))
+                    clock[0] = t0 + timedelta(milliseconds=100)  # the abort lands after q2 was written
+                    break
+        after = ScriptedModel(["after"])
+        await Agent("a", "i", after, memory=memory).generate(next_message, thread_id=THREAD, resource_id=RESOURCE)
+        assert texts(after.requests[0].messages) == ["q1", "Thinking", "q2"]
+        assert texts(await stored(memory)) == ["q1", "Thinking", "q2", "after"]

@@ -25,7 +25,7 @@ import json
 import logging
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -69,17 +69,21 @@ __all__ = ("RunState", "run_turn")
 _log = logging.getLogger("threadmind.agent")
 
 _STARTING, _RUNNING, _FINISHING, _PERSISTED = "starting", "running", "finishing", "persisted"
+_EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 class RunState:
     """What a run has produced so far, read by its abort path; ``result`` once it ended."""
 
-    __slots__ = ("message_id", "parts", "phase", "response_id", "result", "step", "text", "usage")
+    __slots__ = ("message_id", "parts", "phase", "response_id", "result", "started_at", "step", "text", "usage")
 
     def __init__(self) -> None:
         #: The id the assistant's reply is stored under (the ``start`` event's ``message_id``).
         self.message_id: str | None = None
         self.response_id = new_id()
+        #: When the reply started (the ``start`` event): its ``created_at``, so that it sorts before anything the
+        #: client sent after seeing it, even when it is saved later (an aborted reply, saved once the abort lands).
+        self.started_at = _EPOCH
         self.parts: list[Part] = []  # the parts of the steps that ended
         self.step: StepOutput | None = None  # the step under way
         self.text = ""
@@ -199,6 +203,7 @@ class _Run:
                                                                 step_number)
             if step_number == 0:
                 state.message_id = _stored_id(self.message_list, state.response_id)
+                state.started_at = utc_now()
                 yield StartEvent(message_id=state.message_id)
             request = ModelRequest(system=self.message_list.get_system_messages(),
                                    messages=self.message_list.get_all(), tools=[t.spec for t in self.tools.values()])
@@ -253,7 +258,7 @@ class _Run:
             if produced:
                 state.parts += produced
                 state.text = step.text or state.text
-                _publish(self.message_list, state.response_id, state.parts, state.text)
+                _publish(self.message_list, state, state.parts, state.text)
             state.step = None
             yield FinishStepEvent()
             if not calls:
@@ -298,7 +303,7 @@ class _Run:
             return
         with anyio.CancelScope(shield=True):
             if parts:
-                _publish(self.message_list, state.response_id, parts, text, metadata={"aborted": True})
+                _publish(self.message_list, state, parts, text, metadata={"aborted": True})
             self.context.finish_reason = "aborted"
             try:
                 self.message_list = await run_output_processors(self.outputs, self.message_list, self.context)
@@ -385,9 +390,11 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _publish(message_list: MessageList, response_id: str, parts: Sequence[Part], text: str,
+def _publish(message_list: MessageList, state: RunState, parts: Sequence[Part], text: str,
              metadata: dict[str, Any] | None = None) -> None:
-    """Put the reply so far into the list as the response message (merged per the list's same-id rules)."""
+    """Put the reply so far into the list as the response message (merged per the list's same-id rules), dated
+    when it started."""
+    response_id = state.response_id
     existing = message_list.get(response_id)
     if existing is not None:
         merged = {**(existing.content.metadata or {}), **metadata} if metadata else existing.content.metadata
@@ -395,7 +402,7 @@ def _publish(message_list: MessageList, response_id: str, parts: Sequence[Part],
         message_list.replace(msgspec.structs.replace(existing, content=content))
         return
     content = MessageContent(parts=list(parts), content=text or None, metadata=metadata)
-    created = utc_now()
+    created = state.started_at
     newest = max((m.created_at for m in message_list.get_all()), default=None)
     if newest is not None and created <= newest:
         created = newest + timedelta(milliseconds=1)  # the response always sorts after the turn's input
