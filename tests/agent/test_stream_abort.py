@@ -203,6 +203,26 @@ class TestWhereTheAbortLands:
             assert (await stream.result()).finish_reason == "stop"  # and the run knows its save completed
             await _next_turn_sees(memory, ScriptedModel(["after"]), ["question", "The full answer."])
 
+    async def test_while_the_title_is_generated_the_turn_is_already_complete(self, tmp_path: Path) -> None:
+        asked = anyio.Event()
+
+        async def slow_title(request: Any) -> str:
+            asked.set()
+            await anyio.sleep_forever()
+            return "never"
+
+        options = {"generateTitle": {"model": ScriptedModel([slow_title]), "emitEvent": True}}
+        async with open_memory(tmp_path, options) as memory:
+            stream = Agent("a", "i", ScriptedModel(["Done."]), memory=memory).stream(
+                "q", thread_id=THREAD, resource_id=RESOURCE)
+            seen = await _cancel_when(stream, asked)
+            assert types(seen)[-1] == "finish-step"  # no title, no finish: the client went away meanwhile
+            rows = await stored(memory)
+            assert texts(rows) == ["q", "Done."] and not any(_aborted(m) for m in rows)
+            assert (await stream.result()).finish_reason == "stop"
+            thread = await memory.get_thread_by_id(THREAD)
+            assert thread is not None and not thread.title
+
     async def test_the_partial_save_is_shielded_too(self, tmp_path: Path) -> None:
         store = GatedStore(SQLiteStore(str(tmp_path / "gated.db")))
         paced = Paced(["Half", " a"], [" reply"])

@@ -149,12 +149,12 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
                 else:
                     text = await run.finish()
                 state.phase = _PERSISTED
+                state.result = GenerateResult(text=text, messages=run.message_list.get_response(), usage=state.usage,
+                                              finish_reason=run.finish_reason)
                 if turn is not None:
                     title = await run.title(turn, emit=streaming)
                     if title is not None:
                         yield ThreadTitleEvent.of(turn.thread.id, title)
-                state.result = GenerateResult(text=text, messages=run.message_list.get_response(), usage=state.usage,
-                                              finish_reason=run.finish_reason)
                 yield FinishEvent(finish_reason=run.finish_reason)
             except TripWire as trip:
                 state.result = GenerateResult(text="", messages=[], usage=state.usage, finish_reason="tripwire",
