@@ -17,8 +17,8 @@ Run: ``python -m bench.bench_agent [--turns 300] [--history 1000] [--deltas 500]
   with last-10 history. ``added_first_token_ms``: the time from ``stream()`` to the first ``text-delta`` event
   minus the model's own time to its first chunk (measured inside each run); ``first_event_ms``: to the ``start``
   event; ``per_event_overhead_us``: the time per ``text-delta`` while the reply streams, minus the model's own
-  time per chunk read alone; ``ui_events_per_s``: events through ``ui_message_stream`` (SSE bytes) per second over
-  whole runs (with memory, its reads and the save included).
+  time per chunk read alone; ``ui_events_per_s``: events through ``ui_message_stream`` (SSE bytes) per second while
+  the reply streams (``..._whole_runs``: over whole runs, memory's reads and the save included).
 """
 
 from __future__ import annotations
@@ -162,17 +162,29 @@ async def _stream_runs(agent: Agent, model: _InstantStream, runs: int, ids: tupl
             "model_alone_per_delta_us": round(alone * 1e6, 4)}
 
 
-async def _ui_throughput(agent: Agent, runs: int, ids: tuple[str, str] | None) -> float:
-    """Events per second through ``ui_message_stream`` (each event framed as SSE bytes)."""
-    frames = 0
+async def _ui_throughput(agent: Agent, runs: int, ids: tuple[str, str] | None) -> dict[str, int]:
+    """Events per second through ``ui_message_stream`` (each event framed as SSE bytes): while the reply streams
+    (first ``text-delta`` frame to the last), and over whole runs (the turn's own work included)."""
+    frames = streamed = 0
+    streaming_seconds = 0.0
+    thread_id, resource_id = ids or (None, None)
     started = time.perf_counter()
     for i in range(runs):
-        thread_id, resource_id = ids or (None, None)
         stream = agent.stream(f"question {i}", thread_id=thread_id, resource_id=resource_id)
+        first = last = 0.0
+        deltas = 0
         async with aclosing(ui_message_stream(stream)) as body:
-            async for _frame in body:
+            async for frame in body:
                 frames += 1
-    return round((frames - runs) / (time.perf_counter() - started))  # [DONE] is not an event
+                if b'"text-delta"' in frame:
+                    last = time.perf_counter()
+                    first = first or last
+                    deltas += 1
+        streamed += deltas - 1
+        streaming_seconds += last - first
+    whole = time.perf_counter() - started
+    return {"ui_events_per_s": round(streamed / streaming_seconds),
+            "ui_events_per_s_whole_runs": round((frames - runs) / whole)}  # [DONE] is not an event
 
 
 async def _streaming(workdir: str, turns: int, deltas: int) -> dict[str, Any]:
@@ -182,7 +194,7 @@ async def _streaming(workdir: str, turns: int, deltas: int) -> dict[str, Any]:
     model = _InstantStream(deltas)
     agent = Agent("bench", "You are a benchmark.", model)
     out["without_memory"] = await _stream_runs(agent, model, runs, None)
-    out["without_memory"]["ui_events_per_s"] = await _ui_throughput(agent, max(2, runs // 10), None)
+    out["without_memory"].update(await _ui_throughput(agent, max(2, runs // 10), None))
     path = os.path.join(workdir, "stream.db")
     async with Memory(storage=SQLiteStore(path), options={"lastMessages": 10}) as memory:
         workload = Workload(threads=1, resources=1, turns=10)
@@ -191,7 +203,7 @@ async def _streaming(workdir: str, turns: int, deltas: int) -> dict[str, Any]:
         await memory.save_messages([m for k in range(workload.turns) for m in workload.messages_for_turn(0, k)])
         agent = Agent("bench", "You are a benchmark.", model, memory=memory)
         out["memory_last_10"] = await _stream_runs(agent, model, runs, ids)
-        out["memory_last_10"]["ui_events_per_s"] = await _ui_throughput(agent, max(2, runs // 10), ids)
+        out["memory_last_10"].update(await _ui_throughput(agent, max(2, runs // 10), ids))
     return out
 
 
