@@ -21,19 +21,17 @@ How a run ends:
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator
+from contextlib import AbstractAsyncContextManager, nullcontext
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import anyio
-import msgspec
 
 from .._results import Usage
-from ..codecs import Message, MessageContent, Part, StepStartPart, TextPart, ToolInvocation, new_id, utc_now
-from ..errors import ModelError, ThreadmindError, TripWire, ValidationError
+from ..codecs import Part, new_id, utc_now
+from ..errors import TripWire, ValidationError
 from ..events import (
     ErrorEvent,
     FinishEvent,
@@ -45,20 +43,22 @@ from ..events import (
     ToolOutputAvailableEvent,
     ToolOutputErrorEvent,
 )
-from ..models import LanguageModel, ModelChunk, ModelRequest, ModelResponse, stream_model
+from ..models import ModelRequest
 from ..processors import (
     MessageList,
     RequestContext,
     run_input_processors,
     run_input_step_processors,
     run_output_processors,
-    should_merge,
 )
 from ..tools import Tool, ToolContext
 from ..tracing import operation_span
 from ._input import RunCall, prepare_input
+from ._model import model_chunks
+from ._reply import final_text, publish, stored_id
 from ._results import GenerateResult, TripWireInfo
 from ._step import REASONING, TEXT, StepOutput, now_ms
+from ._tools import invoke
 
 if TYPE_CHECKING:
     from ..memory import Turn
@@ -202,14 +202,14 @@ class _Run:
             self.message_list = await run_input_step_processors(self.inputs, self.message_list, self.context,
                                                                 step_number)
             if step_number == 0:
-                state.message_id = _stored_id(self.message_list, state.response_id)
+                state.message_id = stored_id(self.message_list, state.response_id)
                 state.started_at = utc_now()
                 yield StartEvent(message_id=state.message_id)
             request = ModelRequest(system=self.message_list.get_system_messages(),
                                    messages=self.message_list.get_all(), tools=[t.spec for t in self.tools.values()])
             step = state.step = StepOutput(counter)
             yield StartStepEvent()
-            chunks = self._chunks(request)
+            chunks = model_chunks(agent.model, request, streaming=self.streaming)
             try:
                 async for chunk in chunks:
                     if chunk.reasoning:
@@ -244,7 +244,7 @@ class _Run:
             pending_client = False
             for pending in calls:
                 assert pending.call is not None
-                invocation, is_client = await _invoke(pending.tool_call_id, pending.tool_name, pending.call.args,
+                invocation, is_client = await invoke(pending.tool_call_id, pending.tool_name, pending.call.args,
                                                       self.tools, tool_context)
                 pending.invocation, pending.created_at = invocation, now_ms()
                 pending_client = pending_client or is_client
@@ -258,7 +258,7 @@ class _Run:
             if produced:
                 state.parts += produced
                 state.text = step.text or state.text
-                _publish(self.message_list, state, state.parts, state.text)
+                publish(self.message_list, state.response_id, state.started_at, state.parts, state.text)
             state.step = None
             yield FinishStepEvent()
             if not calls:
@@ -268,17 +268,12 @@ class _Run:
                 return
         self.finish_reason = "tool-calls"  # max_steps ran out while the model was still calling tools
 
-    def _chunks(self, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
-        if self.streaming:
-            return _streamed(self.agent.model, request)
-        return _generated(self.agent.model, request)
-
     async def finish(self) -> str:
         """The run ran to its end: the output processors (which persist the turn); returns the run's text."""
         self.context.finish_reason = self.finish_reason
         before = self.message_list.get_response()
         self.message_list = await run_output_processors(self.outputs, self.message_list, self.context)
-        return _final_text(before, self.message_list.get_response(), self.state.text)
+        return final_text(before, self.message_list.get_response(), self.state.text)
 
     async def title(self, turn: Turn, *, emit: bool) -> str | None:
         """The work after a turn: the title generated now and returned when ``emit`` and
@@ -303,7 +298,8 @@ class _Run:
             return
         with anyio.CancelScope(shield=True):
             if parts:
-                _publish(self.message_list, state, parts, text, metadata={"aborted": True})
+                publish(self.message_list, state.response_id, state.started_at, parts, text,
+                        metadata={"aborted": True})
             self.context.finish_reason = "aborted"
             try:
                 self.message_list = await run_output_processors(self.outputs, self.message_list, self.context)
@@ -318,105 +314,3 @@ class _Run:
                 return
         state.result = GenerateResult(text=text, messages=self.message_list.get_response(), usage=state.usage,
                                       finish_reason="aborted")
-
-
-def _stored_id(message_list: MessageList, response_id: str) -> str:
-    """The id the reply will be stored under: the latest assistant message's when the reply merges into it
-    (a client tool's outcome continues that message, reference §4.4 rule 3), else ``response_id``."""
-    conversation = message_list.get_all()
-    if not conversation or conversation[-1].role != "assistant":
-        return response_id
-    latest = conversation[-1]
-    probe = Message(response_id, "assistant", MessageContent(parts=[StepStartPart()]), latest.created_at,
-                    message_list.thread_id, message_list.resource_id)
-    return latest.id if should_merge(latest, probe, "response") else response_id
-
-
-async def _streamed(model: LanguageModel, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
-    with operation_span("threadmind.model.stream", "chat", gen_ai__request__model=model.model_id):
-        async with aclosing(stream_model(model, request)) as chunks:
-            async for chunk in chunks:
-                yield chunk
-
-
-async def _generated(model: LanguageModel, request: ModelRequest) -> AsyncGenerator[ModelChunk, None]:
-    """One ``generate`` call as chunks: reasoning, text, each tool call, then the finish chunk."""
-    with operation_span("threadmind.model.generate", "chat", gen_ai__request__model=model.model_id):
-        try:
-            response = await model.generate(request)
-        except ThreadmindError as exc:
-            if isinstance(exc, (ModelError, TripWire)):
-                raise
-            raise ModelError(f"model {model.model_id} failed: {exc.message}") from exc
-        except Exception as exc:
-            raise ModelError(f"model {model.model_id} failed: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(response, ModelResponse):
-        raise ModelError(f"model {model.model_id} returned {type(response).__name__}, not ModelResponse")
-    if response.reasoning:
-        yield ModelChunk(reasoning=response.reasoning)
-    if response.text:
-        yield ModelChunk(text=response.text)
-    for tool_call in response.tool_calls:
-        yield ModelChunk(tool_call=tool_call)
-    yield ModelChunk(finish_reason=response.finish_reason, usage=response.usage)
-
-
-async def _invoke(call_id: str, name: str, args: Any, tools: dict[str, Tool],
-                  context: ToolContext) -> tuple[ToolInvocation, bool]:
-    """Run one tool call: its invocation with the outcome, and whether it is a client tool's (no outcome yet)."""
-    tool = tools.get(name)
-    if tool is None:
-        return ToolInvocation(state="output-error", tool_call_id=call_id, tool_name=name, args=args,
-                              error_text=f"Tool {name} not found"), False
-    if tool.execute is None:
-        return ToolInvocation(state="call", tool_call_id=call_id, tool_name=name, args=args), True
-    with operation_span("threadmind.tool.execute", "execute_tool", gen_ai__tool__name=name):
-        try:
-            result = await tool.run(args, context)
-        except TripWire:  # a guardrail inside a tool ends the run like any other (SPEC §4: "anywhere")
-            raise
-        except Exception as exc:  # a failing tool is reported to the model, not to the caller
-            return ToolInvocation(state="output-error", tool_call_id=call_id, tool_name=name, args=args,
-                                  error_text=f"{type(exc).__name__}: {exc}"), False
-    return ToolInvocation(state="result", tool_call_id=call_id, tool_name=name, args=args,
-                          result=_json_safe(result)), False
-
-
-def _json_safe(value: Any) -> Any:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return value
-
-
-def _publish(message_list: MessageList, state: RunState, parts: Sequence[Part], text: str,
-             metadata: dict[str, Any] | None = None) -> None:
-    """Put the reply so far into the list as the response message (merged per the list's same-id rules), dated
-    when it started."""
-    response_id = state.response_id
-    existing = message_list.get(response_id)
-    if existing is not None:
-        merged = {**(existing.content.metadata or {}), **metadata} if metadata else existing.content.metadata
-        content = MessageContent(parts=list(parts), content=text or None, metadata=merged)
-        message_list.replace(msgspec.structs.replace(existing, content=content))
-        return
-    content = MessageContent(parts=list(parts), content=text or None, metadata=metadata)
-    created = state.started_at
-    newest = max((m.created_at for m in message_list.get_all()), default=None)
-    if newest is not None and created <= newest:
-        created = newest + timedelta(milliseconds=1)  # the response always sorts after the turn's input
-    message = Message(response_id, "assistant", content, created, message_list.thread_id, message_list.resource_id)
-    message_list.add(message, "response")
-
-
-def _final_text(before: list[Message], after: list[Message], text: str) -> str:
-    """The run's text; when output processors changed the response, the text of what they left."""
-    if len(before) == len(after) and all(a is b for a, b in zip(before, after, strict=True)):
-        return text
-    last = next((m for m in reversed(after) if m.role == "assistant"), None)
-    if last is None:
-        return ""
-    if last.content.content is not None:
-        return last.content.content
-    return " ".join(p.text for p in last.content.parts if isinstance(p, TextPart))

@@ -10,8 +10,8 @@ for a step cut short (see there).
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from .._results import Usage
 from ..codecs import Part, ReasoningPart, StepStartPart, TextPart, ToolInvocation, ToolInvocationPart
 from ..events import (
     ReasoningDeltaEvent,
@@ -77,7 +77,7 @@ class StepOutput:
         self.open: _Segment | None = None
         self.calls: dict[str, ToolCallState] = {}
         self.finish_reason: str | None = None
-        self.usage: Any = None
+        self.usage: Usage | None = None
         #: When the model finished the step (epoch ms): the ``createdAt`` of its parts.
         self.stamp: int | None = None
 
