@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._hnsw import HnswVectorStore as HnswVectorStore
 from ._memory import InMemoryStore as InMemoryStore
+from ._postgres import PostgresStore as PostgresStore
 from ._protocol import DateRange as DateRange
 from ._protocol import Include as Include
 from ._protocol import MessagePage as MessagePage
@@ -19,6 +20,7 @@ __all__ = (
     "Include",
     "MessagePage",
     "MessageQuery",
+    "PostgresStore",
     "SQLiteStore",
     "Store",
     "ThreadPage",
