@@ -34,6 +34,7 @@ from ._postgres_rows import (
     THREAD_COLS,
     Params,
     as_naive,
+    as_object,
     check_text,
     keyed,
     message_from_row,
@@ -72,7 +73,7 @@ _INSERT_MESSAGES = (
 )
 _UPDATE_THREAD = (
     'UPDATE mastra_threads t SET title = COALESCE($2, t.title), metadata = CASE WHEN $3::boolean THEN '
-    "(CASE WHEN jsonb_typeof(t.metadata) = 'object' THEN t.metadata ELSE '{}'::jsonb END) || $4::jsonb "
+    f"{as_object('t.metadata')} || $4::jsonb "
     'ELSE t.metadata END, "updatedAt" = $5, "updatedAtZ" = $6 WHERE t.id = $1 '
     f"RETURNING {THREAD_COLS}"
 )
@@ -80,8 +81,7 @@ _UPDATE_RESOURCE = (
     'INSERT INTO mastra_resources AS r (id, "workingMemory", metadata, "createdAt", "createdAtZ", "updatedAt", '
     '"updatedAtZ") VALUES ($1, $2, $3::jsonb, $4, $5, $4, $5) ON CONFLICT (id) DO UPDATE SET '
     '"workingMemory" = CASE WHEN $6::boolean THEN EXCLUDED."workingMemory" ELSE r."workingMemory" END, '
-    "metadata = CASE WHEN $7::boolean THEN (CASE WHEN jsonb_typeof(r.metadata) = 'object' THEN r.metadata "
-    "ELSE '{}'::jsonb END) || EXCLUDED.metadata ELSE r.metadata END, "
+    f"metadata = CASE WHEN $7::boolean THEN {as_object('r.metadata')} || EXCLUDED.metadata ELSE r.metadata END, "
     '"updatedAt" = EXCLUDED."updatedAt", "updatedAtZ" = EXCLUDED."updatedAtZ" '
     f"RETURNING {RESOURCE_COLS}"
 )
@@ -153,8 +153,7 @@ class PostgresStore:
         self._resource_versions = self._file_counts.resources
 
     def __repr__(self) -> str:
-        state = "closed" if self._pool.closed else "open"
-        return f"PostgresStore({_masked(self._dsn)!r}, state={state})"
+        return f"PostgresStore({_masked(self._dsn)!r}, state={self._pool.state})"
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -404,7 +403,7 @@ class PostgresStore:
                     if getattr(exc, "sqlstate", None) != FAIL_SQLSTATE:
                         raise
                     if attempt:  # the statement aborted itself twice: nothing was written
-                        raise storage_error(exc, "save_messages") from None
+                        raise storage_error(exc, "save_messages") from exc
             raise AssertionError("unreachable")  # pragma: no cover
 
         record = await self._counted(run, "save_messages", [part.thread_id for part in parts])

@@ -19,18 +19,15 @@ from datetime import datetime
 from typing import Any
 
 import anyio.lowlevel
-import msgspec
 
-from ..errors import StorageError
 from ._om import OM_TABLE, OMRecord
-from ._postgres_rows import as_naive, from_columns
+from ._postgres_rows import as_naive, decode_json, from_columns
 from ._versions import FileCounts, WriteCounts
 
 __all__ = ("PostgresOMStore",)
 
 _CURRENT_TTL = 2.0
 _CURRENT_KEYS = 4096
-_json_any = msgspec.json.Decoder()
 
 # Written by threadmind, in this order; every other column of Mastra's table is reset to its NULL/false/0.
 _WRITE = (
@@ -84,15 +81,6 @@ def _params(record: OMRecord) -> list[Any]:
     ]
 
 
-def _json(value: Any, where: str) -> Any:
-    if value is None:
-        return None
-    try:
-        return _json_any.decode(value)
-    except msgspec.DecodeError as exc:
-        raise StorageError(f"{where} is not valid JSON: {exc}") from exc
-
-
 def _optional(zoned: datetime | None, plain: datetime | None) -> datetime | None:
     return None if zoned is None and plain is None else from_columns(zoned, plain)
 
@@ -102,12 +90,13 @@ def _from_row(row: Sequence[Any]) -> OMRecord:
     return OMRecord(
         id=row[0], lookup_key=row[1], scope="resource" if row[2] == "resource" else "thread",
         resource_id=row[3], thread_id=row[4], active_observations=row[5] or "", origin_type=row[6],
-        config=_json(row[7], where + ".config") or {}, generation_count=int(row[8] or 0),
+        config=decode_json(row[7], where + ".config") or {}, generation_count=int(row[8] or 0),
         last_observed_at=_optional(row[10], row[9]), last_reflection_at=_optional(row[12], row[11]),
         pending_message_tokens=int(row[13] or 0), total_tokens_observed=int(row[14] or 0),
         observation_token_count=int(row[15] or 0), is_observing=bool(row[16]), is_reflecting=bool(row[17]),
-        observed_message_ids=list(_json(row[18], where + ".observedMessageIds") or []), observed_timezone=row[19],
-        metadata=_json(row[20], where + ".metadata"), created_at=from_columns(row[22], row[21]),
+        observed_message_ids=list(decode_json(row[18], where + ".observedMessageIds") or []),
+        observed_timezone=row[19],
+        metadata=decode_json(row[20], where + ".metadata"), created_at=from_columns(row[22], row[21]),
         updated_at=from_columns(row[24], row[23]),
     )
 

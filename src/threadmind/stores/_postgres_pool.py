@@ -117,6 +117,11 @@ class PgPool:
         return self._state is state
 
     @property
+    def state(self) -> str:
+        """``new``, ``open`` or ``closed``."""
+        return self._state.value
+
+    @property
     def closed(self) -> bool:
         return self._state is _State.CLOSED
 
@@ -158,7 +163,7 @@ class PgPool:
                     with anyio.CancelScope(shield=True):
                         await _close_pool(pool)
                 if isinstance(exc, Exception) and _is_driver_error(exc, self._asyncpg):
-                    raise storage_error(exc, f"open of {label}") from None
+                    raise storage_error(exc, f"open of {label}") from exc
                 raise
             self._pool = pool
             self._state = _State.OPEN
@@ -207,7 +212,7 @@ class PgPool:
                 if not _is_driver_error(exc, self._asyncpg):
                     raise
                 if last or not _transient(exc, write=False):
-                    raise storage_error(exc, doing) from None
+                    raise storage_error(exc, doing) from exc
                 await _backoff(attempt)
                 continue
             error: Exception | None = None
@@ -228,7 +233,7 @@ class PgPool:
             if not _is_driver_error(error, self._asyncpg):
                 raise error
             if last or not _transient(error, write=write):
-                raise self._failure(error, doing, write) from None
+                raise self._failure(error, doing, write) from error
             await _backoff(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 

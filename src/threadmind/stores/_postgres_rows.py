@@ -29,8 +29,10 @@ __all__ = (
     "MSG_FROM",
     "THREAD_COLS",
     "as_naive",
+    "as_object",
     "check_text",
     "content_filter",
+    "decode_json",
     "decode_metadata",
     "from_columns",
     "keyed",
@@ -92,13 +94,30 @@ def metadata_param(text: str | None, field: str) -> str | None:
     return text
 
 
-def decode_metadata(value: Any, where: str) -> dict[str, Any] | None:
+def decode_json(value: str | None, where: str) -> Any:
+    """A ``jsonb`` column's value; a JSON string holding JSON is decoded once more, as Mastra reads it (its
+    ``saveResource`` stores metadata as a JSON-encoded string)."""
     if value is None:
         return None
     try:
         decoded = _json_any.decode(value)
-    except msgspec.DecodeError as exc:  # pragma: no cover - jsonb is always valid JSON
-        raise StorageError(f"{where} metadata is not valid JSON: {exc}") from exc
+        if isinstance(decoded, str):
+            decoded = _json_any.decode(decoded)
+    except msgspec.DecodeError as exc:
+        raise StorageError(f"{where} is not valid JSON: {exc}") from exc
+    return decoded
+
+
+def as_object(column: str) -> str:
+    """SQL: the ``jsonb`` object in ``column`` (also when stored as a JSON-encoded string), else ``{}``; the base of
+    a server-side shallow merge (``as_object(col) || patch``)."""
+    inner = f"({column} #>> '{{}}')"
+    return (f"(CASE jsonb_typeof({column}) WHEN 'object' THEN {column} WHEN 'string' THEN "
+            f"(CASE WHEN {inner} IS JSON OBJECT THEN {inner}::jsonb ELSE '{{}}'::jsonb END) ELSE '{{}}'::jsonb END)")
+
+
+def decode_metadata(value: Any, where: str) -> dict[str, Any] | None:
+    decoded = decode_json(value, f"{where} metadata")
     if decoded is not None and not isinstance(decoded, dict):
         raise StorageError(f"{where} metadata is not a JSON object")
     return decoded
