@@ -30,8 +30,10 @@ from ._postgres_queries import MessageReads
 from ._postgres_rows import (
     MSG_COLS,
     MSG_FROM,
+    MSG_KEY,
     RESOURCE_COLS,
     THREAD_COLS,
+    THREAD_SEQ,
     Params,
     as_naive,
     as_object,
@@ -39,11 +41,12 @@ from ._postgres_rows import (
     keyed,
     message_from_row,
     metadata_param,
+    order_by,
     resource_from_row,
     thread_filter,
     thread_from_row,
 )
-from ._postgres_save import SAVE_SQL, interpret, parts_of, save_params
+from ._postgres_save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, save_params
 from ._postgres_schema import FAIL_SQLSTATE
 from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
 from ._versions import FileCounts
@@ -276,9 +279,9 @@ class PostgresStore:
         d = "DESC" if args.descending else "ASC"
         col = args.order_column
         count = f"SELECT count(*) FROM mastra_threads t{clause}"
-        sql = (f"SELECT {THREAD_COLS}, ({count}) FROM mastra_threads t LEFT JOIN threadmind_thread_seq ts "
-               f'ON ts.thread_id = t.id{clause} ORDER BY COALESCE(t."{col}Z", t."{col}") {d}, '
-               f"COALESCE(ts.seq, -1) {d}, t.id {d} LIMIT {params.add(args.limit)} OFFSET {params.add(args.offset)}")
+        sql = (f"SELECT {THREAD_COLS}, ({count}) FROM mastra_threads t{clause} "
+               f'ORDER BY COALESCE(t."{col}Z", t."{col}") {d}, {THREAD_SEQ} {d}, t.id {d} '
+               f"LIMIT {params.add(args.limit)} OFFSET {params.add(args.offset)}")
 
         async def run(conn: Any) -> tuple[int, list[Any]]:
             rows = await conn.fetch(sql, *params.values)
@@ -394,21 +397,24 @@ class PostgresStore:
             await self._idle()
             return {thread_id: [] for thread_id in by_thread}
         params = save_params(parts, utc_now(), bool(mark_pending))
+        ids = [mid for part in parts for mid in part.rows]
 
         async def run(conn: Any) -> Any:
-            for attempt in range(2):
+            for _ in range(3):
                 try:
-                    return await conn.fetchrow(SAVE_SQL, *params)
+                    return (await conn.fetchrow(SAVE_SQL, *params))[1]
                 except Exception as exc:
                     if getattr(exc, "sqlstate", None) != FAIL_SQLSTATE:
                         raise
-                    if attempt:  # the statement aborted itself twice: nothing was written
-                        raise storage_error(exc, "save_messages") from exc
-            raise AssertionError("unreachable")  # pragma: no cover
+                    failed = exc  # the statement aborted itself: nothing of it was applied
+                why = refusal(parts, await conn.fetchrow(DIAGNOSE_SQL, params[8], ids))
+                if why is not None:
+                    raise why
+            raise storage_error(failed, "save_messages")  # refused three times, each time for no lasting reason
 
-        record = await self._counted(run, "save_messages", [part.thread_id for part in parts])
-        kept = interpret(parts, record)
-        stored = {part.thread_id: q.saved(part.messages, kept[part.thread_id]) for part in parts}
+        saved = await self._counted(run, "save_messages", [part.thread_id for part in parts])
+        kept_at = kept(parts, saved)
+        stored = {part.thread_id: q.saved(part.messages, kept_at[part.thread_id]) for part in parts}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
@@ -521,9 +527,9 @@ class PostgresStore:
     async def iter_messages(self, thread_ids: Sequence[str] | None = None) -> AsyncIterator[Message]:
         """Every message of the given threads (default: all threads by creation), ascending per thread."""
         if thread_ids is None:
-            rows = await self._read(lambda conn: conn.fetch(
-                "SELECT t.id FROM mastra_threads t LEFT JOIN threadmind_thread_seq ts ON ts.thread_id = t.id "
-                'ORDER BY COALESCE(t."createdAtZ", t."createdAt"), COALESCE(ts.seq, -1), t.id'), "iter_messages")
+            order = f'COALESCE(t."createdAtZ", t."createdAt"), {THREAD_SEQ}, t.id'
+            rows = await self._read(lambda conn: conn.fetch(f"SELECT t.id FROM mastra_threads t ORDER BY {order}"),
+                                    "iter_messages")
             ids = [row[0] for row in rows]
         else:
             ids = list(thread_ids)
@@ -545,12 +551,12 @@ def _page_after(thread_id: str, after: tuple[Any, ...] | None) -> Callable[[Any]
     async def read(conn: Any) -> list[Any]:
         if after is None:
             return list(await conn.fetch(
-                f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = $1 ORDER BY m.\"createdAt\", "
-                f'COALESCE(s.seq, -1), m.id COLLATE "C" LIMIT {_CHUNK}', thread_id))
+                f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = $1 ORDER BY {order_by(False)} LIMIT {_CHUNK}",
+                thread_id))
         return list(await conn.fetch(
             f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = $1 AND "
-            f'(m."createdAt", COALESCE(s.seq, -1), m.id COLLATE "C") > ($2::timestamp, $3::bigint, $4::text) '
-            f'ORDER BY m."createdAt", COALESCE(s.seq, -1), m.id COLLATE "C" LIMIT {_CHUNK}', thread_id, *after))
+            f"{MSG_KEY} > ($2::timestamp, $3::bigint, $4::text) ORDER BY {order_by(False)} LIMIT {_CHUNK}",
+            thread_id, *after))
 
     return read
 

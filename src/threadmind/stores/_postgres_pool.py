@@ -14,8 +14,9 @@ or not at all and the connection goes back to the pool in a known state; a cance
 cancellation afterwards.
 
 **PgBouncer.** Every statement is parameterised; nothing relies on session state: no session-level advisory
-locks, no temporary tables, settings only as startup parameters (``TimeZone`` is UTC), so
-``statement_cache_size=0`` (no named prepared statements) works behind transaction pooling.
+locks, no temporary tables, no ``SET``, settings only as startup parameters (``TimeZone`` is UTC), so
+``statement_cache_size=0`` (no named prepared statements) works behind transaction pooling. For the same reason
+a connection going back to the pool is not reset (asyncpg's reset would cost a round trip per operation).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class PgPool:
             if self._is(_State.CLOSED):
                 raise StorageError(f"{label} is closed")
             kwargs: dict[str, Any] = {
-                "min_size": self._min_size, "max_size": self._max_size,
+                "min_size": self._min_size, "max_size": self._max_size, "reset": _keep_session,
                 "server_settings": {"TimeZone": "UTC", "application_name": "threadmind"},
             }
             if self._cache is not None:
@@ -246,6 +247,12 @@ class PgPool:
             err = StorageError(f"{err.message}; the connection broke, so the write may or may not have been applied")
             err.__cause__ = exc
         return err
+
+
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset on release: nothing to send. asyncpg's default (``RESET ALL``, ``UNLISTEN *``, unlocking
+    session advisory locks, ``CLOSE ALL``) is one more round trip per operation, and undoes nothing here: the store
+    never changes session state (an open transaction is still rolled back by asyncpg itself)."""
 
 
 async def _release(pool: Any, conn: Any) -> None:

@@ -14,7 +14,17 @@ from typing import Any
 
 from ..codecs import Thread
 from . import _query as q
-from ._postgres_rows import MSG_COLS, MSG_FROM, MSG_KEY, THREAD_COLS, Params, content_filter, keyed, order_by
+from ._postgres_rows import (
+    MSG_COLS,
+    MSG_FROM,
+    MSG_KEY,
+    MSG_SEQ,
+    THREAD_COLS,
+    Params,
+    content_filter,
+    keyed,
+    order_by,
+)
 from ._postgres_rows import thread_from_row as _thread
 from ._protocol import MessagePage, MessageQuery
 
@@ -23,9 +33,8 @@ __all__ = ("MessageReads",)
 _INCLUDES = f"""
 WITH inc AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS x(id, prev, next)),
 tgt AS (
-  SELECT inc.prev, inc.next, m.id, m.thread_id, m."createdAt" AS c, COALESCE(s.seq, -1) AS q
+  SELECT inc.prev, inc.next, m.id, m.thread_id, m."createdAt" AS c, {MSG_SEQ} AS q
   FROM inc JOIN mastra_messages m ON m.id = inc.id{{resource}}
-  LEFT JOIN threadmind_message_seq s ON s.message_id = m.id
 )
 SELECT w.* FROM tgt CROSS JOIN LATERAL (
   (SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = tgt.id)
@@ -47,8 +56,10 @@ class MessageReads:
     def __init__(self, query: MessageQuery) -> None:
         self.query = query
         flt = self.flt = q.validate_message_query(query)
-        params = Params(flt.thread_ids)
-        where = ["m.thread_id = ANY($1::text[])"]
+        # One thread (nearly every call) as `=`: a generic plan then estimates one thread's rows, not ANY's guess.
+        single = len(flt.thread_ids) == 1
+        params = Params(flt.thread_ids[0] if single else flt.thread_ids)
+        where = ["m.thread_id = $1::text" if single else "m.thread_id = ANY($1::text[])"]
         if flt.resource_id is not None:
             where.append(f'm."resourceId" = {params.add(flt.resource_id)}')
         if flt.start is not None:

@@ -27,6 +27,9 @@ from . import _query as q
 __all__ = (
     "MSG_COLS",
     "MSG_FROM",
+    "MSG_KEY",
+    "MSG_SEQ",
+    "THREAD_SEQ",
     "THREAD_COLS",
     "as_naive",
     "as_object",
@@ -45,10 +48,14 @@ __all__ = (
 )
 
 # id, content, role, type, createdAt, createdAtZ, thread_id, resourceId, seq
-MSG_COLS = ('m.id, m.content, m.role, m.type, m."createdAt", m."createdAtZ", m.thread_id, m."resourceId", '
-            "COALESCE(s.seq, -1)")
-MSG_FROM = "mastra_messages m LEFT JOIN threadmind_message_seq s ON s.message_id = m.id"
-MSG_KEY = '(m."createdAt", COALESCE(s.seq, -1), m.id COLLATE "C")'
+# The sequence as a correlated scalar subquery, not a join: the planner cannot turn it into a hash join over the
+# whole sequence table (which it may pick for a generic plan of `thread_id = ANY($1)`), so a page always costs
+# one index probe per row it reads.
+MSG_SEQ = "COALESCE((SELECT s.seq FROM threadmind_message_seq s WHERE s.message_id = m.id), -1)"
+THREAD_SEQ = "COALESCE((SELECT ts.seq FROM threadmind_thread_seq ts WHERE ts.thread_id = t.id), -1)"
+MSG_COLS = f'm.id, m.content, m.role, m.type, m."createdAt", m."createdAtZ", m.thread_id, m."resourceId", {MSG_SEQ}'
+MSG_FROM = "mastra_messages m"
+MSG_KEY = f'(m."createdAt", {MSG_SEQ}, m.id COLLATE "C")'
 # id, resourceId, title, metadata, createdAt, createdAtZ, updatedAt, updatedAtZ
 THREAD_COLS = ('t.id, t."resourceId", t.title, t.metadata::text, t."createdAt", t."createdAtZ", t."updatedAt", '
                't."updatedAtZ"')
@@ -64,7 +71,7 @@ _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 def order_by(descending: bool) -> str:
     """The message ORDER BY clause (the index on (thread_id, "createdAt") serves its first key)."""
     d = "DESC" if descending else "ASC"
-    return f'm."createdAt" {d}, COALESCE(s.seq, -1) {d}, m.id COLLATE "C" {d}'
+    return f'm."createdAt" {d}, {MSG_SEQ} {d}, m.id COLLATE "C" {d}'
 
 
 def as_naive(value: datetime) -> datetime:
