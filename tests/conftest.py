@@ -58,7 +58,7 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, where bench/ lives
 
-from bench._pgserver import INSTALL_HINT, PgCluster, PgClusterError, find_binaries  # noqa: E402
+from bench._pgserver import INSTALL_HINT, PgBouncer, PgCluster, PgClusterError, find_binaries  # noqa: E402
 
 _PG_DATABASES = itertools.count(1)
 
@@ -99,3 +99,23 @@ def pg_dsn(pg_cluster: PgCluster) -> Iterator[str]:
         yield pg_cluster.dsn(name)
     finally:
         pg_cluster.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_cluster: PgCluster) -> Iterator[PgBouncer]:
+    """PgBouncer in transaction pooling mode (two server connections per database) in front of the cluster."""
+    bouncer = PgBouncer(pg_cluster)
+    try:
+        bouncer.start()
+    except PgClusterError as exc:
+        _no_postgres(str(exc))
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
+@pytest.fixture
+def pgbouncer_dsn(pgbouncer: PgBouncer, pg_dsn: str) -> str:
+    """The DSN of ``pg_dsn``'s fresh database, through PgBouncer in transaction mode."""
+    return pgbouncer.dsn(pg_dsn.rsplit("/", 1)[1])

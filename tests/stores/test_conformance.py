@@ -22,11 +22,13 @@ LIBSQL = "MASTRA_STORAGE_LIBSQL_"
 
 
 @pytest.fixture(params=[pytest.param("sqlite", id="sqlite"), pytest.param("memory", id="memory"),
-                        pytest.param("postgres", id="postgres")])
+                        pytest.param("postgres", id="postgres"), pytest.param("pgbouncer", id="pgbouncer")])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     s: Any
     if request.param == "postgres":
         s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=4)
+    elif request.param == "pgbouncer":  # transaction pooling: no session state survives between statements
+        s = PostgresStore(request.getfixturevalue("pgbouncer_dsn"), max_size=4, statement_cache_size=0)
     else:
         s = SQLiteStore(tmp_path / "memory.db", synchronous="NORMAL") if request.param == "sqlite" else InMemoryStore()
     async with s:

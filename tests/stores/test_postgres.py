@@ -177,6 +177,30 @@ class TestPgBouncerSafety:
             assert (await s.get_resource("r1")).metadata == {"k0": 0, "k1": 1, "k2": 2}  # type: ignore[union-attr]
 
 
+class TestBehindPgBouncer:
+    """Transaction pooling with two server connections: client sessions share backends between statements."""
+
+    async def test_several_stores_and_the_side_tables_work(self, pgbouncer_dsn: str, tmp_path: Path) -> None:
+        async with PostgresStore(pgbouncer_dsn, statement_cache_size=0) as a, \
+                PostgresStore(pgbouncer_dsn, statement_cache_size=0) as b:
+            await a.create_thread(Thread(id="t1", resource_id="r1"))
+            async with anyio.create_task_group() as tg:
+                for i in range(30):
+                    s = a if i % 2 else b
+                    tg.start_soon(lambda s=s, i=i: s.save_messages("t1", [msg(i, at=BASE)], mark_pending=True))
+                    tg.start_soon(lambda s=s, i=i: s.update_resource("r1", metadata={f"k{i}": i}))
+            page = await b.list_messages(MessageQuery(thread_id="t1", per_page=False))
+            assert len(page.messages) == 30
+            assert [m.id for m in (await a.list_messages(MessageQuery(thread_id="t1", per_page=False))).messages] \
+                == [m.id for m in page.messages]
+            assert (await a.get_resource("r1")).metadata == {f"k{i}": i for i in range(30)}  # type: ignore[union-attr]
+            assert await a.vector_records().pending_count() == 30
+            async with SQLiteStore(tmp_path / "v.db") as lite:
+                expected = await _vector_scenario(SQLiteVectorRecords(lite))
+            await a.vector_records().clear_pending([m.id for m in page.messages])
+            assert await _vector_scenario(b.vector_records()) == expected
+
+
 class TestErrors:
     def test_bad_options(self) -> None:
         for kwargs, field in (({"min_size": -1}, "min_size"), ({"max_size": 0}, "max_size"),
@@ -489,3 +513,30 @@ def test_the_cluster_is_stopped_when_pytest_dies(tmp_path: Path) -> None:
         time.sleep(0.05)
     else:
         pytest.fail("the postmaster or its folder outlived its session")
+
+
+class _Failure(Exception):
+    def __init__(self, sqlstate: str | None) -> None:
+        super().__init__(sqlstate or "no state")
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("error", "read", "write"),
+    [
+        (_Failure("40001"), True, True),  # serialization failure: rolled back, nothing applied
+        (_Failure("40P01"), True, True),  # deadlock: rolled back
+        (_Failure("57P03"), True, True),  # the server refuses connections for now: nothing ran
+        (_Failure("53300"), True, True),  # too many connections: nothing ran
+        (_Failure("08006"), True, False),  # the connection broke: a write may have been applied
+        (_Failure("57P01"), True, False),  # admin shutdown mid-statement
+        (_Failure("23505"), False, False),  # a real error is never retried
+        (_Failure("TM001"), False, False),
+        (ConnectionResetError(), True, False),
+        (TimeoutError(), True, False),
+    ],
+)
+def test_retries_only_where_safe(error: BaseException, read: bool, write: bool) -> None:
+    from threadmind.stores._postgres_pool import _transient
+
+    assert (_transient(error, write=False), _transient(error, write=True)) == (read, write)
