@@ -25,7 +25,7 @@ except ImportError:  # the pg_cluster fixture skips these tests (fails them in C
     asyncpg = None
 from bench._pgserver import PgCluster
 
-from threadmind.codecs import message_from_dict, message_to_dict, thread_to_dict
+from threadmind.codecs import from_iso, message_from_dict, message_to_dict, thread_to_dict
 from threadmind.memory import Memory
 from threadmind.stores._om import OMRecord
 from threadmind.stores._postgres import PostgresStore
@@ -241,8 +241,8 @@ async def test_mastra_reads_what_threadmind_wrote(mastra_pg_dir: Path, pg_dsn: s
     record = OMRecord(id="om-1", lookup_key="thread:thread-meta", scope="thread", resource_id="res-bob",
                       thread_id="thread-meta", active_observations="- 🟢 user likes tea", origin_type="observation",
                       config={"observation": {"messageTokens": 100}}, generation_count=2,
-                      observation_token_count=7, created_at=mine_time(mine, "thread-meta"),
-                      updated_at=mine_time(mine, "thread-meta"), observed_timezone="UTC")
+                      observation_token_count=7, created_at=from_iso(mine["threads"]["thread-meta"]["createdAt"]),
+                      updated_at=from_iso(mine["threads"]["thread-meta"]["updatedAt"]), observed_timezone="UTC")
     async with PostgresStore(pg_dsn) as store:
         await store.observational_records().put(record)
     theirs = _mastra(mastra_pg_dir, "read", pg_dsn)
@@ -283,9 +283,3 @@ async def test_mastra_reads_what_threadmind_wrote(mastra_pg_dir: Path, pg_dsn: s
         for thread_id, expected_messages in mine["messages"].items():
             again = await memory.recall(thread_id, per_page=False)
             assert [message_to_dict(m) for m in again.messages] == expected_messages
-
-
-def mine_time(view: dict[str, Any], thread_id: str) -> Any:
-    from threadmind.codecs import from_iso
-
-    return from_iso(view["threads"][thread_id]["createdAt"])

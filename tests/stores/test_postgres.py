@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import numpy as np
 import pytest
 
@@ -456,7 +457,7 @@ class TestSideTables:
             out.append(await records.current("thread:t1"))
             await records.put(second)
             out.append(await records.current("thread:t1"))
-            await records.put(msgspec_replace(second, is_observing=False, active_observations="edited"))
+            await records.put(msgspec.structs.replace(second, is_observing=False, active_observations="edited"))
             out.append(await records.current("thread:t1"))
             out.append(await records.history("thread:t1"))
             await records.delete("thread:t1")
@@ -479,12 +480,6 @@ class TestSideTables:
                 created_at=made, updated_at=made))
         got = await reader.current("thread:t1")
         assert got is not None and got.id == "om-0"
-
-
-def msgspec_replace(record: OMRecord, **changes: Any) -> OMRecord:
-    import msgspec
-
-    return msgspec.structs.replace(record, **changes)
 
 
 def test_the_cluster_is_stopped_when_pytest_dies(tmp_path: Path) -> None:
