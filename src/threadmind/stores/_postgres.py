@@ -16,7 +16,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio.lowlevel
@@ -50,6 +50,10 @@ from ._postgres_save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, sav
 from ._postgres_schema import FAIL_SQLSTATE
 from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
 from ._versions import FileCounts
+
+if TYPE_CHECKING:
+    from ._postgres_om import PostgresOMStore
+    from ._postgres_vectors import PostgresVectorRecords
 
 __all__ = ("PostgresStore",)
 
@@ -216,13 +220,13 @@ class PostgresStore:
 
     # -- side tables -----------------------------------------------------------------------------------
 
-    def vector_records(self) -> Any:
+    def vector_records(self) -> PostgresVectorRecords:
         """The vector records (``VectorRecords``) in this database's ``threadmind_vector*`` tables."""
         from ._postgres_vectors import PostgresVectorRecords
 
         return PostgresVectorRecords(self)
 
-    def observational_records(self, ttl: float | None = None) -> Any:
+    def observational_records(self, ttl: float | None = None) -> PostgresOMStore:
         """Observational-memory records (``ObservationalMemoryStore``) in ``mastra_observational_memory``.
 
         ``ttl``: seconds a current record is kept (default 2; ``math.inf`` when no other process writes).
