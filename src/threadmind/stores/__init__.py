@@ -17,6 +17,7 @@ from ._om import OMRecord as OMRecord
 from ._om import SQLiteOMStore as SQLiteOMStore
 from ._om import lookup_key as lookup_key
 from ._om import same_record as same_record
+from ._postgres import PostgresStore as PostgresStore
 from ._protocol import STORE_METHODS as STORE_METHODS
 from ._protocol import DateRange as DateRange
 from ._protocol import Include as Include
@@ -53,6 +54,7 @@ __all__ = (
     "PendingVector",
     "ResourceChange",
     "SQLiteOMStore",
+    "PostgresStore",
     "SQLiteStore",
     "SQLiteVectorRecords",
     "Store",
