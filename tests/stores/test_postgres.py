@@ -25,7 +25,7 @@ except ImportError:  # the pg_cluster fixture skips these tests (fails them in C
 from threadmind.codecs import Message, Thread
 from threadmind.errors import ConfigError, ResourceMismatch, StorageError, ValidationError
 from threadmind.stores import PostgresStore
-from threadmind.stores._om import OMRecord, om_store_for
+from threadmind.stores._om import OMRecord
 from threadmind.stores._postgres_schema import SCHEMA_VERSION
 from threadmind.stores._protocol import MessageQuery
 from threadmind.stores._sqlite import SQLiteStore
@@ -465,7 +465,7 @@ class TestSideTables:
             return out
 
         async with SQLiteStore(tmp_path / "om.db") as lite:
-            expected = await scenario(om_store_for(lite))
+            expected = await scenario(lite.observational_records())
         assert await scenario(store.observational_records()) == expected
         assert expected[3].active_observations == "edited" and len(expected[4]) == 2
 
