@@ -316,6 +316,9 @@ def _from_core_dict(value: Mapping[str, Any], ctx: ConvertContext, batch: Sequen
             tool_invocations=list(value["toolInvocations"]) if isinstance(value.get("toolInvocations"), list) else None,
             experimental_attachments=(list(value["experimental_attachments"])
                                       if isinstance(value.get("experimental_attachments"), list) else None),
+            # AI SDK v4 UI messages carry these beside `parts`; Mastra keeps them in the content
+            reasoning=value["reasoning"] if isinstance(value.get("reasoning"), str) and value["reasoning"] else None,
+            annotations=list(value["annotations"]) if isinstance(value.get("annotations"), list) else None,
         ),
         created_at=_created_at(value, ctx),
         thread_id=thread_id if isinstance(thread_id, str) else ctx.thread_id,
