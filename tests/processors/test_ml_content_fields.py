@@ -1,11 +1,15 @@
-"""The MessageList keeps every content field when it converts, merges and layers messages."""
+"""The MessageList keeps every content field when it converts, merges and layers messages, and refuses what it
+cannot convert with InvalidMessage."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from threadmind.codecs import Message, MessageContent, TextPart, message_from_dict
+from threadmind.errors import InvalidMessage
 from threadmind.processors import MessageList
 from threadmind.processors._merge import layer_stored_over_live, merge_assistant
 
@@ -60,3 +64,11 @@ def test_a_ui_message_keeps_reasoning_annotations_and_attachments() -> None:
     (converted,) = MessageList(thread_id="t", resource_id="r").add(ui, "input").get_all()
     assert converted.content.reasoning == "thinking" and converted.content.annotations == [{"a": 1}]
     assert converted.content.experimental_attachments == FILES
+
+
+@pytest.mark.parametrize("created", [1e20, float("nan"), float("inf"), 10**30, "0001-01-01T00:00:00+01:00", "soon"])
+@pytest.mark.parametrize("content", ["x", {"format": 2, "parts": [{"type": "text", "text": "x"}]}])
+def test_a_created_at_no_datetime_holds_is_an_invalid_message(created: Any, content: Any) -> None:
+    with pytest.raises(InvalidMessage, match="createdAt"):
+        MessageList(thread_id="t", resource_id="r").add({"role": "user", "content": content, "createdAt": created},
+                                                        "input")
