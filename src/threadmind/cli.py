@@ -118,10 +118,6 @@ def _snippet(text: str, width: int = _TEXT_WIDTH) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def _json_line(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def _human_bytes(n: int) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -384,7 +380,7 @@ async def _search(args: argparse.Namespace) -> int:
 
 
 async def _export(args: argparse.Namespace) -> int:
-    from .codecs import message_to_dict
+    from .codecs import encode_json
 
     _require_db(args.db)
     async with _memory(args, semantic=False) as memory:
@@ -394,7 +390,7 @@ async def _export(args: argparse.Namespace) -> int:
                 raise ThreadNotFound(thread_id)
         out = sys.stdout
         async for message in store.iter_messages(args.threads or None):
-            out.write(_json_line(message_to_dict(message)) + "\n")
+            out.write(encode_json(message).decode() + "\n")  # Mastra's shape; InvalidMessage if it has no JSON form
     out.flush()
     return 0
 
@@ -404,17 +400,20 @@ async def _export(args: argparse.Namespace) -> int:
 
 def _parse_lines(stream: TextIO) -> tuple[list[tuple[int, Message]], list[str]]:
     """Valid messages with their line numbers, and one error text per bad line."""
+    import msgspec
+
     from .codecs import message_from_dict
+    from .codecs._paths import DECODE_ERRORS
 
     good: list[tuple[int, Message]] = []
     bad: list[str] = []
     for number, line in enumerate(stream, start=1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            bad.append(f"line {number}: invalid JSON: {exc.msg} (column {exc.colno})")
+        try:  # strict JSON: no NaN, too-long numbers, lone surrogates or unbounded nesting get through
+            value = msgspec.json.decode(line)
+        except DECODE_ERRORS as exc:
+            bad.append(f"line {number}: invalid JSON: {exc}")
             continue
         try:
             message = message_from_dict(value)

@@ -6,6 +6,7 @@ from ._json import checked_message as checked_message
 from ._json import content_from_text as content_from_text
 from ._json import decode_content as decode_content
 from ._json import decode_message as decode_message
+from ._json import decode_messages as decode_messages
 from ._json import encode_content as encode_content
 from ._json import encode_json as encode_json
 from ._json import message_from_dict as message_from_dict
@@ -58,6 +59,7 @@ __all__ = (
     "decode_content",
     "decode_jsonb",
     "decode_message",
+    "decode_messages",
     "encode_content",
     "encode_json",
     "from_epoch_ms",

@@ -41,6 +41,7 @@ import sqlite3
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -58,6 +59,7 @@ from ..codecs import (
     content_from_text,
     decode_content,
     decode_jsonb,
+    encode_json,
     from_iso,
     to_iso,
     utc_now,
@@ -442,28 +444,58 @@ def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
 def _decode_metadata(value: Any, where: str) -> dict[str, Any] | None:
     if value is None:
         return None
+    if not isinstance(value, (str, bytes)):
+        raise StorageError(f"{where} metadata is not JSON text or a JSONB blob (a {type(value).__name__})")
     try:
-        decoded = decode_jsonb(value) if isinstance(value, bytes) else _json_any.decode(value)
-    except (ValueError, msgspec.DecodeError) as exc:
+        decoded = decode_jsonb(value, f"{where} metadata") if isinstance(value, bytes) else _json_any.decode(value)
+    except (ValueError, msgspec.DecodeError, RecursionError) as exc:
         raise StorageError(f"{where} metadata is not valid JSON/JSONB: {exc}") from exc
     if decoded is not None and not isinstance(decoded, dict):
         raise StorageError(f"{where} metadata is not a JSON object")
     return decoded
 
 
+def _row_time(value: Any, where: str) -> datetime:
+    """A stored ISO-8601 time column; ``StorageError`` naming the row and column when it is not one."""
+    try:
+        return from_iso(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StorageError(f"{where} is not an ISO-8601 time: {value!r}") from exc
+
+
 def _thread_from_row(row: Row) -> Thread:
-    return Thread(row[0], row[1], row[2], _decode_metadata(row[3], f"thread {row[0]!r}"),
-                  from_iso(row[4]), from_iso(row[5]))
+    where = f"thread {row[0]!r}"
+    return Thread(row[0], row[1], row[2], _decode_metadata(row[3], where),
+                  _row_time(row[4], f"{where} createdAt"), _row_time(row[5], f"{where} updatedAt"))
+
+
+def _content_from_blob(message_id: str, raw: bytes) -> MessageContent:
+    """A ``content`` blob: JSONB (SQLite's binary JSON), else JSON text stored as a blob."""
+    try:
+        value = decode_jsonb(raw, f"message {message_id!r} content")
+    except ValidationError:
+        return _content_from_column(message_id, raw.decode("utf-8", "replace"))  # what a JavaScript reader sees
+    if isinstance(value, str):
+        return content_from_text(value)
+    try:
+        return decode_content(encode_json(value))
+    except InvalidMessage as exc:
+        raise StorageError(f"message {message_id!r} has invalid content: {exc.message}") from exc
 
 
 def _content_from_column(message_id: str, raw: Any) -> MessageContent:
+    """The ``content`` column: JSON text as Mastra writes it, a JSONB blob, or plain text (reference §5.2)."""
+    if isinstance(raw, bytes):
+        return _content_from_blob(message_id, raw)
+    if not isinstance(raw, str):
+        raise StorageError(f"message {message_id!r} has no content text (a {type(raw).__name__})")
     try:
         return decode_content(raw)
     except InvalidMessage as exc:
         try:
             value = _json_any.decode(raw)
-        except msgspec.DecodeError:  # not JSON at all: a plain-text message (reference §5.2)
-            return content_from_text(raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace"))
+        except (msgspec.DecodeError, RecursionError, UnicodeError):  # not JSON: a plain-text message
+            return content_from_text(raw)
         if isinstance(value, str):
             return content_from_text(value)
         raise StorageError(f"message {message_id!r} has invalid content: {exc.message}") from exc
@@ -471,8 +503,8 @@ def _content_from_column(message_id: str, raw: Any) -> MessageContent:
 
 def _message_from_row(row: Row) -> Message:
     mid, content, role, mtype, created, thread_id, resource_id = row[:7]
-    return Message(mid, role, _content_from_column(mid, content), from_iso(created), thread_id, resource_id,
-                   None if mtype == "v2" else mtype)
+    return Message(mid, role, _content_from_column(mid, content), _row_time(created, f"message {mid!r} createdAt"),
+                   thread_id, resource_id, None if mtype == "v2" else mtype)
 
 
 def _keyed(rows: Iterable[Row]) -> list[tuple[SortKey, Message]]:
@@ -1132,7 +1164,8 @@ class SQLiteStore:
             kept = await self._submit(job, _SaveSpec(thread_id, rows, messages, after) if fence is None else None)
         finally:
             self._versions.bump((thread_id,))
-        return q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
+        return q.saved(messages, {mid: _row_time(created, f"message {mid!r} createdAt")
+                                  for mid, created in kept.items()})
 
     async def save_messages_many(
         self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False, fence: Lease | None = None
@@ -1160,7 +1193,8 @@ class SQLiteStore:
             return kept
 
         kept_per_part = await self._write_counted(job, self._versions, [thread_id for thread_id, _, _ in parts])
-        stored = {thread_id: q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
+        stored = {thread_id: q.saved(messages, {mid: _row_time(created, f"message {mid!r} createdAt")
+                                                for mid, created in kept.items()})
                   for (thread_id, _, messages), kept in zip(parts, kept_per_part, strict=True)}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
 
@@ -1514,8 +1548,9 @@ def _write_resource(conn: sqlite3.Connection, resource_id: str, row: Row | None,
 
 
 def _resource_from_row(row: Row) -> Resource:
-    return Resource(row[0], row[1], _decode_metadata(row[2], f"resource {row[0]!r}"), from_iso(row[3]),
-                    from_iso(row[4]))
+    where = f"resource {row[0]!r}"
+    return Resource(row[0], row[1], _decode_metadata(row[2], where), _row_time(row[3], f"{where} createdAt"),
+                    _row_time(row[4], f"{where} updatedAt"))
 
 
 def _page_after(thread_id: str, after: SortKey) -> Callable[[sqlite3.Connection], list[Row]]:
