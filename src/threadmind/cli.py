@@ -27,9 +27,9 @@ from .errors import ConfigError, EmbedderError, InvalidMessage, ThreadmindError,
 
 if TYPE_CHECKING:
     from .codecs import Message
-    from .embedders._protocol import Embedder
+    from .embedders import Embedder
     from .memory import Memory
-    from .stores._sqlite import SQLiteStore
+    from .stores import SQLiteStore
 
 __all__ = ("main",)
 
@@ -161,7 +161,7 @@ def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
     the one dimension the database's vectors already have, else the hash default."""
     spec: str = args.embedder
     if spec == "hash":
-        from .embedders._hash import HashEmbedder
+        from .embedders import HashEmbedder
 
         dim = args.dim
         if dim is None:
@@ -169,7 +169,7 @@ def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
             dim = stored.pop() if len(stored) == 1 else _DEFAULT_DIM
         return HashEmbedder(dim=dim), dim
     if spec.startswith("openai/"):
-        from .embedders._resolve import resolve_embedder
+        from .embedders import resolve_embedder
 
         return resolve_embedder(spec), args.dim
     raise ConfigError(f"--embedder must be 'hash' or 'openai/<model>', not {spec!r}")
@@ -187,8 +187,7 @@ def _require_db(db: str) -> None:
 def _memory(args: argparse.Namespace, *, semantic: bool, top_k: int = 4) -> Memory:
     """A Memory over ``--db``; with ``semantic`` also the vector index and the embedder."""
     from .memory import Memory
-    from .stores._hnsw import HnswVectorStore
-    from .stores._sqlite import SQLiteStore
+    from .stores import HnswVectorStore, SQLiteStore
 
     if not semantic:
         return Memory(storage=SQLiteStore(args.db), options={"lastMessages": False})
@@ -203,7 +202,7 @@ def _memory(args: argparse.Namespace, *, semantic: bool, top_k: int = 4) -> Memo
 
 
 def _sql_store(memory: Memory) -> SQLiteStore:
-    from .stores._sqlite import SQLiteStore
+    from .stores import SQLiteStore
 
     store = memory.storage
     assert isinstance(store, SQLiteStore)
@@ -402,8 +401,7 @@ def _parse_lines(stream: TextIO) -> tuple[list[tuple[int, Message]], list[str]]:
     """Valid messages with their line numbers, and one error text per bad line."""
     import msgspec
 
-    from .codecs import message_from_dict
-    from .codecs._paths import DECODE_ERRORS
+    from .codecs import DECODE_ERRORS, message_from_dict
 
     good: list[tuple[int, Message]] = []
     bad: list[str] = []

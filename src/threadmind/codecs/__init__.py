@@ -16,6 +16,7 @@ from ._json import part_from_dict as part_from_dict
 from ._json import resource_to_dict as resource_to_dict
 from ._json import thread_to_dict as thread_to_dict
 from ._jsonb import decode_jsonb as decode_jsonb
+from ._paths import DECODE_ERRORS as DECODE_ERRORS
 from ._time import from_epoch_ms as from_epoch_ms
 from ._time import from_iso as from_iso
 from ._time import to_epoch_ms as to_epoch_ms
@@ -40,6 +41,7 @@ from ._types import ToolState as ToolState
 from ._types import UnknownPart as UnknownPart
 
 __all__ = (
+    "DECODE_ERRORS",
     "FilePart",
     "Message",
     "MessageContent",

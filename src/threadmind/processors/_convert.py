@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from threadmind.codecs import (
+from ..codecs import (
     FilePart,
     Message,
     MessageContent,
@@ -21,12 +21,13 @@ from threadmind.codecs import (
     ToolInvocation,
     ToolInvocationPart,
     UnknownPart,
+    from_epoch_ms,
     from_iso,
     message_from_dict,
     part_from_dict,
+    to_utc_ms,
 )
-from threadmind.codecs._time import from_epoch_ms, to_utc_ms
-from threadmind.errors import InvalidMessage
+from ..errors import InvalidMessage
 
 __all__ = ("ConvertContext", "missing", "part_type", "stamp_parts", "to_message")
 

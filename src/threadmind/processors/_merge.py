@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from threadmind.codecs import (
+from ..codecs import (
     Message,
     MessageContent,
     Part,
@@ -19,7 +19,7 @@ from threadmind.codecs import (
     ToolInvocationPart,
     UnknownPart,
 )
-from threadmind.processors._convert import part_type
+from ._convert import part_type
 
 __all__ = (
     "APPROVAL_ANSWER_STATES",
