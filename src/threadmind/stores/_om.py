@@ -160,13 +160,24 @@ def _json(value: Any, where: str) -> Any:
         return None
     try:
         return decode_jsonb(value) if isinstance(value, (bytes, bytearray)) else json.loads(value)
-    except ValueError as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise StorageError(f"{where} is not valid JSON/JSONB: {exc}") from exc
 
 
 def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> OMRecord:
+    """A stored row as a record; a row no record can hold (bad times, counts, JSON) is a ``StorageError`` naming
+    the row and the cause."""
     v = dict(zip(_NAMES, row, strict=True))
     where = f"{OM_TABLE}[{v['id']}]"
+    try:
+        return _record_of(v, where)
+    except StorageError:
+        raise
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise StorageError(f"{where} cannot be read as an observational-memory record: {exc}") from exc
+
+
+def _record_of(v: dict[str, Any], where: str) -> OMRecord:
     return OMRecord(
         id=v["id"],
         lookup_key=v["lookupKey"],
