@@ -612,6 +612,11 @@ class SQLiteStore:
         self._resource_versions = self._file_counts.resources
         if self._path == ":memory:" or not self._path:
             raise ConfigError("SQLiteStore needs a file path (use InMemoryStore for an ephemeral store)")
+        folder = os.path.dirname(os.path.abspath(self._path))
+        if not os.path.isdir(folder):
+            raise ConfigError(f"SQLiteStore({self._path!r}): the folder {folder!r} does not exist; create it first "
+                              "(the database file itself is created when missing)")
+
         if not isinstance(synchronous, str) or synchronous.upper() not in _SYNC_MODES:
             raise ConfigError(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {synchronous!r}")
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
