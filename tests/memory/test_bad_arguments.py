@@ -125,3 +125,16 @@ async def test_an_update_to_a_time_without_a_utc_equivalent_is_refused(memory: M
         with pytest.raises(ValidationError, match=r"updates\[0\]\.created_at"):
             await memory.update_messages([{"id": "m1", "created_at": value}])
     assert [m.text for m in await memory.list_messages_by_id(["m1"])] == ["hi"]
+
+
+@pytest.mark.parametrize(("snake", "camel"), [("thread_id", "threadId"), ("resource_id", "resourceId"),
+                                              ("created_at", "createdAt")])
+async def test_a_dict_with_snake_case_keys_is_told_the_camel_case_name(memory: Memory, snake: str, camel: str) -> None:
+    await memory.create_thread(resource_id="r1", thread_id="t1")
+    wire = message_to_dict(Message.user("hi", thread_id="t1", resource_id="r1"))
+    wire[snake] = wire.pop(camel)
+    with pytest.raises(ValidationError) as info:
+        await memory.save_messages([wire])
+    assert f"`{camel}`" in info.value.message and f"`{snake}`" in info.value.message
+    assert info.value.message.startswith("messages[0]")
+    assert await all_ids(memory, "t1") == []
