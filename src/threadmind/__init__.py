@@ -38,10 +38,26 @@ from .codecs import decode_message as decode_message
 from .codecs import encode_json as encode_json
 from .codecs import message_from_dict as message_from_dict
 from .codecs import message_to_dict as message_to_dict
+from .errors import ConfigError as ConfigError
+from .errors import EmbedderError as EmbedderError
+from .errors import EmbeddingDimensionMismatch as EmbeddingDimensionMismatch
+from .errors import InvalidMessage as InvalidMessage
+from .errors import LeaseLost as LeaseLost
+from .errors import ModelError as ModelError
+from .errors import ResourceMismatch as ResourceMismatch
+from .errors import StorageError as StorageError
+from .errors import ThreadBusy as ThreadBusy
+from .errors import ThreadmindError as ThreadmindError
+from .errors import ThreadNotFound as ThreadNotFound
+from .errors import TripWire as TripWire
+from .errors import ValidationError as ValidationError
 from .memory import Memory as Memory
 from .stores import ThreadPage as ThreadPage
 
 __version__ = "0.1.0"
+
+# The errors are importable from here too (``from threadmind import ValidationError``); ``__all__`` lists SPEC's
+# top-level names, and the error tree is ``threadmind.errors``'s.
 
 __all__ = (
     "CloneResult",

@@ -7,8 +7,10 @@ A dict in Mastra's shape (``{"lastMessages": 5, "semanticRecall": {"topK": 3}}``
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
+import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -340,9 +342,56 @@ class MemoryConfig(msgspec.Struct, **_CFG):
         return self.generate_title or None
 
 
+def _config_type(annotation: Any) -> type[msgspec.Struct] | None:
+    """The config struct a field holds (``bool | SemanticRecallConfig`` -> SemanticRecallConfig), or None."""
+    for candidate in typing.get_args(annotation) or (annotation,):
+        if isinstance(candidate, type) and issubclass(candidate, msgspec.Struct):
+            return candidate
+    return None
+
+
+@functools.cache
+def _keys_of(cls: type[msgspec.Struct]) -> dict[str, tuple[str, type[msgspec.Struct] | None]]:
+    """Every key a dict may use for ``cls`` (camelCase, and the snake_case attribute name) -> (camelCase key, the
+    nested config struct of that field or None)."""
+    hints = typing.get_type_hints(cls)
+    keys: dict[str, tuple[str, type[msgspec.Struct] | None]] = {}
+    for field in msgspec.structs.fields(cls):
+        nested = _config_type(hints.get(field.name))
+        keys[field.encode_name] = (field.encode_name, nested)
+        keys[field.name] = (field.encode_name, nested)
+    return keys
+
+
+def _normalized(data: Mapping[str, Any], cls: type[msgspec.Struct], path: str,
+                extra: Mapping[str, type[msgspec.Struct] | None] | None = None) -> dict[str, Any]:
+    """``data`` with snake_case keys turned into camelCase, recursively; an unknown key raises ``ConfigError``
+    naming it, with the closest known names."""
+    keys = _keys_of(cls)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if extra is not None and key in extra:
+            out[key] = value
+            continue
+        known = keys.get(key) if isinstance(key, str) else None
+        if known is None:
+            names = sorted({camel for camel, _ in keys.values()} | set(extra or ()))
+            close = difflib.get_close_matches(str(key), [*names, *keys], n=1, cutoff=0.6)
+            hint = f"; did you mean `{path}{keys[close[0]][0] if close[0] in keys else close[0]}`?" if close else ""
+            raise ConfigError(f"unknown memory option `{path}{key}`{hint} (known: {', '.join(names)}; camelCase as "
+                              "in Mastra, snake_case names work too)")
+        camel, nested = known
+        if nested is not None and isinstance(value, Mapping):
+            value = _normalized(value, nested, f"{path}{camel}.", _NESTED_EXTRA.get(nested))
+        out[camel] = value
+    return out
+
+
 def _prepare(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Reject removed options with the reference's messages and flatten OM's nested groups."""
-    data = dict(options)
+    """Accept snake_case keys, reject unknown and removed options with a suggestion or the reference's
+    message, and flatten OM's nested groups."""
+    data = _normalized(_removed_first(options), MemoryConfig, "")
+
     last = data.get("lastMessages")
     if isinstance(last, float) and not isinstance(last, bool):
         if not (math.isfinite(last) and last.is_integer() and last >= 0):
@@ -351,11 +400,6 @@ def _prepare(options: Mapping[str, Any]) -> dict[str, Any]:
     wm = data.get("workingMemory")
     if isinstance(wm, Mapping) and "use" in wm:
         raise ConfigError("The workingMemory.use option has been removed. Working memory always uses tool-call mode.")
-    threads = data.pop("threads", None)
-    if isinstance(threads, Mapping) and "generateTitle" in threads:
-        raise ConfigError(
-            "The threads.generateTitle option has been moved. Use the top-level generateTitle option instead."
-        )
     om = data.get("observationalMemory")
     if isinstance(om, Mapping):
         flat = {k: v for k, v in om.items() if k not in ("observation", "reflection")}
@@ -374,6 +418,18 @@ def _prepare(options: Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _removed_first(options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Options the reference removed fail with its own message before any unknown-key check."""
+    threads = options.get("threads")
+    if isinstance(threads, Mapping) and "generateTitle" in threads:
+        raise ConfigError(
+            "The threads.generateTitle option has been moved. Use the top-level generateTitle option instead."
+        )
+    if "threads" in options:
+        options = {k: v for k, v in options.items() if k != "threads"}
+    return options
+
+
 # Mastra's nested observational-memory options -> the flat camelCase field each one sets (None: accepted from
 # Mastra configs but without effect here: model settings and provider options are the model object's own).
 _OM_GROUPS: dict[str, dict[str, str | None]] = {
@@ -383,6 +439,12 @@ _OM_GROUPS: dict[str, dict[str, str | None]] = {
                     "providerOptions": None},
     "reflection": {"observationTokens": "observationTokens", "model": "reflectionModel", "bufferActivation": None,
                    "blockAfter": None, "modelSettings": None, "providerOptions": None},
+}
+
+
+# Keys a nested config dict takes besides its own fields (OM's Mastra-shaped groups, flattened by _prepare).
+_NESTED_EXTRA: dict[type[msgspec.Struct], dict[str, type[msgspec.Struct] | None]] = {
+    ObservationalMemoryConfig: {"observation": None, "reflection": None},
 }
 
 

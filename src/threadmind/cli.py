@@ -27,9 +27,9 @@ from .errors import ConfigError, EmbedderError, InvalidMessage, ThreadmindError,
 
 if TYPE_CHECKING:
     from .codecs import Message
-    from .embedders._protocol import Embedder
+    from .embedders import Embedder
     from .memory import Memory
-    from .stores._sqlite import SQLiteStore
+    from .stores import SQLiteStore
 
 __all__ = ("main",)
 
@@ -118,10 +118,6 @@ def _snippet(text: str, width: int = _TEXT_WIDTH) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def _json_line(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def _human_bytes(n: int) -> str:
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -165,7 +161,7 @@ def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
     the one dimension the database's vectors already have, else the hash default."""
     spec: str = args.embedder
     if spec == "hash":
-        from .embedders._hash import HashEmbedder
+        from .embedders import HashEmbedder
 
         dim = args.dim
         if dim is None:
@@ -173,7 +169,7 @@ def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
             dim = stored.pop() if len(stored) == 1 else _DEFAULT_DIM
         return HashEmbedder(dim=dim), dim
     if spec.startswith("openai/"):
-        from .embedders._resolve import resolve_embedder
+        from .embedders import resolve_embedder
 
         return resolve_embedder(spec), args.dim
     raise ConfigError(f"--embedder must be 'hash' or 'openai/<model>', not {spec!r}")
@@ -191,8 +187,7 @@ def _require_db(db: str) -> None:
 def _memory(args: argparse.Namespace, *, semantic: bool, top_k: int = 4) -> Memory:
     """A Memory over ``--db``; with ``semantic`` also the vector index and the embedder."""
     from .memory import Memory
-    from .stores._hnsw import HnswVectorStore
-    from .stores._sqlite import SQLiteStore
+    from .stores import HnswVectorStore, SQLiteStore
 
     if not semantic:
         return Memory(storage=SQLiteStore(args.db), options={"lastMessages": False})
@@ -207,7 +202,7 @@ def _memory(args: argparse.Namespace, *, semantic: bool, top_k: int = 4) -> Memo
 
 
 def _sql_store(memory: Memory) -> SQLiteStore:
-    from .stores._sqlite import SQLiteStore
+    from .stores import SQLiteStore
 
     store = memory.storage
     assert isinstance(store, SQLiteStore)
@@ -384,7 +379,7 @@ async def _search(args: argparse.Namespace) -> int:
 
 
 async def _export(args: argparse.Namespace) -> int:
-    from .codecs import message_to_dict
+    from .codecs import encode_json
 
     _require_db(args.db)
     async with _memory(args, semantic=False) as memory:
@@ -394,7 +389,7 @@ async def _export(args: argparse.Namespace) -> int:
                 raise ThreadNotFound(thread_id)
         out = sys.stdout
         async for message in store.iter_messages(args.threads or None):
-            out.write(_json_line(message_to_dict(message)) + "\n")
+            out.write(encode_json(message).decode() + "\n")  # Mastra's shape; InvalidMessage if it has no JSON form
     out.flush()
     return 0
 
@@ -404,17 +399,19 @@ async def _export(args: argparse.Namespace) -> int:
 
 def _parse_lines(stream: TextIO) -> tuple[list[tuple[int, Message]], list[str]]:
     """Valid messages with their line numbers, and one error text per bad line."""
-    from .codecs import message_from_dict
+    import msgspec
+
+    from .codecs import DECODE_ERRORS, message_from_dict
 
     good: list[tuple[int, Message]] = []
     bad: list[str] = []
     for number, line in enumerate(stream, start=1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            bad.append(f"line {number}: invalid JSON: {exc.msg} (column {exc.colno})")
+        try:  # strict JSON: no NaN, too-long numbers, lone surrogates or unbounded nesting get through
+            value = msgspec.json.decode(line)
+        except DECODE_ERRORS as exc:
+            bad.append(f"line {number}: invalid JSON: {exc}")
             continue
         try:
             message = message_from_dict(value)

@@ -11,6 +11,7 @@ upper-snake ``THREADMIND_*`` code) and a human message that names the field and 
     ├── ResourceMismatch                     the thread belongs to another resource
     ├── StorageError                         the database failed (wraps sqlite3 errors)
     ├── ThreadBusy                           a turn is running and thread_concurrency="reject"
+    ├── LeaseLost                            a frozen holder's lease was taken over; its write is refused
     ├── EmbeddingDimensionMismatch           embedder dimension differs from the configured one
     ├── EmbedderError                        the embedder raised
     ├── ModelError                           the language model raised or ran out of script
@@ -24,6 +25,7 @@ __all__ = (
     "EmbedderError",
     "EmbeddingDimensionMismatch",
     "InvalidMessage",
+    "LeaseLost",
     "ModelError",
     "ResourceMismatch",
     "StorageError",
@@ -125,7 +127,21 @@ class ThreadBusy(ThreadmindError):
         super().__init__(f"thread {thread_id!r} already has a turn in progress (thread_concurrency='reject')")
 
 
+class LeaseLost(ThreadmindError):
+    """A write by a holder whose lease on a thread expired (it was frozen or too slow) and was taken over.
+
+    Nothing of the refused write is stored; what the holder wrote while its lease was valid stays.
+    """
+
+    default_code = "THREADMIND_LEASE_LOST"
+
+    def __init__(self, key: str, detail: str = "") -> None:
+        self.key = key
+        super().__init__(f"the lease on {key!r} was lost{': ' + detail if detail else ''}; nothing was written")
+
+
 class EmbeddingDimensionMismatch(ThreadmindError):
+
     """The embedder returned vectors of another dimension than ``embedding_dimension``."""
 
     default_code = "MASTRA_MEMORY_EMBEDDING_DIMENSION_MISMATCH"

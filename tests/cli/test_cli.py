@@ -314,9 +314,13 @@ def test_demo_refuses_sizes_below_one(capsys: pytest.CaptureFixture[str], option
 
 def test_a_database_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> None:
     """A failed connect must not leave aiosqlite's worker thread to report to a closed loop at exit."""
-    for argv in (["demo", "--threads", "2", "--turns", "1", "--db", str(tmp_path / "missing" / "x.db")],
-                 ["stats", "--db", str(tmp_path)]):
+    (tmp_path / "a-folder.db").mkdir()  # a path SQLite cannot open as a database file
+    demo = ["demo", "--threads", "2", "--turns", "1", "--db"]
+    for argv, said in (([*demo, str(tmp_path / "a-folder.db")], "cannot open"),
+                       (["stats", "--db", str(tmp_path)], "cannot open"),
+                       ([*demo, str(tmp_path / "missing" / "x.db")], "does not exist")):
         done = subprocess.run([sys.executable, "-m", "threadmind.cli", *argv], capture_output=True, text=True,
                               timeout=60, check=False)
         assert done.returncode == 1, done.stderr
-        assert "cannot open" in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr

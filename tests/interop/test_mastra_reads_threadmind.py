@@ -1,15 +1,13 @@
 """The real Mastra packages (node) read a threadmind-written SQLite file and report what threadmind wrote.
 
-The pinned packages of ``interop/package.json`` are installed once into a cache folder outside the package
-(``$THREADMIND_INTEROP_CACHE`` or ``~/.cache/threadmind-interop``) and reused; ``interop/read_db.mjs`` runs
-there with node. Skipped only when node/npm are missing or the install fails for lack of network.
+The packages pinned by ``interop/package-lock.json`` are installed once (``npm ci``, see ``tests/_npm.py``) into a
+cache folder outside the package and reused; ``interop/read_db.mjs`` runs there with node. Skipped with the reason
+when node, npm or the registry are missing, except in CI, where that fails.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,13 +19,13 @@ from threadmind.codecs import message_from_dict, message_to_dict, thread_to_dict
 from threadmind.memory import Memory
 from threadmind.stores._sqlite import SQLiteStore
 
+from .._npm import install
+
 REPO = Path(__file__).resolve().parents[2]
 INTEROP = REPO / "interop"
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures
 MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text()) if FIXTURE.exists() else {}
 PINNED = {"@mastra/core": "1.71.0", "@mastra/memory": "1.31.0", "@mastra/libsql": "1.23.1"}
-_NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENETUNREACH",
-                   "network", "getaddrinfo")
 
 pytestmark = [
     pytest.mark.skipif(not MANIFEST, reason="Mastra fixture not available"),
@@ -43,50 +41,14 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _cache_root() -> Path:
-    configured = os.environ.get("THREADMIND_INTEROP_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "threadmind-interop"
-
-
-def _installed(folder: Path) -> bool:
-    for name, version in PINNED.items():
-        manifest = folder / "node_modules" / name / "package.json"
-        if not manifest.is_file() or json.loads(manifest.read_text())["version"] != version:
-            return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def mastra_dir() -> Path:
-    """A folder whose node_modules holds the pinned Mastra packages, plus a copy of read_db.mjs."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node and npm are needed to run the Mastra packages")
-    package_json = (INTEROP / "package.json").read_bytes()
-    folder = _cache_root() / hashlib.sha256(package_json).hexdigest()[:16]
-    if not _installed(folder):
-        staging = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        (staging / "package.json").write_bytes(package_json)
-        try:
-            done = subprocess.run(
-                [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", str(staging)],
-                cwd=staging, capture_output=True, text=True, timeout=540, check=False,
-            )
-        except subprocess.TimeoutExpired:
-            shutil.rmtree(staging, ignore_errors=True)
-            pytest.skip("npm install timed out (no network to the npm registry?)")
-        if done.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            output = done.stdout + done.stderr
-            if any(marker in output for marker in _NETWORK_ERRORS):
-                pytest.skip(f"npm install failed for lack of network: {output.strip().splitlines()[-1]}")
-            pytest.fail(f"npm install failed:\n{output}")
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(staging, folder)
-    assert _installed(folder)
-    shutil.copyfile(INTEROP / "read_db.mjs", folder / "read_db.mjs")
+    """A folder whose node_modules holds the pinned Mastra packages (``interop/package-lock.json``), plus
+    ``read_db.mjs``."""
+    folder = install(INTEROP, "mastra-libsql")
+    installed = {name: json.loads((folder / "node_modules" / name / "package.json").read_text())["version"]
+                 for name in PINNED}
+    assert installed == PINNED
     return folder
 
 

@@ -4,6 +4,7 @@ working (found by fuzzing: these raised OverflowError, TypeError, AttributeError
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -113,3 +114,27 @@ async def test_closed_or_storage_less_memory_raises_for_working_memory_reads(mak
     assert info.value.code == "THREADMIND_CLOSED"
     with pytest.raises(ConfigError, match="storage provider"):
         await Memory().get_working_memory(thread_id="t1")
+
+
+async def test_an_update_to_a_time_without_a_utc_equivalent_is_refused(memory: Memory) -> None:
+    """Year 1 at +01:00 is before the earliest UTC datetime: a ValidationError naming the field, not an
+    OverflowError, and the message is unchanged."""
+    await memory.create_thread(resource_id="r1", thread_id="t1")
+    await memory.save_messages([Message.user("hi", id="m1", thread_id="t1", resource_id="r1")])
+    for value in ("0001-01-01T00:00:00+01:00", datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))):
+        with pytest.raises(ValidationError, match=r"updates\[0\]\.created_at"):
+            await memory.update_messages([{"id": "m1", "created_at": value}])
+    assert [m.text for m in await memory.list_messages_by_id(["m1"])] == ["hi"]
+
+
+@pytest.mark.parametrize(("snake", "camel"), [("thread_id", "threadId"), ("resource_id", "resourceId"),
+                                              ("created_at", "createdAt")])
+async def test_a_dict_with_snake_case_keys_is_told_the_camel_case_name(memory: Memory, snake: str, camel: str) -> None:
+    await memory.create_thread(resource_id="r1", thread_id="t1")
+    wire = message_to_dict(Message.user("hi", thread_id="t1", resource_id="r1"))
+    wire[snake] = wire.pop(camel)
+    with pytest.raises(ValidationError) as info:
+        await memory.save_messages([wire])
+    assert f"`{camel}`" in info.value.message and f"`{snake}`" in info.value.message
+    assert info.value.message.startswith("messages[0]")
+    assert await all_ids(memory, "t1") == []

@@ -91,3 +91,35 @@ def test_index_config_sets_what_the_vector_store_left_at_its_defaults() -> None:
     with pytest.raises(ConfigError, match="indexConfig sets m=32 but the HnswVectorStore was given m=24"):
         Memory(storage=InMemoryStore(), vector=HnswVectorStore(m=24), embedder=HashEmbedder(), options={
             "semanticRecall": {"indexConfig": {"m": 32}}})
+
+
+class TestOptionKeys:
+    """Dict options take Mastra's camelCase keys and the snake_case names of MemoryConfig; a typo is named with
+    the closest known option."""
+
+    def test_snake_case_keys_are_accepted_at_every_level(self) -> None:
+        from threadmind._config import memory_config_from
+        from threadmind.memory import MemoryConfig
+
+        config = memory_config_from({"last_messages": 5, "semantic_recall": {"top_k": 3, "message_range": 2},
+                                     "working_memory": {"enabled": True, "scope": "thread"},
+                                     "message_history": {"max_tokens": 100}})
+        assert isinstance(config, MemoryConfig)
+        assert config.last_messages == 5 and config.working_memory.scope == "thread"
+        recall = config.semantic_recall_config
+        assert recall is not None and recall.top_k == 3 and recall.range.before == 2
+        assert config.message_history is not None and config.message_history.max_tokens == 100
+
+    @pytest.mark.parametrize(("options", "named", "suggested"), [
+        pytest.param({"lastMessage": 5}, "`lastMessage`", "`lastMessages`", id="top-level"),
+        pytest.param({"semanticRecall": {"topk": 3}}, "`semanticRecall.topk`", "`semanticRecall.topK`", id="nested"),
+        pytest.param({"workingMemory": {"enabeld": True}}, "`workingMemory.enabeld`", "`workingMemory.enabled`",
+                     id="snake-typo"),
+    ])
+    def test_a_typo_names_the_option_and_the_closest_one(self, options: dict[str, Any], named: str,
+                                                         suggested: str) -> None:
+        from threadmind._config import memory_config_from
+
+        with pytest.raises(ConfigError) as info:
+            memory_config_from(options)
+        assert named in info.value.message and f"did you mean {suggested}" in info.value.message

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from threadmind import CloneResult, Memory, MemoryConfig, Message, Thread
+from threadmind.codecs import utc_now
 from threadmind.errors import ConfigError, ResourceMismatch, ThreadmindError, ThreadNotFound, ValidationError
 from threadmind.stores import InMemoryStore
 
@@ -150,6 +151,9 @@ class TestThreads:
         assert [t.id for t in asc.threads] == ["t2", "t3"] and asc.has_more and asc.total == 5
         assert [t.id for t in (await memory.list_threads(metadata={"kind": "odd"})).threads] == ["t3", "t1"]
         assert len((await memory.list_threads(per_page=False)).threads) == 5
+        newest = max(t.updated_at for t in (await memory.list_threads(per_page=False)).threads)
+        while utc_now() <= newest:  # times are kept to the millisecond: let the clock pass the last write
+            await anyio.lowlevel.checkpoint()
         await memory.update_thread("t0", title="bumped")
         by_updated = await memory.list_threads(order_by="updated_at")
         assert by_updated.threads[0].id == "t0"

@@ -1,4 +1,4 @@
-"""One behaviour suite for every ``Store``: SQLiteStore and InMemoryStore must agree on all of it."""
+"""One behaviour suite for every ``Store``: SQLiteStore, InMemoryStore and PostgresStore must agree on all of it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from threadmind.codecs import Message, MessageContent, TextPart, Thread
 from threadmind.errors import ResourceMismatch, StorageError, ThreadNotFound, ValidationError
 from threadmind.stores._memory import InMemoryStore
+from threadmind.stores._postgres import PostgresStore
 from threadmind.stores._protocol import DateRange, Include, MessageQuery, Store
 from threadmind.stores._sqlite import SQLiteStore
 
@@ -20,9 +21,16 @@ BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 LIBSQL = "MASTRA_STORAGE_LIBSQL_"
 
 
-@pytest.fixture(params=[pytest.param("sqlite", id="sqlite"), pytest.param("memory", id="memory")])
+@pytest.fixture(params=[pytest.param("sqlite", id="sqlite"), pytest.param("memory", id="memory"),
+                        pytest.param("postgres", id="postgres"), pytest.param("pgbouncer", id="pgbouncer")])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Any = SQLiteStore(tmp_path / "memory.db", synchronous="NORMAL") if request.param == "sqlite" else InMemoryStore()
+    s: Any
+    if request.param == "postgres":
+        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=4)
+    elif request.param == "pgbouncer":  # transaction pooling: no session state survives between statements
+        s = PostgresStore(request.getfixturevalue("pgbouncer_dsn"), max_size=4, statement_cache_size=0)
+    else:
+        s = SQLiteStore(tmp_path / "memory.db", synchronous="NORMAL") if request.param == "sqlite" else InMemoryStore()
     async with s:
         assert isinstance(s, Store)
         yield s

@@ -129,3 +129,20 @@ async def test_another_store_object_on_the_same_file_is_seen_at_once(tmp_path: P
         assert (await records.current("thread:t1")).active_observations == "peer store"  # type: ignore[union-attr]
         await on_peer.delete("thread:t1")
         assert await records.current("thread:t1") is None
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    pytest.param("createdAt", "not a time", id="bad-time"),
+    pytest.param("generationCount", "many", id="bad-count"),
+    pytest.param("observedMessageIds", "[" * 5000 + "]" * 5000, id="too-deep"),
+])
+async def test_a_row_no_record_can_hold_is_a_storage_error(tmp_path: Path, column: str, value: Any) -> None:
+    from threadmind.errors import StorageError
+
+    async with SQLiteStore(tmp_path / "m.db") as store:
+        records = store.observational_records()
+        await records.put(_record(0, "fine"))
+        await store.execute_write(lambda conn: conn.execute(
+            f'UPDATE mastra_observational_memory SET "{column}" = ?', (value,)))
+        with pytest.raises(StorageError, match=r"mastra_observational_memory\["):
+            await SQLiteOMStore(store).current("thread:t1")

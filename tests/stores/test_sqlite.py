@@ -437,10 +437,21 @@ async def test_a_failed_open_leaves_no_worker_thread(tmp_path: Path) -> None:
     from threadmind.errors import StorageError
 
     before = set(threading.enumerate())
+    (tmp_path / "a-folder.db").mkdir()  # a path SQLite cannot open as a database file
     for _ in range(5):
-        store = SQLiteStore(tmp_path / "missing" / "x.db")
+        store = SQLiteStore(tmp_path / "a-folder.db")
         with pytest.raises(StorageError, match="cannot open"):
             await store.open()
         workers = [t for t in threading.enumerate()
                    if t not in before and t.is_alive() and "_connection_worker_thread" in t.name]
         assert workers == []  # aiosqlite's worker (default name "Thread-N (_connection_worker_thread)")
+
+
+def test_a_path_in_a_missing_folder_is_refused_at_construction(tmp_path: Path) -> None:
+    from threadmind.errors import ConfigError
+
+    missing = tmp_path / "no" / "such" / "dir" / "x.db"
+    with pytest.raises(ConfigError, match="does not exist") as info:
+        SQLiteStore(missing)
+    assert str(missing.parent) in info.value.message
+    assert not missing.parent.exists()

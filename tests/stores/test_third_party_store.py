@@ -3,7 +3,7 @@ conformance suite and a whole Memory; a store missing a method is refused when t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,11 +19,14 @@ from threadmind.stores import (
     STORE_METHODS,
     HnswVectorStore,
     InMemoryStore,
+    Lease,
     MessagePage,
     MessageQuery,
     ObservationalMemoryStore,
+    ResourceChange,
     SQLiteStore,
     Store,
+    ThreadChange,
     ThreadPage,
     VectorRecords,
 )
@@ -87,14 +90,14 @@ class MinimalStore:
         return await self._inner.create_thread_with_messages(thread, messages)  # type: ignore[no-any-return]
 
     async def save_messages(self, thread_id: str, messages: Sequence[Message], *,
-                            mark_pending: bool = False) -> list[Message]:
+                            mark_pending: bool = False, fence: Lease | None = None) -> list[Message]:
         return await self._inner.save_messages(  # type: ignore[no-any-return]
-            thread_id, messages, mark_pending=mark_pending)
+            thread_id, messages, mark_pending=mark_pending, fence=fence)
 
     async def save_messages_many(self, by_thread: Mapping[str, Sequence[Message]], *,
-                                 mark_pending: bool = False) -> dict[str, list[Message]]:
+                                 mark_pending: bool = False, fence: Lease | None = None) -> dict[str, list[Message]]:
         return await self._inner.save_messages_many(  # type: ignore[no-any-return]
-            by_thread, mark_pending=mark_pending)
+            by_thread, mark_pending=mark_pending, fence=fence)
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         return await self._inner.list_messages(query)  # type: ignore[no-any-return]
@@ -118,6 +121,23 @@ class MinimalStore:
                               metadata: Mapping[str, Any] | None = None) -> Resource:
         return await self._inner.update_resource(  # type: ignore[no-any-return]
             resource_id, working_memory=working_memory, metadata=metadata)
+
+    async def modify_thread(self, thread_id: str, change: Callable[[Thread], ThreadChange | None], *,
+                            fence: Lease | None = None) -> Thread | None:
+        return await self._inner.modify_thread(thread_id, change, fence=fence)  # type: ignore[no-any-return]
+
+    async def modify_resource(self, resource_id: str, change: Callable[[Resource | None], ResourceChange | None], *,
+                              fence: Lease | None = None) -> Resource | None:
+        return await self._inner.modify_resource(resource_id, change, fence=fence)  # type: ignore[no-any-return]
+
+    async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
+        return await self._inner.acquire_lease(key, owner=owner, ttl=ttl, wait=wait)  # type: ignore[no-any-return]
+
+    async def release_lease(self, lease: Lease) -> None:
+        await self._inner.release_lease(lease)
+
+    async def renew_leases(self, owner: str, ttl: float) -> None:
+        await self._inner.renew_leases(owner, ttl)
 
     def thread_version(self, thread_id: str) -> int:
         return self._inner.thread_version(thread_id)  # type: ignore[no-any-return]

@@ -430,7 +430,8 @@ class TestRestart:
             before = await recall(actor)
         # Everything the vector store writes stays below its path.
         assert _names(vec) == {f"memory_messages_32.{ext}" for ext in ("entries", "hnsw", "manifest.json")}
-        assert _names(tmp_path) - {"memory.db", "memory.db-wal", "memory.db-shm"} == {"vec"}
+        sqlite_files = {"memory.db", "memory.db-wal", "memory.db-shm", "memory.db-threadmind.lock"}
+        assert _names(tmp_path) - sqlite_files == {"vec"}
         action = DAMAGE[damage]
         if action is not None:
             action(vec)

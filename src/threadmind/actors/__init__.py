@@ -21,6 +21,7 @@ from ._resource_actor import GetResource as GetResource
 from ._resource_actor import ResourceActor as ResourceActor
 from ._system import ActorSystem as ActorSystem
 from ._system import TurnPolicy as TurnPolicy
+from ._system import current_fence as current_fence
 from ._thread_actor import TAIL_MAX as TAIL_MAX
 from ._thread_actor import TAIL_TTL as TAIL_TTL
 from ._thread_actor import CreateThread as CreateThread
@@ -64,4 +65,5 @@ __all__ = (
     "UpdateThread",
     "VectorHit",
     "chunk_text",
+    "current_fence",
 )

@@ -16,8 +16,11 @@ then the actors drain, then the store closes.
 
 from __future__ import annotations
 
+import contextvars
 import enum
+import logging
 import math
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -27,6 +30,7 @@ from anyio.abc import TaskGroup
 
 from ..codecs import Resource
 from ..errors import ThreadBusy, ThreadmindError
+from ..stores import Lease
 from ._lowlevel import HostTask
 from ._registry import ActorRegistry
 from ._resource_actor import GetResource, ResourceActor
@@ -36,7 +40,22 @@ if TYPE_CHECKING:
     from ..stores import Store
     from ._index_actor import IndexActor
 
-__all__ = ("ActorSystem", "TurnPolicy")
+__all__ = ("ActorSystem", "TurnPolicy", "current_fence")
+
+_log = logging.getLogger("threadmind.actors")
+
+# The leases of the turns running in this task (thread id -> lease): the fencing token each of their writes
+# carries. A context variable, so every write made for a turn (the persist, the token boundary, a tool's
+# working-memory update) finds it without it being passed through every layer.
+_FENCES: contextvars.ContextVar[dict[str, Lease] | None] = contextvars.ContextVar("threadmind_fences", default=None)
+
+
+def current_fence(thread_id: str | None) -> Lease | None:
+    """The lease of the turn on ``thread_id`` that the calling task is running, if any."""
+    fences = _FENCES.get()
+    if thread_id is None or fences is None:
+        return None
+    return fences.get(thread_id)
 
 T = TypeVar("T")
 TurnPolicy = Literal["enqueue", "reject", "parallel"]
@@ -71,11 +90,15 @@ class ActorSystem:
         cache_ttl: float,
         idle_timeout: float,
         max_actors: int,
+        lease_ttl: float = 30.0,
         index: IndexActor | None = None,
         on_start: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.index = index
+        #: Who this system's leases belong to (unique per system: two Memories in one process are two owners).
+        self.owner = uuid.uuid4().hex
+        self.lease_ttl = lease_ttl
         self._cache_ttl = cache_ttl
         self._idle_timeout = idle_timeout
         self._max_actors = max_actors
@@ -126,6 +149,20 @@ class ActorSystem:
         if self._on_start is not None:
             await self._on_start()
         self._background = await stack.enter_async_context(anyio.create_task_group())
+        heartbeat = anyio.CancelScope()
+        stack.callback(heartbeat.cancel)  # unwound before the group waits for its tasks
+        self._background.start_soon(self._heartbeat, heartbeat, name="threadmind.heartbeat")
+
+    async def _heartbeat(self, scope: anyio.CancelScope) -> None:
+        """Renew this system's leases (and tell other processes it is alive) every quarter of ``lease_ttl``."""
+        interval = max(0.01, min(self.lease_ttl / 4, 5.0))
+        with scope:
+            while True:
+                try:
+                    await self.store.renew_leases(self.owner, self.lease_ttl)
+                except Exception:  # a failed beat is retried next time; a lease then lapses only after lease_ttl
+                    _log.warning("renewing leases failed", exc_info=True)
+                await anyio.sleep(interval)
 
     @property
     def threads(self) -> ActorRegistry[ThreadActor]:
@@ -190,12 +227,19 @@ class ActorSystem:
         return await self.exclusive(first, lambda: self.holding(rest, fn, name), name)
 
     @asynccontextmanager
-    async def turn(self, thread_id: str, policy: TurnPolicy) -> AsyncIterator[None]:
-        """Hold the thread for one agent turn per ``policy`` (SPEC §6): ``enqueue`` waits for the turn before
-        it, ``reject`` raises ``ThreadBusy`` while another runs, ``parallel`` does not hold it at all."""
+    async def turn(self, thread_id: str, policy: TurnPolicy) -> AsyncIterator[Lease | None]:
+        """Hold the thread for one agent turn per ``policy`` (SPEC §6, §10): ``enqueue`` waits for the turn
+        before it, in this process or any other on the store, ``reject`` raises ``ThreadBusy`` while another
+        runs, ``parallel`` does not hold it at all.
+
+        Within the process the thread actor's turn lock orders turns; across processes the store's lease
+        ``thread:<id>`` does, renewed by the heartbeat while the turn runs. Its fencing token is what the
+        turn's writes carry (:func:`current_fence`): if the lease was taken over (this process froze past
+        ``lease_ttl``), they are refused with ``LeaseLost``.
+        """
         self.check_running()
         if policy == "parallel":
-            yield
+            yield None
             return
         threads, _ = self._registries()
         actor = threads.get(thread_id)
@@ -206,15 +250,23 @@ class ActorSystem:
                     actor.turn_lock.acquire_nowait()
                 except anyio.WouldBlock:
                     raise ThreadBusy(thread_id) from None
-                try:
-                    yield
-                finally:
-                    actor.turn_lock.release()
             else:
-                async with actor.turn_lock:
-                    yield
+                await actor.turn_lock.acquire()
+            try:
+                lease = await self.store.acquire_lease(f"thread:{thread_id}", owner=self.owner, ttl=self.lease_ttl,
+                                                       wait=policy == "enqueue")
+                token = _FENCES.set({**(_FENCES.get() or {}), thread_id: lease})
+                try:
+                    yield lease
+                finally:
+                    _FENCES.reset(token)
+                    with anyio.CancelScope(shield=True):
+                        await self.store.release_lease(lease)
+            finally:
+                actor.turn_lock.release()
         finally:
             actor.turn_finished()
+
 
     # resources -----------------------------------------------------------------------------------
     async def resource_exclusive(self, resource_id: str, fn: Callable[[], Awaitable[T]], name: str, *,

@@ -17,7 +17,7 @@ import msgspec
 
 from ..codecs import Message, Thread
 from ..errors import ResourceMismatch, ThreadNotFound
-from ..stores import MessagePage, MessageQuery, Store
+from ..stores import Lease, MessagePage, MessageQuery, Store, ThreadChange
 from ..tracing import ATTR_CONVERSATION_ID, ATTR_THREAD_ID
 from ._actor import NOT_NOW, Actor
 from ._tail import Tail
@@ -60,6 +60,7 @@ class SaveMessages(msgspec.Struct, frozen=True):
     messages: Sequence[Message]
     mark_pending: bool = False
     observer: SaveObserver | None = None
+    fence: Lease | None = None
 
     def span_attributes(self) -> dict[str, str | int]:
         return {"threadmind.messages.count": len(self.messages)}
@@ -111,7 +112,8 @@ class DeleteMessages(msgspec.Struct, frozen=True):
 
 
 class PatchThreadMetadata(msgspec.Struct, frozen=True):
-    """Read the thread from the store, ask ``patch`` for a metadata patch, write it (None: no write).
+    """Ask ``patch`` for a metadata patch of the thread as stored and write it (None: no write), in one store
+    transaction (``Store.modify_thread``: no process can write between the read and the write).
 
     A read-modify-write of the metadata alone (the token limiter's boundary): the actor keeps its tail, as
     no message changes, and remembers the row it wrote.
@@ -119,6 +121,7 @@ class PatchThreadMetadata(msgspec.Struct, frozen=True):
 
     patch: Callable[[Thread], Mapping[str, Any] | None]
     name: str = "patch_thread_metadata"
+    fence: Lease | None = None
 
     def span_attributes(self) -> dict[str, str | int]:
         return {"threadmind.exclusive.name": self.name}
@@ -232,12 +235,12 @@ class ThreadActor(Actor[ThreadCommand]):
     async def _handle(self, command: ThreadCommand) -> Any:
         store = self._store
         match command:
-            case SaveMessages(messages, mark_pending, observer):
+            case SaveMessages(messages, mark_pending, observer, fence):
                 if observer is not None:
                     await observer.started()
                 self._own_writes += 1
                 try:
-                    saved = await store.save_messages(self.key, messages, mark_pending=mark_pending)
+                    saved = await store.save_messages(self.key, messages, mark_pending=mark_pending, fence=fence)
                 except BaseException:
                     self._tail = None  # the outcome is unknown to us: re-read next time
                     if observer is not None:
@@ -297,19 +300,18 @@ class ThreadActor(Actor[ThreadCommand]):
                 updated = await store.update_thread(self.key, title=title, metadata=metadata)
                 self._remember(updated)
                 return updated
-            case PatchThreadMetadata(patch):
+            case PatchThreadMetadata(patch, _, fence):
                 self._thread = None
-                current = await store.get_thread(self.key)  # the store's row: another process may have written
-                if current is None:
-                    raise ThreadNotFound(self.key)
-                changes = patch(current)
-                if changes is None:
-                    self._remember(current)
-                    return None
+
+                def change(current: Thread) -> ThreadChange | None:
+                    changes = patch(current)
+                    return None if changes is None else ThreadChange(metadata=changes)
+
                 self._own_writes += 1
-                updated = await store.update_thread(self.key, metadata=changes)
-                self._remember(updated)
-                return updated
+                patched = await store.modify_thread(self.key, change, fence=fence)
+                if patched is not None:
+                    self._remember(patched)
+                return patched
             case DeleteThread():
                 self._tail = self._thread = None
                 return await store.delete_thread(self.key)

@@ -6,6 +6,7 @@ from ._json import checked_message as checked_message
 from ._json import content_from_text as content_from_text
 from ._json import decode_content as decode_content
 from ._json import decode_message as decode_message
+from ._json import decode_messages as decode_messages
 from ._json import encode_content as encode_content
 from ._json import encode_json as encode_json
 from ._json import message_from_dict as message_from_dict
@@ -15,6 +16,7 @@ from ._json import part_from_dict as part_from_dict
 from ._json import resource_to_dict as resource_to_dict
 from ._json import thread_to_dict as thread_to_dict
 from ._jsonb import decode_jsonb as decode_jsonb
+from ._paths import DECODE_ERRORS as DECODE_ERRORS
 from ._time import from_epoch_ms as from_epoch_ms
 from ._time import from_iso as from_iso
 from ._time import to_epoch_ms as to_epoch_ms
@@ -39,6 +41,7 @@ from ._types import ToolState as ToolState
 from ._types import UnknownPart as UnknownPart
 
 __all__ = (
+    "DECODE_ERRORS",
     "FilePart",
     "Message",
     "MessageContent",
@@ -58,6 +61,7 @@ __all__ = (
     "decode_content",
     "decode_jsonb",
     "decode_message",
+    "decode_messages",
     "encode_content",
     "encode_json",
     "from_epoch_ms",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..errors import ValidationError
+
 __all__ = ("decode_jsonb",)
 
 _NULL, _TRUE, _FALSE, _INT, _INT5, _FLOAT, _FLOAT5 = 0, 1, 2, 3, 4, 5, 6
@@ -54,6 +56,13 @@ def _unescape(text: str, json5: bool) -> str:
     return out
 
 
+def _decimal(digits: str) -> int:
+    try:
+        return int(digits)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        raise ValueError(f"malformed JSONB: an integer of {len(digits)} digits is too long") from None
+
+
 def _number(kind: int, raw: bytes) -> Any:
     try:
         text = raw.decode("ascii")
@@ -61,17 +70,17 @@ def _number(kind: int, raw: bytes) -> Any:
         raise ValueError("malformed JSONB: non-ASCII number payload") from None
     if kind == _INT:
         if not _INT_RE.fullmatch(text):
-            raise ValueError(f"malformed JSONB: bad INT payload {text!r}")
-        return int(text)
+            raise ValueError(f"malformed JSONB: bad INT payload {text[:40]!r}")
+        return _decimal(text)
     if kind == _FLOAT:
         if not _FLOAT_RE.fullmatch(text):
-            raise ValueError(f"malformed JSONB: bad FLOAT payload {text!r}")
+            raise ValueError(f"malformed JSONB: bad FLOAT payload {text[:40]!r}")
         return float(text)
     if kind == _INT5:
         match = _INT5_RE.fullmatch(text)
         if match is None:
-            raise ValueError(f"malformed JSONB: bad INT5 payload {text!r}")
-        value = int(match.group(2), 16) if match.group(2) else int(match.group(3))
+            raise ValueError(f"malformed JSONB: bad INT5 payload {text[:40]!r}")
+        value = int(match.group(2), 16) if match.group(2) else _decimal(match.group(3))
         return -value if match.group(1) == "-" else value
     # FLOAT5: JSON5 spellings (leading '+', '.5', '5.', Infinity, NaN, hex).
     sign = -1.0 if text.startswith("-") else 1.0
@@ -81,9 +90,12 @@ def _number(kind: int, raw: bytes) -> Any:
     if body == "NaN":
         return None  # SQLite's json() renders NaN as null
     if body[:2] in ("0x", "0X") and re.fullmatch(r"[0-9a-fA-F]+", body[2:]):
-        return sign * float(int(body[2:], 16))
+        try:
+            return sign * float(int(body[2:], 16))
+        except OverflowError:
+            return sign * float("inf")  # what JavaScript's Number gives
     if not _FLOAT5_RE.fullmatch(text):
-        raise ValueError(f"malformed JSONB: bad FLOAT5 payload {text!r}")
+        raise ValueError(f"malformed JSONB: bad FLOAT5 payload {text[:40]!r}")
     return float(body) * sign
 
 
@@ -110,13 +122,22 @@ class _Frame:
         self.key: str | None = None
 
 
-def decode_jsonb(blob: bytes | bytearray | memoryview) -> Any:
+def decode_jsonb(blob: bytes | bytearray | memoryview, where: str = "value") -> Any:
     """Decode one SQLite JSONB value into Python (dict/list/str/int/float/bool/None).
 
-    :raises ValueError: the blob is truncated, has trailing bytes, a reserved type, a bad payload or an
-        object label that is not text.
+    :param where: what the blob is (``thread 't1' metadata``), named in the error.
+    :raises ValidationError: (a ``ValueError``) the blob is truncated, has trailing bytes, a reserved type, a
+        bad payload or an object label that is not text.
     """
-    data = bytes(blob)
+    if not isinstance(blob, (bytes, bytearray, memoryview)):
+        raise ValidationError(f"{where} is not a JSONB blob (got {type(blob).__name__})")
+    try:
+        return _decode(bytes(blob))
+    except (ValueError, OverflowError) as exc:  # OverflowError: a hex FLOAT5 too large for a float
+        raise ValidationError(f"{where} is {exc}") from exc
+
+
+def _decode(data: bytes) -> Any:
     size = len(data)
     if size == 0:
         raise ValueError("malformed JSONB: empty blob")

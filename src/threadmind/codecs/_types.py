@@ -193,7 +193,12 @@ Part: TypeAlias = Union[KnownPart, UnknownPart]
 
 
 class MessageContent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
-    """Content format 2: typed parts plus Mastra's optional mirrors and metadata."""
+    """Content format 2: typed parts plus Mastra's optional mirrors and metadata.
+
+    ``experimental_attachments`` keeps its snake_case name on the wire, as Mastra (and the AI SDK) spell it.
+    ``extra`` holds the content keys threadmind does not model, under their JSON names; the codecs write
+    them back beside the modelled keys, unchanged. A modelled key whose value is ``null`` reads as absent.
+    """
 
     format: Literal[2] = msgspec.field(default_factory=_format_two)
     parts: list[Part] = msgspec.field(default_factory=_new_list)
@@ -201,9 +206,10 @@ class MessageContent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=
     metadata: dict[str, Any] | None = None
     tool_invocations: list[Any] | None = None
     reasoning: str | None = None
-    experimental_attachments: list[Any] | None = None
+    experimental_attachments: list[Any] | None = msgspec.field(default=None, name="experimental_attachments")
     provider_metadata: dict[str, Any] | None = None
     annotations: list[Any] | None = None
+    extra: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:

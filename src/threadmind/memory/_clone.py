@@ -17,9 +17,9 @@ import msgspec
 
 from .._results import CloneResult
 from ..actors import LoadMessages
-from ..codecs import Thread, to_iso, utc_now
+from ..codecs import Resource, Thread, to_iso, utc_now
 from ..errors import ThreadNotFound, ValidationError
-from ..stores import MessagePage, MessageQuery, lookup_key
+from ..stores import MessagePage, MessageQuery, ResourceChange, lookup_key
 
 if TYPE_CHECKING:
     from ._core import MemoryCore
@@ -90,10 +90,13 @@ async def _clone_side_state(core: MemoryCore, source: Thread, clone: Thread, id_
         origin = await system.get_resource(source.resource_id)
         text = origin.working_memory if origin is not None else None
         if text:
+            def inherit(target: Resource | None) -> ResourceChange | None:
+                if target is not None and target.working_memory:
+                    return None  # an existing profile is never overwritten
+                return ResourceChange(working_memory=text)
+
             async def _inherit() -> None:
-                target = await store.get_resource(clone.resource_id)
-                if target is None or not target.working_memory:
-                    await store.update_resource(clone.resource_id, working_memory=text)
+                await store.modify_resource(clone.resource_id, inherit)
 
             await system.resource_exclusive(clone.resource_id, _inherit, "clone_working_memory")
     if core.options.observational_memory_config is None and core.observational is None:

@@ -54,6 +54,7 @@ class MemoryCore:
         token_counter: TokenCounter | None,
         max_actors: int,
         cache_ttl: float,
+        lease_ttl: float = 30.0,
     ) -> None:
         self.options = options
         self.storage = check_store(storage) if storage is not None else None
@@ -68,7 +69,8 @@ class MemoryCore:
         self.system: ActorSystem | None = None
         if self.storage is not None:
             self.system = ActorSystem(self.storage, cache_ttl=cache_ttl, idle_timeout=idle_timeout,
-                                      max_actors=max_actors, index=self._make_index(), on_start=self._on_start)
+                                      max_actors=max_actors, lease_ttl=lease_ttl, index=self._make_index(),
+                                      on_start=self._on_start)
 
     # the store and the actors --------------------------------------------------------------------
     def store(self) -> Store:

@@ -71,11 +71,11 @@ class Memory:
     :param options: a ``MemoryConfig`` or a dict in Mastra's camelCase shape.
     :param token_counter: counts tokens for budgets and ``estimate_tokens``; the reference-compatible
         estimator by default, or ``ExactTokenCounter()`` (extra ``[tokens]``) for real BPE counts.
-    :param cache_ttl: seconds the thread and resource actors (and observational memory) trust what they
-        cached from the store: a thread's row and newest messages, a resource's row, the current OM record.
-        Writes in this process (through this memory, straight into ``memory.storage``, or through another
-        ``SQLiteStore`` object on the same file) are seen at once either way; the TTL bounds how long a write
-        by another process can go unseen. ``None``: no expiry, for a database only this process writes.
+    :param cache_ttl: seconds an unused cache entry (a thread's row and newest messages, a resource's row, the
+        current OM record) is kept. Caches never serve stale data: they are validated against the store's write
+        counts, and a store shared with another process is read through. ``None``: kept until evicted.
+    :param lease_ttl: seconds after which a process that died or froze while holding a thread (an agent turn)
+        loses it to a waiting process; a live holder renews its lease every quarter of it.
     """
 
     def __init__(
@@ -90,6 +90,7 @@ class Memory:
         token_counter: TokenCounter | None = None,
         max_actors: int = 10_000,
         cache_ttl: float | None = _TAIL_TTL,
+        lease_ttl: float = 30.0,
     ) -> None:
         if cache_ttl is not None and (isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float))
                                       or not cache_ttl >= 0):
@@ -98,6 +99,8 @@ class Memory:
             raise ConfigError(f"idle_timeout must be a number of seconds >= 0, got {idle_timeout!r}")
         if isinstance(max_actors, bool) or not isinstance(max_actors, int) or max_actors < 1:
             raise ConfigError(f"max_actors must be an integer >= 1, got {max_actors!r}")
+        if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, (int, float)) or not 0 < lease_ttl < 1e9:
+            raise ConfigError(f"lease_ttl must be a number of seconds > 0, got {lease_ttl!r}")
         parsed = parse_options(options)
         if embedding_dimension is not None and (
             isinstance(embedding_dimension, bool) or not isinstance(embedding_dimension, int) or embedding_dimension < 1
@@ -121,7 +124,8 @@ class Memory:
             vector_store.adopt(wanted.metric, wanted.m, wanted.ef_construction, wanted.ef_search)
         self._core = MemoryCore(storage=storage, vector=vector_store, embedder=embedder,
                                 embedding_dimension=embedding_dimension, options=parsed, idle_timeout=idle_timeout,
-                                token_counter=token_counter, max_actors=max_actors, cache_ttl=ttl_seconds(cache_ttl))
+                                token_counter=token_counter, max_actors=max_actors, cache_ttl=ttl_seconds(cache_ttl),
+                                lease_ttl=float(lease_ttl))
         self._pipeline = Pipeline(self._core)
 
     # lifecycle -----------------------------------------------------------------------------------

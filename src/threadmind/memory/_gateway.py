@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..actors import TAIL_MAX, CreateThread, GetThread, LoadMessages, LoadWindow, SaveMessages
+from ..actors import TAIL_MAX, CreateThread, GetThread, LoadMessages, LoadWindow, SaveMessages, current_fence
 from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
 from ..stores import MessagePage, MessageQuery, ThreadPage
@@ -79,7 +79,7 @@ class ActorAccess:
             current: Thread | None = await system.ask(thread.id, GetThread())
             if current is None:
                 await self._create(thread)
-            save = SaveMessages(messages, mark_pending)
+            save = SaveMessages(messages, mark_pending, fence=current_fence(thread.id))
             try:
                 saved: list[Message] = await system.ask(thread.id, save)
             except ThreadNotFound:

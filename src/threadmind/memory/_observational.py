@@ -19,8 +19,8 @@ import anyio
 import msgspec
 
 from .._config import ObservationalMemoryConfig
-from ..codecs import Message, to_iso, utc_now
-from ..errors import ThreadmindError
+from ..codecs import Message, Thread, to_iso, utc_now
+from ..errors import ThreadmindError, ThreadNotFound
 from ..processors import (
     OBSERVER_INSTRUCTIONS,
     REFLECTOR_INSTRUCTIONS,
@@ -31,7 +31,16 @@ from ..processors import (
     sealed_updates,
     split_observer_output,
 )
-from ..stores import DateRange, MessageQuery, ObservationalMemoryStore, OMRecord, Store, lookup_key
+from ..stores import (
+    DateRange,
+    MessageQuery,
+    ObservationalMemoryStore,
+    OMRecord,
+    Store,
+    ThreadChange,
+    lookup_key,
+    same_record,
+)
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
 
@@ -266,7 +275,7 @@ class ObservationalMemoryEngine:
 
         async def _commit() -> OMRecord | None:
             current = await records.current(key)
-            if not _same(current, snap.record):
+            if not same_record(current, snap.record):
                 return None  # someone else observed meanwhile: drop this result, never duplicate
             now = utc_now()
             last = max(m.created_at for m in snap.messages)
@@ -291,7 +300,8 @@ class ObservationalMemoryEngine:
             record.total_tokens_observed += snap.tokens
             record.pending_message_tokens = 0
             record.updated_at = now
-            await records.put(record)
+            if not await records.replace(record, expected=current):
+                return None  # another process committed first (compare-and-set in one transaction)
             await self._mark_observed(store, thread_id, snap.messages, extras)
             return record
 
@@ -314,19 +324,23 @@ class ObservationalMemoryEngine:
         updates = sealed_updates(messages)
         if updates:
             await store.update_messages(updates)
-        thread = await store.get_thread(thread_id)
-        if thread is None:
-            return
         last = max(messages, key=lambda m: m.created_at)
-        mastra = (thread.metadata or {}).get("mastra")
-        mastra = dict(mastra) if isinstance(mastra, dict) else {}
-        om = mastra.get("om")
-        om = dict(om) if isinstance(om, dict) else {}
-        om.update(extras)
-        om["lastObservedAt"] = to_iso(last.created_at)
-        om["lastObservedMessageCursor"] = {"createdAt": to_iso(last.created_at), "id": last.id}
-        mastra["om"] = om
-        await store.update_thread(thread_id, metadata={"mastra": mastra})
+
+        def note(thread: Thread) -> ThreadChange:
+            mastra = (thread.metadata or {}).get("mastra")
+            mastra = dict(mastra) if isinstance(mastra, dict) else {}
+            om = mastra.get("om")
+            om = dict(om) if isinstance(om, dict) else {}
+            om.update(extras)
+            om["lastObservedAt"] = to_iso(last.created_at)
+            om["lastObservedMessageCursor"] = {"createdAt": to_iso(last.created_at), "id": last.id}
+            mastra["om"] = om
+            return ThreadChange(metadata={"mastra": mastra})
+
+        try:
+            await store.modify_thread(thread_id, note)  # one transaction: no other metadata write is lost
+        except ThreadNotFound:
+            return
 
     async def _reflect(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,
@@ -342,7 +356,7 @@ class ObservationalMemoryEngine:
 
         async def _commit() -> None:
             current = await records.current(base.lookup_key)
-            if not _same(current, base):
+            if not same_record(current, base):
                 return
             now = utc_now()
             record = base.copy()
@@ -353,18 +367,11 @@ class ObservationalMemoryEngine:
             record.observation_token_count = self.counter.count_text(condensed)
             record.last_reflection_at = now
             record.created_at = record.updated_at = now
-            await records.put(record)
+            await records.replace(record, expected=current)
 
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
             await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
-
-
-def _same(a: OMRecord | None, b: OMRecord | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return (a.id, a.generation_count, a.last_observed_at, a.active_observations) == \
-        (b.id, b.generation_count, b.last_observed_at, b.active_observations)
 
 
 def _config_json(config: ObservationalMemoryConfig) -> dict[str, Any]:

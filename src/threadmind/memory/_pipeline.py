@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._config import MemoryConfig, ObservationalMemoryConfig
-from ..actors import PatchThreadMetadata
+from ..actors import PatchThreadMetadata, current_fence
 from ..codecs import Thread
 from ..errors import ConfigError, EmbedderError
 from ..processors import (
@@ -123,5 +123,5 @@ class Pipeline:
 
         with operation_span("threadmind.memory.advance_boundary", "update_memory", thread_id=thread_id):
             updated: Thread | None = await self._core.actors().ask(
-                thread_id, PatchThreadMetadata(patch, "advance_boundary"))
+                thread_id, PatchThreadMetadata(patch, "advance_boundary", current_fence(thread_id)))
         return updated

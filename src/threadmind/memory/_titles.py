@@ -11,7 +11,9 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..codecs import Message, part_texts
+from ..codecs import Message, Thread, part_texts
+from ..errors import ThreadNotFound
+from ..stores import ThreadChange
 from ..tracing import operation_span
 
 if TYPE_CHECKING:
@@ -51,12 +53,16 @@ async def generate_title(
             return None
         set_to: str | None = None
 
+        def change(thread: Thread) -> ThreadChange | None:
+            return None if thread.title else ThreadChange(title=title)  # never retitle
+
         async def _set() -> None:
             nonlocal set_to
-            thread = await store.get_thread(thread_id)
-            if thread is not None and not thread.title:  # never retitle
-                await store.update_thread(thread_id, title=title)
-                set_to = title
+            try:
+                if await store.modify_thread(thread_id, change) is not None:
+                    set_to = title
+            except ThreadNotFound:  # deleted meanwhile
+                pass
 
         assert core.system is not None
         with operation_span("threadmind.memory.set_title", "update_memory", thread_id=thread_id):

@@ -74,6 +74,11 @@ def coerce_message(value: object, index: int) -> Message:
         # A Message built in Python is not type-checked by msgspec: check it stores and reads back.
         return checked_message(value, f"messages[{index}]")
     if isinstance(value, Mapping):
+        for snake, camel in _SNAKE_KEYS:
+            if snake in value and camel not in value:
+                raise ValidationError(
+                    f"messages[{index}] is a dict in Mastra's JSON shape, whose keys are camelCase: use `{camel}`, "
+                    f"not `{snake}` (or pass a Message, whose attributes are snake_case)")
         try:
             return message_from_dict(value)
         except InvalidMessage as exc:
@@ -83,7 +88,11 @@ def coerce_message(value: object, index: int) -> Message:
     raise ValidationError(f"messages[{index}] must be a Message or a dict, not {type(value).__name__}")
 
 
+_SNAKE_KEYS = (("thread_id", "threadId"), ("resource_id", "resourceId"), ("created_at", "createdAt"))
+
+
 def check_list(value: object, field: str, what: str) -> Sequence[Any]:
+
     """A list argument (a str, bytes or dict is refused even though some are sequences)."""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
         raise ValidationError(f"`{field}` must be a list of {what}, got {type(value).__name__}")

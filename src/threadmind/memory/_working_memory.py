@@ -16,10 +16,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._config import MemoryConfig
-from ..actors import GetThread
+from ..actors import GetThread, current_fence
 from ..codecs import Resource, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors import WM_TOOL_NAME, deep_merge, drop_optional_nulls, normalize_ws, template_for, validate_schema
+from ..stores import ResourceChange, ThreadChange
 from ..tools import Tool, ToolContext
 from ..tracing import operation_span
 from ._threads import ensure_thread
@@ -99,32 +100,43 @@ async def write_working_memory(
                         threadmind__working_memory__scope=scope):
         system = core.actors()
         store = core.store()
+        fence = current_fence(thread_id)  # written during an agent turn: only while the turn holds the thread
+        written: list[str] = []
         if scope == "resource":
             if not await owned_by(core, thread_id, owner):
                 raise await _mismatch(core, str(thread_id), str(owner))
 
-            async def _resource() -> str | None:
-                resource: Resource | None = await store.get_resource(key)
+            def change_resource(resource: Resource | None) -> ResourceChange | None:
                 new = update(resource.working_memory if resource is not None else None)
-                if new is not None:
-                    await store.update_resource(key, working_memory=new)
-                return new
+                if new is None:
+                    return None
+                written.append(new)
+                return ResourceChange(working_memory=new)
 
-            return await system.resource_exclusive(key, _resource, "working_memory")
+            async def _resource() -> None:
+                await store.modify_resource(key, change_resource, fence=fence)
 
-        async def _thread() -> str | None:
-            thread = await store.get_thread(key)
-            if thread is None:
-                raise ThreadNotFound(key, message=f"Thread {key} not found")
+            await system.resource_exclusive(key, _resource, "working_memory")
+            return written[-1] if written else None
+
+        def change_thread(thread: Thread) -> ThreadChange | None:
             if owner is not None and thread.resource_id != owner:
                 raise ResourceMismatch(key, thread.resource_id, owner)
             old = (thread.metadata or {}).get("workingMemory")
             new = update(old if isinstance(old, str) else None)
-            if new is not None:
-                await store.update_thread(key, metadata={"workingMemory": new})
-            return new
+            if new is None:
+                return None
+            written.append(new)
+            return ThreadChange(metadata={"workingMemory": new})
 
-        return await system.exclusive(key, _thread, "working_memory")
+        async def _thread() -> None:
+            try:
+                await store.modify_thread(key, change_thread, fence=fence)
+            except ThreadNotFound:
+                raise ThreadNotFound(key, message=f"Thread {key} not found") from None
+
+        await system.exclusive(key, _thread, "working_memory")
+        return written[-1] if written else None
 
 
 async def _mismatch(core: MemoryCore, thread_id: str, resource_id: str) -> ResourceMismatch:

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from threadmind.codecs import (
+from ..codecs import (
     FilePart,
     Message,
     MessageContent,
@@ -21,12 +21,13 @@ from threadmind.codecs import (
     ToolInvocation,
     ToolInvocationPart,
     UnknownPart,
+    from_epoch_ms,
     from_iso,
     message_from_dict,
     part_from_dict,
+    to_utc_ms,
 )
-from threadmind.codecs._time import from_epoch_ms, to_utc_ms
-from threadmind.errors import InvalidMessage
+from ..errors import InvalidMessage
 
 __all__ = ("ConvertContext", "missing", "part_type", "stamp_parts", "to_message")
 
@@ -103,15 +104,16 @@ def _created_at(value: Mapping[str, Any], ctx: ConvertContext) -> datetime:
     raw = value.get("createdAt", value.get("created_at"))
     if raw is None:
         return ctx.new_time()
-    if isinstance(raw, datetime):
-        return to_utc_ms(raw)
-    if isinstance(raw, str):
-        try:
+    try:
+        if isinstance(raw, datetime):
+            return to_utc_ms(raw)
+        if isinstance(raw, str):
             return to_utc_ms(from_iso(raw.replace("Z", "+00:00")))
-        except ValueError as exc:
-            raise InvalidMessage(f"invalid message: `createdAt` is not an ISO-8601 time: {raw!r}") from exc
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return to_utc_ms(from_epoch_ms(raw))
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return to_utc_ms(from_epoch_ms(raw))
+    except (ValueError, OverflowError, OSError) as exc:  # not ISO-8601, NaN, or beyond the years datetime holds
+        raise InvalidMessage(f"invalid message: `createdAt` {raw!r} is not a valid time ({exc}) - at "
+                             "`$.createdAt`") from exc
     raise InvalidMessage(f"invalid message: `createdAt` must be a datetime or ISO string, got {type(raw).__name__}")
 
 
@@ -316,6 +318,9 @@ def _from_core_dict(value: Mapping[str, Any], ctx: ConvertContext, batch: Sequen
             tool_invocations=list(value["toolInvocations"]) if isinstance(value.get("toolInvocations"), list) else None,
             experimental_attachments=(list(value["experimental_attachments"])
                                       if isinstance(value.get("experimental_attachments"), list) else None),
+            # AI SDK v4 UI messages carry these beside `parts`; Mastra keeps them in the content
+            reasoning=value["reasoning"] if isinstance(value.get("reasoning"), str) and value["reasoning"] else None,
+            annotations=list(value["annotations"]) if isinstance(value.get("annotations"), list) else None,
         ),
         created_at=_created_at(value, ctx),
         thread_id=thread_id if isinstance(thread_id, str) else ctx.thread_id,

@@ -9,8 +9,9 @@ from typing import Any
 
 import msgspec
 
-from threadmind.codecs import (
+from ..codecs import (
     Message,
+    MessageContent,
     Part,
     StepStartPart,
     TextPart,
@@ -18,7 +19,7 @@ from threadmind.codecs import (
     ToolInvocationPart,
     UnknownPart,
 )
-from threadmind.processors._convert import part_type
+from ._convert import part_type
 
 __all__ = (
     "APPROVAL_ANSWER_STATES",
@@ -315,8 +316,21 @@ def merge_assistant(latest: Message, incoming: Message) -> Message:
     content = msgspec.structs.replace(
         latest.content, parts=parts, metadata=metadata, tool_invocations=mirror,
         content=incoming.content.content or latest.content.content,
+        **_adopted_fields(latest.content, incoming.content),
     )
     return msgspec.structs.replace(latest, content=content)
+
+
+_KEPT_FIELDS = ("reasoning", "experimental_attachments", "provider_metadata", "annotations")
+
+
+def _adopted_fields(latest: MessageContent, incoming: MessageContent) -> dict[str, Any]:
+    """Content fields only ``incoming`` carries (and its ``extra`` keys ``latest`` lacks): merged, not lost."""
+    adopted = {f: getattr(incoming, f) for f in _KEPT_FIELDS
+               if getattr(latest, f) is None and getattr(incoming, f) is not None}
+    if incoming.extra:
+        adopted["extra"] = {**incoming.extra, **(latest.extra or {})}
+    return adopted
 
 
 # --- stored copy over a live copy (§4.4 rule 1) ------------------------------------------------------------------
@@ -351,10 +365,12 @@ def layer_stored_over_live(stored: Message, live: Message) -> Message:
     """Stored copy as base under a live response/context copy (Mastra's content rules for that case)."""
     if stored.role == "user" and live.role == "user":
         overrides = {f: getattr(live.content, f) for f in live.content.__struct_fields__
-                     if f not in ("format", "metadata") and getattr(live.content, f) is not None}
+                     if f not in ("format", "metadata", "extra") and getattr(live.content, f) is not None}
         metadata = stored.content.metadata
         if live.content.metadata:
             metadata = {**(metadata or {}), **live.content.metadata}
+        if live.content.extra:  # unmodelled keys override one by one, like the modelled ones
+            overrides["extra"] = {**(stored.content.extra or {}), **live.content.extra}
         content = msgspec.structs.replace(stored.content, metadata=metadata, **overrides)
         return msgspec.structs.replace(stored, content=content)
     live_texts: dict[str, str] = {}

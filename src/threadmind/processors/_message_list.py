@@ -9,11 +9,10 @@ from typing import Any, Literal, TypeAlias
 
 import msgspec
 
-from threadmind.codecs import Message, ToolInvocationPart, new_id, utc_now
-from threadmind.codecs._time import to_epoch_ms, to_utc_ms
-from threadmind.errors import ValidationError
-from threadmind.processors._convert import ConvertContext, missing, stamp_parts, to_message
-from threadmind.processors._merge import (
+from ..codecs import Message, ToolInvocationPart, new_id, to_epoch_ms, to_utc_ms, utc_now
+from ..errors import ValidationError
+from ._convert import ConvertContext, missing, stamp_parts, to_message
+from ._merge import (
     CLIENT_UPDATE_STATES,
     LIVE_SOURCES,
     TOOL_STATE_RANK,

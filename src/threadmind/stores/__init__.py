@@ -16,12 +16,17 @@ from ._om import ObservationalMemoryStore as ObservationalMemoryStore
 from ._om import OMRecord as OMRecord
 from ._om import SQLiteOMStore as SQLiteOMStore
 from ._om import lookup_key as lookup_key
+from ._om import same_record as same_record
+from ._postgres import PostgresStore as PostgresStore
 from ._protocol import STORE_METHODS as STORE_METHODS
 from ._protocol import DateRange as DateRange
 from ._protocol import Include as Include
+from ._protocol import Lease as Lease
 from ._protocol import MessagePage as MessagePage
 from ._protocol import MessageQuery as MessageQuery
+from ._protocol import ResourceChange as ResourceChange
 from ._protocol import Store as Store
+from ._protocol import ThreadChange as ThreadChange
 from ._protocol import ThreadPage as ThreadPage
 from ._protocol import check_store as check_store
 from ._query import parse_date_range as parse_date_range
@@ -41,15 +46,19 @@ __all__ = (
     "InMemoryStore",
     "InMemoryVectorRecords",
     "Include",
+    "Lease",
     "MessagePage",
     "MessageQuery",
     "OMRecord",
     "ObservationalMemoryStore",
     "PendingVector",
+    "ResourceChange",
     "SQLiteOMStore",
+    "PostgresStore",
     "SQLiteStore",
     "SQLiteVectorRecords",
     "Store",
+    "ThreadChange",
     "ThreadPage",
     "VectorRecord",
     "VectorRecords",
@@ -59,5 +68,6 @@ __all__ = (
     "mastra_vector_tables",
     "parse_date_range",
     "parse_include",
+    "same_record",
     "vector_tables_in",
 )

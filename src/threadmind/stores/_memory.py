@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
@@ -21,8 +21,18 @@ import msgspec
 from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import StorageError, ThreadNotFound, ValidationError
 from . import _query as q
+from ._leases import InProcessLeases
 from ._om import InMemoryOMStore
-from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
+from ._protocol import (
+    UNSET,
+    Lease,
+    MessagePage,
+    MessageQuery,
+    ResourceChange,
+    ThreadChange,
+    ThreadPage,
+    UnsetType,
+)
 from ._vector_records import InMemoryVectorRecords
 from ._versions import WriteCounts
 
@@ -64,6 +74,7 @@ class InMemoryStore:
         self._closed = False
         self._vector_records = InMemoryVectorRecords()
         self._om_records = InMemoryOMStore()
+        self._leases = InProcessLeases()
 
     def __repr__(self) -> str:
         return f"InMemoryStore(threads={len(self._threads)}, messages={len(self._messages)})"
@@ -248,7 +259,7 @@ class InMemoryStore:
                 self._threads[thread_id] = (msgspec.structs.replace(entry[0], updated_at=now), entry[1])
 
     async def save_messages(
-        self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False
+        self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False, fence: Lease | None = None
     ) -> list[Message]:
         """Upsert messages of one thread atomically, in order (see the ``Store`` protocol).
 
@@ -257,6 +268,7 @@ class InMemoryStore:
         """
         await self._ready()
         messages = q.validate_messages(thread_id, messages)
+        self._leases.check(fence)
         if not messages:
             return []
         kept = self._check_part(thread_id, messages, {})
@@ -265,10 +277,11 @@ class InMemoryStore:
         return q.saved(messages, kept)
 
     async def save_messages_many(
-        self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False
+        self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False, fence: Lease | None = None
     ) -> dict[str, list[Message]]:
         """Upsert the messages of several threads at once: every part is checked before any is written."""
         await self._ready()
+        self._leases.check(fence)
         by_thread = {thread_id: q.validate_messages(thread_id, messages) for thread_id, messages in by_thread.items()}
         claimed: dict[str, str] = {}  # ids new to the store, by the thread an earlier part gave them
         kept = {thread_id: self._check_part(thread_id, messages, claimed)
@@ -409,6 +422,56 @@ class InMemoryStore:
         self._resources[resource_id] = new
         self._resource_versions.bump((resource_id,))
         return new
+
+    # -- read-modify-writes and leases -------------------------------------------------------------------
+
+    async def modify_thread(
+        self, thread_id: str, change: Callable[[Thread], ThreadChange | None], *, fence: Lease | None = None
+    ) -> Thread | None:
+        """Read the thread and write what ``change`` makes of it (atomic: nothing awaits in between)."""
+        await self._ready()
+        old, seq = self._thread(thread_id)
+        self._leases.check(fence)
+        wanted = change(old)
+        if wanted is None:
+            return None
+        if wanted.title is not None and not isinstance(wanted.title, str):
+            raise ValidationError("title must be a string or None")
+        q.encode_metadata(wanted.metadata, "metadata")
+        updated = q.updated_thread(old, wanted.title, wanted.metadata)
+        self._threads[thread_id] = (updated, seq)
+        self._versions.bump((thread_id,))
+        return updated
+
+    async def modify_resource(
+        self, resource_id: str, change: Callable[[Resource | None], ResourceChange | None], *,
+        fence: Lease | None = None,
+    ) -> Resource | None:
+        """Read the resource (None when missing) and write what ``change`` makes of it, atomically."""
+        await self._ready()
+        self._leases.check(fence)
+        old = self._resources.get(resource_id)
+        wanted = change(old)
+        if wanted is None:
+            return None
+        q.check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
+        new = q.updated_resource(resource_id, old, wanted.working_memory, wanted.metadata)
+        self._resources[resource_id] = new
+        self._resource_versions.bump((resource_id,))
+        return new
+
+    async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
+        """Hold ``key`` (every holder of this store is in this process)."""
+        await self._ready()
+        return await self._leases.acquire(key, owner=owner, ttl=ttl, wait=wait)
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give ``lease`` back."""
+        await self._leases.release(lease)
+
+    async def renew_leases(self, owner: str, ttl: float) -> None:
+        """Extend ``owner``'s leases."""
+        await self._leases.renew(owner, ttl)
 
     # -- CLI helpers -------------------------------------------------------------------------------------
 

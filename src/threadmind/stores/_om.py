@@ -22,7 +22,15 @@ from ..codecs import decode_jsonb, from_iso, to_iso
 from ..errors import StorageError
 from ._versions import FileCounts, WriteCounts
 
-__all__ = ("OM_TABLE", "InMemoryOMStore", "OMRecord", "ObservationalMemoryStore", "SQLiteOMStore", "lookup_key")
+__all__ = (
+    "OM_TABLE",
+    "InMemoryOMStore",
+    "OMRecord",
+    "ObservationalMemoryStore",
+    "SQLiteOMStore",
+    "lookup_key",
+    "same_record",
+)
 
 OM_TABLE = "mastra_observational_memory"
 
@@ -152,13 +160,24 @@ def _json(value: Any, where: str) -> Any:
         return None
     try:
         return decode_jsonb(value) if isinstance(value, (bytes, bytearray)) else json.loads(value)
-    except ValueError as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise StorageError(f"{where} is not valid JSON/JSONB: {exc}") from exc
 
 
 def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> OMRecord:
+    """A stored row as a record; a row no record can hold (bad times, counts, JSON) is a ``StorageError`` naming
+    the row and the cause."""
     v = dict(zip(_NAMES, row, strict=True))
     where = f"{OM_TABLE}[{v['id']}]"
+    try:
+        return _record_of(v, where)
+    except StorageError:
+        raise
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise StorageError(f"{where} cannot be read as an observational-memory record: {exc}") from exc
+
+
+def _record_of(v: dict[str, Any], where: str) -> OMRecord:
     return OMRecord(
         id=v["id"],
         lookup_key=v["lookupKey"],
@@ -199,6 +218,12 @@ class ObservationalMemoryStore(Protocol):
         """Insert or replace a record by id."""
         ...
 
+    async def replace(self, record: OMRecord, *, expected: OMRecord | None) -> bool:
+        """Write ``record`` only if the current record of its key is still ``expected`` (see ``same_record``;
+        None: there is none), in one transaction; False (nothing written) otherwise. Two processes that
+        observed the same messages can therefore never both commit."""
+        ...
+
     async def delete(self, key: str) -> None:
         """Forget every generation for ``key``."""
         ...
@@ -208,7 +233,16 @@ _CURRENT_TTL = 2.0  # seconds a current record is kept (as the thread actors kee
 _CURRENT_KEYS = 4096  # most keys kept, least recently asked dropped first
 
 
+def same_record(a: OMRecord | None, b: OMRecord | None) -> bool:
+    """Whether two reads saw the same generation with the same observations (id, generation, cursor, text)."""
+    if a is None or b is None:
+        return a is b
+    return (a.id, a.generation_count, a.last_observed_at, a.active_observations) == \
+        (b.id, b.generation_count, b.last_observed_at, b.active_observations)
+
+
 class SQLiteOMStore:
+
     """OM records in the SQLite file, through the store's group-commit writer and snapshot reader.
 
     Every agent turn with observational memory asks for the current record, which changes only when an
@@ -244,12 +278,18 @@ class SQLiteOMStore:
                 await self._store.execute_write(create)
                 self._ready = True
 
+    def _trusted(self) -> bool:
+        """Whether a kept record may be served: no other process may have written the file since it was read."""
+        trusted = getattr(self._store, "caches_trusted", None)
+        return trusted is None or bool(trusted())
+
     async def current(self, key: str) -> OMRecord | None:
         await self._ensure()
         counts = self._counts()
         seen = counts.get(key)
         cached = self._current.get(key)
-        if cached is not None and time.monotonic() < cached[1] and cached[2] == seen:
+        trusted = self._trusted()
+        if trusted and cached is not None and time.monotonic() < cached[1] and cached[2] == seen:
             self._current.move_to_end(key)
             await anyio.lowlevel.checkpoint()
             return cached[0].copy() if cached[0] is not None else None
@@ -263,7 +303,7 @@ class SQLiteOMStore:
             return _from_row(tuple(row)) if row is not None else None
 
         result: OMRecord | None = await self._store.execute_read(read)
-        if counts.get(key) == seen:
+        if trusted and counts.get(key) == seen:
             ttl = _CURRENT_TTL if self._ttl is None else self._ttl
             self._current[key] = (result.copy() if result is not None else None, time.monotonic() + ttl, seen)
             self._current.move_to_end(key)
@@ -290,8 +330,34 @@ class SQLiteOMStore:
         row = _row(record)
         await self._counted(record.lookup_key, lambda conn: conn.execute(_INSERT, row) and None)
 
+    async def replace(self, record: OMRecord, *, expected: OMRecord | None) -> bool:
+        await self._ensure()
+        row = _row(record)
+        columns = _SELECT
+        key = record.lookup_key
+
+        def write(conn: sqlite3.Connection) -> bool:
+            found = conn.execute(
+                f'SELECT {columns} FROM {OM_TABLE} WHERE "lookupKey" = ? '
+                'ORDER BY "generationCount" DESC, "createdAt" DESC LIMIT 1', (key,)
+            ).fetchone()
+            current = _from_row(tuple(found)) if found is not None else None
+            if not same_record(current, expected):
+                return False
+            conn.execute(_INSERT, row)
+            return True
+
+        self._current.pop(key, None)
+        try:
+            done: bool = await self._store.execute_write(write)
+        finally:
+            self._current.pop(key, None)
+            self._counts().bump((key,))
+        return done
+
     async def delete(self, key: str) -> None:
         await self._ensure()
+
         await self._counted(
             key, lambda conn: conn.execute(f'DELETE FROM {OM_TABLE} WHERE "lookupKey" = ?', (key,)) and None)
 
@@ -327,6 +393,15 @@ class InMemoryOMStore:
     async def put(self, record: OMRecord) -> None:
         await anyio.lowlevel.checkpoint()
         self._records.setdefault(record.lookup_key, {})[record.id] = record.copy()
+
+    async def replace(self, record: OMRecord, *, expected: OMRecord | None) -> bool:
+        await anyio.lowlevel.checkpoint()
+        records = self._records.get(record.lookup_key)
+        current = max(records.values(), key=lambda r: (r.generation_count, r.created_at)) if records else None
+        if not same_record(current, expected):
+            return False
+        self._records.setdefault(record.lookup_key, {})[record.id] = record.copy()
+        return True
 
     async def delete(self, key: str) -> None:
         await anyio.lowlevel.checkpoint()

@@ -26,9 +26,12 @@ __all__ = (
     "STORE_METHODS",
     "SaveHook",
     "Include",
+    "Lease",
     "MessagePage",
     "MessageQuery",
+    "ResourceChange",
     "Store",
+    "ThreadChange",
     "ThreadPage",
     "check_store",
     "UnsetType",
@@ -82,6 +85,33 @@ class MessagePage(msgspec.Struct, frozen=True, kw_only=True):
     page: int
     per_page: int | bool
     has_more: bool
+
+
+class Lease(msgspec.Struct, frozen=True, kw_only=True):
+    """A holder's claim on a key (``thread:<id>`` for an agent turn), and the fencing token its writes carry.
+
+    Writes made with ``fence=lease`` are refused with ``LeaseLost`` (and write nothing) once the lease was
+    taken over by another holder, which happens only after this holder stopped renewing it for ``ttl``.
+    """
+
+    key: str
+    owner: str
+    token: int
+    acquired_at: float
+
+
+class ThreadChange(msgspec.Struct, frozen=True, kw_only=True):
+    """What a read-modify-write of a thread writes: a new title and/or metadata keys (shallow-merged)."""
+
+    title: str | None = None
+    metadata: Mapping[str, Any] | None = None
+
+
+class ResourceChange(msgspec.Struct, frozen=True, kw_only=True):
+    """What a read-modify-write of a resource writes: working memory and/or metadata keys (shallow-merged)."""
+
+    working_memory: str | None | UnsetType = UNSET
+    metadata: Mapping[str, Any] | None = None
 
 
 class ThreadPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -158,7 +188,7 @@ class Store(Protocol):
 
     # messages ----------------------------------------------------------------------------------
     async def save_messages(
-        self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False
+        self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False, fence: Lease | None = None
     ) -> list[Message]:
         """Upsert messages of one thread atomically, in order.
 
@@ -168,12 +198,13 @@ class Store(Protocol):
         position; new ids are appended after everything stored. Bumps the thread's ``updated_at``.
         ``mark_pending``: also record the messages as awaiting vectors (``vector_records().take_pending``),
         in the same transaction, so a crash before their vectors are written leaves them for a retry.
+        ``fence``: refused with ``LeaseLost`` (nothing written) when that lease was taken over.
         Returns the messages as stored (original ``created_at`` for re-saved ids).
         """
         ...
 
     async def save_messages_many(
-        self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False
+        self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False, fence: Lease | None = None
     ) -> dict[str, list[Message]]:
         """The messages of several threads (``{thread_id: messages}``) upserted in one transaction, each part
         checked as :meth:`save_messages` checks its batch: every part or none. Returns them by thread."""
@@ -215,13 +246,54 @@ class Store(Protocol):
         """Create the row if missing (metadata ``{}``), else set the given fields (metadata shallow-merged)."""
         ...
 
+    # atomic read-modify-writes -----------------------------------------------------------------
+    async def modify_thread(
+        self, thread_id: str, change: Callable[[Thread], ThreadChange | None], *, fence: Lease | None = None
+    ) -> Thread | None:
+        """Read the thread and write what ``change`` makes of it, in one transaction: no write by any process
+        can come between the read and the write. ``change`` must be a quick pure function (it may run on the
+        store's database thread); None writes nothing. Returns the thread as written, or None.
+
+        :raises ThreadNotFound: the thread does not exist.
+        :raises LeaseLost: ``fence`` was taken over by another holder (nothing written).
+        """
+        ...
+
+    async def modify_resource(
+        self, resource_id: str, change: Callable[[Resource | None], ResourceChange | None], *,
+        fence: Lease | None = None,
+    ) -> Resource | None:
+        """As :meth:`modify_thread` for a resource (``change`` gets None when it does not exist yet; a write
+        creates it)."""
+        ...
+
+    # leases ------------------------------------------------------------------------------------
+    async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
+        """Hold ``key`` for ``owner`` against every other process (an agent turn holds ``thread:<id>``).
+
+        ``wait=False`` raises ``ThreadBusy`` at once when another holder has it; ``wait=True`` waits (without
+        spinning) until it is released, or until its holder stopped renewing it for ``ttl`` seconds (died or
+        froze), and then takes it over.
+        """
+        ...
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give ``lease`` back (no error when it was lost meanwhile)."""
+
+    async def renew_leases(self, owner: str, ttl: float) -> None:
+        """Keep every lease of ``owner`` alive for another ``ttl`` seconds (called periodically while it runs)."""
+
     # write counts ------------------------------------------------------------------------------
     def thread_version(self, thread_id: str) -> int:
-        """How many write calls touched the thread's row or messages (one per call, success or not)."""
+        """How many write calls touched the thread's row or messages (one per call, success or not).
+
+        Actors trust what they cached only while this stays what they saw: a store shared with other
+        processes returns a new value on every call while one may be writing (so every read is fresh).
+        """
         ...
 
     def resource_version(self, resource_id: str) -> int:
-        """How many write calls touched the resource's row."""
+        """How many write calls touched the resource's row (see :meth:`thread_version`)."""
         ...
 
     # side tables -------------------------------------------------------------------------------
@@ -241,9 +313,10 @@ STORE_METHODS: tuple[str, ...] = (
     "open", "aclose", "create_thread", "get_thread", "list_threads", "update_thread", "delete_thread",
     "update_thread_resource_id", "create_thread_with_messages", "save_messages", "save_messages_many",
     "list_messages", "get_thread_with_tail", "get_messages_by_id", "update_messages", "delete_messages",
-    "get_resource", "update_resource", "thread_version", "resource_version", "vector_records",
-    "observational_records",
+    "get_resource", "update_resource", "modify_thread", "modify_resource", "acquire_lease", "release_lease",
+    "renew_leases", "thread_version", "resource_version", "vector_records", "observational_records",
 )
+
 
 
 def check_store(store: object) -> Store:

@@ -507,12 +507,20 @@ def parse_updates(updates: Sequence[Mapping[str, Any]]) -> list[MessageUpdate]:
         if isinstance(created, str):
             try:
                 created = from_iso(created)
+            except OverflowError as exc:
+                raise ValidationError(f"updates[{i}].created_at {created!r} has no UTC equivalent to store") from exc
             except ValueError as exc:
                 raise ValidationError(f"updates[{i}].created_at is not an ISO-8601 timestamp") from exc
+
         if created is not msgspec.UNSET and not isinstance(created, datetime):
             raise ValidationError(f"updates[{i}].created_at must be a datetime or ISO string")
-        parsed.append(MessageUpdate(mid, content, role, mtype, thread_id, resource_id,
-                                    ms(created) if isinstance(created, datetime) else created))
+        if isinstance(created, datetime):
+            try:
+                created = ms(created)
+            except (OverflowError, ValueError) as exc:  # e.g. year 1 at +01:00: no UTC instant to store
+                raise ValidationError(f"updates[{i}].created_at {created!r} has no UTC equivalent to store") from exc
+        parsed.append(MessageUpdate(mid, content, role, mtype, thread_id, resource_id, created))
+
     return parsed
 
 

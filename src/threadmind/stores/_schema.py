@@ -45,7 +45,13 @@ _DDL = (
     'CREATE INDEX IF NOT EXISTS idx_messages_thread_resource_created_at '
     'ON mastra_messages (thread_id, "resourceId", "createdAt")',
     "CREATE TABLE IF NOT EXISTS threadmind_meta (key TEXT PRIMARY KEY, value TEXT)",
+    # Leases taken over from a frozen holder (the usual hold is a lock on the file beside the database; see
+    # _sqlite_peers). A write fenced by a lease checks this row in its own transaction.
+    "CREATE TABLE IF NOT EXISTS threadmind_leases (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+    "pid INTEGER NOT NULL, token INTEGER NOT NULL, taken_at REAL NOT NULL, expires_at REAL NOT NULL, "
+    "released INTEGER NOT NULL DEFAULT 0)",
 )
+
 
 
 def create_schema(conn: sqlite3.Connection) -> None:

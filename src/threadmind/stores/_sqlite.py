@@ -38,8 +38,10 @@ import enum
 import functools
 import os
 import sqlite3
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -57,6 +59,7 @@ from ..codecs import (
     content_from_text,
     decode_content,
     decode_jsonb,
+    encode_json,
     from_iso,
     to_iso,
     utc_now,
@@ -64,9 +67,21 @@ from ..codecs import (
 from ..errors import ConfigError, InvalidMessage, StorageError, ThreadmindError, ThreadNotFound, ValidationError
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
+from ._leases import busy_error, wait_backoff
 from ._om import ObservationalMemoryStore, SQLiteOMStore
-from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
+from ._protocol import (
+    UNSET,
+    Lease,
+    MessagePage,
+    MessageQuery,
+    ResourceChange,
+    ThreadChange,
+    ThreadPage,
+    UnsetType,
+)
 from ._schema import create_schema
+from ._sqlite_leases import active_owner, check_fence, release_row, renew_rows, take_over
+from ._sqlite_peers import Peers, peers_for
 from ._vector_records import SQLiteVectorRecords
 from ._versions import FileCounts, WriteCounts, counts_for_file
 
@@ -429,28 +444,58 @@ def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
 def _decode_metadata(value: Any, where: str) -> dict[str, Any] | None:
     if value is None:
         return None
+    if not isinstance(value, (str, bytes)):
+        raise StorageError(f"{where} metadata is not JSON text or a JSONB blob (a {type(value).__name__})")
     try:
-        decoded = decode_jsonb(value) if isinstance(value, bytes) else _json_any.decode(value)
-    except (ValueError, msgspec.DecodeError) as exc:
+        decoded = decode_jsonb(value, f"{where} metadata") if isinstance(value, bytes) else _json_any.decode(value)
+    except (ValueError, msgspec.DecodeError, RecursionError) as exc:
         raise StorageError(f"{where} metadata is not valid JSON/JSONB: {exc}") from exc
     if decoded is not None and not isinstance(decoded, dict):
         raise StorageError(f"{where} metadata is not a JSON object")
     return decoded
 
 
+def _row_time(value: Any, where: str) -> datetime:
+    """A stored ISO-8601 time column; ``StorageError`` naming the row and column when it is not one."""
+    try:
+        return from_iso(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StorageError(f"{where} is not an ISO-8601 time: {value!r}") from exc
+
+
 def _thread_from_row(row: Row) -> Thread:
-    return Thread(row[0], row[1], row[2], _decode_metadata(row[3], f"thread {row[0]!r}"),
-                  from_iso(row[4]), from_iso(row[5]))
+    where = f"thread {row[0]!r}"
+    return Thread(row[0], row[1], row[2], _decode_metadata(row[3], where),
+                  _row_time(row[4], f"{where} createdAt"), _row_time(row[5], f"{where} updatedAt"))
+
+
+def _content_from_blob(message_id: str, raw: bytes) -> MessageContent:
+    """A ``content`` blob: JSONB (SQLite's binary JSON), else JSON text stored as a blob."""
+    try:
+        value = decode_jsonb(raw, f"message {message_id!r} content")
+    except ValidationError:
+        return _content_from_column(message_id, raw.decode("utf-8", "replace"))  # what a JavaScript reader sees
+    if isinstance(value, str):
+        return content_from_text(value)
+    try:
+        return decode_content(encode_json(value))
+    except InvalidMessage as exc:
+        raise StorageError(f"message {message_id!r} has invalid content: {exc.message}") from exc
 
 
 def _content_from_column(message_id: str, raw: Any) -> MessageContent:
+    """The ``content`` column: JSON text as Mastra writes it, a JSONB blob, or plain text (reference §5.2)."""
+    if isinstance(raw, bytes):
+        return _content_from_blob(message_id, raw)
+    if not isinstance(raw, str):
+        raise StorageError(f"message {message_id!r} has no content text (a {type(raw).__name__})")
     try:
         return decode_content(raw)
     except InvalidMessage as exc:
         try:
             value = _json_any.decode(raw)
-        except msgspec.DecodeError:  # not JSON at all: a plain-text message (reference §5.2)
-            return content_from_text(raw if isinstance(raw, str) else bytes(raw).decode("utf-8", "replace"))
+        except (msgspec.DecodeError, RecursionError, UnicodeError):  # not JSON: a plain-text message
+            return content_from_text(raw)
         if isinstance(value, str):
             return content_from_text(value)
         raise StorageError(f"message {message_id!r} has invalid content: {exc.message}") from exc
@@ -458,8 +503,8 @@ def _content_from_column(message_id: str, raw: Any) -> MessageContent:
 
 def _message_from_row(row: Row) -> Message:
     mid, content, role, mtype, created, thread_id, resource_id = row[:7]
-    return Message(mid, role, _content_from_column(mid, content), from_iso(created), thread_id, resource_id,
-                   None if mtype == "v2" else mtype)
+    return Message(mid, role, _content_from_column(mid, content), _row_time(created, f"message {mid!r} createdAt"),
+                   thread_id, resource_id, None if mtype == "v2" else mtype)
 
 
 def _keyed(rows: Iterable[Row]) -> list[tuple[SortKey, Message]]:
@@ -567,6 +612,11 @@ class SQLiteStore:
         self._resource_versions = self._file_counts.resources
         if self._path == ":memory:" or not self._path:
             raise ConfigError("SQLiteStore needs a file path (use InMemoryStore for an ephemeral store)")
+        folder = os.path.dirname(os.path.abspath(self._path))
+        if not os.path.isdir(folder):
+            raise ConfigError(f"SQLiteStore({self._path!r}): the folder {folder!r} does not exist; create it first "
+                              "(the database file itself is created when missing)")
+
         if not isinstance(synchronous, str) or synchronous.upper() not in _SYNC_MODES:
             raise ConfigError(f"synchronous must be one of {sorted(_SYNC_MODES)}, got {synchronous!r}")
         if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
@@ -592,6 +642,9 @@ class SQLiteStore:
         self._checkpointing = False
         self._checked_at = 0
         self._vector_records: SQLiteVectorRecords | None = None
+        self._peers: Peers | None = None
+        self._volatile = 0  # counts down: the versions handed out while another process may be writing
+        self._row_leases = 0  # leases of this store object held through a takeover row (they need renewing)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r}, state={self._state.value})"
@@ -638,7 +691,17 @@ class SQLiteStore:
                     raise StorageError(f"cannot open {self._path!r}: {exc}") from exc
                 raise
             info = os.stat(self._path)
-            self._file_counts = counts_for_file((info.st_dev, info.st_ino))
+            identity = (info.st_dev, info.st_ino)
+            try:
+                peers = peers_for(self._path, identity)
+                peers.attach()
+            except OSError as exc:
+                with anyio.CancelScope(shield=True):
+                    for conn in (checkpointer, reader, writer):
+                        await _close_connection(conn)
+                raise StorageError(f"cannot open the lock file beside {self._path!r}: {exc}") from exc
+            self._peers = peers
+            self._file_counts = counts_for_file(identity)
             self._versions, self._resource_versions = self._file_counts.threads, self._file_counts.resources
             self._writer, self._reader, self._checkpointer = writer, reader, checkpointer
             self._state = _State.OPEN
@@ -694,6 +757,8 @@ class SQLiteStore:
                     if conn is not None:
                         await _close_connection(conn)
                 self._reader = self._writer = self._checkpointer = None
+                if self._peers is not None:
+                    self._peers.detach()
                 self._closed.set()
 
     async def __aenter__(self) -> SQLiteStore:
@@ -926,15 +991,34 @@ class SQLiteStore:
         open (see ``_versions``)."""
         return self._file_counts
 
+    def caches_trusted(self) -> bool:
+        """Whether what was read from this file can be kept: no other process has had it open since this one
+        last found itself alone (then every write is one this process counted). See ``_sqlite_peers``."""
+        peers = self._peers
+        return peers is None or peers.alone()
+
     def thread_version(self, thread_id: str) -> int:
         """How many write calls through this store object, or another on the same file in this process, touched
-        the thread (see ``_versions``)."""
-        return self._versions.get(thread_id)
+        the thread (see ``_versions``); a new value on every call while another process may be writing."""
+        peers = self._peers
+        if peers is not None and not peers.alone():
+            self._volatile -= 1
+            return self._volatile
+        return self._versions.get(thread_id) + self._epoch_offset()
 
     def resource_version(self, resource_id: str) -> int:
-        """How many write calls through this store object, or another on the same file in this process, touched
-        the resource (see ``_versions``)."""
-        return self._resource_versions.get(resource_id)
+        """As :meth:`thread_version`, for a resource."""
+        peers = self._peers
+        if peers is not None and not peers.alone():
+            self._volatile -= 1
+            return self._volatile
+        return self._resource_versions.get(resource_id) + self._epoch_offset()
+
+    def _epoch_offset(self) -> int:
+        """Moves every version once each time this process is alone again after sharing the file, so caches
+        built while others could write are dropped (0 until then)."""
+        peers = self._peers
+        return max(0, peers.epoch - 1) << 40 if peers is not None else 0
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         """The thread or None."""
@@ -1059,11 +1143,12 @@ class SQLiteStore:
     # -- messages ----------------------------------------------------------------------------------------
 
     async def save_messages(
-        self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False
+        self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False, fence: Lease | None = None
     ) -> list[Message]:
         """Upsert messages of one thread atomically, in order (see the ``Store`` protocol).
 
-        ``mark_pending``: the vector layer's pending marks are written inside the same transaction.
+        ``mark_pending``: the vector layer's pending marks are written inside the same transaction. ``fence``: the
+        save checks the lease in its transaction (and runs as a job of its own rather than in a bulk run).
         """
         messages = q.validate_messages(thread_id, messages)
         if not messages:
@@ -1073,6 +1158,7 @@ class SQLiteStore:
         after = await self._pending_hook(mark_pending)
 
         def job(conn: sqlite3.Connection) -> dict[str, str]:
+            check_fence(conn, fence)
             kept = _save_rows(conn, thread_id, rows, messages, to_iso(utc_now()))
             if after is not None:
                 after(conn, messages)
@@ -1080,13 +1166,14 @@ class SQLiteStore:
 
         await self._ready()
         try:
-            kept = await self._submit(job, _SaveSpec(thread_id, rows, messages, after))
+            kept = await self._submit(job, _SaveSpec(thread_id, rows, messages, after) if fence is None else None)
         finally:
             self._versions.bump((thread_id,))
-        return q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
+        return q.saved(messages, {mid: _row_time(created, f"message {mid!r} createdAt")
+                                  for mid, created in kept.items()})
 
     async def save_messages_many(
-        self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False
+        self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False, fence: Lease | None = None
     ) -> dict[str, list[Message]]:
         """Upsert the messages of several threads in one transaction: every thread's part, or none of them.
 
@@ -1103,6 +1190,7 @@ class SQLiteStore:
         after = await self._pending_hook(mark_pending)
 
         def job(conn: sqlite3.Connection) -> list[dict[str, str]]:
+            check_fence(conn, fence)
             now = to_iso(utc_now())
             kept = [_save_rows(conn, thread_id, rows, messages, now) for thread_id, rows, messages in parts]
             if after is not None:
@@ -1110,7 +1198,8 @@ class SQLiteStore:
             return kept
 
         kept_per_part = await self._write_counted(job, self._versions, [thread_id for thread_id, _, _ in parts])
-        stored = {thread_id: q.saved(messages, {mid: from_iso(created) for mid, created in kept.items()})
+        stored = {thread_id: q.saved(messages, {mid: _row_time(created, f"message {mid!r} createdAt")
+                                                for mid, created in kept.items()})
                   for (thread_id, _, messages), kept in zip(parts, kept_per_part, strict=True)}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
 
@@ -1295,23 +1384,122 @@ class SQLiteStore:
         q.check_resource_args(resource_id, working_memory, metadata)
 
         def job(conn: sqlite3.Connection) -> Resource:
-            row = conn.execute(
-                'SELECT id, "workingMemory", metadata, "createdAt", "updatedAt" FROM mastra_resources WHERE id = ?',
-                (resource_id,)).fetchone()
+            row = conn.execute(_RESOURCE_ROW, (resource_id,)).fetchone()
             old = None if row is None else _resource_from_row(row)
-            new = q.updated_resource(resource_id, old, working_memory, metadata)
-            meta = row[2] if row is not None and metadata is None else q.encode_metadata(new.metadata, "metadata")
-            conn.execute(
-                'INSERT INTO mastra_resources (id, "workingMemory", metadata, "createdAt", "updatedAt") '
-                'VALUES (?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "workingMemory" = excluded."workingMemory", '
-                'metadata = excluded.metadata, "updatedAt" = excluded."updatedAt"',
-                (resource_id, new.working_memory, meta, to_iso(new.created_at), to_iso(new.updated_at)),
-            )
-            return new
+            return _write_resource(conn, resource_id, row, old, working_memory, metadata)
 
         return await self._write_counted(job, self._resource_versions, (resource_id,))
 
+    # -- read-modify-writes and leases --------------------------------------------------------------------
+
+    async def modify_thread(
+        self, thread_id: str, change: Callable[[Thread], ThreadChange | None], *, fence: Lease | None = None
+    ) -> Thread | None:
+        """Read the thread and write what ``change`` makes of it in one write transaction (``change`` runs on the
+        writer thread, under SQLite's write lock: no process can write between the read and the write)."""
+
+        def job(conn: sqlite3.Connection) -> Thread | None:
+            check_fence(conn, fence)
+            row = _fetch_thread_row(conn, thread_id)
+            if row is None:
+                raise ThreadNotFound(thread_id, message=f"Thread {thread_id} not found")
+            old = _thread_from_row(row)
+            wanted = change(old)
+            if wanted is None:
+                return None
+            if wanted.title is not None and not isinstance(wanted.title, str):
+                raise ValidationError("title must be a string or None")
+            updated = q.updated_thread(old, wanted.title, wanted.metadata)
+            meta = row[3] if wanted.metadata is None else q.encode_metadata(updated.metadata, "metadata")
+            conn.execute('UPDATE mastra_threads SET title = ?, metadata = ?, "updatedAt" = ? WHERE id = ?',
+                         (updated.title, meta, to_iso(updated.updated_at), thread_id))
+            return updated
+
+        return await self._write_counted(job, self._versions, (thread_id,))
+
+    async def modify_resource(
+        self, resource_id: str, change: Callable[[Resource | None], ResourceChange | None], *,
+        fence: Lease | None = None,
+    ) -> Resource | None:
+        """Read the resource (None when missing) and write what ``change`` makes of it, in one write
+        transaction."""
+        if not isinstance(resource_id, str) or not resource_id.strip():
+            raise ValidationError("resource_id must be a non-empty string")
+
+        def job(conn: sqlite3.Connection) -> Resource | None:
+            check_fence(conn, fence)
+            row = conn.execute(_RESOURCE_ROW, (resource_id,)).fetchone()
+            old = None if row is None else _resource_from_row(row)
+            wanted = change(old)
+            if wanted is None:
+                return None
+            q.check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
+            return _write_resource(conn, resource_id, row, old, wanted.working_memory, wanted.metadata)
+
+        return await self._write_counted(job, self._resource_versions, (resource_id,))
+
+    async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
+        """Hold ``key`` against every process on this file (a lock beside it; see ``_sqlite_peers``).
+
+        A holder that died releases it at once; one that is frozen (no heartbeat for ``ttl``) is taken over
+        through the database, and its later fenced writes are refused.
+        """
+        await self._ready()
+        peers = self._peers
+        assert peers is not None
+        delay = 0.001
+        checked_at = 0.0
+        while True:
+            holder = peers.try_hold(key, owner)
+            if holder is None:
+                if peers.takeovers() and await self._row_owner(key) not in (None, owner):
+                    # We hold the lock, but a takeover of a frozen holder is still running its turn: wait for it.
+                    if not wait:
+                        peers.release(key, owner)
+                        raise busy_error(key)
+                    while await self._row_owner(key) not in (None, owner):
+                        delay = await wait_backoff(delay)
+                return Lease(key=key, owner=owner, token=0, acquired_at=time.time())
+            if not wait:
+                await anyio.lowlevel.checkpoint()
+                raise busy_error(key)
+            now = time.time()
+            if holder > 0 and now - checked_at >= min(0.25, ttl / 4):
+                checked_at = now
+                beat = peers.heartbeat_of(holder)
+                if beat is not None and now - beat > ttl:  # the holder is alive but frozen: take over
+                    lease = await self.execute_write(lambda conn: take_over(conn, key, owner, os.getpid(), ttl))
+                    if lease is not None:
+                        peers.note_takeover()
+                        self._row_leases += 1
+                        return lease
+            delay = await wait_backoff(delay)
+
+    async def _row_owner(self, key: str) -> str | None:
+        return await self.execute_read(lambda conn: active_owner(conn, key))
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give ``lease`` back (the lock, or the takeover row)."""
+        if lease.token == 0:
+            if self._peers is not None:
+                self._peers.release(lease.key, lease.owner)
+            await anyio.lowlevel.checkpoint()
+            return
+        self._row_leases = max(0, self._row_leases - 1)
+        with anyio.CancelScope(shield=True):
+            await self.execute_write(lambda conn: release_row(conn, lease))
+
+    async def renew_leases(self, owner: str, ttl: float) -> None:
+        """The heartbeat: this process is alive (its locks stand), and its takeover rows last ``ttl`` more."""
+        if self._peers is not None:
+            self._peers.beat()
+        if self._row_leases:
+            await self.execute_write(lambda conn: renew_rows(conn, owner, ttl))
+        else:
+            await anyio.lowlevel.checkpoint()
+
     # -- CLI helpers -------------------------------------------------------------------------------------
+
 
     async def stats(self) -> dict[str, int]:
         """Row counts of the memory tables and the database size in bytes (pages × page size)."""
@@ -1347,9 +1535,27 @@ class SQLiteStore:
                 after = (rows[-1][4], rows[-1][7])
 
 
+_RESOURCE_ROW = 'SELECT id, "workingMemory", metadata, "createdAt", "updatedAt" FROM mastra_resources WHERE id = ?'
+
+
+def _write_resource(conn: sqlite3.Connection, resource_id: str, row: Row | None, old: Resource | None,
+                    working_memory: str | None | UnsetType, metadata: Mapping[str, Any] | None) -> Resource:
+    """Upsert the resource row with the given fields (metadata shallow-merged over ``old``'s)."""
+    new = q.updated_resource(resource_id, old, working_memory, metadata)
+    meta = row[2] if row is not None and metadata is None else q.encode_metadata(new.metadata, "metadata")
+    conn.execute(
+        'INSERT INTO mastra_resources (id, "workingMemory", metadata, "createdAt", "updatedAt") '
+        'VALUES (?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "workingMemory" = excluded."workingMemory", '
+        'metadata = excluded.metadata, "updatedAt" = excluded."updatedAt"',
+        (resource_id, new.working_memory, meta, to_iso(new.created_at), to_iso(new.updated_at)),
+    )
+    return new
+
+
 def _resource_from_row(row: Row) -> Resource:
-    return Resource(row[0], row[1], _decode_metadata(row[2], f"resource {row[0]!r}"), from_iso(row[3]),
-                    from_iso(row[4]))
+    where = f"resource {row[0]!r}"
+    return Resource(row[0], row[1], _decode_metadata(row[2], where), _row_time(row[3], f"{where} createdAt"),
+                    _row_time(row[4], f"{where} updatedAt"))
 
 
 def _page_after(thread_id: str, after: SortKey) -> Callable[[sqlite3.Connection], list[Row]]:

@@ -1,0 +1,582 @@
+"""``PostgresStore``: Mastra's ``@mastra/pg`` memory schema on asyncpg, for many processes on many machines.
+
+One database serves Mastra and threadmind (see ``_postgres_schema``); encodings and reads follow ``@mastra/pg``
+(see ``_postgres_rows``). Every query is parameterised. Each write call is one statement in autocommit where one
+statement can do all of it (saves, thread and resource updates with their merges done by the server, deletes of
+messages), else one short transaction that first locks the thread row (thread deletes and moves, clones, message
+updates), so no read-modify-write loses a concurrent update from another process. Ordering is
+(``"createdAt"``, insertion sequence, id) everywhere.
+
+``vector_records()`` and ``observational_records()`` give the vector records and the observational-memory records
+kept in the same database.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio.lowlevel
+import msgspec
+
+from ..codecs import Message, Resource, Thread, utc_now
+from ..errors import ConfigError, StorageError, ThreadNotFound, ValidationError
+from . import _query as q
+from ._postgres_pool import PgPool, storage_error
+from ._postgres_queries import MessageReads
+from ._postgres_rows import (
+    MSG_COLS,
+    MSG_FROM,
+    MSG_KEY,
+    RESOURCE_COLS,
+    THREAD_COLS,
+    THREAD_SEQ,
+    Params,
+    as_naive,
+    as_object,
+    check_text,
+    keyed,
+    message_from_row,
+    metadata_param,
+    order_by,
+    resource_from_row,
+    thread_filter,
+    thread_from_row,
+)
+from ._postgres_save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, save_params
+from ._postgres_schema import FAIL_SQLSTATE
+from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
+from ._versions import FileCounts
+
+if TYPE_CHECKING:
+    from ._postgres_om import PostgresOMStore
+    from ._postgres_vectors import PostgresVectorRecords
+
+__all__ = ("PostgresStore",)
+
+T = TypeVar("T")
+_EXISTS_CODE = "THREADMIND_THREAD_EXISTS"
+_LIBSQL = "MASTRA_STORAGE_LIBSQL_"
+_CHUNK = 500
+
+_CREATE_THREAD = (
+    'WITH ins AS (INSERT INTO mastra_threads (id, "resourceId", title, metadata, "createdAt", "createdAtZ", '
+    '"updatedAt", "updatedAtZ") VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING '
+    "RETURNING id), seq AS (INSERT INTO threadmind_thread_seq (thread_id) SELECT id FROM ins "
+    "ON CONFLICT (thread_id) DO UPDATE SET seq = DEFAULT) SELECT count(*) FROM ins"
+)
+_INSERT_MESSAGES = (
+    "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], "
+    "$6::timestamp[], $7::timestamptz[], $8::text[]) WITH ORDINALITY AS i(id, thread_id, content, role, type, "
+    "created, created_z, resource_id, ord)), "
+    'ins AS (INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "createdAtZ", '
+    '"resourceId") SELECT id, thread_id, content, role, type, created, created_z, resource_id FROM input '
+    "ORDER BY ord) "
+    "INSERT INTO threadmind_message_seq (message_id) SELECT id FROM input ORDER BY ord "
+    "ON CONFLICT (message_id) DO NOTHING"
+)
+_UPDATE_THREAD = (
+    'UPDATE mastra_threads t SET title = COALESCE($2, t.title), metadata = CASE WHEN $3::boolean THEN '
+    f"{as_object('t.metadata')} || $4::jsonb "
+    'ELSE t.metadata END, "updatedAt" = $5, "updatedAtZ" = $6 WHERE t.id = $1 '
+    f"RETURNING {THREAD_COLS}"
+)
+_UPDATE_RESOURCE = (
+    'INSERT INTO mastra_resources AS r (id, "workingMemory", metadata, "createdAt", "createdAtZ", "updatedAt", '
+    '"updatedAtZ") VALUES ($1, $2, $3::jsonb, $4, $5, $4, $5) ON CONFLICT (id) DO UPDATE SET '
+    '"workingMemory" = CASE WHEN $6::boolean THEN EXCLUDED."workingMemory" ELSE r."workingMemory" END, '
+    f"metadata = CASE WHEN $7::boolean THEN {as_object('r.metadata')} || EXCLUDED.metadata ELSE r.metadata END, "
+    '"updatedAt" = EXCLUDED."updatedAt", "updatedAtZ" = EXCLUDED."updatedAtZ" '
+    f"RETURNING {RESOURCE_COLS}"
+)
+_DELETE_MESSAGES = (
+    "WITH d AS (DELETE FROM mastra_messages WHERE id = ANY($1::text[]) RETURNING thread_id), "
+    "s AS (DELETE FROM threadmind_message_seq WHERE message_id = ANY($1::text[])), "
+    'b AS (UPDATE mastra_threads SET "updatedAt" = $2, "updatedAtZ" = $3 WHERE id IN (SELECT thread_id FROM d)) '
+    "SELECT DISTINCT thread_id FROM d"
+)
+_UPDATE_MESSAGES = (
+    "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamp[], "
+    "$6::timestamptz[], $7::text[]) AS u(id, content, role, type, created, created_z, resource_id)), "
+    'w AS (UPDATE mastra_messages m SET content = u.content, role = u.role, type = u.type, "createdAt" = u.created, '
+    '"createdAtZ" = u.created_z, "resourceId" = u.resource_id FROM u WHERE m.id = u.id) '
+    'UPDATE mastra_threads SET "updatedAt" = $8, "updatedAtZ" = $9 WHERE id = ANY($10::text[])'
+)
+
+# Store objects on one database within one process share their write counters (see ``_versions``).
+_BY_DATABASE: weakref.WeakValueDictionary[str, FileCounts] = weakref.WeakValueDictionary()
+
+
+def _counts_for(dsn: str) -> FileCounts:
+    counts = _BY_DATABASE.get(dsn)
+    if counts is None:
+        counts = _BY_DATABASE[dsn] = FileCounts()
+    return counts
+
+
+def _masked(dsn: str) -> str:
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def _check_int(value: Any, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+class PostgresStore:
+    """Durable threads, messages and resources in PostgreSQL (Mastra's ``@mastra/pg`` schema).
+
+    :param dsn: ``postgresql://user:password@host:port/database``.
+    :param min_size: connections the pool keeps open.
+    :param max_size: most connections the pool opens.
+    :param statement_cache_size: asyncpg's prepared statements per connection; ``0`` behind PgBouncer in
+        transaction mode. None keeps asyncpg's default.
+    :raises ConfigError: a bad option, or asyncpg is not installed (``pip install 'threadmind[postgres]'``).
+    """
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10,
+                 statement_cache_size: int | None = None) -> None:
+        if not isinstance(dsn, str) or urlsplit(dsn).scheme not in ("postgres", "postgresql"):
+            raise ConfigError(f"dsn must be a postgresql:// URL, got {_masked(dsn) if isinstance(dsn, str) else dsn!r}")
+        _check_int(min_size, "min_size", 0)
+        _check_int(max_size, "max_size", 1)
+        if min_size > max_size:
+            raise ConfigError(f"min_size ({min_size}) must not exceed max_size ({max_size})")
+        if statement_cache_size is not None:
+            _check_int(statement_cache_size, "statement_cache_size", 0)
+        self._dsn = dsn
+        self._pool = PgPool(dsn, min_size=min_size, max_size=max_size, statement_cache_size=statement_cache_size)
+        self._file_counts = _counts_for(dsn)
+        self._versions = self._file_counts.threads
+        self._resource_versions = self._file_counts.resources
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({_masked(self._dsn)!r}, state={self._pool.state})"
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the pool and create or validate the schema; idempotent.
+
+        :raises StorageError: the store is closed, the server cannot be reached, or the schema is newer.
+        """
+        await self._pool.open(repr(self))
+
+    async def aclose(self) -> None:
+        """Close every connection; idempotent. Later calls raise ``StorageError``."""
+        await self._pool.close()
+
+    async def __aenter__(self) -> PostgresStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def _read(self, fn: Callable[[Any], Awaitable[T]], doing: str) -> T:
+        return await self._pool.read(fn, repr(self), doing)
+
+    async def _write(self, fn: Callable[[Any], Awaitable[T]], doing: str) -> T:
+        return await self._pool.write(fn, repr(self), doing)
+
+    async def _counted(self, fn: Callable[[Any], Awaitable[T]], doing: str, keys: Iterable[str],
+                       resources: bool = False) -> T:
+        """A write counted once for each of ``keys`` (read after it ran), whether it succeeded or not."""
+        try:
+            return await self._write(fn, doing)
+        finally:
+            (self._resource_versions if resources else self._versions).bump(keys)
+
+    async def _idle(self) -> None:
+        """For calls with nothing to do: still fail on a closed store, and yield once."""
+        if self._pool.closed:
+            raise StorageError(f"{self!r} is closed")
+        await anyio.lowlevel.checkpoint()
+
+    # -- counters --------------------------------------------------------------------------------------
+
+    @property
+    def write_counts(self) -> FileCounts:
+        """The write counters of this database, shared by every store object on the same DSN in this process."""
+        return self._file_counts
+
+    def thread_version(self, thread_id: str) -> int:
+        """How many write calls in this process (through any store object on this DSN) touched the thread."""
+        return self._versions.get(thread_id)
+
+    def resource_version(self, resource_id: str) -> int:
+        """How many write calls in this process (through any store object on this DSN) touched the resource."""
+        return self._resource_versions.get(resource_id)
+
+    # -- side tables -----------------------------------------------------------------------------------
+
+    def vector_records(self) -> PostgresVectorRecords:
+        """The vector records (``VectorRecords``) in this database's ``threadmind_vector*`` tables."""
+        from ._postgres_vectors import PostgresVectorRecords
+
+        return PostgresVectorRecords(self)
+
+    def observational_records(self, ttl: float | None = None) -> PostgresOMStore:
+        """Observational-memory records (``ObservationalMemoryStore``) in ``mastra_observational_memory``.
+
+        ``ttl``: seconds a current record is kept (default 2; ``math.inf`` when no other process writes).
+        """
+        from ._postgres_om import PostgresOMStore
+
+        return PostgresOMStore(self, ttl)
+
+    async def run_read(self, fn: Callable[[Any], Awaitable[T]], doing: str) -> T:
+        """Run ``fn(conn)`` on a pooled asyncpg connection as a read (retried on transient failures)."""
+        return await self._read(fn, doing)
+
+    async def run_write(self, fn: Callable[[Any], Awaitable[T]], doing: str) -> T:
+        """Run ``fn(conn)`` as a write (shielded; retried only when provably not applied)."""
+        return await self._write(fn, doing)
+
+    # -- threads -----------------------------------------------------------------------------------------
+
+    async def create_thread(self, thread: Thread) -> Thread:
+        """Insert a new thread; ``ValidationError`` if the id exists."""
+        stored, params = _thread_params(thread)
+
+        async def run(conn: Any) -> None:
+            if not await conn.fetchval(_CREATE_THREAD, *params):
+                raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
+
+        await self._counted(run, "create_thread", (stored.id,))
+        return stored
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """The thread or None."""
+        row = await self._read(lambda conn: conn.fetchrow(
+            f"SELECT {THREAD_COLS} FROM mastra_threads t WHERE t.id = $1", thread_id), "get_thread")
+        return None if row is None else thread_from_row(row)
+
+    async def list_threads(
+        self,
+        *,
+        resource_id: str | None = None,
+        page: int = 0,
+        per_page: int | bool = 100,
+        order_by: Literal["created_at", "updated_at"] = "created_at",
+        direction: Literal["ASC", "DESC"] = "DESC",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ThreadPage:
+        """Threads filtered by owner and scalar metadata equality (reference §5.3)."""
+        args = q.validate_thread_list(page, per_page, order_by, direction, metadata)
+        params = Params()
+        where: list[str] = []
+        if resource_id is not None:
+            where.append(f't."resourceId" = {params.add(resource_id)}')
+        where.extend(thread_filter(args.metadata, params))
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        d = "DESC" if args.descending else "ASC"
+        col = args.order_column
+        count = f"SELECT count(*) FROM mastra_threads t{clause}"
+        sql = (f"SELECT {THREAD_COLS}, ({count}) FROM mastra_threads t{clause} "
+               f'ORDER BY COALESCE(t."{col}Z", t."{col}") {d}, {THREAD_SEQ} {d}, t.id {d} '
+               f"LIMIT {params.add(args.limit)} OFFSET {params.add(args.offset)}")
+
+        async def run(conn: Any) -> tuple[int, list[Any]]:
+            rows = await conn.fetch(sql, *params.values)
+            if rows:
+                return int(rows[0][8]), rows
+            total = 0 if args.offset == 0 else int(await conn.fetchval(count, *params.values[:-2]))
+            return total, []
+
+        total, rows = await self._read(run, "list_threads")
+        threads = [thread_from_row(row) for row in rows]
+        has_more = args.limit is not None and args.offset + args.limit < total
+        return ThreadPage(threads=threads, total=total, page=page, per_page=per_page, has_more=has_more)
+
+    async def update_thread(self, thread_id: str, *, title: str | None = None,
+                            metadata: Mapping[str, Any] | None = None) -> Thread:
+        """Set the title (when given), shallow-merge metadata, bump ``updated_at``; ``ThreadNotFound``."""
+        if title is not None and not isinstance(title, str):
+            raise ValidationError("title must be a string or None")
+        check_text(title, "title")
+        patch = metadata_param(q.encode_metadata(metadata, "metadata"), "metadata")
+        now = utc_now()
+
+        async def run(conn: Any) -> Thread:
+            row = await conn.fetchrow(_UPDATE_THREAD, thread_id, title, patch is not None, patch or "{}",
+                                      as_naive(now), now)
+            if row is None:
+                raise ThreadNotFound(thread_id, code=f"{_LIBSQL}UPDATE_THREAD_NOT_FOUND",
+                                     message=f"Thread {thread_id} not found")
+            return thread_from_row(row)
+
+        return await self._counted(run, "update_thread", (thread_id,))
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread and its messages in one transaction (no error when missing)."""
+
+        async def run(conn: Any) -> None:
+            async with conn.transaction():
+                # Lock first: a save waiting on (or holding) the row then either lands before this deletes its
+                # messages (a later statement sees it) or finds no thread.
+                await conn.execute("SELECT 1 FROM mastra_threads WHERE id = $1 FOR UPDATE", thread_id)
+                await conn.execute(
+                    "WITH d AS (DELETE FROM mastra_messages WHERE thread_id = $1 RETURNING id) "
+                    "DELETE FROM threadmind_message_seq WHERE message_id IN (SELECT id FROM d)", thread_id)
+                await conn.execute(
+                    "WITH d AS (DELETE FROM mastra_threads WHERE id = $1) "
+                    "DELETE FROM threadmind_thread_seq WHERE thread_id = $1", thread_id)
+
+        await self._counted(run, "delete_thread", (thread_id,))
+
+    async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
+        """Move a thread and all its messages to another resource in one transaction."""
+        if not isinstance(resource_id, str) or not resource_id.strip():
+            raise ValidationError("resource_id must be a non-empty string")
+        check_text(resource_id, "resource_id")
+        now = utc_now()
+
+        async def run(conn: Any) -> Thread:
+            async with conn.transaction():
+                row = await conn.fetchrow(f"SELECT {THREAD_COLS} FROM mastra_threads t WHERE t.id = $1 FOR UPDATE",
+                                          thread_id)
+                if row is None:
+                    raise ThreadNotFound(thread_id, code=f"{_LIBSQL}UPDATE_THREAD_RESOURCE_ID_FAILED")
+                await conn.execute(
+                    'WITH t AS (UPDATE mastra_threads SET "resourceId" = $2, "updatedAt" = $3, "updatedAtZ" = $4 '
+                    'WHERE id = $1) UPDATE mastra_messages SET "resourceId" = $2 WHERE thread_id = $1',
+                    thread_id, resource_id, as_naive(now), now)
+            return msgspec.structs.replace(thread_from_row(row), resource_id=resource_id, updated_at=now)
+
+        return await self._counted(run, "update_thread_resource_id", (thread_id,))
+
+    async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
+        """Insert a new thread and its messages atomically (used by clone)."""
+        stored, params = _thread_params(thread)
+        parts = parts_of({thread.id: messages})
+        for part in parts:
+            q.check_owner(thread.id, thread.resource_id, part.messages)
+        rows = [row for part in parts for row in part.rows.values()]
+
+        async def run(conn: Any) -> None:
+            async with conn.transaction():
+                if not await conn.fetchval(_CREATE_THREAD, *params):
+                    raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
+                if not rows:
+                    return
+                for mid, other in await conn.fetch(
+                        "SELECT id, thread_id FROM mastra_messages WHERE id = ANY($1::text[])", [r[0] for r in rows]):
+                    raise ValidationError(f"message id {mid!r} already belongs to thread {other!r}")
+                await conn.execute(_INSERT_MESSAGES, *_columns(rows))
+
+        await self._counted(run, "create_thread_with_messages", (stored.id,))
+        return stored
+
+    # -- messages ----------------------------------------------------------------------------------------
+
+    async def save_messages(self, thread_id: str, messages: Sequence[Message], *, after: Any = None,
+                            mark_pending: bool = False) -> list[Message]:
+        """Upsert messages of one thread atomically, in order (see the ``Store`` protocol).
+
+        ``mark_pending``: also record the messages as awaiting vectors (``threadmind_vector_pending``) in the same
+        statement. ``after`` hooks run on a SQLite connection and are refused here (use ``mark_pending``).
+        """
+        stored = await self.save_messages_many({thread_id: messages}, after=after, mark_pending=mark_pending)
+        return stored[thread_id]
+
+    async def save_messages_many(self, by_thread: Mapping[str, Sequence[Message]], *, after: Any = None,
+                                 mark_pending: bool = False) -> dict[str, list[Message]]:
+        """Upsert the messages of several threads in one statement: every thread's part, or none of them."""
+        if after is not None:
+            raise ConfigError("PostgresStore takes no `after` hook (it runs on a SQLite connection); pass "
+                              "mark_pending=True to record pending-vector marks in the same transaction")
+        parts = parts_of(by_thread)
+        if not parts:
+            await self._idle()
+            return {thread_id: [] for thread_id in by_thread}
+        params = save_params(parts, utc_now(), bool(mark_pending))
+        ids = [mid for part in parts for mid in part.rows]
+
+        async def run(conn: Any) -> Any:
+            for _ in range(3):
+                try:
+                    return (await conn.fetchrow(SAVE_SQL, *params))[1]
+                except Exception as exc:
+                    if getattr(exc, "sqlstate", None) != FAIL_SQLSTATE:
+                        raise
+                    failed = exc  # the statement aborted itself: nothing of it was applied
+                why = refusal(parts, await conn.fetchrow(DIAGNOSE_SQL, params[8], ids))
+                if why is not None:
+                    raise why
+            raise storage_error(failed, "save_messages")  # refused three times, each time for no lasting reason
+
+        saved = await self._counted(run, "save_messages", [part.thread_id for part in parts])
+        kept_at = kept(parts, saved)
+        stored = {part.thread_id: q.saved(part.messages, kept_at[part.thread_id]) for part in parts}
+        return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        """Page through messages (reference §5.3), with include windows and filters."""
+        reads = MessageReads(query)
+        return await self._read(reads.page, "list_messages")
+
+    async def get_thread_with_tail(self, thread_id: str, size: int) -> tuple[Thread | None, MessagePage]:
+        """The thread row and its newest ``size`` messages (newest first), in one statement (one snapshot)."""
+        reads = MessageReads(MessageQuery(thread_id=thread_id, per_page=size, direction="DESC"))
+        return await self._read(reads.with_thread, "get_thread_with_tail")
+
+    async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        """Messages with these ids in any thread, ascending by (created_at, sequence); unknown ids skipped."""
+        wanted = list(dict.fromkeys(i for i in ids if isinstance(i, str)))
+        if not wanted:
+            await self._idle()
+            return []
+        rows = await self._read(lambda conn: conn.fetch(
+            f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = ANY($1::text[])", wanted), "get_messages_by_id")
+        return q.assemble(keyed(rows), (), False)
+
+    async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
+        """Partial updates by id (content merged one level, content.metadata merged); bumps the threads."""
+        parsed = q.parse_updates(updates)
+        if not parsed:
+            await self._idle()
+            return []
+        ids = list(dict.fromkeys(u.id for u in parsed))
+        touched: list[str] = []
+        now = utc_now()
+
+        async def run(conn: Any) -> list[Message]:
+            async with conn.transaction():
+                current = {row[0]: (row, message_from_row(row)) for row in await conn.fetch(
+                    f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = ANY($1::text[]) FOR UPDATE OF m", ids)}
+                changed: dict[str, tuple[Any, Message]] = {}
+                for update in parsed:
+                    if update.id not in current:
+                        raise ValidationError(f"message {update.id!r} not found; update_messages needs existing ids")
+                    row, old = changed.get(update.id) or current[update.id]
+                    changed[update.id] = (row, q.apply_update(old, update))
+                new = [m for _, m in changed.values()]
+                for i, m in enumerate(new):
+                    for value, field in ((m.resource_id, "resource_id"), (m.type, "type")):
+                        check_text(value, f"updates[{i}].{field}")
+                threads = sorted({m.thread_id for m in new if m.thread_id})
+                touched.extend(threads)
+                await conn.execute(
+                    _UPDATE_MESSAGES, [m.id for m in new], [q.encode_content_text(m.content) for m in new],
+                    [m.role for m in new], [m.type or "v2" for m in new], [as_naive(m.created_at) for m in new],
+                    [m.created_at for m in new], [m.resource_id for m in new], as_naive(now), now, threads)
+            return q.assemble((((as_naive(m.created_at), row[8], m.id), m) for row, m in changed.values()), (), False)
+
+        return await self._counted(run, "update_messages", touched)
+
+    async def delete_messages(self, ids: Sequence[str]) -> set[str]:
+        """Delete messages by id; return the affected thread ids (their ``updated_at`` bumped)."""
+        wanted = q.validate_delete_ids(ids)
+        if not wanted:
+            await self._idle()
+            return set()
+        now = utc_now()
+        touched: list[str] = []
+
+        async def run(conn: Any) -> set[str]:
+            threads = {row[0] for row in await conn.fetch(_DELETE_MESSAGES, wanted, as_naive(now), now)}
+            touched.extend(threads)
+            return threads
+
+        return await self._counted(run, "delete_messages", touched)
+
+    # -- resources ---------------------------------------------------------------------------------------
+
+    async def get_resource(self, resource_id: str) -> Resource | None:
+        """The resource row or None."""
+        row = await self._read(lambda conn: conn.fetchrow(
+            f"SELECT {RESOURCE_COLS} FROM mastra_resources r WHERE r.id = $1", resource_id), "get_resource")
+        return None if row is None else resource_from_row(row)
+
+    async def update_resource(self, resource_id: str, *, working_memory: str | None | UnsetType = UNSET,
+                              metadata: Mapping[str, Any] | None = None) -> Resource:
+        """Create the row if missing (metadata ``{}``), else set the given fields (metadata shallow-merged).
+
+        One upsert: the server merges the metadata, so concurrent updates from any process never lose a key.
+        """
+        q.check_resource_args(resource_id, working_memory, metadata)
+        check_text(resource_id, "resource_id")
+        memory = None if isinstance(working_memory, UnsetType) else working_memory
+        check_text(memory, "working_memory")
+        patch = metadata_param(q.encode_metadata(dict(metadata or {}), "metadata"), "metadata")
+        now = utc_now()
+
+        async def run(conn: Any) -> Resource:
+            row = await conn.fetchrow(_UPDATE_RESOURCE, resource_id, memory, patch, as_naive(now), now,
+                                      not isinstance(working_memory, UnsetType), metadata is not None)
+            return resource_from_row(row)
+
+        return await self._counted(run, "update_resource", (resource_id,), resources=True)
+
+    # -- CLI helpers -------------------------------------------------------------------------------------
+
+    async def stats(self) -> dict[str, int]:
+        """Row counts of the memory tables and the database's size in bytes (``file_bytes``)."""
+        row = await self._read(lambda conn: conn.fetchrow(
+            "SELECT (SELECT count(*) FROM mastra_threads), (SELECT count(*) FROM mastra_messages), "
+            "(SELECT count(*) FROM mastra_resources), pg_database_size(current_database())"), "stats")
+        return {"threads": int(row[0]), "messages": int(row[1]), "resources": int(row[2]), "file_bytes": int(row[3])}
+
+    async def iter_messages(self, thread_ids: Sequence[str] | None = None) -> AsyncIterator[Message]:
+        """Every message of the given threads (default: all threads by creation), ascending per thread."""
+        if thread_ids is None:
+            order = f'COALESCE(t."createdAtZ", t."createdAt"), {THREAD_SEQ}, t.id'
+            rows = await self._read(lambda conn: conn.fetch(f"SELECT t.id FROM mastra_threads t ORDER BY {order}"),
+                                    "iter_messages")
+            ids = [row[0] for row in rows]
+        else:
+            ids = list(thread_ids)
+        for thread_id in ids:
+            after: tuple[Any, ...] | None = None
+            while True:
+                chunk = await self._read(_page_after(thread_id, after), "iter_messages")
+                for row in chunk:
+                    yield message_from_row(row)
+                if len(chunk) < _CHUNK:
+                    break
+                last = chunk[-1]
+                after = (last[4], last[8], last[0])
+
+
+def _page_after(thread_id: str, after: tuple[Any, ...] | None) -> Callable[[Any], Awaitable[list[Any]]]:
+    """Keyset paging over one thread (for export)."""
+
+    async def read(conn: Any) -> list[Any]:
+        if after is None:
+            return list(await conn.fetch(
+                f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = $1 ORDER BY {order_by(False)} LIMIT {_CHUNK}",
+                thread_id))
+        return list(await conn.fetch(
+            f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = $1 AND "
+            f"{MSG_KEY} > ($2::timestamp, $3::bigint, $4::text) ORDER BY {order_by(False)} LIMIT {_CHUNK}",
+            thread_id, *after))
+
+    return read
+
+
+def _thread_params(thread: Thread) -> tuple[Thread, list[Any]]:
+    """The thread as stored and the parameters of ``_CREATE_THREAD``."""
+    q.validate_thread(thread)
+    for name in ("id", "resource_id", "title"):
+        check_text(getattr(thread, name), f"thread.{name}")
+    stored, meta = q.stored_thread(thread)
+    meta = metadata_param(meta, "thread.metadata")
+    return stored, [stored.id, stored.resource_id, stored.title, meta, as_naive(stored.created_at), stored.created_at,
+                    as_naive(stored.updated_at), stored.updated_at]
+
+
+def _columns(rows: Sequence[list[Any]]) -> list[list[Any]]:
+    """Message rows (id, thread, content, role, type, created, resource) as the array columns of an insert."""
+    return [[r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
+            [r[4] for r in rows], [as_naive(r[5]) for r in rows], [r[5] for r in rows], [r[6] for r in rows]]

@@ -1,0 +1,160 @@
+"""Observational-memory records in PostgreSQL: Mastra's ``mastra_observational_memory`` table (``@mastra/pg``).
+
+The table is created with the store's schema (its 39 columns as ``@mastra/pg`` declares them). Encodings are that
+package's: ``config`` is JSON text, ``observedMessageIds`` and ``metadata`` are ``jsonb``, flags are ``boolean``,
+every timestamp is written in both forms and read ``…Z`` first. ``put`` replaces the whole row by id, as the SQLite
+store's ``INSERT OR REPLACE`` does (columns threadmind does not model are reset).
+
+Caching is the SQLite store's: the current record of a key is kept for ``ttl`` seconds unless a write through any
+store object on the same database in this process counted against the key since it was read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import anyio.lowlevel
+
+from ._om import OM_TABLE, OMRecord
+from ._postgres_rows import as_naive, decode_json, from_columns
+from ._versions import FileCounts, WriteCounts
+
+__all__ = ("PostgresOMStore",)
+
+_CURRENT_TTL = 2.0
+_CURRENT_KEYS = 4096
+
+# Written by threadmind, in this order; every other column of Mastra's table is reset to its NULL/false/0.
+_WRITE = (
+    "id", "lookupKey", "scope", "resourceId", "threadId", "activeObservations", "originType", "config",
+    "generationCount", "lastObservedAt", "lastObservedAtZ", "lastReflectionAt", "lastReflectionAtZ",
+    "pendingMessageTokens", "totalTokensObserved", "observationTokenCount", "isObserving", "isReflecting",
+    "observedMessageIds", "observedTimezone", "metadata", "createdAt", "createdAtZ", "updatedAt", "updatedAtZ",
+)
+_CASTS = {"observedMessageIds": "::jsonb", "metadata": "::jsonb"}
+_RESET = {
+    "activeObservationsPendingUpdate": "NULL", "bufferedObservations": "NULL", "bufferedObservationTokens": "NULL",
+    "bufferedMessageIds": "NULL", "bufferedReflection": "NULL", "bufferedReflectionTokens": "NULL",
+    "bufferedReflectionInputTokens": "NULL", "reflectedObservationLineCount": "NULL",
+    "bufferedObservationChunks": "NULL", "isBufferingObservation": "false", "isBufferingReflection": "false",
+    "lastBufferedAtTokens": "0", "lastBufferedAtTime": "NULL", "lastBufferedAtTimeZ": "NULL",
+}
+_PUT = (
+    f"INSERT INTO {OM_TABLE} ({', '.join(f'{chr(34)}{c}{chr(34)}' for c in (*_WRITE, *_RESET))}) VALUES ("
+    + ", ".join([f"${i + 1}{_CASTS.get(c, '')}" for i, c in enumerate(_WRITE)] + list(_RESET.values()))
+    + ') ON CONFLICT (id) DO UPDATE SET '
+    + ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in (*_WRITE[1:], *_RESET))
+)
+_READ = (
+    'id, "lookupKey", scope, "resourceId", "threadId", "activeObservations", "originType", config, '
+    '"generationCount", "lastObservedAt", "lastObservedAtZ", "lastReflectionAt", "lastReflectionAtZ", '
+    '"pendingMessageTokens", "totalTokensObserved", "observationTokenCount", "isObserving", "isReflecting", '
+    '"observedMessageIds"::text, "observedTimezone", metadata::text, "createdAt", "createdAtZ", "updatedAt", '
+    '"updatedAtZ"'
+)
+_ORDER = 'ORDER BY "generationCount" {d}, COALESCE("createdAtZ", "createdAt") {d}'
+
+
+def _stamp(value: datetime | None) -> tuple[datetime | None, datetime | None]:
+    return (None, None) if value is None else (as_naive(value), value)
+
+
+def _params(record: OMRecord) -> list[Any]:
+    observed, observed_z = _stamp(record.last_observed_at)
+    reflected, reflected_z = _stamp(record.last_reflection_at)
+    created, created_z = _stamp(record.created_at)
+    updated, updated_z = _stamp(record.updated_at)
+    return [
+        record.id, record.lookup_key, record.scope, record.resource_id, record.thread_id,
+        record.active_observations, record.origin_type,
+        json.dumps(record.config, separators=(",", ":"), default=str), record.generation_count,
+        observed, observed_z, reflected, reflected_z, record.pending_message_tokens, record.total_tokens_observed,
+        record.observation_token_count, bool(record.is_observing), bool(record.is_reflecting),
+        json.dumps(record.observed_message_ids, separators=(",", ":")), record.observed_timezone,
+        None if record.metadata is None else json.dumps(record.metadata, separators=(",", ":")),
+        created, created_z, updated, updated_z,
+    ]
+
+
+def _optional(zoned: datetime | None, plain: datetime | None) -> datetime | None:
+    return None if zoned is None and plain is None else from_columns(zoned, plain)
+
+
+def _from_row(row: Sequence[Any]) -> OMRecord:
+    where = f"{OM_TABLE}[{row[0]}]"
+    return OMRecord(
+        id=row[0], lookup_key=row[1], scope="resource" if row[2] == "resource" else "thread",
+        resource_id=row[3], thread_id=row[4], active_observations=row[5] or "", origin_type=row[6],
+        config=decode_json(row[7], where + ".config") or {}, generation_count=int(row[8] or 0),
+        last_observed_at=_optional(row[10], row[9]), last_reflection_at=_optional(row[12], row[11]),
+        pending_message_tokens=int(row[13] or 0), total_tokens_observed=int(row[14] or 0),
+        observation_token_count=int(row[15] or 0), is_observing=bool(row[16]), is_reflecting=bool(row[17]),
+        observed_message_ids=list(decode_json(row[18], where + ".observedMessageIds") or []),
+        observed_timezone=row[19],
+        metadata=decode_json(row[20], where + ".metadata"), created_at=from_columns(row[22], row[21]),
+        updated_at=from_columns(row[24], row[23]),
+    )
+
+
+class PostgresOMStore:
+    """``ObservationalMemoryStore`` over a ``PostgresStore``'s ``mastra_observational_memory`` table."""
+
+    def __init__(self, store: Any, ttl: float | None = None) -> None:
+        self._store = store
+        self._ttl = _CURRENT_TTL if ttl is None else ttl
+        # key -> (record, expires at, the key's write count when it was read)
+        self._current: OrderedDict[str, tuple[OMRecord | None, float, int]] = OrderedDict()
+        self._own_counts = WriteCounts()
+
+    def _counts(self) -> WriteCounts:
+        counts = getattr(self._store, "write_counts", None)
+        return counts.records if isinstance(counts, FileCounts) else self._own_counts
+
+    async def current(self, key: str) -> OMRecord | None:
+        """The newest generation for ``key``, or None."""
+        counts = self._counts()
+        seen = counts.get(key)
+        cached = self._current.get(key)
+        if cached is not None and time.monotonic() < cached[1] and cached[2] == seen:
+            self._current.move_to_end(key)
+            await anyio.lowlevel.checkpoint()
+            return cached[0].copy() if cached[0] is not None else None
+        row = await self._store.run_read(lambda conn: conn.fetchrow(
+            f'SELECT {_READ} FROM {OM_TABLE} WHERE "lookupKey" = $1 {_ORDER.format(d="DESC")} LIMIT 1', key),
+            "observational memory read")
+        result = None if row is None else _from_row(row)
+        if counts.get(key) == seen:
+            self._current[key] = (result.copy() if result is not None else None, time.monotonic() + self._ttl, seen)
+            self._current.move_to_end(key)
+            if len(self._current) > _CURRENT_KEYS:
+                self._current.popitem(last=False)
+        return result
+
+    async def history(self, key: str) -> list[OMRecord]:
+        """Every generation for ``key``, oldest first."""
+        rows = await self._store.run_read(lambda conn: conn.fetch(
+            f'SELECT {_READ} FROM {OM_TABLE} WHERE "lookupKey" = $1 {_ORDER.format(d="ASC")}', key),
+            "observational memory read")
+        return [_from_row(row) for row in rows]
+
+    async def put(self, record: OMRecord) -> None:
+        """Insert or replace a record by id."""
+        params = _params(record)
+        await self._counted(record.lookup_key, lambda conn: conn.execute(_PUT, *params))
+
+    async def delete(self, key: str) -> None:
+        """Forget every generation for ``key``."""
+        await self._counted(key, lambda conn: conn.execute(f'DELETE FROM {OM_TABLE} WHERE "lookupKey" = $1', key))
+
+    async def _counted(self, key: str, write: Any) -> None:
+        self._current.pop(key, None)
+        try:
+            await self._store.run_write(write, "observational memory write")
+        finally:
+            self._current.pop(key, None)
+            self._counts().bump((key,))

@@ -1,0 +1,270 @@
+"""The connection layer of ``PostgresStore``: an asyncpg pool, retries where they are safe, errors as ours.
+
+asyncpg is imported on first use (``import threadmind`` never imports it); without the ``[postgres]`` extra the
+store raises ``ConfigError`` with the pip command.
+
+**Retries.** A read is retried (three tries, short backoff) on a transient connection failure: the server
+restarting or refusing connections for now, a dropped connection, too many clients, a serialization failure
+or a deadlock. A write is retried only when it provably was not applied: the connection could not be had
+(nothing was sent), or the server rolled the transaction back (serialization failure, deadlock). A write whose
+connection broke mid-statement is not retried: the caller gets a ``StorageError`` saying so.
+
+**Cancellation.** A write runs shielded from cancellation once its connection is in hand, so it is applied fully
+or not at all and the connection goes back to the pool in a known state; a cancelled caller still gets the
+cancellation afterwards.
+
+**PgBouncer.** Every statement is parameterised; nothing relies on session state: no session-level advisory
+locks, no temporary tables, no ``SET``, settings only as startup parameters (``TimeZone`` is UTC), so
+``statement_cache_size=0`` (no named prepared statements) works behind transaction pooling. For the same reason
+a connection going back to the pool is not reset (asyncpg's reset would cost a round trip per operation).
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+
+from ..errors import ConfigError, StorageError
+from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
+from ._postgres_schema import migrate
+
+__all__ = ("PgPool", "import_asyncpg", "storage_error")
+
+T = TypeVar("T")
+Conn = Any  # an asyncpg connection (asyncpg ships no type information)
+
+_TRIES = 3
+_BACKOFF = (0.05, 0.25)  # seconds before the 2nd and 3rd try (with jitter)
+# SQLSTATEs after which the server has applied nothing of the statement or transaction.
+_ROLLED_BACK = frozenset({"40001", "40P01"})
+# Refused before any work: retried for every operation.
+_REFUSED = frozenset({"57P03", "53300"})
+# The connection went away (class 08, shutdown): reads are retried, writes are not (they may have been applied).
+_DROPPED_PREFIXES = ("08", "57P01", "57P02")
+PIP_HINT = "pip install 'threadmind[postgres]'"
+
+
+def import_asyncpg() -> ModuleType:
+    """The asyncpg module, or ``ConfigError`` naming the extra to install."""
+    try:
+        import asyncpg  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError as exc:
+        raise ConfigError(f"PostgresStore needs the asyncpg driver: {PIP_HINT}") from exc
+    module: ModuleType = asyncpg
+    return module
+
+
+def storage_error(exc: BaseException, doing: str) -> StorageError:
+    """``exc`` (an asyncpg/OS error) as a ``StorageError`` naming the operation and the SQLSTATE; cause chained."""
+    state = getattr(exc, "sqlstate", None)
+    detail = f"{type(exc).__name__}: {exc}" if state is None else f"{exc} (SQLSTATE {state})"
+    err = StorageError(f"PostgreSQL {doing} failed: {detail}")
+    err.__cause__ = exc
+    return err
+
+
+def _transient(exc: BaseException, *, write: bool) -> bool:
+    """Whether retrying ``exc`` is safe: always when nothing was applied; for reads, also a dropped connection."""
+    state = getattr(exc, "sqlstate", None)
+    if isinstance(state, str):
+        if state in _ROLLED_BACK or state in _REFUSED:
+            return True
+        return not write and state.startswith(_DROPPED_PREFIXES)
+    return not write and isinstance(exc, (OSError, TimeoutError))
+
+
+def _is_driver_error(exc: BaseException, asyncpg: ModuleType) -> bool:
+    return isinstance(exc, (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError))
+
+
+async def _backoff(attempt: int) -> None:
+    delay = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
+    await anyio.sleep(delay * (0.5 + random.random()))
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class PgPool:
+    """An asyncpg pool opened lazily, with the schema migrated on first open.
+
+    :param dsn: a ``postgresql://`` URL.
+    :param min_size: connections kept open.
+    :param max_size: most connections at once.
+    :param statement_cache_size: asyncpg's prepared-statement cache per connection (0 behind PgBouncer in
+        transaction mode); None keeps asyncpg's default.
+    """
+
+    def __init__(self, dsn: str, *, min_size: int, max_size: int, statement_cache_size: int | None) -> None:
+        self._asyncpg = import_asyncpg()
+        self.dsn = dsn
+        self._min_size = min_size
+        self._max_size = max_size
+        self._cache = statement_cache_size
+        self._pool: Any = None
+        self._state = _State.NEW
+        self._lock = anyio.Lock()
+
+    def _is(self, state: _State) -> bool:
+        return self._state is state
+
+    @property
+    def state(self) -> str:
+        """``new``, ``open`` or ``closed``."""
+        return self._state.value
+
+    @property
+    def closed(self) -> bool:
+        return self._state is _State.CLOSED
+
+    async def open(self, label: str) -> None:
+        """Create the pool and migrate the schema; idempotent. ``label`` names the store in errors."""
+        if self._state is _State.OPEN:
+            await anyio.lowlevel.checkpoint()
+            return
+        async with self._lock:
+            if self._is(_State.OPEN):
+                return
+            if self._is(_State.CLOSED):
+                raise StorageError(f"{label} is closed")
+            kwargs: dict[str, Any] = {
+                "min_size": self._min_size, "max_size": self._max_size, "reset": _keep_session,
+                "server_settings": {"TimeZone": "UTC", "application_name": "threadmind"},
+            }
+            if self._cache is not None:
+                kwargs["statement_cache_size"] = self._cache
+            pool = None
+            try:
+                for attempt in range(_TRIES):
+                    try:
+                        pool = await self._asyncpg.create_pool(self.dsn, **kwargs)
+                        break
+                    except Exception as exc:
+                        if isinstance(exc, self._asyncpg.ClientConfigurationError) or isinstance(exc, ValueError):
+                            raise ConfigError(f"dsn is not a usable PostgreSQL URL ({exc})") from exc
+                        if attempt + 1 < _TRIES and _is_driver_error(exc, self._asyncpg) \
+                                and _transient(exc, write=False):
+                            await _backoff(attempt)
+                            continue
+                        raise
+                assert pool is not None
+                async with pool.acquire() as conn:
+                    await migrate(conn)
+            except BaseException as exc:
+                if pool is not None:
+                    with anyio.CancelScope(shield=True):
+                        await _close_pool(pool)
+                if isinstance(exc, Exception) and _is_driver_error(exc, self._asyncpg):
+                    raise storage_error(exc, f"open of {label}") from exc
+                raise
+            self._pool = pool
+            self._state = _State.OPEN
+
+    async def close(self) -> None:
+        """Close every connection (waits for borrowed ones briefly, then terminates); idempotent."""
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                pool, self._pool, self._state = self._pool, None, _State.CLOSED
+                if pool is not None:
+                    await _close_pool(pool)
+
+    async def _ready(self, label: str) -> Any:
+        if self._state is not _State.OPEN:
+            await self.open(label)
+        pool = self._pool
+        if pool is None:
+            raise StorageError(f"{label} is closed")
+        return pool
+
+    async def read(self, fn: Callable[[Conn], Awaitable[T]], label: str, doing: str) -> T:
+        """Run ``fn(conn)`` on a pooled connection; transient failures are retried (reads are always safe to)."""
+        return await self._run(fn, label, doing, write=False)
+
+    async def write(self, fn: Callable[[Conn], Awaitable[T]], label: str, doing: str) -> T:
+        """Run ``fn(conn)`` shielded from cancellation; retried only when it provably was not applied."""
+        return await self._run(fn, label, doing, write=True)
+
+    async def _run(self, fn: Callable[[Conn], Awaitable[T]], label: str, doing: str, *, write: bool) -> T:
+        if not tracing_enabled():  # no SDK: not even a no-op span on the hot path
+            return await self._attempts(fn, label, doing, write)
+        name = "threadmind.store.write" if write else "threadmind.store.read"
+        with get_tracer().start_as_current_span(
+                name, attributes={ATTR_DB_SYSTEM: "postgresql", "db.operation.name": doing}):
+            return await self._attempts(fn, label, doing, write)
+
+    async def _attempts(self, fn: Callable[[Conn], Awaitable[T]], label: str, doing: str, write: bool) -> T:
+        pool = await self._ready(label)
+        for attempt in range(_TRIES):
+            last = attempt + 1 == _TRIES
+            try:
+                conn = await pool.acquire()
+            except Exception as exc:  # nothing was sent: safe to retry for writes too
+                if self._state is _State.CLOSED:
+                    raise StorageError(f"{label} is closed") from exc
+                if not _is_driver_error(exc, self._asyncpg):
+                    raise
+                if last or not _transient(exc, write=False):
+                    raise storage_error(exc, doing) from exc
+                await _backoff(attempt)
+                continue
+            error: Exception | None = None
+            try:
+                if write:
+                    with anyio.CancelScope(shield=True):
+                        result = await fn(conn)
+                else:
+                    result = await fn(conn)
+            except Exception as exc:
+                error = exc
+            finally:
+                await _release(pool, conn)
+            if error is None:
+                if write:
+                    await anyio.lowlevel.checkpoint_if_cancelled()
+                return result
+            if not _is_driver_error(error, self._asyncpg):
+                raise error
+            if last or not _transient(error, write=write):
+                raise self._failure(error, doing, write) from error
+            await _backoff(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _failure(exc: Exception, doing: str, write: bool) -> StorageError:
+        err = storage_error(exc, doing)
+        state = getattr(exc, "sqlstate", None)
+        dropped = state.startswith(_DROPPED_PREFIXES) if isinstance(state, str) else isinstance(exc, OSError)
+        if write and dropped:
+            err = StorageError(f"{err.message}; the connection broke, so the write may or may not have been applied")
+            err.__cause__ = exc
+        return err
+
+
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset on release: nothing to send. asyncpg's default (``RESET ALL``, ``UNLISTEN *``, unlocking
+    session advisory locks, ``CLOSE ALL``) is one more round trip per operation, and undoes nothing here: the store
+    never changes session state (an open transaction is still rolled back by asyncpg itself)."""
+
+
+async def _release(pool: Any, conn: Any) -> None:
+    with anyio.CancelScope(shield=True):
+        try:
+            await pool.release(conn)
+        except Exception:  # pragma: no cover - a broken connection is discarded by the pool
+            pass
+
+
+async def _close_pool(pool: Any) -> None:
+    with anyio.move_on_after(10.0) as scope:
+        await pool.close()
+    if scope.cancelled_caught:
+        pool.terminate()

@@ -1,0 +1,137 @@
+"""``list_messages`` and ``get_thread_with_tail`` for ``PostgresStore``: one validated query, its SQL, its page.
+
+A page is one statement: the rows plus the total as a scalar subquery (``COUNT(*)`` runs only when the caller wants
+a total; without it the page reads one row past its end to tell whether more follow). Include windows are one
+more statement for any number of windows: each target found by id (within the resource when one is given) and
+its ``N`` previous / ``M`` next rows of its own thread by keyset on (``"createdAt"``, sequence, id), through
+``LATERAL`` subqueries the ``(thread_id, "createdAt")`` index serves. The thread-with-tail read is one statement
+returning the thread row, the newest page and the count together (one snapshot).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..codecs import Thread
+from . import _query as q
+from ._postgres_rows import (
+    MSG_COLS,
+    MSG_FROM,
+    MSG_KEY,
+    MSG_SEQ,
+    THREAD_COLS,
+    Params,
+    content_filter,
+    keyed,
+    order_by,
+)
+from ._postgres_rows import thread_from_row as _thread
+from ._protocol import MessagePage, MessageQuery
+
+__all__ = ("MessageReads",)
+
+_INCLUDES = f"""
+WITH inc AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS x(id, prev, next)),
+tgt AS (
+  SELECT inc.prev, inc.next, m.id, m.thread_id, m."createdAt" AS c, {MSG_SEQ} AS q
+  FROM inc JOIN mastra_messages m ON m.id = inc.id{{resource}}
+)
+SELECT w.* FROM tgt CROSS JOIN LATERAL (
+  (SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = tgt.id)
+  UNION ALL
+  (SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = tgt.thread_id{{resource}}
+     AND {MSG_KEY} < (tgt.c, tgt.q, tgt.id COLLATE "C") ORDER BY {order_by(True)} LIMIT tgt.prev)
+  UNION ALL
+  (SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = tgt.thread_id{{resource}}
+     AND {MSG_KEY} > (tgt.c, tgt.q, tgt.id COLLATE "C") ORDER BY {order_by(False)} LIMIT tgt.next)
+) w
+"""
+_INCLUDES_ANY = _INCLUDES.replace("{resource}", "")
+_INCLUDES_IN_RESOURCE = _INCLUDES.replace("{resource}", ' AND m."resourceId" = $4')
+
+
+class MessageReads:
+    """The statements of one ``MessageQuery`` (validated on construction: errors before any connection)."""
+
+    def __init__(self, query: MessageQuery) -> None:
+        self.query = query
+        flt = self.flt = q.validate_message_query(query)
+        # One thread (nearly every call) as `=`: a generic plan then estimates one thread's rows, not ANY's guess.
+        single = len(flt.thread_ids) == 1
+        params = Params(flt.thread_ids[0] if single else flt.thread_ids)
+        where = ["m.thread_id = $1::text" if single else "m.thread_id = ANY($1::text[])"]
+        if flt.resource_id is not None:
+            where.append(f'm."resourceId" = {params.add(flt.resource_id)}')
+        if flt.start is not None:
+            op = ">" if flt.start_exclusive else ">="
+            where.append(f'COALESCE(m."createdAtZ", m."createdAt") {op} {params.add(flt.start)}::timestamptz')
+        if flt.end is not None:
+            op = "<" if flt.end_exclusive else "<="
+            where.append(f'COALESCE(m."createdAtZ", m."createdAt") {op} {params.add(flt.end)}::timestamptz')
+        where.extend(content_filter(flt.metadata, params))
+        self._where = " AND ".join(where)
+        self._params = params.values
+
+    def _count_sql(self) -> str:
+        return f"SELECT count(*) FROM mastra_messages m WHERE {self._where}"
+
+    def _page_sql(self, limit_at: int, counted: bool) -> str:
+        total = f", ({self._count_sql()})" if counted else ""
+        order = order_by(self.flt.descending)
+        return (f"SELECT {MSG_COLS}{total} FROM {MSG_FROM} WHERE {self._where} ORDER BY {order} "
+                f"LIMIT ${limit_at} OFFSET ${limit_at + 1}")
+
+    async def _rows(self, conn: Any) -> tuple[list[Any], int]:
+        """The page's rows and the total (through this page, +1 when more follow, without ``include_total``)."""
+        flt = self.flt
+        if flt.limit == 0:
+            return [], 0
+        at = len(self._params) + 1
+        if not self.query.include_total:
+            peek = None if flt.limit is None else flt.limit + 1
+            rows = list(await conn.fetch(self._page_sql(at, False), *self._params, peek, flt.offset))
+            more = flt.limit is not None and len(rows) > flt.limit
+            if more:
+                rows.pop()
+            return rows, flt.offset + len(rows) + (1 if more else 0)
+        rows = list(await conn.fetch(self._page_sql(at, True), *self._params, flt.limit, flt.offset))
+        if rows:
+            return rows, int(rows[0][9])
+        if flt.offset == 0:
+            return [], 0
+        return [], int(await conn.fetchval(self._count_sql(), *self._params))
+
+    async def _includes(self, conn: Any) -> list[Any]:
+        flt = self.flt
+        if not flt.include:
+            return []
+        args: list[Any] = [[i.id for i in flt.include], [i.with_previous_messages for i in flt.include],
+                           [i.with_next_messages for i in flt.include]]
+        if flt.resource_id is None:
+            return list(await conn.fetch(_INCLUDES_ANY, *args))
+        return list(await conn.fetch(_INCLUDES_IN_RESOURCE, *args, flt.resource_id))
+
+    def _assemble(self, rows: list[Any], extra: list[Any], total: int) -> MessagePage:
+        flt = self.flt
+        page = keyed(rows)
+        messages = q.assemble(page, keyed(extra), flt.descending)
+        return MessagePage(messages=messages, total=total, page=self.query.page, per_page=self.query.per_page,
+                           has_more=q.messages_has_more(flt, len(page), total, messages))
+
+    async def page(self, conn: Any) -> MessagePage:
+        """The page (reference §5.3 semantics) on ``conn``."""
+        rows, total = await self._rows(conn)
+        return self._assemble(rows, await self._includes(conn), total)
+
+    async def with_thread(self, conn: Any) -> tuple[Thread | None, MessagePage]:
+        """(for a single-thread DESC query without filters) the thread row, the page and the count at once."""
+        flt = self.flt
+        row = await conn.fetchrow(
+            f"SELECT (SELECT ROW({THREAD_COLS}) FROM mastra_threads t WHERE t.id = $1), "
+            "(SELECT count(*) FROM mastra_messages m WHERE m.thread_id = $1), "
+            f"ARRAY(SELECT ROW({MSG_COLS}) FROM {MSG_FROM} WHERE m.thread_id = $1 ORDER BY {order_by(True)} "
+            "LIMIT $2 OFFSET $3)", flt.thread_ids[0], flt.limit, flt.offset)
+        thread = None if row[0] is None else _thread(row[0])
+        total = int(row[1])
+        rows = list(row[2]) if flt.limit != 0 else []
+        return thread, self._assemble(rows, [], total if flt.limit != 0 else 0)

@@ -1,0 +1,194 @@
+"""Vector records in PostgreSQL: the ``VectorRecords`` protocol over ``PostgresStore``'s ``threadmind_vector*`` tables.
+
+The same tables, columns and semantics as the SQLite store's (``_vector_records``), with embeddings as ``bytea``.
+Every change takes the next number from the one-row ``threadmind_vector_seq`` counter inside its own statement; the
+row lock that ``UPDATE`` takes is held until commit, so changes from any number of processes get their numbers in
+commit order and a reader that has seen number ``n`` has seen every change up to ``n`` (``load`` replays
+exactly what it missed). Each change is one statement in autocommit: applied whole or not at all.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ._vector_records import PendingVector, VectorRecord
+
+__all__ = ("PostgresVectorRecords",)
+
+_COLUMNS = "vector_id, message_id, thread_id, resource_id, role, created_at, embedding"
+_NEXT = "next AS (UPDATE threadmind_vector_seq SET seq = seq + 1 WHERE id = 0 RETURNING seq)"
+
+_UPSERT = f"""
+WITH {_NEXT},
+rec AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[])
+          AS r(vector_id, message_id, thread_id, resource_id, role, created_at, embedding)),
+gone AS (SELECT v.vector_id FROM threadmind_vectors v
+         WHERE v.index_name = $1 AND v.message_id = ANY($3::text[]) AND NOT (v.vector_id = ANY($2::text[]))),
+tomb AS (INSERT INTO threadmind_vector_tombstones (index_name, vector_id, seq)
+         SELECT $1, gone.vector_id, next.seq FROM gone, next
+         ON CONFLICT (index_name, vector_id) DO UPDATE SET seq = EXCLUDED.seq),
+del AS (DELETE FROM threadmind_vectors v USING gone WHERE v.index_name = $1 AND v.vector_id = gone.vector_id),
+pend AS (DELETE FROM threadmind_vector_pending WHERE message_id = ANY($3::text[])),
+ins AS (INSERT INTO threadmind_vectors (index_name, vector_id, message_id, thread_id, resource_id, role, created_at,
+                                        embedding, seq)
+        SELECT $1, rec.vector_id, rec.message_id, rec.thread_id, rec.resource_id, rec.role, rec.created_at,
+               rec.embedding, next.seq FROM rec, next
+        ON CONFLICT (index_name, vector_id) DO UPDATE SET message_id = EXCLUDED.message_id,
+          thread_id = EXCLUDED.thread_id, resource_id = EXCLUDED.resource_id, role = EXCLUDED.role,
+          created_at = EXCLUDED.created_at, embedding = EXCLUDED.embedding, seq = EXCLUDED.seq)
+SELECT seq FROM next
+"""
+
+
+def _delete_where(where: str, pending: str) -> str:
+    """A change that tombstones and deletes the vectors matching ``where`` and the pending entries matching
+    ``pending``."""
+    return f"""
+WITH {_NEXT},
+gone AS (DELETE FROM threadmind_vectors v WHERE {where} RETURNING v.index_name, v.vector_id),
+tomb AS (INSERT INTO threadmind_vector_tombstones (index_name, vector_id, seq)
+         SELECT gone.index_name, gone.vector_id, next.seq FROM gone, next
+         ON CONFLICT (index_name, vector_id) DO UPDATE SET seq = EXCLUDED.seq),
+pend AS (DELETE FROM threadmind_vector_pending p WHERE {pending})
+SELECT seq FROM next
+"""
+
+
+_DELETE_IDS_IN = _delete_where("v.message_id = ANY($2::text[]) AND ($1::text IS NULL OR v.index_name = $1)",
+                               "p.message_id = ANY($2::text[])")
+_DELETE_THREAD = _delete_where("v.thread_id = $1", "p.thread_id = $1")
+_MOVE_THREAD = f"""
+WITH {_NEXT},
+mv AS (UPDATE threadmind_vectors SET resource_id = $2, seq = next.seq FROM next WHERE thread_id = $1),
+pend AS (UPDATE threadmind_vector_pending SET resource_id = $2 WHERE thread_id = $1)
+SELECT seq FROM next
+"""
+
+
+def _record(row: Sequence[Any]) -> VectorRecord:
+    return VectorRecord(vector_id=str(row[0]), message_id=str(row[1]), thread_id=str(row[2]),
+                        resource_id=str(row[3]), role=str(row[4]), created_at=str(row[5]), embedding=bytes(row[6]))
+
+
+def _pending(row: Sequence[Any]) -> PendingVector:
+    return PendingVector(message_id=row[0], thread_id=row[1], resource_id=row[2], attempts=int(row[3]),
+                         last_error=row[4])
+
+
+def _before(before: float | None) -> float:
+    return math.inf if before is None else before
+
+
+class PostgresVectorRecords:
+    """``VectorRecords`` in a ``PostgresStore``'s database (its tables are created when the store opens)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    async def ensure_tables(self) -> None:
+        """Open the store (which creates the tables) before any message save carries a pending mark."""
+        await self._store.open()
+
+    async def _seq(self, sql: str, *args: Any, doing: str) -> int:
+        async def run(conn: Any) -> int:
+            return int(await conn.fetchval(sql, *args))
+
+        result: int = await self._store.run_write(run, doing)
+        return result
+
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
+        """Replace all vectors of the records' messages in ``index_name``; clear their pending entries."""
+        latest = {r.vector_id: r for r in records}  # one row per vector id (the last wins)
+        rows = list(latest.values())
+        return await self._seq(
+            _UPSERT, index_name, [r.vector_id for r in rows], [r.message_id for r in rows],
+            [r.thread_id for r in rows], [r.resource_id for r in rows], [r.role for r in rows],
+            [r.created_at for r in rows], [r.embedding for r in rows], doing="vector upsert")
+
+    async def delete_by_message_ids(self, index_name: str | None, ids: Sequence[str]) -> int:
+        """Delete the messages' vectors (in every index when ``index_name`` is None) and pending entries."""
+        return await self._seq(_DELETE_IDS_IN, index_name, list(ids), doing="vector delete")
+
+    async def delete_by_thread(self, thread_id: str) -> int:
+        """Delete every vector and pending entry of a thread, in all indexes."""
+        return await self._seq(_DELETE_THREAD, thread_id, doing="vector delete")
+
+    async def move_thread(self, thread_id: str, resource_id: str) -> int:
+        """Give the thread's vectors and pending entries a new ``resource_id``."""
+        return await self._seq(_MOVE_THREAD, thread_id, resource_id, doing="vector move")
+
+    async def load(self, index_name: str, since_seq: int = 0) -> tuple[list[VectorRecord], list[str], int]:
+        """Records changed after ``since_seq``, vector ids deleted after it (and not live), the current seq."""
+
+        async def run(conn: Any) -> tuple[list[VectorRecord], list[str], int]:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):  # one snapshot for all three
+                current = int(await conn.fetchval("SELECT seq FROM threadmind_vector_seq WHERE id = 0") or 0)
+                records = [_record(row) for row in await conn.fetch(
+                    f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE index_name = $1 AND seq > $2 "
+                    "ORDER BY seq, vector_id", index_name, since_seq)]
+                deleted: list[str] = []
+                if since_seq > 0:
+                    deleted = [str(row[0]) for row in await conn.fetch(
+                        "SELECT t.vector_id FROM threadmind_vector_tombstones t WHERE t.index_name = $1 "
+                        "AND t.seq > $2 AND NOT EXISTS (SELECT 1 FROM threadmind_vectors v "
+                        "WHERE v.index_name = t.index_name AND v.vector_id = t.vector_id) ORDER BY t.seq, t.vector_id",
+                        index_name, since_seq)]
+            return records, deleted, current
+
+        result: tuple[list[VectorRecord], list[str], int] = await self._store.run_read(run, "vector load")
+        return result
+
+    async def records_for_messages(self, index_name: str, ids: Sequence[str]) -> list[VectorRecord]:
+        """The live records of these messages (used to copy vectors when a thread is cloned)."""
+        rows = await self._store.run_read(lambda conn: conn.fetch(
+            f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE index_name = $1 AND message_id = ANY($2::text[]) "
+            'ORDER BY message_id COLLATE "C", vector_id COLLATE "C"', index_name, list(ids)), "vector read")
+        return [_record(row) for row in rows]
+
+    async def prune_tombstones(self, index_name: str, upto_seq: int) -> None:
+        """Forget tombstones a saved snapshot already reflects."""
+        await self._store.run_write(lambda conn: conn.execute(
+            "DELETE FROM threadmind_vector_tombstones WHERE index_name = $1 AND seq <= $2", index_name, upto_seq),
+            "vector prune")
+
+    async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
+        """Record messages that need vectors; an existing entry gets ``attempts + 1`` and the new error."""
+        latest = {p.message_id: p for p in items}
+        now = time.time()
+        await self._store.run_write(lambda conn: conn.execute(
+            "INSERT INTO threadmind_vector_pending (message_id, thread_id, resource_id, attempts, last_error, "
+            "created_at, updated_at) SELECT u.m, u.t, u.r, 1, $4, $5, $5 FROM unnest($1::text[], $2::text[], "
+            "$3::text[]) AS u(m, t, r) ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, "
+            "resource_id = EXCLUDED.resource_id, attempts = threadmind_vector_pending.attempts + 1, "
+            "last_error = EXCLUDED.last_error, updated_at = EXCLUDED.updated_at",
+            list(latest), [p.thread_id for p in latest.values()], [p.resource_id for p in latest.values()], error,
+            now), "vector pending")
+
+    async def take_pending(self, limit: int, before: float | None = None) -> list[PendingVector]:
+        """Up to ``limit`` pending entries, least attempted first (they stay until cleared)."""
+        rows = await self._store.run_read(lambda conn: conn.fetch(
+            "SELECT message_id, thread_id, resource_id, attempts, last_error FROM threadmind_vector_pending "
+            'WHERE attempts > 0 OR created_at < $1 ORDER BY attempts, updated_at, message_id COLLATE "C" LIMIT $2',
+            _before(before), limit), "vector pending")
+        return [_pending(row) for row in rows]
+
+    async def clear_pending(self, ids: Sequence[str]) -> None:
+        """Remove pending entries by message id."""
+        await self._store.run_write(lambda conn: conn.execute(
+            "DELETE FROM threadmind_vector_pending WHERE message_id = ANY($1::text[])", list(ids)), "vector pending")
+
+    async def pending_count(self, before: float | None = None) -> int:
+        """How many messages are pending (``before`` as in :meth:`take_pending`)."""
+        count = await self._store.run_read(lambda conn: conn.fetchval(
+            "SELECT count(*) FROM threadmind_vector_pending WHERE attempts > 0 OR created_at < $1", _before(before)),
+            "vector pending")
+        return int(count)
+
+    async def message_ids_with_vectors(self, index_name: str) -> set[str]:
+        """Ids of messages that have at least one vector in ``index_name``."""
+        rows = await self._store.run_read(lambda conn: conn.fetch(
+            "SELECT DISTINCT message_id FROM threadmind_vectors WHERE index_name = $1", index_name), "vector read")
+        return {str(row[0]) for row in rows}

@@ -1,0 +1,259 @@
+"""The processes sharing one SQLite file, and how they keep out of each other's way: a lock file beside it.
+
+SQLite serializes writers on its own; what it does not do is tell a process that another one changed the
+file (so its caches can be trusted or not), or give one process a thread for a whole agent turn. Both go
+through ``<database>-threadmind.lock``, with POSIX record locks (held by the kernel for the process, and
+released the instant it dies, even by SIGKILL) and a few bytes of shared data:
+
+* **Presence.** Each process holds an exclusive lock on one slot byte for as long as it has the file open, and
+  writes its pid and a heartbeat time into the slot's data. Whether another process is present is one
+  ``F_GETLK`` over the slot bytes; a slot whose lock is gone is free again.
+* **Generation.** A counter every process increments when it arrives (after taking its slot, before its first
+  write). A process that found itself alone remembers the generation: while it is unchanged, nobody else has
+  had the file open since, so its caches are exact. Otherwise it reads through to the database.
+* **Thread holds.** An agent turn holds an exclusive lock on the byte ``TURN_BASE + hash(thread)``. Another
+  process's turn on the thread waits for it (polling with backoff; ``reject`` gives up at once). A holder that
+  dies releases it at once; a holder that is alive but frozen (its heartbeat older than ``lease_ttl``) is taken
+  over through the database (see ``SQLiteStore.acquire_lease``), and its later writes are refused.
+
+Within one process, locks on the same file are shared by every store object on it (POSIX locks belong to the
+process, and closing any descriptor of the file would drop them all), so one ``Peers`` object per file holds
+the descriptor and keeps an in-process table of who holds which thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import mmap
+import os
+import struct
+import threading
+import time
+import weakref
+from typing import Final
+
+__all__ = ("Peers", "peers_for")
+
+_FLOCK: Final = struct.Struct("hhqqi4x")  # struct flock on Linux (l_type, l_whence, l_start, l_len, l_pid)
+_U64: Final = struct.Struct("<Q")
+_SLOT: Final = struct.Struct("<Qd")  # pid, heartbeat (time.time())
+
+_MAGIC: Final = b"TMLOCK01"
+_GEN_OFFSET: Final = 8  # the generation counter (u64)
+_TAKEOVERS_OFFSET: Final = 24  # how many holds were ever taken over through the database (u64)
+_HEADER_LOCK: Final = 16  # one byte: held while the header or the slot table is updated
+SLOTS: Final = 256  # processes that can share one file at once
+_SLOT_LOCKS: Final = 1024  # SLOTS bytes: a process's presence
+_SLOT_DATA: Final = 4096  # SLOTS x 16 bytes: pid and heartbeat
+_FILE_SIZE: Final = _SLOT_DATA + SLOTS * _SLOT.size
+TURN_BASE: Final = 1 << 32  # thread-hold bytes live in [TURN_BASE, TURN_BASE + TURN_SPACE)
+TURN_SPACE: Final = 1 << 40
+
+
+def _flock(kind: int, start: int, length: int = 1) -> bytes:
+    return _FLOCK.pack(kind, os.SEEK_SET, start, length, 0)
+
+
+def _turn_byte(key: str) -> int:
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return TURN_BASE + int.from_bytes(digest, "little") % TURN_SPACE
+
+
+class Peers:
+    """Coordination of the processes on one database file (see the module docstring). Use :func:`peers_for`."""
+
+    def __init__(self, db_path: str) -> None:
+        self.lock_path = f"{db_path}-threadmind.lock"
+        self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._mutex = threading.Lock()  # store objects of one process may run on different threads
+        self._users = 0
+        self._slot: int | None = None
+        self._held: dict[str, object] = {}  # key -> the in-process holder (one Memory's turn)
+        self._alone_generation: int | None = None  # the generation when this process last found itself alone
+        self.epoch = 0  # bumped whenever this process starts trusting its caches again
+        try:
+            self._prepare()
+            self._map = mmap.mmap(self._fd, _FILE_SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    # lifecycle -----------------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        with self._header_locked():
+            head = os.pread(self._fd, len(_MAGIC), 0)
+            if head != _MAGIC or os.fstat(self._fd).st_size < _FILE_SIZE:
+                os.ftruncate(self._fd, _FILE_SIZE)
+                os.pwrite(self._fd, _MAGIC, 0)
+
+    def attach(self) -> None:
+        """A store object on this file opened: the first one takes a presence slot and bumps the generation.
+
+        :raises OSError: every slot is taken (more than ``SLOTS`` processes on one file).
+        """
+        with self._mutex:
+            self._users += 1
+            if self._slot is not None:
+                return
+            try:
+                with self._header_locked():
+                    self._slot = self._claim_slot()
+                    self._beat_now()
+                    generation = _U64.unpack(os.pread(self._fd, 8, _GEN_OFFSET))[0] + 1
+                    os.pwrite(self._fd, _U64.pack(generation), _GEN_OFFSET)
+            except BaseException:
+                self._users -= 1
+                raise
+
+    def detach(self) -> None:
+        """A store object closed: the last one gives the slot (and any hold) back."""
+        with self._mutex:
+            self._users -= 1
+            if self._users > 0 or self._slot is None:
+                return
+            slot, self._slot = self._slot, None
+            os.pwrite(self._fd, _SLOT.pack(0, 0.0), _SLOT_DATA + slot * _SLOT.size)
+            self._unlock(_SLOT_LOCKS + slot)
+            for key in list(self._held):
+                self._unlock(_turn_byte(key))
+            self._held.clear()
+            self._alone_generation = None
+
+    def _claim_slot(self) -> int:
+        for slot in range(SLOTS):
+            if self._try_lock(_SLOT_LOCKS + slot):
+                return slot
+        raise OSError(errno.EAGAIN, f"more than {SLOTS} processes have {self.lock_path!r} open")
+
+    # presence and caches -------------------------------------------------------------------------
+    def alone(self) -> bool:
+        """True while no other process has had the file open since this one last found itself alone.
+
+        Cheap when alone (a read of the shared generation); otherwise one ``F_GETLK`` to see whether the others
+        have gone. Going from shared back to alone bumps :attr:`epoch` (caches built meanwhile are dropped).
+        """
+        generation = _U64.unpack_from(self._map, _GEN_OFFSET)[0]
+        if self._alone_generation == generation:
+            return True
+        # Read the generation before looking for others: an arrival after this read changes it (and is
+        # seen next time); one before it holds its slot already (and is seen now).
+        if self._holder(_SLOT_LOCKS, SLOTS) is not None:
+            self._alone_generation = None
+            return False
+        with self._mutex:
+            if self._alone_generation != generation:
+                self._alone_generation = generation
+                self.epoch += 1
+        return True
+
+    def beat(self) -> None:
+        """Tell the others this process is alive (its turns are not frozen)."""
+        with self._mutex:
+            if self._slot is not None:
+                self._beat_now()
+
+    def _beat_now(self) -> None:
+        assert self._slot is not None
+        os.pwrite(self._fd, _SLOT.pack(os.getpid(), time.time()), _SLOT_DATA + self._slot * _SLOT.size)
+
+    def heartbeat_of(self, pid: int) -> float | None:
+        """The last heartbeat time of the present process ``pid``, or None if it holds no slot."""
+        for slot in range(SLOTS):
+            found, beat = _SLOT.unpack_from(self._map, _SLOT_DATA + slot * _SLOT.size)
+            if found == pid and self._holder(_SLOT_LOCKS + slot) == pid:
+                return float(beat)
+        return None
+
+    # takeovers -----------------------------------------------------------------------------------
+    def takeovers(self) -> int:
+        """How many holds on this file were ever taken over through the database (0: no lease row exists)."""
+        return int(_U64.unpack_from(self._map, _TAKEOVERS_OFFSET)[0])
+
+    def note_takeover(self) -> None:
+        """Count a takeover (so every process checks lease rows from now on)."""
+        with self._header_locked():
+            count = _U64.unpack(os.pread(self._fd, 8, _TAKEOVERS_OFFSET))[0] + 1
+            os.pwrite(self._fd, _U64.pack(count), _TAKEOVERS_OFFSET)
+
+    # thread holds --------------------------------------------------------------------------------
+    def try_hold(self, key: str, holder: object) -> int | None:
+        """Take ``key`` for ``holder``; None when taken, else the pid of the process holding it (0: another
+        holder in this process)."""
+        with self._mutex:
+            if key in self._held:
+                return 0
+            byte = _turn_byte(key)
+            if self._try_lock(byte):
+                self._held[key] = holder
+                return None
+        return self._holder(byte) or -1
+
+    def release(self, key: str, holder: object) -> None:
+        """Give ``key`` back (no-op unless ``holder`` holds it)."""
+        with self._mutex:
+            if self._held.get(key) is holder:
+                del self._held[key]
+                self._unlock(_turn_byte(key))
+
+    def holds(self, key: str, holder: object) -> bool:
+        """Whether ``holder`` holds ``key`` in this process."""
+        return self._held.get(key) is holder
+
+    # locks ---------------------------------------------------------------------------------------
+    def _try_lock(self, byte: int) -> bool:
+        try:
+            fcntl.fcntl(self._fd, fcntl.F_SETLK, _flock(fcntl.F_WRLCK, byte))
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return False
+            raise
+        return True
+
+    def _unlock(self, byte: int) -> None:
+        fcntl.fcntl(self._fd, fcntl.F_SETLK, _flock(fcntl.F_UNLCK, byte))
+
+    def _holder(self, start: int, length: int = 1) -> int | None:
+        """The pid of another process holding a lock in the range, or None."""
+        answer = fcntl.fcntl(self._fd, fcntl.F_GETLK, _flock(fcntl.F_WRLCK, start, length))
+        kind, _, _, _, pid = _FLOCK.unpack(answer)
+        return None if kind == fcntl.F_UNLCK else int(pid)
+
+    def _header_locked(self) -> _HeaderLock:
+        return _HeaderLock(self._fd)
+
+    def __del__(self) -> None:
+        mapping = getattr(self, "_map", None)
+        if mapping is not None:
+            mapping.close()
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)
+
+
+
+class _HeaderLock:
+    """Blocking exclusive lock on the header byte (held for microseconds while slots or the counter change)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def __enter__(self) -> None:
+        fcntl.fcntl(self._fd, fcntl.F_SETLKW, _flock(fcntl.F_WRLCK, _HEADER_LOCK))
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.fcntl(self._fd, fcntl.F_SETLK, _flock(fcntl.F_UNLCK, _HEADER_LOCK))
+
+
+_BY_FILE: weakref.WeakValueDictionary[tuple[int, int], Peers] = weakref.WeakValueDictionary()
+_BY_FILE_LOCK = threading.Lock()
+
+
+def peers_for(db_path: str, identity: tuple[int, int]) -> Peers:
+    """The one ``Peers`` of this process for the database file ``identity`` (device, inode)."""
+    with _BY_FILE_LOCK:
+        peers = _BY_FILE.get(identity)
+        if peers is None:
+            peers = _BY_FILE[identity] = Peers(db_path)
+        return peers
