@@ -50,6 +50,7 @@ DRAFT_07 = "http://json-schema.org/draft-07/schema#"
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 _DEFS = ("$defs", "definitions")
 _DATA = frozenset({"enum", "const", "default", "examples"})  # values, not schemas: never searched for $ref
+_NAMED = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})  # name -> schema
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
 _INSTALL = "pip install 'threadmind[schema]'"
 _MESSAGE_CHARS = 300
@@ -330,12 +331,11 @@ def _inline(node: Any, root: Mapping[str, Any], stack: tuple[str, ...], siblings
         return node
     ref = node.get("$ref")
     if not isinstance(ref, str):
-        return {key: value if key in _DATA else _inline(value, root, stack, siblings) for key, value in node.items()}
+        return _map_schema(node, lambda sub: _inline(sub, root, stack, siblings))
     if ref in stack:
         raise _Recursive(ref)
     resolved = _inline(_pointer(root, ref), root, (*stack, ref), siblings)
-    rest = {key: value if key in _DATA else _inline(value, root, stack, siblings)
-            for key, value in node.items() if key != "$ref"}
+    rest = _map_schema(_without(node, ("$ref",)), lambda sub: _inline(sub, root, stack, siblings))
     if not rest or not siblings:
         return resolved
     if isinstance(resolved, dict) and not (set(rest) & set(resolved)) - _ANNOTATIONS:
@@ -386,7 +386,7 @@ def _rebase(node: Any) -> Any:
         return [_rebase(item) for item in node]
     if not isinstance(node, Mapping):
         return node
-    out = {key: value if key in _DATA else _rebase(value) for key, value in node.items()}
+    out = _map_schema(node, _rebase)
     ref = out.get("$ref")
     if isinstance(ref, str) and ref.startswith("#") and not ref.startswith(("#/$defs/", "#/definitions/")):
         out["$ref"] = "#/properties/memory" + ref[1:]
@@ -394,6 +394,20 @@ def _rebase(node: Any) -> Any:
 
 
 # helpers ---------------------------------------------------------------------------------------------
+def _map_schema(node: Mapping[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
+    """A schema object with ``fn`` applied to what may hold subschemas: values (``enum``, ``default``...) are
+    kept as they are, and in ``properties``-like maps only the schemas, never the names, are looked at."""
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DATA:
+            out[key] = value
+        elif key in _NAMED and isinstance(value, Mapping):
+            out[key] = {name: fn(sub) for name, sub in value.items()}
+        else:
+            out[key] = fn(value)
+    return out
+
+
 def _without(schema: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
     return {key: value for key, value in schema.items() if key not in keys}
 

@@ -482,6 +482,16 @@ class TestDrafts:
             refused = await _update(modern, {"n": 50})
             assert refused["error"] is True and "memory.n" in refused["message"]
 
+    async def test_property_names_are_not_keywords(self) -> None:
+        """A property called ``default`` or ``enum`` is a schema like any other: its ``$ref`` is inlined."""
+        schema = {"type": "object", "$defs": {"pos": {"type": "integer", "minimum": 1}},
+                  "properties": {"default": {"$ref": "#/$defs/pos"}, "enum": {"type": "string"}}}
+        async with _memory(schema) as memory:
+            shown = memory.list_tools()["updateWorkingMemory"].parameters["properties"]["memory"]
+            assert shown["properties"] == {"default": {"type": "integer", "minimum": 1}, "enum": {"type": "string"}}
+            refused = await _update(memory, {"default": 0})
+            assert refused["error"] is True and "memory.default" in refused["message"]
+
     async def test_recursive_schema_keeps_its_defs(self) -> None:
         async with _memory(Node) as memory:
             params = memory.list_tools()["updateWorkingMemory"].parameters
