@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ._working_memory_schema import CompiledSchema, compile_schema, schema_repr
 from .errors import ConfigError
 
 __all__ = (
@@ -171,11 +172,17 @@ class SemanticRecallConfig(msgspec.Struct, **_CFG):
 
 
 class WorkingMemoryConfig(msgspec.Struct, **_CFG):
-    """Persistent user facts: a Markdown template or a JSON schema, per resource or per thread."""
+    """Persistent user facts: a Markdown template or a schema, per resource or per thread.
+
+    ``schema`` is a JSON Schema dict, a Pydantic model class (v2) or a msgspec ``Struct`` type: its JSON Schema
+    is what the model sees, every update is merged into the stored document and the whole is validated by it,
+    and :meth:`Memory.get_working_memory_object` reads the document back as the type (see
+    ``threadmind._working_memory_schema``). A JSON Schema needs the ``threadmind[schema]`` extra (jsonschema).
+    """
 
     enabled: bool = False
     template: str | None = None
-    schema: dict[str, Any] | None = None
+    schema: Any = None  # dict | type[pydantic.BaseModel] | type[msgspec.Struct] | None: checked below
     scope: Literal["resource", "thread"] = "resource"
     # Mastra's other working-memory switches, accepted at the value whose behaviour threadmind has.
     version: Literal["stable", "vnext"] = "stable"
@@ -187,8 +194,8 @@ class WorkingMemoryConfig(msgspec.Struct, **_CFG):
         _one_of(self.scope, ("resource", "thread"), "workingMemory.scope")
         if self.template is not None and not isinstance(self.template, str):
             raise ConfigError(f"workingMemory.template must be a string, got {self.template!r}")
-        if self.schema is not None and not isinstance(self.schema, dict):
-            raise ConfigError(f"workingMemory.schema must be a JSON schema object, got {self.schema!r}")
+        if self.schema is not None:
+            compile_schema(self.schema)  # cached per type / schema text: per-call merges stay cheap
         if self.template is not None and self.schema is not None:
             raise ConfigError("workingMemory takes either a template or a schema, not both")
         _one_of(self.version, ("stable", "vnext"), "workingMemory.version")
@@ -196,6 +203,16 @@ class WorkingMemoryConfig(msgspec.Struct, **_CFG):
                      "implemented")
         _unsupported(self.agent_managed, False, "workingMemory.agentManaged", "agent-managed working memory is not "
                      "implemented")
+
+    @property
+    def compiled_schema(self) -> CompiledSchema | None:
+        """The schema ready to use (its JSON Schema, the whole-document check, the typed read), or None."""
+        return None if self.schema is None else compile_schema(self.schema)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={schema_repr(value) if name == 'schema' and value is not None else repr(value)}"
+                           for name, value in ((name, getattr(self, name)) for name in self.__struct_fields__))
+        return f"WorkingMemoryConfig({fields})"
 
 
 class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):

@@ -235,12 +235,13 @@ class TestStartAndCloseFromAnyTask:
         assert await self._reopened_ids(tmp_path / "m.db") == ["a"]
 
     async def test_a_failed_start_can_be_retried(self, tmp_path: Path) -> None:
-        memory = Memory(storage=SQLiteStore(tmp_path / "missing" / "m.db"))
+        (tmp_path / "m.db").mkdir()  # a folder where the database file should be: SQLite cannot open it
+        memory = Memory(storage=SQLiteStore(tmp_path / "m.db"))
         for _ in range(2):
             with anyio.fail_after(5), pytest.raises(StorageError, match="cannot open"):
                 await memory.start()
-        (tmp_path / "missing").mkdir()
-        async with memory:  # the directory exists now: a fresh attempt succeeds
+        (tmp_path / "m.db").rmdir()
+        async with memory:  # the path is free now: a fresh attempt succeeds
             await memory.create_thread(resource_id="r1", thread_id="t1")
 
     async def test_the_cap_comes_back_after_a_burst_and_idle_actors_are_passivated(self, tmp_path: Path) -> None:

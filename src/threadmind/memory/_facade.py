@@ -540,6 +540,36 @@ class Memory:
                             resource_id=resource_id):
             return await read_working_memory(self._core, config, thread_id, resource_id)
 
+    async def get_working_memory_object(
+        self,
+        *,
+        thread_id: str,
+        resource_id: str | None = None,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> Any:
+        """The stored working memory read through ``workingMemory.schema``: an instance of the Pydantic model or
+        msgspec Struct, the JSON object (a dict) for a JSON Schema; None when disabled, empty, or the thread is
+        another resource's. ``get_working_memory`` still returns the stored JSON text.
+
+        :raises ~threadmind.errors.ConfigError: working memory has no schema (Markdown is text: use
+            ``get_working_memory``).
+        :raises ~threadmind.errors.ValidationError: the stored text does not match the schema (it was written
+            with ``update_working_memory`` or under another schema); the message names the path.
+        """
+        check_ids(thread_id, resource_id)
+        self._core.actors()
+        config = self._core.call_config(memory_config)
+        if not config.working_memory.enabled:
+            return None
+        compiled = config.working_memory.compiled_schema
+        if compiled is None:
+            raise ConfigError("get_working_memory_object needs workingMemory.schema (a Pydantic model, a msgspec "
+                              "Struct or a JSON Schema); Markdown working memory is text: use get_working_memory")
+        with operation_span("threadmind.memory.get_working_memory", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            text = await read_working_memory(self._core, config, thread_id, resource_id)
+        return None if text is None else compiled.load(text)
+
     async def update_working_memory(
         self,
         *,
@@ -563,7 +593,9 @@ class Memory:
     def get_working_memory_template(
         self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None
     ) -> WorkingMemoryTemplate | None:
-        """The Markdown template (trimmed) or the JSON Schema (draft-07); None when working memory is off."""
+        """The Markdown template (trimmed) or the JSON Schema the model sees, with its ``$schema`` (draft-07
+        unless a JSON Schema names another; 2020-12 for a Pydantic model or msgspec Struct); None when working
+        memory is off."""
         return template_for(self._core.call_config(memory_config).working_memory)
 
     async def get_system_message(

@@ -4,8 +4,9 @@ Resource scope keeps the text on the resource row (shared by its threads), threa
 metadata (``workingMemory``). Every write is a read-modify-write run by the scope's actor, so concurrent turns
 never lose an update. A call that names a thread of another resource reads as absent and may not write
 (SPEC §6 scope isolation). The tool follows the reference (§7.4): template mode replaces the Markdown
-document (never with the bare template), schema mode validates and deep-merges JSON, vNext appends or
-replaces one entry.
+document (never with the bare template), schema mode deep-merges JSON into the stored document and stores
+the result only when the whole validates through the schema (a JSON Schema, a Pydantic model or a msgspec
+Struct), vNext appends or replaces one entry.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._config import MemoryConfig
+from .._working_memory_schema import CompiledSchema, tool_parameters
 from ..actors import GetThread, current_fence
 from ..codecs import Resource, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
-from ..processors import WM_TOOL_NAME, deep_merge, drop_optional_nulls, normalize_ws, template_for, validate_schema
+from ..processors import WM_TOOL_NAME, deep_merge, drop_optional_nulls, normalize_ws, template_for
 from ..stores import ResourceChange, ThreadChange
 from ..tools import Tool, ToolContext
 from ..tracing import operation_span
@@ -159,9 +161,9 @@ def working_memory_tool(core: MemoryCore, config: MemoryConfig) -> Tool | None:
     template = template_for(config.working_memory)
     if template is None or config.read_only:
         return None
-    if template.format == "json":
-        schema = dict(config.working_memory.schema or {})
-        parameters: dict[str, Any] = {"type": "object", "properties": {"memory": schema}, "required": ["memory"]}
+    compiled = config.working_memory.compiled_schema
+    if compiled is not None:
+        parameters: dict[str, Any] = tool_parameters(compiled.json_schema)
         description = (
             "Update the working memory with new information. Data is merged with existing memory - only "
             "include fields you want to add or update. To preserve existing data, omit the field entirely. "
@@ -230,9 +232,10 @@ async def _run_tool(core: MemoryCore, args: Any, context: ToolContext, config: M
         except Exception:  # the reference's vNext tool reports every failure this way
             _log.warning("working memory vNext update failed", exc_info=True)
             return {"success": False, "reason": "Tool error."}
-    if template.format == "markdown":
+    compiled = config.working_memory.compiled_schema
+    if compiled is None:
         return await _replace_markdown(args, template.content, write)
-    return await _merge_json(args, config.working_memory.schema or {}, write)
+    return await _merge_json(args, compiled, write)
 
 
 async def _replace_markdown(args: Any, template: str, write: Callable[[Update], Any]) -> dict[str, Any]:
@@ -258,8 +261,9 @@ async def _replace_markdown(args: Any, template: str, write: Callable[[Update], 
     return {"success": True}
 
 
-async def _merge_json(args: Any, schema: Mapping[str, Any], write: Callable[[Update], Any]) -> dict[str, Any]:
-    """Schema mode: only what changed, validated against the schema and deep-merged (a null deletes)."""
+async def _merge_json(args: Any, schema: CompiledSchema, write: Callable[[Update], Any]) -> dict[str, Any]:
+    """Schema mode: only what changed, deep-merged into the stored document (a null deletes a key); the merged
+    document is stored only when it validates as a whole, else nothing is written and the errors name paths."""
     payload = args.get("memory", args) if isinstance(args, Mapping) else args
     if payload is None:
         return {"success": True, "message": "No memory data provided, existing memory unchanged."}
@@ -269,22 +273,28 @@ async def _merge_json(args: Any, schema: Mapping[str, Any], write: Callable[[Upd
         except ValueError as exc:
             return {"success": False, "message": f"Failed to parse working memory input as JSON: {exc}. "
                                                  f"Raw input: {payload[:500]}"}
-    payload = drop_optional_nulls(payload, schema)
-    errors = validate_schema(payload, {**schema, "required": []})
-    if errors or not isinstance(payload, dict):
-        detail = "; ".join(errors) or "memory must be an object"
-        return {"error": True, "message": f"Tool input validation failed for update-working-memory: {detail}"}
+    payload = drop_optional_nulls(payload, schema.json_schema)
+    if not isinstance(payload, dict):
+        return _invalid(schema.errors(payload))
     update = payload
+    problems: list[str] = []
 
-    def _merge(old: str | None) -> str:
+    def _merge(old: str | None) -> str | None:
         try:
             existing = json.loads(old) if old else {}
         except ValueError:
             existing = {}
-        return json.dumps(deep_merge(existing, update), separators=(",", ":"), ensure_ascii=False)
+        merged = deep_merge(existing, update)
+        text = json.dumps(merged, separators=(",", ":"), ensure_ascii=False)
+        problems[:] = schema.errors(merged, text)
+        return None if problems else text
 
     await write(_merge)
-    return {"success": True}
+    return _invalid(problems) if problems else {"success": True}
+
+
+def _invalid(problems: list[str]) -> dict[str, Any]:
+    return {"error": True, "message": f"Tool input validation failed for update-working-memory: {'; '.join(problems)}"}
 
 
 async def _vnext(args: Any, scope: str, template: str, write: Callable[[Update], Any]) -> dict[str, Any]:

@@ -6,10 +6,10 @@ Reference §3.3. The instruction is the read-only variant when the run is read-o
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from .._config import MemoryConfig, WorkingMemoryConfig
 from .._results import WorkingMemoryTemplate
+from .._working_memory_schema import SchemaSource
 from ..stores import Store
 from ._access import MemoryAccess, as_access
 from ._protocol import ProcessInputArgs
@@ -21,7 +21,11 @@ TemplateProvider = Callable[[MemoryConfig], WorkingMemoryTemplate | None]
 
 
 class WorkingMemory:
-    """Processor ``working-memory``: the model sees its working memory and how to update it."""
+    """Processor ``working-memory``: the model sees its working memory and how to update it.
+
+    ``schema``: a JSON Schema dict, a Pydantic model class or a msgspec Struct type (``ConfigError`` here when
+    it is none of them or invalid).
+    """
 
     id = "working-memory"
     name = "WorkingMemory"
@@ -33,12 +37,14 @@ class WorkingMemory:
         scope: str = "resource",
         read_only: bool = False,
         *,
-        schema: dict[str, Any] | None = None,
+        schema: SchemaSource | None = None,
         template_provider: TemplateProvider | None = None,
     ) -> None:
         self.storage = as_access(storage)
         self.template = template
         self.schema = schema
+        if schema is not None:
+            WorkingMemoryConfig(enabled=True, template=template, schema=schema)  # fails early on a bad schema
         self.scope = scope
         self.read_only = read_only
         self.template_provider = template_provider

@@ -1,8 +1,8 @@
-"""Working memory: the default template, the system instructions, schema validation and deep merge.
+"""Working memory: the default template, the system instructions, null-dropping and deep merge.
 
 Reference §7. Markdown mode replaces the whole text (guarded against an empty template overwriting real
-data); schema mode validates a JSON object against the schema and deep-merges it (null deletes, arrays
-replace, objects merge).
+data); schema mode deep-merges a JSON object into the stored one (null deletes, arrays replace, objects merge)
+and validates the result through the schema (``threadmind._working_memory_schema``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from .._config import WorkingMemoryConfig
 from .._results import WorkingMemoryTemplate
+from .._working_memory_schema import json_schema_errors
 
 __all__ = (
     "DEFAULT_TEMPLATE",
@@ -44,10 +45,9 @@ def template_for(config: WorkingMemoryConfig) -> WorkingMemoryTemplate | None:
     """``{format, content}`` of the configured template, or None when working memory is off."""
     if not config.enabled:
         return None
-    if config.schema is not None:
-        schema = dict(config.schema)
-        schema.setdefault("$schema", "http://json-schema.org/draft-07/schema#")
-        return WorkingMemoryTemplate(format="json", content=json.dumps(schema, separators=(",", ":")))
+    compiled = config.compiled_schema
+    if compiled is not None:  # the JSON Schema the model sees, with its draft (draft-07 unless it names one)
+        return WorkingMemoryTemplate(format="json", content=compiled.template)
     return WorkingMemoryTemplate(format="markdown", content=(config.template or DEFAULT_TEMPLATE).strip())
 
 
@@ -197,70 +197,77 @@ def normalize_ws(text: str) -> str:
     return _WS.sub(" ", text).strip()
 
 
-def drop_optional_nulls(value: Any, schema: Mapping[str, Any]) -> Any:
-    """Remove ``None`` values of properties the schema does not require (strict providers pad with nulls)."""
-    if isinstance(value, dict) and isinstance(schema.get("properties"), Mapping):
-        required = set(schema.get("required") or ())
-        props: Mapping[str, Any] = schema["properties"]
+def drop_optional_nulls(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -> Any:
+    """Remove ``None`` values of properties the schema does not require (strict providers pad with nulls).
+
+    Looks through ``anyOf``/``oneOf``/``allOf`` alternatives (``Optional[Model]`` is ``anyOf [object, null]``)
+    and local ``$ref``s (resolved against ``root``, the whole schema).
+    """
+    root = schema if root is None else root
+    schema = _deref(schema, root)
+    if isinstance(value, dict):
+        props, required = _object_shape(schema, root)
+        if props is None:
+            return value
         out: dict[str, Any] = {}
         for key, item in value.items():
             if item is None and key not in required:
                 continue
             sub = props.get(key)
-            out[key] = drop_optional_nulls(item, sub) if isinstance(sub, Mapping) else item
+            out[key] = drop_optional_nulls(item, sub, root) if isinstance(sub, Mapping) else item
         return out
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        return [drop_optional_nulls(item, schema["items"]) for item in value]
+    if isinstance(value, list):
+        items = _array_items(schema, root)
+        if items is not None:
+            return [drop_optional_nulls(item, items, root) for item in value]
     return value
 
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list,),
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
+def _deref(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
+    for _ in range(32):  # a chain of references, never a loop
+        ref = schema.get("$ref")
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            break
+        target: Any = root
+        for part in ref[2:].split("/") if len(ref) > 1 else ():
+            target = target.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(target, Mapping) else None
+        if not isinstance(target, Mapping):
+            break
+        schema = target
+    return schema
+
+
+def _branches(schema: Mapping[str, Any], root: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The schema and its ``allOf``/``anyOf``/``oneOf`` alternatives, dereferenced (one level deep)."""
+    out = [schema]
+    for key in ("allOf", "anyOf", "oneOf"):
+        for sub in schema.get(key) or ():
+            if isinstance(sub, Mapping):
+                out.append(_deref(sub, root))
+    return out
+
+
+def _object_shape(schema: Mapping[str, Any], root: Mapping[str, Any]) -> tuple[dict[str, Any] | None, set[str]]:
+    props: dict[str, Any] | None = None
+    required: set[str] = set()
+    for branch in _branches(schema, root):
+        if isinstance(branch.get("properties"), Mapping):
+            props = {**branch["properties"], **(props or {})}
+            required.update(key for key in branch.get("required") or () if isinstance(key, str))
+    return props, required
+
+
+def _array_items(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for branch in _branches(schema, root):
+        if isinstance(branch.get("items"), Mapping):
+            return _deref(branch["items"], root)
+    return None
 
 
 def validate_schema(value: Any, schema: Mapping[str, Any], path: str = "memory") -> list[str]:
-    """Errors of ``value`` against a JSON Schema subset (type, properties, required, items, enum)."""
-    errors: list[str] = []
-    kind = schema.get("type")
-    if kind is not None:
-        kinds = kind if isinstance(kind, list) else [kind]
-        ok = False
-        for name in kinds:
-            types = _TYPES.get(str(name))
-            if types is None:
-                ok = True
-                break
-            if isinstance(value, types) and not (name in ("integer", "number") and isinstance(value, bool)):
-                ok = True
-                break
-        if not ok:
-            return [f"{path}: expected {kind}, got {type(value).__name__}"]
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{path}: must be one of {schema['enum']}")
-    if isinstance(value, dict):
-        props = schema.get("properties") or {}
-        for key in schema.get("required") or ():
-            if key not in value:
-                errors.append(f"{path}.{key}: is required")
-        for key, item in value.items():
-            sub = props.get(key)
-            if isinstance(sub, Mapping):
-                if item is None:
-                    continue  # null deletes a key during merge
-                errors.extend(validate_schema(item, sub, f"{path}.{key}"))
-            elif schema.get("additionalProperties") is False:
-                errors.append(f"{path}.{key}: is not allowed")
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        for i, item in enumerate(value):
-            errors.extend(validate_schema(item, schema["items"], f"{path}[{i}]"))
-    return errors
+    """Errors of ``value`` against a JSON Schema, every keyword checked by ``jsonschema`` (the draft its
+    ``$schema`` names, draft-07 without one), each naming its path (``memory.address.city: ...``)."""
+    return json_schema_errors(value, schema, path)
 
 
 def deep_merge(existing: Any, update: Any) -> dict[str, Any]:
