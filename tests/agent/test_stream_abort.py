@@ -405,11 +405,10 @@ async def test_a_reply_saved_after_the_next_message_was_written_still_sorts_befo
         assert texts(await stored(memory)) == ["q1", "Thinking", "q2", "after"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a stream iterated without `async with` and abandoned mid-reply is closed by the event loop's async-generator "
-    "finalizer in another task; ActorSystem.turn holds the thread with an anyio.Lock, which only the task that "
-    "took it may release, so the thread stays held. A semaphore (releasable from any task) fixes it."))
 async def test_a_stream_abandoned_without_async_with_releases_its_thread(tmp_path: Path) -> None:
+    """Iterated without ``async with`` and abandoned mid-reply, the stream is closed by the event loop's
+    async-generator finalizer in another task: the thread's turn hold (a semaphore, releasable from any task)
+    is given back there, and the next turn runs."""
     async with open_memory(tmp_path) as memory:
         agent = Agent("a", "i", ScriptedModel(["One two three", "after"]), memory=memory)
         async for event in agent.stream("q", thread_id=THREAD, resource_id=RESOURCE):

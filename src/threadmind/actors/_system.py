@@ -259,7 +259,11 @@ class ActorSystem:
                 try:
                     yield lease
                 finally:
-                    _FENCES.reset(token)
+                    try:
+                        _FENCES.reset(token)
+                    except ValueError:  # closed from another context (an abandoned stream's finalizer): nothing
+                        pass            # to reset there, and the turn's own context is gone with it
+
                     with anyio.CancelScope(shield=True):
                         await self.store.release_lease(lease)
             finally:

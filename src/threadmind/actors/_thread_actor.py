@@ -178,8 +178,10 @@ class ThreadActor(Actor[ThreadCommand]):
         super().__init__(thread_id, mailbox_capacity=mailbox_capacity)
         self._store = store
         self._ttl = ttl  # seconds the cached row and tail are trusted (math.inf: until a write says otherwise)
-        # fast_acquire: an uncontended turn takes the lock without a yield (one event-loop pass per turn).
-        self.turn_lock = anyio.Lock(fast_acquire=True)
+        # A semaphore, not a lock: a stream abandoned mid-turn is closed by the event loop's finalizer in another
+        # task, which must be able to give the turn back. fast_acquire: an uncontended turn takes it without a
+        # yield (one event-loop pass per turn).
+        self.turn_lock = anyio.Semaphore(1, fast_acquire=True)
         self._turns = 0
         self._tail: Tail | None = None
         # How many of the newest messages the tail keeps: grows (up to TAIL_MAX) to the longest window asked.
