@@ -1,0 +1,41 @@
+"""Every example runs as written, in a fresh folder, and prints what it promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+# What each example must print (a line each, in order), beyond running without an error.
+EXPECTED: dict[str, list[str]] = {
+    "quickstart.py": ["user: I want to fly to Tokyo in April", "assistant: Great - economy or business?",
+                      "remembered: ['I want to fly to Tokyo in April', 'Great - economy or business?']"],
+    "agent.py": ["Hi Ada! Noted.", "blocked: Please don't share passwords.", "finish: tool-calls",
+                 "Booked - have a great trip!", "4 messages stored; the model saw 4"],
+    "working_memory.py": ["# User Information", "- **First Name**: Ada", "Profile(name='Ada', city='Lyon', diet=[])"],
+    "titles_and_observations.py": ["title: Flights to Tokyo", "* 🔴 Ada plans a family trip to Tokyo in April",
+                                   "sent verbatim: ['What should we pack?']"],
+}
+
+
+def test_every_example_is_checked() -> None:
+    scripts = {p.name for p in EXAMPLES.glob("*.py")}
+    assert scripts - {"chat_server.py"} == set(EXPECTED)  # the server has tests of its own (tests/ui)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_example_runs_and_prints_what_it_promises(name: str, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(EXAMPLES / name)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [line.rstrip() for line in done.stdout.splitlines()]
+    position = 0
+    for wanted in EXPECTED[name]:
+        assert wanted in lines[position:], f"{name} did not print {wanted!r} (after line {position}):\n{done.stdout}"
+        position = lines.index(wanted, position) + 1
+    assert done.stderr == "", done.stderr
