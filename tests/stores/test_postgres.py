@@ -3,6 +3,7 @@ several writers at once, the pending-vector marks, and the vector and observatio
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from threadmind.errors import ConfigError, ResourceMismatch, StorageError, Valid
 from threadmind.stores import PostgresStore
 from threadmind.stores._om import OMRecord
 from threadmind.stores._postgres_schema import SCHEMA_VERSION
-from threadmind.stores._protocol import MessageQuery
+from threadmind.stores._protocol import STORE_METHODS, MessageQuery, Store
 from threadmind.stores._sqlite import SQLiteStore
 from threadmind.stores._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord, VectorRecords
 
@@ -254,10 +255,12 @@ class TestErrors:
         with pytest.raises(ValidationError, match="working_memory"):
             await store.update_resource("r1", working_memory="\x00")
 
-    async def test_sqlite_hooks_are_refused(self, store: PostgresStore) -> None:
-        await store.create_thread(Thread(id="t1", resource_id="r1"))
-        with pytest.raises(ConfigError, match="mark_pending"):
-            await store.save_messages("t1", [msg(1)], after=lambda conn, messages: None)
+    def test_every_method_takes_the_protocols_parameters(self) -> None:
+        for name in STORE_METHODS:
+            ours = inspect.signature(getattr(PostgresStore, name)).parameters
+            contract = inspect.signature(getattr(Store, name)).parameters
+            assert list(ours) == list(contract), name
+            assert [p.kind for p in ours.values()] == [p.kind for p in contract.values()], name
 
     async def test_closed_store(self, pg_dsn: str) -> None:
         s = PostgresStore(pg_dsn)

@@ -138,10 +138,8 @@ class PgPool:
                 raise StorageError(f"{label} is closed")
             kwargs: dict[str, Any] = {
                 "min_size": self._min_size, "max_size": self._max_size, "reset": _keep_session,
-                "server_settings": {"TimeZone": "UTC", "application_name": "threadmind"},
+                **self._connect_kwargs(),
             }
-            if self._cache is not None:
-                kwargs["statement_cache_size"] = self._cache
             pool = None
             try:
                 for attempt in range(_TRIES):
@@ -168,6 +166,16 @@ class PgPool:
                 raise
             self._pool = pool
             self._state = _State.OPEN
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"server_settings": {"TimeZone": "UTC", "application_name": "threadmind"}}
+        if self._cache is not None:
+            kwargs["statement_cache_size"] = self._cache
+        return kwargs
+
+    async def connect(self) -> Any:
+        """A new connection outside the pool, with the pool's settings (for session state such as ``LISTEN``)."""
+        return await self._asyncpg.connect(self.dsn, **self._connect_kwargs())
 
     async def close(self) -> None:
         """Close every connection (waits for borrowed ones briefly, then terminates); idempotent."""
