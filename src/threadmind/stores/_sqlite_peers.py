@@ -6,15 +6,16 @@ through ``<database>-threadmind.lock``, with POSIX record locks (held by the ker
 released the instant it dies, even by SIGKILL) and a few bytes of shared data:
 
 * **Presence.** Each process holds an exclusive lock on one slot byte for as long as it has the file open, and
-  writes its pid and a heartbeat time into the slot's data. Whether another process is present is one
-  ``F_GETLK`` over the slot bytes; a slot whose lock is gone is free again.
+  writes its pid and a heartbeat into the slot's data: the time until which it vouches for the holds it has (the
+  latest heartbeat plus the longest ``ttl`` renewed then, never moved backwards). Whether another process is
+  present is one ``F_GETLK`` over the slot bytes; a slot whose lock is gone is free again.
 * **Generation.** A counter every process increments when it arrives (after taking its slot, before its first
   write). A process that found itself alone remembers the generation: while it is unchanged, nobody else has
   had the file open since, so its caches are exact. Otherwise it reads through to the database.
 * **Thread holds.** An agent turn holds an exclusive lock on the byte ``TURN_BASE + hash(thread)``. Another
   process's turn on the thread waits for it (polling with backoff; ``reject`` gives up at once). A holder that
-  dies releases it at once; a holder that is alive but frozen (its heartbeat older than ``lease_ttl``) is taken
-  over through the database (see ``SQLiteStore.acquire_lease``), and its later writes are refused.
+  dies releases it at once; a holder that is alive but frozen (past the time its last heartbeat vouched for) is
+  taken over through the database (see ``SQLiteStore.acquire_lease``), and its later writes are refused.
 
 Within one process, locks on the same file are shared by every store object on it (POSIX locks belong to the
 process, and closing any descriptor of the file would drop them all), so one ``Peers`` object per file holds
@@ -38,7 +39,7 @@ __all__ = ("Peers", "peers_for")
 
 _FLOCK: Final = struct.Struct("hhqqi4x")  # struct flock on Linux (l_type, l_whence, l_start, l_len, l_pid)
 _U64: Final = struct.Struct("<Q")
-_SLOT: Final = struct.Struct("<Qd")  # pid, heartbeat (time.time())
+_SLOT: Final = struct.Struct("<Qd")  # pid, alive until (time.time() of the last heartbeat + its ttl)
 
 _MAGIC: Final = b"TMLOCK01"
 _GEN_OFFSET: Final = 8  # the generation counter (u64)
@@ -100,7 +101,7 @@ class Peers:
             try:
                 with self._header_locked():
                     self._slot = self._claim_slot()
-                    self._beat_now()
+                    os.pwrite(self._fd, _SLOT.pack(os.getpid(), time.time()), _SLOT_DATA + self._slot * _SLOT.size)
                     generation = _U64.unpack(os.pread(self._fd, 8, _GEN_OFFSET))[0] + 1
                     os.pwrite(self._fd, _U64.pack(generation), _GEN_OFFSET)
             except BaseException:
@@ -148,31 +149,32 @@ class Peers:
                 self.epoch += 1
         return True
 
-    def beat(self) -> None:
-        """Tell the others this process is alive (its turns are not frozen)."""
+    def beat(self, ttl: float) -> None:
+        """Tell the others this process is alive: its holds stand for ``ttl`` seconds more (the time already
+        vouched for is never shortened)."""
         with self._mutex:
-            if self._slot is not None:
-                self._beat_now()
+            if self._slot is None:
+                return
+            where = _SLOT_DATA + self._slot * _SLOT.size
+            vouched = _SLOT.unpack_from(self._map, where)[1]
+            os.pwrite(self._fd, _SLOT.pack(os.getpid(), max(vouched, time.time() + ttl)), where)
 
-    def _beat_now(self) -> None:
-        assert self._slot is not None
-        os.pwrite(self._fd, _SLOT.pack(os.getpid(), time.time()), _SLOT_DATA + self._slot * _SLOT.size)
-
-    def heartbeat_of(self, pid: int) -> float | None:
-        """The last heartbeat time of the present process ``pid``, or None if it holds no slot."""
+    def alive_until(self, pid: int) -> float | None:
+        """Until when the present process ``pid`` vouched for its holds (its last heartbeat plus its ttl), or
+        None if it holds no slot (it is gone: its locks went with it)."""
         for slot in range(SLOTS):
-            found, beat = _SLOT.unpack_from(self._map, _SLOT_DATA + slot * _SLOT.size)
+            found, until = _SLOT.unpack_from(self._map, _SLOT_DATA + slot * _SLOT.size)
             if found == pid and self._holder(_SLOT_LOCKS + slot) == pid:
-                return float(beat)
+                return float(until)
         return None
 
     # takeovers -----------------------------------------------------------------------------------
     def takeovers(self) -> int:
-        """How many holds on this file were ever taken over through the database (0: no lease row exists)."""
+        """How many takeovers through the database were ever begun on this file (0: no lease row exists)."""
         return int(_U64.unpack_from(self._map, _TAKEOVERS_OFFSET)[0])
 
     def note_takeover(self) -> None:
-        """Count a takeover (so every process checks lease rows from now on)."""
+        """Count a takeover about to be written (so every process checks lease rows from now on)."""
         with self._header_locked():
             count = _U64.unpack(os.pread(self._fd, 8, _TAKEOVERS_OFFSET))[0] + 1
             os.pwrite(self._fd, _U64.pack(count), _TAKEOVERS_OFFSET)
@@ -193,13 +195,13 @@ class Peers:
     def release(self, key: str, holder: object) -> None:
         """Give ``key`` back (no-op unless ``holder`` holds it)."""
         with self._mutex:
-            if self._held.get(key) is holder:
+            if key in self._held and self._held[key] == holder:
                 del self._held[key]
                 self._unlock(_turn_byte(key))
 
     def holds(self, key: str, holder: object) -> bool:
         """Whether ``holder`` holds ``key`` in this process."""
-        return self._held.get(key) is holder
+        return key in self._held and self._held[key] == holder
 
     # locks ---------------------------------------------------------------------------------------
     def _try_lock(self, byte: int) -> bool:
