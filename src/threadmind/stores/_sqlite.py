@@ -88,6 +88,7 @@ __all__ = ("SQLiteStore", "StoreStatistics")
 T = TypeVar("T")
 
 _CHECK_EVERY = 16  # commits between WAL size checks
+_LEASE_POLL_CAP = 0.01  # longest sleep of a lease waiter between two looks (two syscalls each: cheap)
 _WAL_CHECKPOINT_BYTES = 1 << 20  # pre-copy once the WAL holds this much (auto-checkpoint is at ~4 MB)
 _LINGER = 0.0005  # seconds a leader may wait for the callers of the previous group (see _gather)
 _CHUNK = 500  # rows per multi-row statement: 7 × 500 parameters, far below SQLite's 32 766 limit
@@ -1432,33 +1433,48 @@ class SQLiteStore:
         assert peers is not None
         delay = 0.001
         checked_at = 0.0
-        while True:
-            holder = peers.try_hold(key, owner)
-            if holder is None:
-                try:
-                    peers.beat(ttl)  # vouch for the new hold at once (not only at the next heartbeat)
-                    if peers.takeovers() and await self._row_owner(key) not in (None, owner):
-                        # We hold the lock, but a takeover of a frozen holder still runs its turn: wait for it.
-                        if not wait:
-                            raise busy_error(key)
-                        while await self._row_owner(key) not in (None, owner):
-                            delay = await wait_backoff(delay)
-                except BaseException:
-                    peers.release(key, owner)
-                    raise
-                return Lease(key=key, owner=owner, token=0, acquired_at=time.time())
-            if not wait:
-                await anyio.lowlevel.checkpoint()
-                raise busy_error(key)
-            now = time.time()
-            if holder > 0 and now - checked_at >= min(0.25, ttl / 4):
-                checked_at = now
-                until = peers.alive_until(holder)
-                if until is not None and now > until:  # the holder is alive but frozen: take over
-                    lease = await self._take_over(key, owner, ttl)
-                    if lease is not None:
-                        return lease
-            delay = await wait_backoff(delay)
+        waiting = False
+        try:
+            while True:
+                holder = peers.try_hold(key, owner)
+                if holder is None:
+                    return await self._held_lease(key, owner, ttl, wait)
+                if not wait:
+                    await anyio.lowlevel.checkpoint()
+                    raise busy_error(key)
+                if not waiting:
+                    peers.wait_begin(key)
+                    waiting = True
+                now = time.time()
+                if holder > 0 and now - checked_at >= min(0.25, ttl / 4):
+                    checked_at = now
+                    until = peers.alive_until(holder)
+                    if until is not None and now > until:  # the holder is alive but frozen: take over
+                        lease = await self._take_over(key, owner, ttl)
+                        if lease is not None:
+                            return lease
+                await anyio.sleep(delay)
+                delay = min(_LEASE_POLL_CAP, delay * 2)
+        finally:
+            if waiting:
+                peers.wait_end(key)
+
+    async def _held_lease(self, key: str, owner: str, ttl: float, wait: bool) -> Lease:
+        """The lock on ``key`` is ours: vouch for it, and wait for a takeover of a frozen holder still in force."""
+        peers = self._peers
+        assert peers is not None
+        try:
+            peers.beat(ttl)  # vouch for the new hold at once (not only at the next heartbeat)
+            if peers.takeovers() and await self._row_owner(key) not in (None, owner):
+                if not wait:
+                    raise busy_error(key)
+                delay = 0.001
+                while await self._row_owner(key) not in (None, owner):
+                    delay = await wait_backoff(delay)
+        except BaseException:
+            peers.release(key, owner)
+            raise
+        return Lease(key=key, owner=owner, token=0, acquired_at=time.time())
 
     async def _take_over(self, key: str, owner: str, ttl: float) -> Lease | None:
         """Take ``key`` over from a frozen holder through a row (None: another takeover is in force, or the

@@ -13,7 +13,11 @@ released the instant it dies, even by SIGKILL) and a few bytes of shared data:
   write). A process that found itself alone remembers the generation: while it is unchanged, nobody else has
   had the file open since, so its caches are exact. Otherwise it reads through to the database.
 * **Thread holds.** An agent turn holds an exclusive lock on the byte ``TURN_BASE + hash(thread)``. Another
-  process's turn on the thread waits for it (polling with backoff; ``reject`` gives up at once). A holder that
+  process's turn on the thread waits for it (polling with backoff; ``reject`` gives up at once).
+* **Waiters.** While it waits for a thread, a process holds a shared lock on ``WAIT_BASE + hash(thread)``. A
+  process that gives a thread back while another process waits for it lets the waiter have it: for
+  ``YIELD_SECONDS`` (longer than a waiter's poll interval) it does not take the thread again itself, so turns of
+  several processes on one thread take their turns instead of one process running all of its own first. A holder that
   dies releases it at once; a holder that is alive but frozen (past the time its last heartbeat vouched for) is
   taken over through the database (see ``SQLiteStore.acquire_lease``), and its later writes are refused.
 
@@ -51,6 +55,8 @@ _SLOT_DATA: Final = 4096  # SLOTS x 16 bytes: pid and heartbeat
 _FILE_SIZE: Final = _SLOT_DATA + SLOTS * _SLOT.size
 TURN_BASE: Final = 1 << 32  # thread-hold bytes live in [TURN_BASE, TURN_BASE + TURN_SPACE)
 TURN_SPACE: Final = 1 << 40
+WAIT_BASE: Final = TURN_BASE + TURN_SPACE  # waiter bytes, one per thread-hold byte
+YIELD_SECONDS: Final = 0.05
 
 
 def _flock(kind: int, start: int, length: int = 1) -> bytes:
@@ -60,6 +66,10 @@ def _flock(kind: int, start: int, length: int = 1) -> bytes:
 def _turn_byte(key: str) -> int:
     digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return TURN_BASE + int.from_bytes(digest, "little") % TURN_SPACE
+
+
+def _wait_byte(key: str) -> int:
+    return _turn_byte(key) - TURN_BASE + WAIT_BASE
 
 
 class Peers:
@@ -72,6 +82,8 @@ class Peers:
         self._users = 0
         self._slot: int | None = None
         self._held: dict[str, object] = {}  # key -> the in-process holder (one Memory's turn)
+        self._waiting: dict[str, int] = {}  # key -> how many of this process's callers wait for it
+        self._yield_until: dict[str, float] = {}  # key -> until when it is left to another process's waiter
         self._alone_generation: int | None = None  # the generation when this process last found itself alone
         self.epoch = 0  # bumped whenever this process starts trusting its caches again
         try:
@@ -120,6 +132,9 @@ class Peers:
             for key in list(self._held):
                 self._unlock(_turn_byte(key))
             self._held.clear()
+            for key in list(self._waiting):
+                self._unlock(_wait_byte(key))
+            self._waiting.clear()
             self._alone_generation = None
 
     def _claim_slot(self) -> int:
@@ -182,10 +197,15 @@ class Peers:
     # thread holds --------------------------------------------------------------------------------
     def try_hold(self, key: str, holder: object) -> int | None:
         """Take ``key`` for ``holder``; None when taken, else the pid of the process holding it (0: another
-        holder in this process)."""
+        holder in this process; -1: nobody, but this process just gave it back and another process waits)."""
         with self._mutex:
             if key in self._held:
                 return 0
+            until = self._yield_until.get(key)
+            if until is not None:
+                if time.monotonic() < until and self._holder(_wait_byte(key)) is not None:
+                    return -1
+                del self._yield_until[key]
             byte = _turn_byte(key)
             if self._try_lock(byte):
                 self._held[key] = holder
@@ -193,20 +213,40 @@ class Peers:
         return self._holder(byte) or -1
 
     def release(self, key: str, holder: object) -> None:
-        """Give ``key`` back (no-op unless ``holder`` holds it)."""
+        """Give ``key`` back (no-op unless ``holder`` holds it); when another process waits for it, leave it to
+        that process for a moment (see the module docstring)."""
         with self._mutex:
             if key in self._held and self._held[key] == holder:
                 del self._held[key]
                 self._unlock(_turn_byte(key))
+                if self._holder(_wait_byte(key)) is not None:
+                    self._yield_until[key] = time.monotonic() + YIELD_SECONDS
+
+    def wait_begin(self, key: str) -> None:
+        """Tell the other processes that this one waits for ``key`` (until :meth:`wait_end`)."""
+        with self._mutex:
+            count = self._waiting.get(key, 0)
+            if count == 0 and not self._try_lock(_wait_byte(key), fcntl.F_RDLCK):
+                return  # cannot happen (nobody takes write locks there); waiting unannounced is still correct
+            self._waiting[key] = count + 1
+
+    def wait_end(self, key: str) -> None:
+        with self._mutex:
+            count = self._waiting.get(key, 0)
+            if count <= 1:
+                if self._waiting.pop(key, None) is not None:
+                    self._unlock(_wait_byte(key))
+            else:
+                self._waiting[key] = count - 1
 
     def holds(self, key: str, holder: object) -> bool:
         """Whether ``holder`` holds ``key`` in this process."""
         return key in self._held and self._held[key] == holder
 
     # locks ---------------------------------------------------------------------------------------
-    def _try_lock(self, byte: int) -> bool:
+    def _try_lock(self, byte: int, kind: int = fcntl.F_WRLCK) -> bool:
         try:
-            fcntl.fcntl(self._fd, fcntl.F_SETLK, _flock(fcntl.F_WRLCK, byte))
+            fcntl.fcntl(self._fd, fcntl.F_SETLK, _flock(kind, byte))
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EAGAIN):
                 return False
