@@ -27,6 +27,7 @@ from threadmind.codecs import Message, Thread
 from threadmind.errors import ConfigError, ResourceMismatch, StorageError, ValidationError
 from threadmind.stores import PostgresStore
 from threadmind.stores._om import OMRecord
+from threadmind.stores._postgres_pool import IDLE_IN_TRANSACTION, transaction
 from threadmind.stores._postgres_schema import SCHEMA_VERSION
 from threadmind.stores._protocol import STORE_METHODS, MessageQuery, Store
 from threadmind.stores._sqlite import SQLiteStore
@@ -283,6 +284,18 @@ class TestErrors:
 
 
 class TestSeveralWriters:
+    async def test_a_client_frozen_inside_a_transaction_is_ended_by_the_server(self, store: PostgresStore) -> None:
+        """The store's transactions carry a server-side idle limit, so a frozen client cannot keep row locks."""
+
+        async def inside(conn: Any) -> tuple[str, str]:
+            async with transaction(conn):
+                return (await conn.fetchval("SHOW idle_in_transaction_session_timeout"),
+                        await conn.fetchval("SELECT current_setting('transaction_isolation')"))
+
+        assert await store.run_write(inside, "probe") == (IDLE_IN_TRANSACTION, "read committed")
+        outside = await store.run_read(lambda conn: conn.fetchval("SHOW idle_in_transaction_session_timeout"), "probe")
+        assert outside == "0"  # transaction-scoped: nothing stays on the (pooled) session
+
     async def test_concurrent_merges_from_two_stores_lose_nothing(self, pg_dsn: str) -> None:
         async with PostgresStore(pg_dsn) as a, PostgresStore(pg_dsn) as b:
             await a.create_thread(Thread(id="t1", resource_id="r1"))

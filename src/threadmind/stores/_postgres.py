@@ -26,7 +26,7 @@ from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import ConfigError, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._postgres_leases import LeaseListener, PgLeases, check_fence, lease_lost
-from ._postgres_pool import PgPool, storage_error
+from ._postgres_pool import PgPool, storage_error, transaction
 from ._postgres_queries import MessageReads
 from ._postgres_rows import (
     MSG_COLS,
@@ -354,7 +354,7 @@ class PostgresStore:
         """Delete the thread and its messages in one transaction (no error when missing)."""
 
         async def run(conn: Any) -> None:
-            async with conn.transaction():
+            async with transaction(conn):
                 # Lock first: a save waiting on (or holding) the row then either lands before this deletes its
                 # messages (a later statement sees it) or finds no thread.
                 await conn.execute("SELECT 1 FROM mastra_threads WHERE id = $1 FOR UPDATE", thread_id)
@@ -375,7 +375,7 @@ class PostgresStore:
         now = utc_now()
 
         async def run(conn: Any) -> Thread:
-            async with conn.transaction():
+            async with transaction(conn):
                 row = await conn.fetchrow(f"SELECT {THREAD_COLS} FROM mastra_threads t WHERE t.id = $1 FOR UPDATE",
                                           thread_id)
                 if row is None:
@@ -397,7 +397,7 @@ class PostgresStore:
         rows = [row for part in parts for row in part.rows.values()]
 
         async def run(conn: Any) -> None:
-            async with conn.transaction():
+            async with transaction(conn):
                 if not await conn.fetchval(_CREATE_THREAD, *params):
                     raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
                 if not rows:
@@ -483,7 +483,7 @@ class PostgresStore:
         now = utc_now()
 
         async def run(conn: Any) -> list[Message]:
-            async with conn.transaction():
+            async with transaction(conn):
                 current = {row[0]: (row, message_from_row(row)) for row in await conn.fetch(
                     f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = ANY($1::text[]) FOR UPDATE OF m", ids)}
                 changed: dict[str, tuple[Any, Message]] = {}
@@ -560,7 +560,7 @@ class PostgresStore:
         check_text(thread_id, "thread_id")
 
         async def run(conn: Any) -> Thread | None:
-            async with conn.transaction():
+            async with transaction(conn):
                 await check_fence(conn, fence)
                 row = await conn.fetchrow(f"SELECT {THREAD_COLS} FROM mastra_threads t WHERE t.id = $1 FOR UPDATE",
                                           thread_id)
@@ -594,7 +594,7 @@ class PostgresStore:
         select = f"SELECT {RESOURCE_COLS} FROM mastra_resources r WHERE r.id = $1 FOR UPDATE"
 
         async def run(conn: Any) -> Resource | None:
-            async with conn.transaction():
+            async with transaction(conn):
                 await check_fence(conn, fence)
                 locked = False
                 while True:

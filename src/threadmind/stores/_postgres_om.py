@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from ._om import OM_TABLE, OMRecord, same_record
+from ._postgres_pool import transaction
 from ._postgres_rows import as_naive, decode_json, from_columns
 
 __all__ = ("PostgresOMStore",)
@@ -129,7 +130,7 @@ class PostgresOMStore:
         key = record.lookup_key
 
         async def run(conn: Any) -> bool:
-            async with conn.transaction():
+            async with transaction(conn):
                 await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"threadmind.om:{key}")
                 row = await conn.fetchrow(_CURRENT, key)
                 if not same_record(None if row is None else _from_row(row), expected):
