@@ -25,7 +25,7 @@ except ImportError:  # the pg_cluster fixture skips these tests (fails them in C
 
 from threadmind.codecs import Message, Thread
 from threadmind.errors import ConfigError, ResourceMismatch, StorageError, ValidationError
-from threadmind.stores import PostgresStore
+from threadmind.stores import PostgresStore, _postgres_leases
 from threadmind.stores._om import OMRecord
 from threadmind.stores._postgres_pool import IDLE_IN_TRANSACTION, transaction
 from threadmind.stores._postgres_schema import SCHEMA_VERSION
@@ -281,6 +281,46 @@ class TestErrors:
         assert await _sql(pg_dsn, lambda c: c.fetchval(kill)) >= 1
         await store.save_messages("t1", [msg(2)])  # the pool replaced the connection the server closed
         assert len((await store.list_messages(MessageQuery(thread_id="t1"))).messages) == 2
+
+
+class TestLeaseWakeUps:
+    async def test_a_release_wakes_a_waiter_through_listen_notify(self, store: PostgresStore,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        """With polling pushed out to 60 s, only the NOTIFY of the release can wake the waiter in time."""
+        monkeypatch.setattr(_postgres_leases, "_FIRST_BACKOFF", 60.0)
+        held = await store.acquire_lease("thread:t1", owner="a", ttl=60, wait=False)
+        got: list[Any] = []
+
+        async def waiter() -> None:
+            got.append(await store.acquire_lease("thread:t1", owner="b", ttl=60, wait=True))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                listening = 0
+                while not listening:  # each look is a round trip to the server: no sleep needed
+                    listening = await store.run_read(lambda conn: conn.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"), "probe")
+                # The waiter subscribed before its first look; let that look happen (in either order the
+                # waiter gets the lease: a release before the look is seen by the look itself).
+                await anyio.sleep(0.05)
+                await store.release_lease(held)
+        assert [lease.owner for lease in got] == ["b"]
+
+    async def test_behind_pgbouncer_waiters_poll(self, pgbouncer_dsn: str) -> None:
+        async with PostgresStore(pgbouncer_dsn, statement_cache_size=0) as store:
+            held = await store.acquire_lease("thread:t1", owner="a", ttl=60, wait=False)
+            got: list[Any] = []
+
+            async def waiter() -> None:
+                got.append(await store.acquire_lease("thread:t1", owner="b", ttl=60, wait=True))
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(waiter)
+                    await anyio.sleep(0.05)
+                    await store.release_lease(held)
+            assert [lease.owner for lease in got] == ["b"]
 
 
 class TestSeveralWriters:

@@ -4,8 +4,13 @@ A lease is a row (``key``, ``owner``, ``token``, ``expires_at``). Taking it is o
 no row exists or the row's ``expires_at`` has passed; every take draws a new token from the
 ``threadmind_lease_tokens`` sequence, so a takeover always holds a higher token than the holder it replaced.
 Expiry is computed by the server (``clock_timestamp()``), never by a client, so hosts with skewed clocks agree on
-who holds what. Renewing extends every unexpired row of an owner; releasing deletes the row and sends
+who holds what. Renewing extends every unexpired row an owner holds; releasing deletes the row and sends
 ``NOTIFY threadmind_lease, '<key>'`` in the same statement.
+
+Lease statements commit without waiting for the disk (``synchronous_commit`` off for their own transaction, a
+tenth of a durable commit's time): after a server crash a lease row may be back in an earlier state, and a fenced
+write then refuses whoever the row no longer names; a token drawn again after a crash fences no one else, as a
+fence matches owner and token.
 
 **Fencing.** A fenced write first reads its lease row ``FOR SHARE`` inside its own transaction (or statement) and
 refuses to write (``LeaseLost``) unless the row still carries its owner and token and has not expired. The share
@@ -53,14 +58,16 @@ WITH take AS (
 )
 SELECT (SELECT token FROM take),
        (SELECT GREATEST(0, extract(epoch FROM h.expires_at - clock_timestamp()))::float8
-        FROM threadmind_leases h WHERE h.key = $1)
+        FROM threadmind_leases h WHERE h.key = $1),
+       set_config('synchronous_commit', 'off', true)
 """
 _RELEASE = (
     "WITH d AS (DELETE FROM threadmind_leases WHERE key = $1 AND owner = $2 AND token = $3 RETURNING key) "
-    f"SELECT pg_notify('{CHANNEL}', d.key) FROM d"
+    f"SELECT pg_notify('{CHANNEL}', d.key), set_config('synchronous_commit', 'off', true) FROM d"
 )
-_RENEW = ("UPDATE threadmind_leases SET expires_at = clock_timestamp() + $2 * interval '1 second' "
-          "WHERE owner = $1 AND key = ANY($3::text[]) AND expires_at > clock_timestamp()")
+_RENEW = ("WITH r AS (UPDATE threadmind_leases SET expires_at = clock_timestamp() + $2 * interval '1 second' "
+          "WHERE owner = $1 AND key = ANY($3::text[]) AND expires_at > clock_timestamp()) "
+          "SELECT set_config('synchronous_commit', 'off', true)")
 #: Whether a lease is still held, read with a share lock that a takeover must wait for ($1 key, $2 owner, $3 token).
 FENCE_SQL = ("SELECT l.owner = $2 AND l.token = $3 AND l.expires_at > clock_timestamp() "
              "FROM threadmind_leases l WHERE l.key = $1 FOR SHARE")
@@ -88,6 +95,7 @@ class LeaseListener:
         self._conn: Any = None
         self._lock = anyio.Lock()
         self._failed_at = -math.inf
+        self._closed = False
         self._waiters: dict[str, set[anyio.Event]] = {}
 
     async def subscribe(self, key: str) -> anyio.Event | None:
@@ -111,18 +119,26 @@ class LeaseListener:
         conn = self._conn
         if conn is not None and not conn.is_closed():
             return True
-        if time.monotonic() - self._failed_at < _RECONNECT_AFTER:
+        if self._closed or time.monotonic() - self._failed_at < _RECONNECT_AFTER:
             return False
         async with self._lock:
             if self._conn is not None and not self._conn.is_closed():
                 return True
+            conn = None
             try:
                 with anyio.fail_after(5.0):
                     conn = await self._connect()
                     await conn.add_listener(CHANNEL, self._notified)
-            except Exception:
+            except BaseException as exc:
+                if conn is not None:
+                    conn.terminate()
+                if not isinstance(exc, Exception):
+                    raise
                 _log.warning("cannot LISTEN for lease releases; waiters poll instead", exc_info=True)
                 self._failed_at = time.monotonic()
+                return False
+            if self._closed:  # the store closed meanwhile
+                conn.terminate()
                 return False
             self._conn = conn
             return True
@@ -132,6 +148,7 @@ class LeaseListener:
             event.set()
 
     async def aclose(self) -> None:
+        self._closed = True
         conn, self._conn = self._conn, None
         for waiters in self._waiters.values():
             for event in waiters:
