@@ -202,6 +202,23 @@ class TestLeases:
             await store.release_lease(new)
         assert await stored_ids(store) == ["new"]
 
+    async def test_a_lapsed_lease_refuses_writes_and_is_not_revived(self, store: Store) -> None:
+        """Its holder stopped renewing it for longer than its ttl: refused even though nobody took it over, and
+        a renewal that comes too late does not bring it back; a new lease works."""
+        old = await store.acquire_lease("thread:t1", owner="a", ttl=0.1, wait=False)
+        await anyio.sleep(0.3)  # wall-clock time is what a lease measures
+        with pytest.raises(LeaseLost):
+            await store.save_messages("t1", [message("late")], fence=old)
+        await store.renew_leases("a", 30)
+        with pytest.raises(LeaseLost):
+            await store.modify_thread("t1", lambda t: ThreadChange(title="late"), fence=old)
+        await store.release_lease(old)
+        new = await store.acquire_lease("thread:t1", owner="a", ttl=30, wait=False)
+        await store.save_messages("t1", [message("fresh")], fence=new)
+        await store.release_lease(new)
+        assert await stored_ids(store) == ["fresh"]
+        assert (await store.get_thread("t1")).title == ""  # type: ignore[union-attr]
+
     async def _refused(self, store: Store, old: Lease) -> None:
         with pytest.raises(LeaseLost) as info:
             await store.save_messages("t1", [message("old")], fence=old)

@@ -62,7 +62,15 @@ from ..codecs import (
     to_iso,
     utc_now,
 )
-from ..errors import ConfigError, InvalidMessage, StorageError, ThreadmindError, ThreadNotFound, ValidationError
+from ..errors import (
+    ConfigError,
+    InvalidMessage,
+    LeaseLost,
+    StorageError,
+    ThreadmindError,
+    ThreadNotFound,
+    ValidationError,
+)
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
 from ._leases import busy_error, wait_backoff
@@ -1505,17 +1513,20 @@ class SQLiteStore:
         return lease
 
     def _fence_check(self, fence: Lease | None) -> Callable[[sqlite3.Connection], None]:
-        """The in-transaction check of a write fenced by ``fence`` (``LeaseLost`` when it was taken over).
+        """The in-transaction check of a write fenced by ``fence``: ``LeaseLost`` when it lapsed (this process did
+        not renew it in time) or was taken over.
 
-        Free until some process on the file has begun a takeover: the counter is raised before a takeover row is
-        written, and the check runs holding the write lock, so a count of 0 then means no takeover can commit
-        before this write does.
+        The takeover check is free until some process on the file has begun a takeover: the counter is raised
+        before a takeover row is written, and the check runs holding the write lock, so a count of 0 then means no
+        takeover can commit before this write does.
         """
         if fence is None:
             return _unfenced
 
         def check(conn: sqlite3.Connection) -> None:
             peers = self._peers
+            if peers is not None and fence.token == 0 and peers.lapsed(fence.acquired_at):
+                raise LeaseLost(fence.key, "its holder stopped renewing it for longer than its ttl")
             if peers is None or peers.takeovers():
                 check_fence(conn, fence)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import math
 import mmap
 import os
 import struct
@@ -85,6 +86,7 @@ class Peers:
         self._waiting: dict[str, int] = {}  # key -> how many of this process's callers wait for it
         self._yield_until: dict[str, float] = {}  # key -> until when it is left to another process's waiter
         self._alone_generation: int | None = None  # the generation when this process last found itself alone
+        self.lapsed_at = -math.inf  # when a heartbeat last came after the vouched time (holds before it lapsed)
         self.epoch = 0  # bumped whenever this process starts trusting its caches again
         try:
             self._prepare()
@@ -166,13 +168,25 @@ class Peers:
 
     def beat(self, ttl: float) -> None:
         """Tell the others this process is alive: its holds stand for ``ttl`` seconds more (the time already
-        vouched for is never shortened)."""
+        vouched for is never shortened). A beat that comes after the vouched time has passed (the process was
+        frozen or stalled) does not revive the holds it had: they stay lapsed (see :meth:`lapsed`)."""
         with self._mutex:
             if self._slot is None:
                 return
             where = _SLOT_DATA + self._slot * _SLOT.size
             vouched = _SLOT.unpack_from(self._map, where)[1]
-            os.pwrite(self._fd, _SLOT.pack(os.getpid(), max(vouched, time.time() + ttl)), where)
+            now = time.time()
+            if vouched < now and self._held:
+                self.lapsed_at = now
+            os.pwrite(self._fd, _SLOT.pack(os.getpid(), max(vouched, now + ttl)), where)
+
+    def lapsed(self, acquired_at: float) -> bool:
+        """Whether a hold taken at ``acquired_at`` lapsed: the time this process vouched for has passed, or had
+        passed when it beat again afterwards."""
+        if acquired_at < self.lapsed_at:
+            return True
+        slot = self._slot
+        return slot is not None and _SLOT.unpack_from(self._map, _SLOT_DATA + slot * _SLOT.size)[1] < time.time()
 
     def alive_until(self, pid: int) -> float | None:
         """Until when the present process ``pid`` vouched for its holds (its last heartbeat plus its ttl), or
