@@ -96,7 +96,7 @@ __all__ = ("SQLiteStore", "StoreStatistics")
 T = TypeVar("T")
 
 _CHECK_EVERY = 16  # commits between WAL size checks
-_LEASE_POLL_CAP = 0.01  # longest sleep of a lease waiter between two looks (two syscalls each: cheap)
+_LEASE_POLL_CAP = 0.002  # longest sleep of a lease waiter between two looks (two syscalls each: cheap)
 _WAL_CHECKPOINT_BYTES = 1 << 20  # pre-copy once the WAL holds this much (auto-checkpoint is at ~4 MB)
 _LINGER = 0.0005  # seconds a leader may wait for the callers of the previous group (see _gather)
 _CHUNK = 500  # rows per multi-row statement: 7 × 500 parameters, far below SQLite's 32 766 limit
