@@ -4,8 +4,14 @@ One database serves Mastra and threadmind (see ``_postgres_schema``); encodings 
 (see ``_postgres_rows``). Every query is parameterised. Each write call is one statement in autocommit where one
 statement can do all of it (saves, thread and resource updates with their merges done by the server, deletes of
 messages), else one short transaction that first locks the thread row (thread deletes and moves, clones, message
-updates), so no read-modify-write loses a concurrent update from another process. Ordering is
-(``"createdAt"``, insertion sequence, id) everywhere.
+updates), so no read-modify-write loses a concurrent update from another process. ``modify_thread`` and
+``modify_resource`` read the row ``FOR UPDATE`` and write what the caller's change makes of it in the same
+transaction. Ordering is (``"createdAt"``, insertion sequence, id) everywhere.
+
+Leases (an agent turn's hold on its thread) are rows timed by the server's clock, and fenced writes check theirs
+inside their own statement or transaction (see ``_postgres_leases``). Other hosts may write at any time, so
+``thread_version`` and ``resource_version`` change on every call: the actors read through instead of trusting
+their caches.
 
 ``vector_records()`` and ``observational_records()`` give the vector records and the observational-memory records
 kept in the same database.
@@ -160,7 +166,8 @@ class PostgresStore:
     :param min_size: connections the pool keeps open.
     :param max_size: most connections the pool opens.
     :param statement_cache_size: asyncpg's prepared statements per connection; ``0`` behind PgBouncer in
-        transaction mode. None keeps asyncpg's default.
+        transaction mode (lease waiters then poll instead of listening for releases). None keeps asyncpg's
+        default.
     :raises ConfigError: a bad option, or asyncpg is not installed (``pip install 'threadmind[postgres]'``).
     """
 
