@@ -1,6 +1,7 @@
 """The ``threadmind`` command: a demo of the embedded default, plus inspection and operation tools.
 
-Every command works on one database (``--db``, default ``memory.db``; vectors live in ``<db>.vectors``) and
+Every command works on one database (``--db``, default ``memory.db``; vectors live in ``<db>.vectors``; a
+``postgresql://`` URL opens a PostgreSQL database instead, whose vectors the index rebuilds at start) and
 takes the embedder options (``--embedder hash|openai/<model>``, ``--dim N``). Tables and the progress bar use
 ``rich`` when it is installed (the ``[cli]`` extra) and stdout is a terminal, else plain text. Errors are one
 clear line on stderr and a non-zero exit status, never a traceback.
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from .codecs import Message
     from .embedders import Embedder
     from .memory import Memory
-    from .stores import SQLiteStore
+    from .stores import PostgresStore, SQLiteStore
 
 __all__ = ("main",)
 
@@ -179,34 +180,63 @@ def _vectors_path(db: str) -> str:
     return db + ".vectors"
 
 
+def _is_url(db: str) -> bool:
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def _shown(db: str) -> str:
+    """The database as shown to the user: a URL without its password."""
+    if not _is_url(db):
+        return db
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(db)
+    if parts.password is None:
+        return db
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+
+
 def _require_db(db: str) -> None:
-    if not os.path.exists(db):
+    if not _is_url(db) and not os.path.exists(db):
         raise _CliError(f"database {db!r} does not exist (pass --db PATH)")
 
 
 def _memory(args: argparse.Namespace, *, semantic: bool, top_k: int = 4) -> Memory:
-    """A Memory over ``--db``; with ``semantic`` also the vector index and the embedder."""
+    """A Memory over ``--db`` (a file, or a ``postgresql://`` URL); with ``semantic`` also the vector index and the
+    embedder."""
     from .memory import Memory
-    from .stores import HnswVectorStore, SQLiteStore
+    from .stores import HnswVectorStore, PostgresStore, SQLiteStore
 
+    store = PostgresStore(args.db) if _is_url(args.db) else SQLiteStore(args.db)
     if not semantic:
-        return Memory(storage=SQLiteStore(args.db), options={"lastMessages": False})
+        return Memory(storage=store, options={"lastMessages": False})
     embedder, dim = _embedder(args)
     return Memory(
-        storage=SQLiteStore(args.db),
-        vector=HnswVectorStore(_vectors_path(args.db)),
+        storage=store,
+        vector=HnswVectorStore(None if _is_url(args.db) else _vectors_path(args.db)),
         embedder=embedder,
         embedding_dimension=dim,
         options={"lastMessages": False, "semanticRecall": {"topK": top_k, "messageRange": 0, "scope": "resource"}},
     )
 
 
-def _sql_store(memory: Memory) -> SQLiteStore:
-    from .stores import SQLiteStore
+def _sql_store(memory: Memory) -> SQLiteStore | PostgresStore:
+    from .stores import PostgresStore, SQLiteStore
 
     store = memory.storage
-    assert isinstance(store, SQLiteStore)
+    assert isinstance(store, (SQLiteStore, PostgresStore))
     return store
+
+
+async def _message_counts_of(store: SQLiteStore | PostgresStore) -> dict[str, int]:
+    from .stores import PostgresStore
+
+    if isinstance(store, PostgresStore):
+        rows = await store.run_read(lambda conn: conn.fetch(
+            "SELECT thread_id, count(*) FROM mastra_messages GROUP BY 1"), "message counts")
+        return {str(t): int(n) for t, n in rows}
+    return await store.execute_read(_message_counts)
 
 
 # ------------------------------------------------------------------------------------------- demo
@@ -316,7 +346,7 @@ async def _threads(args: argparse.Namespace) -> int:
     _require_db(args.db)
     async with _memory(args, semantic=False) as memory:
         page = await memory.list_threads(resource_id=args.resource, per_page=False)
-        counts = await _sql_store(memory).execute_read(_message_counts)
+        counts = await _message_counts_of(_sql_store(memory))
     if args.json:
         print(json.dumps([thread_to_dict(t) | {"messages": counts.get(t.id, 0)} for t in page.threads],
                          ensure_ascii=False, indent=2))
@@ -535,17 +565,38 @@ def _sizes(db: str, vectors_dir: str) -> tuple[int, int, bool]:
     return _disk_size(db) + _disk_size(db + "-wal"), _disk_size(vectors_dir), os.path.isdir(vectors_dir)
 
 
+async def _pg_vector_stats(store: PostgresStore) -> tuple[list[tuple[str, int, int]], int]:
+    """``_vector_stats`` of a PostgreSQL database."""
+
+    async def read(conn: Any) -> tuple[list[tuple[str, int, int]], int]:
+        per_index = [(str(name), int(count), int(missing)) for name, count, missing in await conn.fetch(
+            "SELECT v.index_name, count(*), (SELECT count(*) FROM mastra_messages m WHERE NOT EXISTS (SELECT 1 "
+            "FROM threadmind_vectors w WHERE w.index_name = v.index_name AND w.message_id = m.id)) "
+            "FROM threadmind_vectors v GROUP BY 1 ORDER BY 1")]
+        return per_index, int(await conn.fetchval("SELECT count(*) FROM threadmind_vector_pending"))
+
+    result: tuple[list[tuple[str, int, int]], int] = await store.run_read(read, "vector stats")
+    return result
+
+
 async def _stats(args: argparse.Namespace) -> int:
-    from .stores import mastra_vector_tables
+    from .stores import SQLiteStore, mastra_vector_tables
 
     _require_db(args.db)
     async with _memory(args, semantic=False) as memory:
         store = _sql_store(memory)
         counts = await store.stats()
-        per_index, pending = await store.execute_read(_vector_stats)
-        mastra_tables = await mastra_vector_tables(store)
+        if isinstance(store, SQLiteStore):
+            per_index, pending = await store.execute_read(_vector_stats)
+            mastra_tables = await mastra_vector_tables(store)
+        else:
+            per_index, pending = await _pg_vector_stats(store)
+            mastra_tables = []
     vectors_dir = _vectors_path(args.db)
-    db_bytes, snapshot_bytes, has_snapshot = await anyio.to_thread.run_sync(_sizes, args.db, vectors_dir)
+    if isinstance(store, SQLiteStore):
+        db_bytes, snapshot_bytes, has_snapshot = await anyio.to_thread.run_sync(_sizes, args.db, vectors_dir)
+    else:
+        db_bytes, snapshot_bytes, has_snapshot = counts["file_bytes"], 0, False
     pairs: list[tuple[str, object]] = [
         ("threads", counts["threads"]),
         ("messages", counts["messages"]),
@@ -563,7 +614,7 @@ async def _stats(args: argparse.Namespace) -> int:
         pairs.append(("index health", "no vectors yet" + ("; run `threadmind reindex`" if counts["messages"] else "")))
     for table in mastra_tables:
         pairs.append((f"mastra table {table.name}", f"dimension {table.dimension} (imported at start when empty)"))
-    _print_pairs(pairs, title=f"threadmind {args.db}")
+    _print_pairs(pairs, title=f"threadmind {_shown(args.db)}")
     return 0
 
 
@@ -572,8 +623,9 @@ async def _stats(args: argparse.Namespace) -> int:
 
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=_DEFAULT_DB, metavar="PATH",
-                        help=f"database file (default: {_DEFAULT_DB}; vectors in PATH.vectors)")
+    common.add_argument("--db", default=_DEFAULT_DB, metavar="PATH|URL",
+                        help=f"database file (default: {_DEFAULT_DB}; vectors in PATH.vectors), or a "
+                             "postgresql:// URL")
     _embedder_options(common)
     return common
 

@@ -36,6 +36,12 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield s
 
 
+def counts_writes(store: Any) -> bool:
+    """Whether the store counts writes per key (one process, or one file's processes that it can watch), rather
+    than returning a new version on every call (a database other hosts write)."""
+    return not isinstance(store, PostgresStore)
+
+
 def msg(i: int, thread: str = "t1", resource: str = "r1", *, at: datetime | None = None, text: str | None = None,
         **fields: Any) -> Message:
     return Message.user(text or f"message {i}", id=f"{thread}-m{i:04d}", thread_id=thread, resource_id=resource,
@@ -198,6 +204,11 @@ class TestThreads:
 
 
     async def test_thread_version_counts_each_write_call(self, store: Any) -> None:
+        if not counts_writes(store):
+            await thread(store)
+            seen = [store.thread_version("t1"), store.thread_version("t1"), store.resource_version("r1")]
+            assert len(set(seen)) == 3  # another host may write at any time: no value is ever handed out twice
+            return
         v = store.thread_version
         assert v("t1") == 0
         await thread(store)
@@ -313,7 +324,8 @@ class TestSaveMessagesMany:
         for tid in ("t1", "t2"):
             row = await store.get_thread(tid)
             assert row is not None and row.updated_at > BASE
-        assert (store.thread_version("t1"), store.thread_version("t2")) == (before[0] + 1, before[1] + 1)
+        if counts_writes(store):
+            assert (store.thread_version("t1"), store.thread_version("t2")) == (before[0] + 1, before[1] + 1)
 
     @pytest.mark.parametrize("bad_part", ["first", "last"])
     async def test_one_refused_part_writes_no_part(self, store: Any, bad_part: str) -> None:

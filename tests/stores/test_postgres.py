@@ -3,6 +3,7 @@ several writers at once, the pending-vector marks, and the vector and observatio
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -24,10 +25,11 @@ except ImportError:  # the pg_cluster fixture skips these tests (fails them in C
 
 from threadmind.codecs import Message, Thread
 from threadmind.errors import ConfigError, ResourceMismatch, StorageError, ValidationError
-from threadmind.stores import PostgresStore
+from threadmind.stores import PostgresStore, _postgres_leases
 from threadmind.stores._om import OMRecord
+from threadmind.stores._postgres_pool import IDLE_IN_TRANSACTION, transaction
 from threadmind.stores._postgres_schema import SCHEMA_VERSION
-from threadmind.stores._protocol import MessageQuery
+from threadmind.stores._protocol import STORE_METHODS, MessageQuery, Store
 from threadmind.stores._sqlite import SQLiteStore
 from threadmind.stores._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord, VectorRecords
 
@@ -254,10 +256,12 @@ class TestErrors:
         with pytest.raises(ValidationError, match="working_memory"):
             await store.update_resource("r1", working_memory="\x00")
 
-    async def test_sqlite_hooks_are_refused(self, store: PostgresStore) -> None:
-        await store.create_thread(Thread(id="t1", resource_id="r1"))
-        with pytest.raises(ConfigError, match="mark_pending"):
-            await store.save_messages("t1", [msg(1)], after=lambda conn, messages: None)
+    def test_every_method_takes_the_protocols_parameters(self) -> None:
+        for name in STORE_METHODS:
+            ours = inspect.signature(getattr(PostgresStore, name)).parameters
+            contract = inspect.signature(getattr(Store, name)).parameters
+            assert list(ours) == list(contract), name
+            assert [p.kind for p in ours.values()] == [p.kind for p in contract.values()], name
 
     async def test_closed_store(self, pg_dsn: str) -> None:
         s = PostgresStore(pg_dsn)
@@ -279,7 +283,59 @@ class TestErrors:
         assert len((await store.list_messages(MessageQuery(thread_id="t1"))).messages) == 2
 
 
+class TestLeaseWakeUps:
+    async def test_a_release_wakes_a_waiter_through_listen_notify(self, store: PostgresStore,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        """With polling pushed out to 60 s, only the NOTIFY of the release can wake the waiter in time."""
+        monkeypatch.setattr(_postgres_leases, "_FIRST_BACKOFF", 60.0)
+        held = await store.acquire_lease("thread:t1", owner="a", ttl=60, wait=False)
+        got: list[Any] = []
+
+        async def waiter() -> None:
+            got.append(await store.acquire_lease("thread:t1", owner="b", ttl=60, wait=True))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                listening = 0
+                while not listening:  # each look is a round trip to the server: no sleep needed
+                    listening = await store.run_read(lambda conn: conn.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"), "probe")
+                # The waiter subscribed before its first look; let that look happen (in either order the
+                # waiter gets the lease: a release before the look is seen by the look itself).
+                await anyio.sleep(0.05)
+                await store.release_lease(held)
+        assert [lease.owner for lease in got] == ["b"]
+
+    async def test_behind_pgbouncer_waiters_poll(self, pgbouncer_dsn: str) -> None:
+        async with PostgresStore(pgbouncer_dsn, statement_cache_size=0) as store:
+            held = await store.acquire_lease("thread:t1", owner="a", ttl=60, wait=False)
+            got: list[Any] = []
+
+            async def waiter() -> None:
+                got.append(await store.acquire_lease("thread:t1", owner="b", ttl=60, wait=True))
+
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(waiter)
+                    await anyio.sleep(0.05)
+                    await store.release_lease(held)
+            assert [lease.owner for lease in got] == ["b"]
+
+
 class TestSeveralWriters:
+    async def test_a_client_frozen_inside_a_transaction_is_ended_by_the_server(self, store: PostgresStore) -> None:
+        """The store's transactions carry a server-side idle limit, so a frozen client cannot keep row locks."""
+
+        async def inside(conn: Any) -> tuple[str, str]:
+            async with transaction(conn):
+                return (await conn.fetchval("SHOW idle_in_transaction_session_timeout"),
+                        await conn.fetchval("SELECT current_setting('transaction_isolation')"))
+
+        assert await store.run_write(inside, "probe") == (IDLE_IN_TRANSACTION, "read committed")
+        outside = await store.run_read(lambda conn: conn.fetchval("SHOW idle_in_transaction_session_timeout"), "probe")
+        assert outside == "0"  # transaction-scoped: nothing stays on the (pooled) session
+
     async def test_concurrent_merges_from_two_stores_lose_nothing(self, pg_dsn: str) -> None:
         async with PostgresStore(pg_dsn) as a, PostgresStore(pg_dsn) as b:
             await a.create_thread(Thread(id="t1", resource_id="r1"))

@@ -20,6 +20,7 @@ import contextvars
 import enum
 import logging
 import math
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -48,6 +49,14 @@ _log = logging.getLogger("threadmind.actors")
 # carries. A context variable, so every write made for a turn (the persist, the token boundary, a tool's
 # working-memory update) finds it without it being passed through every layer.
 _FENCES: contextvars.ContextVar[dict[str, Lease] | None] = contextvars.ContextVar("threadmind_fences", default=None)
+
+
+async def _after_the_previous_turn() -> None:
+    """Let the wall clock pass the next millisecond: a turn that waited for another then stamps its input
+    after every message of that turn (which are stamped at most one millisecond past its release), so the
+    history alternates."""
+    now = time.time()
+    await anyio.sleep(max(0.0, (math.floor(now * 1000) + 1) / 1000 - now))
 
 
 def current_fence(thread_id: str | None) -> Lease | None:
@@ -245,25 +254,29 @@ class ActorSystem:
         actor = threads.get(thread_id)
         actor.turn_started()
         try:
+            waited = False
             if policy == "reject":
                 try:
                     actor.turn_lock.acquire_nowait()
                 except anyio.WouldBlock:
                     raise ThreadBusy(thread_id) from None
             else:
+                waited = actor.turn_lock.value == 0
                 await actor.turn_lock.acquire()
             try:
-                lease = await self.store.acquire_lease(f"thread:{thread_id}", owner=self.owner, ttl=self.lease_ttl,
-                                                       wait=policy == "enqueue")
-                token = _FENCES.set({**(_FENCES.get() or {}), thread_id: lease})
+                lease, contended = await self._acquire(thread_id, wait=policy == "enqueue")
                 try:
-                    yield lease
-                finally:
+                    if waited or contended:
+                        await _after_the_previous_turn()
+                    token = _FENCES.set({**(_FENCES.get() or {}), thread_id: lease})
                     try:
-                        _FENCES.reset(token)
-                    except ValueError:  # closed from another context (an abandoned stream's finalizer): nothing
-                        pass            # to reset there, and the turn's own context is gone with it
-
+                        yield lease
+                    finally:
+                        try:
+                            _FENCES.reset(token)
+                        except ValueError:  # closed from another context (an abandoned stream's finalizer):
+                            pass            # nothing to reset there, the turn's own context is gone with it
+                finally:
                     with anyio.CancelScope(shield=True):
                         await self.store.release_lease(lease)
             finally:
@@ -271,6 +284,15 @@ class ActorSystem:
         finally:
             actor.turn_finished()
 
+    async def _acquire(self, thread_id: str, *, wait: bool) -> tuple[Lease, bool]:
+        """The lease ``thread:<id>``, and whether another holder had it first (the turn then waited for it)."""
+        key = f"thread:{thread_id}"
+        try:
+            return await self.store.acquire_lease(key, owner=self.owner, ttl=self.lease_ttl, wait=False), False
+        except ThreadBusy:
+            if not wait:
+                raise
+        return await self.store.acquire_lease(key, owner=self.owner, ttl=self.lease_ttl, wait=True), True
 
     # resources -----------------------------------------------------------------------------------
     async def resource_exclusive(self, resource_id: str, fn: Callable[[], Awaitable[T]], name: str, *,

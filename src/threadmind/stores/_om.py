@@ -257,8 +257,8 @@ class SQLiteOMStore:
         self._ttl = ttl  # None: _CURRENT_TTL
         self._ready = False
         self._lock = anyio.Lock()
-        # key -> (record, expires at, the key's write count when it was read)
-        self._current: OrderedDict[str, tuple[OMRecord | None, float, int]] = OrderedDict()
+        # key -> (record, expires at, (the key's write count, the store's cache epoch) when it was read)
+        self._current: OrderedDict[str, tuple[OMRecord | None, float, tuple[int, int]]] = OrderedDict()
         self._own_counts = WriteCounts()  # for a store that shares no counters
 
     def _counts(self) -> WriteCounts:
@@ -278,17 +278,20 @@ class SQLiteOMStore:
                 await self._store.execute_write(create)
                 self._ready = True
 
-    def _trusted(self) -> bool:
-        """Whether a kept record may be served: no other process may have written the file since it was read."""
-        trusted = getattr(self._store, "caches_trusted", None)
-        return trusted is None or bool(trusted())
+    def _epoch(self) -> int | None:
+        """The store's cache epoch: a kept record read in the same epoch may be served (no other process can have
+        written the file since); None while another process may be writing (read through)."""
+        epoch = getattr(self._store, "cache_epoch", None)
+        result: int | None = 0 if epoch is None else epoch()
+        return result
 
     async def current(self, key: str) -> OMRecord | None:
         await self._ensure()
         counts = self._counts()
-        seen = counts.get(key)
+        epoch = self._epoch()
+        seen = (counts.get(key), -1 if epoch is None else epoch)
         cached = self._current.get(key)
-        trusted = self._trusted()
+        trusted = epoch is not None
         if trusted and cached is not None and time.monotonic() < cached[1] and cached[2] == seen:
             self._current.move_to_end(key)
             await anyio.lowlevel.checkpoint()
@@ -303,7 +306,7 @@ class SQLiteOMStore:
             return _from_row(tuple(row)) if row is not None else None
 
         result: OMRecord | None = await self._store.execute_read(read)
-        if trusted and counts.get(key) == seen:
+        if trusted and (counts.get(key), self._epoch()) == seen:
             ttl = _CURRENT_TTL if self._ttl is None else self._ttl
             self._current[key] = (result.copy() if result is not None else None, time.monotonic() + ttl, seen)
             self._current.move_to_end(key)

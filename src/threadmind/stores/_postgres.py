@@ -4,8 +4,14 @@ One database serves Mastra and threadmind (see ``_postgres_schema``); encodings 
 (see ``_postgres_rows``). Every query is parameterised. Each write call is one statement in autocommit where one
 statement can do all of it (saves, thread and resource updates with their merges done by the server, deletes of
 messages), else one short transaction that first locks the thread row (thread deletes and moves, clones, message
-updates), so no read-modify-write loses a concurrent update from another process. Ordering is
-(``"createdAt"``, insertion sequence, id) everywhere.
+updates), so no read-modify-write loses a concurrent update from another process. ``modify_thread`` and
+``modify_resource`` read the row ``FOR UPDATE`` and write what the caller's change makes of it in the same
+transaction. Ordering is (``"createdAt"``, insertion sequence, id) everywhere.
+
+Leases (an agent turn's hold on its thread) are rows timed by the server's clock, and fenced writes check theirs
+inside their own statement or transaction (see ``_postgres_leases``). Other hosts may write at any time, so
+``thread_version`` and ``resource_version`` change on every call: the actors read through instead of trusting
+their caches.
 
 ``vector_records()`` and ``observational_records()`` give the vector records and the observational-memory records
 kept in the same database.
@@ -25,7 +31,8 @@ import msgspec
 from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import ConfigError, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
-from ._postgres_pool import PgPool, storage_error
+from ._postgres_leases import LeaseListener, PgLeases, check_fence, lease_lost
+from ._postgres_pool import PgPool, storage_error, transaction
 from ._postgres_queries import MessageReads
 from ._postgres_rows import (
     MSG_COLS,
@@ -48,7 +55,16 @@ from ._postgres_rows import (
 )
 from ._postgres_save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, save_params
 from ._postgres_schema import FAIL_SQLSTATE
-from ._protocol import UNSET, MessagePage, MessageQuery, ThreadPage, UnsetType
+from ._protocol import (
+    UNSET,
+    Lease,
+    MessagePage,
+    MessageQuery,
+    ResourceChange,
+    ThreadChange,
+    ThreadPage,
+    UnsetType,
+)
 from ._versions import FileCounts
 
 if TYPE_CHECKING:
@@ -106,6 +122,17 @@ _UPDATE_MESSAGES = (
     'UPDATE mastra_threads SET "updatedAt" = $8, "updatedAtZ" = $9 WHERE id = ANY($10::text[])'
 )
 
+_RESOURCE_SET = (
+    '"workingMemory" = CASE WHEN $6::boolean THEN $2 ELSE r."workingMemory" END, '
+    f"metadata = CASE WHEN $7::boolean THEN {as_object('r.metadata')} || $3::jsonb ELSE r.metadata END, "
+    '"updatedAt" = $4, "updatedAtZ" = $5'
+)
+_MODIFY_RESOURCE = f"UPDATE mastra_resources r SET {_RESOURCE_SET} WHERE r.id = $1 RETURNING {RESOURCE_COLS}"
+_CREATE_RESOURCE = (
+    'INSERT INTO mastra_resources AS r (id, "workingMemory", metadata, "createdAt", "createdAtZ", "updatedAt", '
+    f'"updatedAtZ") VALUES ($1, $2, $3::jsonb, $4, $5, $4, $5) ON CONFLICT (id) DO NOTHING RETURNING {RESOURCE_COLS}'
+)
+
 # Store objects on one database within one process share their write counters (see ``_versions``).
 _BY_DATABASE: weakref.WeakValueDictionary[str, FileCounts] = weakref.WeakValueDictionary()
 
@@ -139,7 +166,8 @@ class PostgresStore:
     :param min_size: connections the pool keeps open.
     :param max_size: most connections the pool opens.
     :param statement_cache_size: asyncpg's prepared statements per connection; ``0`` behind PgBouncer in
-        transaction mode. None keeps asyncpg's default.
+        transaction mode (lease waiters then poll instead of listening for releases). None keeps asyncpg's
+        default.
     :raises ConfigError: a bad option, or asyncpg is not installed (``pip install 'threadmind[postgres]'``).
     """
 
@@ -158,6 +186,11 @@ class PostgresStore:
         self._file_counts = _counts_for(dsn)
         self._versions = self._file_counts.threads
         self._resource_versions = self._file_counts.resources
+        self._volatile = 0  # counts down: every version handed out is new (other hosts may have written)
+        # Behind a transaction pooler (statement_cache_size=0, e.g. PgBouncer) a LISTEN would not stay on its
+        # session: lease waiters poll there.
+        self._listener = LeaseListener(self._pool.connect) if statement_cache_size != 0 else None
+        self._leases = PgLeases(self.run_write, self._listener)
 
     def __repr__(self) -> str:
         return f"PostgresStore({_masked(self._dsn)!r}, state={self._pool.state})"
@@ -173,6 +206,8 @@ class PostgresStore:
 
     async def aclose(self) -> None:
         """Close every connection; idempotent. Later calls raise ``StorageError``."""
+        if self._listener is not None:
+            await self._listener.aclose()
         await self._pool.close()
 
     async def __aenter__(self) -> PostgresStore:
@@ -211,12 +246,15 @@ class PostgresStore:
         return self._file_counts
 
     def thread_version(self, thread_id: str) -> int:
-        """How many write calls in this process (through any store object on this DSN) touched the thread."""
-        return self._versions.get(thread_id)
+        """A new value on every call: processes on other hosts may write the database at any time, so nothing
+        read from it is trusted for later (every read by the actors goes to the server)."""
+        self._volatile -= 1
+        return self._volatile
 
     def resource_version(self, resource_id: str) -> int:
-        """How many write calls in this process (through any store object on this DSN) touched the resource."""
-        return self._resource_versions.get(resource_id)
+        """As :meth:`thread_version` (a new value on every call)."""
+        self._volatile -= 1
+        return self._volatile
 
     # -- side tables -----------------------------------------------------------------------------------
 
@@ -226,10 +264,11 @@ class PostgresStore:
 
         return PostgresVectorRecords(self)
 
-    def observational_records(self, ttl: float | None = None) -> PostgresOMStore:
+    def observational_records(self, *, ttl: float | None = None) -> PostgresOMStore:
         """Observational-memory records (``ObservationalMemoryStore``) in ``mastra_observational_memory``.
 
-        ``ttl``: seconds a current record is kept (default 2; ``math.inf`` when no other process writes).
+        ``ttl`` is accepted and unused: other hosts write the same table, so records are always read from the
+        server.
         """
         from ._postgres_om import PostgresOMStore
 
@@ -322,7 +361,7 @@ class PostgresStore:
         """Delete the thread and its messages in one transaction (no error when missing)."""
 
         async def run(conn: Any) -> None:
-            async with conn.transaction():
+            async with transaction(conn):
                 # Lock first: a save waiting on (or holding) the row then either lands before this deletes its
                 # messages (a later statement sees it) or finds no thread.
                 await conn.execute("SELECT 1 FROM mastra_threads WHERE id = $1 FOR UPDATE", thread_id)
@@ -343,7 +382,7 @@ class PostgresStore:
         now = utc_now()
 
         async def run(conn: Any) -> Thread:
-            async with conn.transaction():
+            async with transaction(conn):
                 row = await conn.fetchrow(f"SELECT {THREAD_COLS} FROM mastra_threads t WHERE t.id = $1 FOR UPDATE",
                                           thread_id)
                 if row is None:
@@ -365,7 +404,7 @@ class PostgresStore:
         rows = [row for part in parts for row in part.rows.values()]
 
         async def run(conn: Any) -> None:
-            async with conn.transaction():
+            async with transaction(conn):
                 if not await conn.fetchval(_CREATE_THREAD, *params):
                     raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
                 if not rows:
@@ -380,27 +419,24 @@ class PostgresStore:
 
     # -- messages ----------------------------------------------------------------------------------------
 
-    async def save_messages(self, thread_id: str, messages: Sequence[Message], *, after: Any = None,
-                            mark_pending: bool = False) -> list[Message]:
+    async def save_messages(self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False,
+                            fence: Lease | None = None) -> list[Message]:
         """Upsert messages of one thread atomically, in order (see the ``Store`` protocol).
 
         ``mark_pending``: also record the messages as awaiting vectors (``threadmind_vector_pending``) in the same
-        statement. ``after`` hooks run on a SQLite connection and are refused here (use ``mark_pending``).
+        statement. ``fence``: refused with ``LeaseLost`` (nothing written) once that lease was lost.
         """
-        stored = await self.save_messages_many({thread_id: messages}, after=after, mark_pending=mark_pending)
+        stored = await self.save_messages_many({thread_id: messages}, mark_pending=mark_pending, fence=fence)
         return stored[thread_id]
 
-    async def save_messages_many(self, by_thread: Mapping[str, Sequence[Message]], *, after: Any = None,
-                                 mark_pending: bool = False) -> dict[str, list[Message]]:
+    async def save_messages_many(self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False,
+                                 fence: Lease | None = None) -> dict[str, list[Message]]:
         """Upsert the messages of several threads in one statement: every thread's part, or none of them."""
-        if after is not None:
-            raise ConfigError("PostgresStore takes no `after` hook (it runs on a SQLite connection); pass "
-                              "mark_pending=True to record pending-vector marks in the same transaction")
         parts = parts_of(by_thread)
         if not parts:
             await self._idle()
             return {thread_id: [] for thread_id in by_thread}
-        params = save_params(parts, utc_now(), bool(mark_pending))
+        params = save_params(parts, utc_now(), bool(mark_pending), fence)
         ids = [mid for part in parts for mid in part.rows]
 
         async def run(conn: Any) -> Any:
@@ -410,6 +446,8 @@ class PostgresStore:
                 except Exception as exc:
                     if getattr(exc, "sqlstate", None) != FAIL_SQLSTATE:
                         raise
+                    if fence is not None and "lease lost" in str(exc):
+                        raise lease_lost(fence.key) from None
                     failed = exc  # the statement aborted itself: nothing of it was applied
                 why = refusal(parts, await conn.fetchrow(DIAGNOSE_SQL, params[8], ids))
                 if why is not None:
@@ -452,7 +490,7 @@ class PostgresStore:
         now = utc_now()
 
         async def run(conn: Any) -> list[Message]:
-            async with conn.transaction():
+            async with transaction(conn):
                 current = {row[0]: (row, message_from_row(row)) for row in await conn.fetch(
                     f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = ANY($1::text[]) FOR UPDATE OF m", ids)}
                 changed: dict[str, tuple[Any, Message]] = {}
@@ -519,6 +557,93 @@ class PostgresStore:
 
         return await self._counted(run, "update_resource", (resource_id,), resources=True)
 
+    # -- read-modify-writes and leases --------------------------------------------------------------------
+
+    async def modify_thread(
+        self, thread_id: str, change: Callable[[Thread], ThreadChange | None], *, fence: Lease | None = None
+    ) -> Thread | None:
+        """Read the thread ``FOR UPDATE`` and write what ``change`` makes of it, in one transaction (no write by
+        any process comes between); ``fence`` is checked first, in the same transaction."""
+        check_text(thread_id, "thread_id")
+
+        async def run(conn: Any) -> Thread | None:
+            async with transaction(conn):
+                await check_fence(conn, fence)
+                row = await conn.fetchrow(f"SELECT {THREAD_COLS} FROM mastra_threads t WHERE t.id = $1 FOR UPDATE",
+                                          thread_id)
+                if row is None:
+                    raise ThreadNotFound(thread_id, message=f"Thread {thread_id} not found")
+                wanted = change(thread_from_row(row))
+                if wanted is None:
+                    return None
+                if wanted.title is not None and not isinstance(wanted.title, str):
+                    raise ValidationError("title must be a string or None")
+                check_text(wanted.title, "title")
+                patch = metadata_param(q.encode_metadata(wanted.metadata, "metadata"), "metadata")
+                now = utc_now()
+                updated = await conn.fetchrow(_UPDATE_THREAD, thread_id, wanted.title, patch is not None,
+                                              patch or "{}", as_naive(now), now)
+                return thread_from_row(updated)
+
+        return await self._counted(run, "modify_thread", (thread_id,))
+
+    async def modify_resource(
+        self, resource_id: str, change: Callable[[Resource | None], ResourceChange | None], *,
+        fence: Lease | None = None,
+    ) -> Resource | None:
+        """Read the resource ``FOR UPDATE`` (None when missing) and write what ``change`` makes of it, in one
+        transaction. A missing row is read under a transaction-scoped advisory lock on its id, and created with
+        ``ON CONFLICT DO NOTHING``: when another writer created it meanwhile, the row is read again and
+        ``change`` runs once more on it."""
+        if not isinstance(resource_id, str) or not resource_id.strip():
+            raise ValidationError("resource_id must be a non-empty string")
+        check_text(resource_id, "resource_id")
+        select = f"SELECT {RESOURCE_COLS} FROM mastra_resources r WHERE r.id = $1 FOR UPDATE"
+
+        async def run(conn: Any) -> Resource | None:
+            async with transaction(conn):
+                await check_fence(conn, fence)
+                locked = False
+                while True:
+                    row = await conn.fetchrow(select, resource_id)
+                    if row is None and not locked:
+                        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                                           f"threadmind.resource:{resource_id}")
+                        locked = True
+                        continue
+                    old = None if row is None else resource_from_row(row)
+                    wanted = change(old)
+                    if wanted is None:
+                        return None
+                    q.check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
+                    params = _resource_params(resource_id, wanted)
+                    if row is not None:
+                        new = await conn.fetchrow(_MODIFY_RESOURCE, *params)
+                    else:
+                        new = await conn.fetchrow(_CREATE_RESOURCE, *params[:5])
+                    if new is not None:
+                        return resource_from_row(new)
+                    # created by a writer that takes no lock of ours (update_resource): read it again
+
+        return await self._counted(run, "modify_resource", (resource_id,), resources=True)
+
+    async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
+        """Hold ``key`` for ``owner`` against every process on this database (a row in ``threadmind_leases``
+        expiring ``ttl`` seconds from now by the server's clock; see ``_postgres_leases``).
+
+        :raises ThreadBusy: ``wait=False`` and another holder's lease has not expired.
+        """
+        _check_lease_args(key, owner, ttl)
+        return await self._leases.acquire(key, owner=owner, ttl=ttl, wait=wait)
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give ``lease`` back and wake the waiters on its key (no error when it was lost meanwhile)."""
+        await self._leases.release(lease)
+
+    async def renew_leases(self, owner: str, ttl: float) -> None:
+        """Extend every lease ``owner`` holds through this store object by ``ttl`` seconds (the heartbeat)."""
+        await self._leases.renew(owner, ttl)
+
     # -- CLI helpers -------------------------------------------------------------------------------------
 
     async def stats(self) -> dict[str, int]:
@@ -563,6 +688,25 @@ def _page_after(thread_id: str, after: tuple[Any, ...] | None) -> Callable[[Any]
             thread_id, *after))
 
     return read
+
+
+def _resource_params(resource_id: str, change: ResourceChange) -> list[Any]:
+    """The parameters of ``_MODIFY_RESOURCE`` / ``_CREATE_RESOURCE`` for one change."""
+    memory = None if isinstance(change.working_memory, UnsetType) else change.working_memory
+    check_text(memory, "working_memory")
+    patch = metadata_param(q.encode_metadata(dict(change.metadata or {}), "metadata"), "metadata")
+    now = utc_now()
+    return [resource_id, memory, patch, as_naive(now), now, not isinstance(change.working_memory, UnsetType),
+            change.metadata is not None]
+
+
+def _check_lease_args(key: str, owner: str, ttl: float) -> None:
+    for value, field in ((key, "key"), (owner, "owner")):
+        if not isinstance(value, str) or not value:
+            raise ValidationError(f"lease {field} must be a non-empty string, got {value!r}")
+        check_text(value, field)
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < 1e9:
+        raise ValidationError(f"lease ttl must be a number of seconds > 0, got {ttl!r}")
 
 
 def _thread_params(thread: Thread) -> tuple[Thread, list[Any]]:

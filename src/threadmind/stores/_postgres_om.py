@@ -5,29 +5,23 @@ package's: ``config`` is JSON text, ``observedMessageIds`` and ``metadata`` are 
 every timestamp is written in both forms and read ``…Z`` first. ``put`` replaces the whole row by id, as the SQLite
 store's ``INSERT OR REPLACE`` does (columns threadmind does not model are reset).
 
-Caching is the SQLite store's: the current record of a key is kept for ``ttl`` seconds unless a write through any
-store object on the same database in this process counted against the key since it was read.
+Nothing is cached: processes on other hosts write the same table, so every ``current`` reads the server. ``replace``
+is a compare-and-set in one transaction, under a transaction-scoped advisory lock on the lookup key (the key may
+have no row yet), so two processes that observed the same messages never both commit.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import anyio.lowlevel
-
-from ._om import OM_TABLE, OMRecord
+from ._om import OM_TABLE, OMRecord, same_record
+from ._postgres_pool import transaction
 from ._postgres_rows import as_naive, decode_json, from_columns
-from ._versions import FileCounts, WriteCounts
 
 __all__ = ("PostgresOMStore",)
-
-_CURRENT_TTL = 2.0
-_CURRENT_KEYS = 4096
 
 # Written by threadmind, in this order; every other column of Mastra's table is reset to its NULL/false/0.
 _WRITE = (
@@ -58,6 +52,7 @@ _READ = (
     '"updatedAtZ"'
 )
 _ORDER = 'ORDER BY "generationCount" {d}, COALESCE("createdAtZ", "createdAt") {d}'
+_CURRENT = f'SELECT {_READ} FROM {OM_TABLE} WHERE "lookupKey" = $1 {_ORDER.format(d="DESC")} LIMIT 1'
 
 
 def _stamp(value: datetime | None) -> tuple[datetime | None, datetime | None]:
@@ -102,38 +97,20 @@ def _from_row(row: Sequence[Any]) -> OMRecord:
 
 
 class PostgresOMStore:
-    """``ObservationalMemoryStore`` over a ``PostgresStore``'s ``mastra_observational_memory`` table."""
+    """``ObservationalMemoryStore`` over a ``PostgresStore``'s ``mastra_observational_memory`` table.
+
+    ``ttl`` is accepted for the protocol's sake; records are always read from the server (see the module
+    docstring).
+    """
 
     def __init__(self, store: Any, ttl: float | None = None) -> None:
         self._store = store
-        self._ttl = _CURRENT_TTL if ttl is None else ttl
-        # key -> (record, expires at, the key's write count when it was read)
-        self._current: OrderedDict[str, tuple[OMRecord | None, float, int]] = OrderedDict()
-        self._own_counts = WriteCounts()
-
-    def _counts(self) -> WriteCounts:
-        counts = getattr(self._store, "write_counts", None)
-        return counts.records if isinstance(counts, FileCounts) else self._own_counts
+        self._ttl = ttl
 
     async def current(self, key: str) -> OMRecord | None:
         """The newest generation for ``key``, or None."""
-        counts = self._counts()
-        seen = counts.get(key)
-        cached = self._current.get(key)
-        if cached is not None and time.monotonic() < cached[1] and cached[2] == seen:
-            self._current.move_to_end(key)
-            await anyio.lowlevel.checkpoint()
-            return cached[0].copy() if cached[0] is not None else None
-        row = await self._store.run_read(lambda conn: conn.fetchrow(
-            f'SELECT {_READ} FROM {OM_TABLE} WHERE "lookupKey" = $1 {_ORDER.format(d="DESC")} LIMIT 1', key),
-            "observational memory read")
-        result = None if row is None else _from_row(row)
-        if counts.get(key) == seen:
-            self._current[key] = (result.copy() if result is not None else None, time.monotonic() + self._ttl, seen)
-            self._current.move_to_end(key)
-            if len(self._current) > _CURRENT_KEYS:
-                self._current.popitem(last=False)
-        return result
+        row = await self._store.run_read(lambda conn: conn.fetchrow(_CURRENT, key), "observational memory read")
+        return None if row is None else _from_row(row)
 
     async def history(self, key: str) -> list[OMRecord]:
         """Every generation for ``key``, oldest first."""
@@ -145,16 +122,26 @@ class PostgresOMStore:
     async def put(self, record: OMRecord) -> None:
         """Insert or replace a record by id."""
         params = _params(record)
-        await self._counted(record.lookup_key, lambda conn: conn.execute(_PUT, *params))
+        await self._store.run_write(lambda conn: conn.execute(_PUT, *params), "observational memory write")
+
+    async def replace(self, record: OMRecord, *, expected: OMRecord | None) -> bool:
+        """Write ``record`` only if the current record of its key is still ``expected``, in one transaction."""
+        params = _params(record)
+        key = record.lookup_key
+
+        async def run(conn: Any) -> bool:
+            async with transaction(conn):
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"threadmind.om:{key}")
+                row = await conn.fetchrow(_CURRENT, key)
+                if not same_record(None if row is None else _from_row(row), expected):
+                    return False
+                await conn.execute(_PUT, *params)
+                return True
+
+        done: bool = await self._store.run_write(run, "observational memory write")
+        return done
 
     async def delete(self, key: str) -> None:
         """Forget every generation for ``key``."""
-        await self._counted(key, lambda conn: conn.execute(f'DELETE FROM {OM_TABLE} WHERE "lookupKey" = $1', key))
-
-    async def _counted(self, key: str, write: Any) -> None:
-        self._current.pop(key, None)
-        try:
-            await self._store.run_write(write, "observational memory write")
-        finally:
-            self._current.pop(key, None)
-            self._counts().bump((key,))
+        await self._store.run_write(lambda conn: conn.execute(
+            f'DELETE FROM {OM_TABLE} WHERE "lookupKey" = $1', key), "observational memory write")

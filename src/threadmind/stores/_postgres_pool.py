@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -34,7 +35,7 @@ from ..errors import ConfigError, StorageError
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from ._postgres_schema import migrate
 
-__all__ = ("PgPool", "import_asyncpg", "storage_error")
+__all__ = ("IDLE_IN_TRANSACTION", "PgPool", "import_asyncpg", "storage_error", "transaction")
 
 T = TypeVar("T")
 Conn = Any  # an asyncpg connection (asyncpg ships no type information)
@@ -48,6 +49,10 @@ _REFUSED = frozenset({"57P03", "53300"})
 # The connection went away (class 08, shutdown): reads are retried, writes are not (they may have been applied).
 _DROPPED_PREFIXES = ("08", "57P01", "57P02")
 PIP_HINT = "pip install 'threadmind[postgres]'"
+#: A session idle inside one of the store's transactions for this long is ended by the server (its locks go with
+#: it): a client frozen between two statements of a read-modify-write cannot hold a thread's row for ever.
+IDLE_IN_TRANSACTION = "30s"
+_BEGIN = f"BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}'"
 
 
 def import_asyncpg() -> ModuleType:
@@ -138,10 +143,8 @@ class PgPool:
                 raise StorageError(f"{label} is closed")
             kwargs: dict[str, Any] = {
                 "min_size": self._min_size, "max_size": self._max_size, "reset": _keep_session,
-                "server_settings": {"TimeZone": "UTC", "application_name": "threadmind"},
+                **self._connect_kwargs(),
             }
-            if self._cache is not None:
-                kwargs["statement_cache_size"] = self._cache
             pool = None
             try:
                 for attempt in range(_TRIES):
@@ -168,6 +171,16 @@ class PgPool:
                 raise
             self._pool = pool
             self._state = _State.OPEN
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"server_settings": {"TimeZone": "UTC", "application_name": "threadmind"}}
+        if self._cache is not None:
+            kwargs["statement_cache_size"] = self._cache
+        return kwargs
+
+    async def connect(self) -> Any:
+        """A new connection outside the pool, with the pool's settings (for session state such as ``LISTEN``)."""
+        return await self._asyncpg.connect(self.dsn, **self._connect_kwargs())
 
     async def close(self) -> None:
         """Close every connection (waits for borrowed ones briefly, then terminates); idempotent."""
@@ -247,6 +260,23 @@ class PgPool:
             err = StorageError(f"{err.message}; the connection broke, so the write may or may not have been applied")
             err.__cause__ = exc
         return err
+
+
+@asynccontextmanager
+async def transaction(conn: Any) -> AsyncIterator[None]:
+    """A transaction on ``conn`` that the server ends if its client stops sending for ``IDLE_IN_TRANSACTION``
+    (``BEGIN`` and the transaction-scoped setting in one round trip; PgBouncer-safe). Rolled back on any error."""
+    await conn.execute(_BEGIN)
+    try:
+        yield
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            try:
+                await conn.execute("ROLLBACK")
+            except Exception:  # a broken connection: the server rolls back itself, the pool discards it
+                pass
+        raise
+    await conn.execute("COMMIT")
 
 
 async def _keep_session(conn: Any) -> None:

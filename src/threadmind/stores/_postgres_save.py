@@ -4,6 +4,8 @@ The statement bumps each thread's ``updatedAt`` where the thread exists and is o
 (that ``UPDATE`` locks the rows, and re-checks them once a concurrent writer commits); only when every thread was
 bumped does it upsert the messages (a re-saved id keeps its ``createdAt`` and position; an id of another thread is
 skipped by the upsert's ``WHERE``), record new ids' insertion sequence and, when asked, the pending-vector marks.
+A fenced save also reads its lease row ``FOR SHARE`` (see ``_postgres_leases``): when the lease
+was lost, the statement aborts itself with ``threadmind_fail('lease lost')`` and the store raises ``LeaseLost``.
 When a thread was missed or an id skipped, ``threadmind_fail`` aborts the whole statement (SQLSTATE ``TM001``): it
 runs in autocommit, so nothing of it is applied. The store then reads why (:data:`DIAGNOSE_SQL`) and raises what the
 SQLite store raises, in its order (:func:`refusal`); when nothing is wrong any more (a concurrent writer moved on),
@@ -21,6 +23,7 @@ from ..codecs import Message
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from . import _query as q
 from ._postgres_rows import as_naive, check_text, from_columns
+from ._protocol import Lease
 
 __all__ = ("DIAGNOSE_SQL", "SAVE_SQL", "Part", "kept", "parts_of", "refusal", "save_params")
 
@@ -34,12 +37,17 @@ WITH input AS (
   FROM unnest($9::text[], $10::text[]) AS p(thread_id, resource_id)
   WHERE t.id = p.thread_id AND t."resourceId" = p.resource_id
   RETURNING t.id
+), fence AS (
+  SELECT l.owner = $16 AND l.token = $17 AND l.expires_at > clock_timestamp() AS held
+  FROM threadmind_leases l WHERE $15::text IS NOT NULL AND l.key = $15 FOR SHARE
 ), go AS (
-  SELECT count(*) = cardinality($9::text[]) AS ok FROM bump
+  SELECT count(*) = cardinality($9::text[]) AS ok,
+         $15::text IS NULL OR COALESCE((SELECT held FROM fence), false) AS fenced
+  FROM bump
 ), saved AS (
   INSERT INTO mastra_messages AS m (id, thread_id, content, role, type, "createdAt", "createdAtZ", "resourceId")
   SELECT i.id, i.thread_id, i.content, i.role, i.type, i.created, i.created_z, i.resource_id
-  FROM input i, go WHERE go.ok ORDER BY i.ord
+  FROM input i, go WHERE go.ok AND go.fenced ORDER BY i.ord
   ON CONFLICT (id) DO UPDATE SET content = EXCLUDED.content, role = EXCLUDED.role, type = EXCLUDED.type,
     "resourceId" = EXCLUDED."resourceId"
   WHERE m.thread_id = EXCLUDED.thread_id
@@ -55,7 +63,8 @@ WITH input AS (
   FROM input i, go WHERE go.ok AND $14::boolean
   ON CONFLICT (message_id) DO NOTHING
 )
-SELECT CASE WHEN NOT go.ok OR (SELECT count(*) FROM saved) <> cardinality($1::text[])
+SELECT CASE WHEN NOT go.fenced THEN threadmind_fail('lease lost')
+            WHEN NOT go.ok OR (SELECT count(*) FROM saved) <> cardinality($1::text[])
             THEN threadmind_fail('refused') END,
        ARRAY(SELECT ROW(s.id, s."createdAt", s."createdAtZ") FROM saved s)
 FROM go
@@ -102,7 +111,7 @@ def parts_of(by_thread: Mapping[str, Sequence[Message]]) -> list[Part]:
     return parts
 
 
-def save_params(parts: Sequence[Part], now: datetime, mark_pending: bool) -> list[Any]:
+def save_params(parts: Sequence[Part], now: datetime, mark_pending: bool, fence: Lease | None) -> list[Any]:
     """The parameters of :data:`SAVE_SQL`."""
     rows = [row for part in parts for row in part.rows.values()]
     threads = sorted(parts, key=lambda part: part.thread_id)  # concurrent saves lock their threads in one order
@@ -111,6 +120,8 @@ def save_params(parts: Sequence[Part], now: datetime, mark_pending: bool) -> lis
         [r[4] for r in rows], [as_naive(r[5]) for r in rows], [r[5] for r in rows], [r[6] for r in rows],
         [p.thread_id for p in threads], [p.resource for p in threads],
         as_naive(now), now, time.time(), mark_pending,
+        None if fence is None else fence.key, None if fence is None else fence.owner,
+        None if fence is None else fence.token,
     ]
 
 

@@ -11,6 +11,8 @@ data lives in ``threadmind_*`` tables:
   timestamps keep their save order (Mastra's tables have none; its own rows sort by id on ties, as Mastra does);
 * ``threadmind_vectors``, ``…_vector_tombstones``, ``…_vector_seq``, ``…_vector_pending``: the vector records (the
   same tables and semantics as the SQLite store's, embeddings as ``bytea``);
+* ``threadmind_leases`` and the ``threadmind_lease_tokens`` sequence: who holds which thread for a turn (see
+  ``_postgres_leases``);
 * ``threadmind_fail(text)``: raises, so one statement can abort itself when a check made inside it fails.
 
 **Migrations** are idempotent and race-free: a fast unlocked read of the version first; when it is missing or
@@ -26,7 +28,7 @@ from ..errors import StorageError
 
 __all__ = ("MASTRA_DDL", "SCHEMA_VERSION", "THREADMIND_DDL", "migrate")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of threadmind's own tables; stored in ``threadmind_meta`` under ``schema_version``."""
 
 _LOCK_KEY = "threadmind.schema"  # hashed with hashtextextended into a 64-bit advisory key
@@ -154,6 +156,13 @@ THREADMIND_DDL: tuple[str, ...] = (
     "  last_error TEXT,\n"
     "  created_at DOUBLE PRECISION NOT NULL,\n"
     "  updated_at DOUBLE PRECISION NOT NULL\n"
+    ")",
+    "CREATE SEQUENCE IF NOT EXISTS threadmind_lease_tokens",
+    "CREATE TABLE IF NOT EXISTS threadmind_leases (\n"
+    "  key TEXT PRIMARY KEY,\n"
+    "  owner TEXT NOT NULL,\n"
+    "  token BIGINT NOT NULL,\n"
+    "  expires_at TIMESTAMPTZ NOT NULL\n"
     ")",
     "CREATE OR REPLACE FUNCTION threadmind_fail(message TEXT) RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$\n"
     f"BEGIN RAISE EXCEPTION '%', message USING ERRCODE = '{FAIL_SQLSTATE}'; END\n"

@@ -64,7 +64,15 @@ from ..codecs import (
     to_iso,
     utc_now,
 )
-from ..errors import ConfigError, InvalidMessage, StorageError, ThreadmindError, ThreadNotFound, ValidationError
+from ..errors import (
+    ConfigError,
+    InvalidMessage,
+    LeaseLost,
+    StorageError,
+    ThreadmindError,
+    ThreadNotFound,
+    ValidationError,
+)
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
 from ._leases import busy_error, wait_backoff
@@ -90,6 +98,7 @@ __all__ = ("SQLiteStore", "StoreStatistics")
 T = TypeVar("T")
 
 _CHECK_EVERY = 16  # commits between WAL size checks
+_LEASE_POLL_CAP = 0.002  # longest sleep of a lease waiter between two looks (two syscalls each: cheap)
 _WAL_CHECKPOINT_BYTES = 1 << 20  # pre-copy once the WAL holds this much (auto-checkpoint is at ~4 MB)
 _LINGER = 0.0005  # seconds a leader may wait for the callers of the previous group (see _gather)
 _CHUNK = 500  # rows per multi-row statement: 7 × 500 parameters, far below SQLite's 32 766 limit
@@ -130,14 +139,16 @@ class _State(enum.Enum):
 class _SaveSpec:
     """A ``save_messages`` job as data, so consecutive saves in a group run as bulk statements."""
 
-    __slots__ = ("after", "messages", "resources", "rows", "thread_id")
+    __slots__ = ("after", "fence", "messages", "resources", "rows", "thread_id")
 
-    def __init__(self, thread_id: str, rows: list[Row], messages: Sequence[Message], after: SaveHook | None) -> None:
+    def __init__(self, thread_id: str, rows: list[Row], messages: Sequence[Message], after: SaveHook | None,
+                 fence: Callable[[sqlite3.Connection], None]) -> None:
         self.thread_id = thread_id
         self.rows = rows
         self.messages = messages
         self.resources = {m.resource_id for m in messages}
         self.after = after
+        self.fence = fence  # the lease check of this save (run inside the transaction, before anything else)
 
 
 class _Job:
@@ -293,6 +304,7 @@ def _run_saves(conn: sqlite3.Connection, run: list[_Job]) -> bool:
             spec = job.bulk
             assert spec is not None
             try:
+                spec.fence(conn)
                 owner = owners.get(spec.thread_id)
                 if owner is None:
                     raise ThreadNotFound(spec.thread_id)
@@ -577,6 +589,10 @@ def _save_rows(
     # Only re-saved ids come back with a createdAt other than the one we wrote.
     written = {row[0]: row[5] for row in rows}
     return {mid: created for mid, created in stored if created != written[mid]}
+
+
+def _unfenced(conn: sqlite3.Connection) -> None:
+    """The fence check of an unfenced write: nothing to check."""
 
 
 def _message_row(message: Message) -> Row:
@@ -997,6 +1013,14 @@ class SQLiteStore:
         peers = self._peers
         return peers is None or peers.alone()
 
+    def cache_epoch(self) -> int | None:
+        """None while another process may write this file; else a number that changes whenever this process
+        starts trusting its caches again (what was kept before another process came and went is stale)."""
+        peers = self._peers
+        if peers is None:
+            return 0
+        return peers.epoch if peers.alone() else None
+
     def thread_version(self, thread_id: str) -> int:
         """How many write calls through this store object, or another on the same file in this process, touched
         the thread (see ``_versions``); a new value on every call while another process may be writing."""
@@ -1148,7 +1172,7 @@ class SQLiteStore:
         """Upsert messages of one thread atomically, in order (see the ``Store`` protocol).
 
         ``mark_pending``: the vector layer's pending marks are written inside the same transaction. ``fence``: the
-        save checks the lease in its transaction (and runs as a job of its own rather than in a bulk run).
+        save checks the lease in its transaction (see :meth:`_fence_check`).
         """
         messages = q.validate_messages(thread_id, messages)
         if not messages:
@@ -1156,9 +1180,10 @@ class SQLiteStore:
             return []
         rows = [_message_row(m) for m in messages]
         after = await self._pending_hook(mark_pending)
+        fenced = self._fence_check(fence)
 
         def job(conn: sqlite3.Connection) -> dict[str, str]:
-            check_fence(conn, fence)
+            fenced(conn)
             kept = _save_rows(conn, thread_id, rows, messages, to_iso(utc_now()))
             if after is not None:
                 after(conn, messages)
@@ -1166,7 +1191,7 @@ class SQLiteStore:
 
         await self._ready()
         try:
-            kept = await self._submit(job, _SaveSpec(thread_id, rows, messages, after) if fence is None else None)
+            kept = await self._submit(job, _SaveSpec(thread_id, rows, messages, after, fenced))
         finally:
             self._versions.bump((thread_id,))
         return q.saved(messages, {mid: _row_time(created, f"message {mid!r} createdAt")
@@ -1188,9 +1213,10 @@ class SQLiteStore:
             await self._idle_checkpoint()
             return {thread_id: [] for thread_id in by_thread}
         after = await self._pending_hook(mark_pending)
+        fenced = self._fence_check(fence)
 
         def job(conn: sqlite3.Connection) -> list[dict[str, str]]:
-            check_fence(conn, fence)
+            fenced(conn)
             now = to_iso(utc_now())
             kept = [_save_rows(conn, thread_id, rows, messages, now) for thread_id, rows, messages in parts]
             if after is not None:
@@ -1398,8 +1424,10 @@ class SQLiteStore:
         """Read the thread and write what ``change`` makes of it in one write transaction (``change`` runs on the
         writer thread, under SQLite's write lock: no process can write between the read and the write)."""
 
+        fenced = self._fence_check(fence)
+
         def job(conn: sqlite3.Connection) -> Thread | None:
-            check_fence(conn, fence)
+            fenced(conn)
             row = _fetch_thread_row(conn, thread_id)
             if row is None:
                 raise ThreadNotFound(thread_id, message=f"Thread {thread_id} not found")
@@ -1426,8 +1454,10 @@ class SQLiteStore:
         if not isinstance(resource_id, str) or not resource_id.strip():
             raise ValidationError("resource_id must be a non-empty string")
 
+        fenced = self._fence_check(fence)
+
         def job(conn: sqlite3.Connection) -> Resource | None:
-            check_fence(conn, fence)
+            fenced(conn)
             row = conn.execute(_RESOURCE_ROW, (resource_id,)).fetchone()
             old = None if row is None else _resource_from_row(row)
             wanted = change(old)
@@ -1441,39 +1471,105 @@ class SQLiteStore:
     async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
         """Hold ``key`` against every process on this file (a lock beside it; see ``_sqlite_peers``).
 
-        A holder that died releases it at once; one that is frozen (no heartbeat for ``ttl``) is taken over
-        through the database, and its later fenced writes are refused.
+        A holder that died releases it at once; one that is frozen (its heartbeat no longer vouches for its holds:
+        its last renewal plus its ``ttl`` has passed) is taken over through the database, and its later fenced
+        writes are refused.
         """
         await self._ready()
         peers = self._peers
         assert peers is not None
         delay = 0.001
         checked_at = 0.0
-        while True:
-            holder = peers.try_hold(key, owner)
-            if holder is None:
-                if peers.takeovers() and await self._row_owner(key) not in (None, owner):
-                    # We hold the lock, but a takeover of a frozen holder is still running its turn: wait for it.
-                    if not wait:
-                        peers.release(key, owner)
-                        raise busy_error(key)
-                    while await self._row_owner(key) not in (None, owner):
-                        delay = await wait_backoff(delay)
-                return Lease(key=key, owner=owner, token=0, acquired_at=time.time())
-            if not wait:
-                await anyio.lowlevel.checkpoint()
-                raise busy_error(key)
-            now = time.time()
-            if holder > 0 and now - checked_at >= min(0.25, ttl / 4):
-                checked_at = now
-                beat = peers.heartbeat_of(holder)
-                if beat is not None and now - beat > ttl:  # the holder is alive but frozen: take over
-                    lease = await self.execute_write(lambda conn: take_over(conn, key, owner, os.getpid(), ttl))
-                    if lease is not None:
-                        peers.note_takeover()
-                        self._row_leases += 1
-                        return lease
-            delay = await wait_backoff(delay)
+        waiting = False
+        try:
+            while True:
+                holder = peers.try_hold(key, owner)
+                if holder is None:
+                    return await self._held_lease(key, owner, ttl, wait)
+                if not wait:
+                    await anyio.lowlevel.checkpoint()
+                    raise busy_error(key)
+                if not waiting:
+                    peers.wait_begin(key)
+                    waiting = True
+                now = time.time()
+                if holder > 0 and now - checked_at >= min(0.25, ttl / 4):
+                    checked_at = now
+                    until = peers.alive_until(holder)
+                    if until is not None and now > until:  # the holder is alive but frozen: take over
+                        lease = await self._take_over(key, owner, ttl)
+                        if lease is not None:
+                            return lease
+                await anyio.sleep(delay)
+                delay = min(_LEASE_POLL_CAP, delay * 2)
+        finally:
+            if waiting:
+                peers.wait_end(key)
+
+    async def _held_lease(self, key: str, owner: str, ttl: float, wait: bool) -> Lease:
+        """The lock on ``key`` is ours: vouch for it, and wait for a takeover of a frozen holder still in force."""
+        peers = self._peers
+        assert peers is not None
+        try:
+            peers.beat(ttl)  # vouch for the new hold at once (not only at the next heartbeat)
+            if peers.takeovers() and await self._row_owner(key) not in (None, owner):
+                if not wait:
+                    raise busy_error(key)
+                delay = 0.001
+                while await self._row_owner(key) not in (None, owner):
+                    delay = await wait_backoff(delay)
+        except BaseException:
+            peers.release(key, owner)
+            raise
+        return Lease(key=key, owner=owner, token=0, acquired_at=time.time())
+
+    async def _take_over(self, key: str, owner: str, ttl: float) -> Lease | None:
+        """Take ``key`` over from a frozen holder through a row (None: another takeover is in force, or the
+        database is locked by the frozen holder itself; the caller looks again later)."""
+        peers = self._peers
+        assert peers is not None
+        peers.note_takeover()  # before the row exists: a fenced write that sees no takeover yet precedes it
+        taken: list[Lease] = []
+
+        def job(conn: sqlite3.Connection) -> Lease | None:
+            lease = take_over(conn, key, owner, os.getpid(), ttl)
+            if lease is not None:
+                taken.append(lease)
+            return lease
+
+        try:
+            lease = await self.execute_write(job)
+        except StorageError:
+            return None
+        except BaseException:
+            if taken:  # committed, but the caller was cancelled meanwhile: give it straight back
+                self._row_leases += 1
+                with anyio.CancelScope(shield=True):
+                    await self.release_lease(taken[0])
+            raise
+        if lease is not None:
+            self._row_leases += 1
+        return lease
+
+    def _fence_check(self, fence: Lease | None) -> Callable[[sqlite3.Connection], None]:
+        """The in-transaction check of a write fenced by ``fence``: ``LeaseLost`` when it lapsed (this process did
+        not renew it in time) or was taken over.
+
+        The takeover check is free until some process on the file has begun a takeover: the counter is raised
+        before a takeover row is written, and the check runs holding the write lock, so a count of 0 then means no
+        takeover can commit before this write does.
+        """
+        if fence is None:
+            return _unfenced
+
+        def check(conn: sqlite3.Connection) -> None:
+            peers = self._peers
+            if peers is not None and fence.token == 0 and peers.lapsed(fence.acquired_at):
+                raise LeaseLost(fence.key, "its holder stopped renewing it for longer than its ttl")
+            if peers is None or peers.takeovers():
+                check_fence(conn, fence)
+
+        return check
 
     async def _row_owner(self, key: str) -> str | None:
         return await self.execute_read(lambda conn: active_owner(conn, key))
@@ -1490,9 +1586,9 @@ class SQLiteStore:
             await self.execute_write(lambda conn: release_row(conn, lease))
 
     async def renew_leases(self, owner: str, ttl: float) -> None:
-        """The heartbeat: this process is alive (its locks stand), and its takeover rows last ``ttl`` more."""
+        """The heartbeat: this process is alive (its locks stand ``ttl`` more), and so do its takeover rows."""
         if self._peers is not None:
-            self._peers.beat()
+            self._peers.beat(ttl)
         if self._row_leases:
             await self.execute_write(lambda conn: renew_rows(conn, owner, ttl))
         else:

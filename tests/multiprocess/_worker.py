@@ -1,0 +1,230 @@
+"""One worker process of the multi-process tests: a Memory (and an Agent on a ScriptedModel) over a shared store.
+
+Run: ``python _worker.py CONFIG_JSON``. The worker builds its store and Memory, prints ``{"event": "ready"}``
+and waits for a ``go`` line on stdin (so every worker starts at once), then runs its scenario and prints one JSON
+object per line; the last one has ``"event": "done"``. Scenarios read further commands from stdin where they
+need them (``go`` to end a held model call, commands of ``serve``).
+
+The config: ``store`` (``{"kind": "sqlite"|"postgres", "target": path or DSN}``), ``scenario``, ``proc`` (this
+worker's number), ``lease_ttl`` and the scenario's own fields.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from threadmind import Memory, Message
+from threadmind.agent import Agent
+from threadmind.embedders import HashEmbedder
+from threadmind.errors import ThreadmindError
+from threadmind.memory import MemoryConfig, SemanticRecallConfig, WorkingMemoryConfig
+from threadmind.models import ModelRequest, ModelResponse, ToolCall
+from threadmind.models._scripted import ScriptedModel
+from threadmind.stores import HnswVectorStore, MessageQuery, PostgresStore, SQLiteStore, Store
+
+DATA = re.compile(r"<working_memory_data>\n(.*?)\n</working_memory_data>", re.S)
+SCHEMA = {"type": "object", "properties": {"seen": {"type": "object"}}}
+TEMPLATE = "# Log"
+
+
+def say(**event: Any) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+class Lines:
+    """stdin, one command per line (read off the event loop)."""
+
+    def __init__(self) -> None:
+        self._file = anyio.wrap_file(sys.stdin)
+
+    async def next(self) -> str:
+        line = await self._file.readline()
+        if not line:
+            raise SystemExit(0)  # the parent went away
+        return line.strip()
+
+
+def make_store(spec: dict[str, Any]) -> Store:
+    if spec["kind"] == "sqlite":
+        return SQLiteStore(spec["target"])
+    return PostgresStore(spec["target"], max_size=4)
+
+
+def options(config: dict[str, Any]) -> MemoryConfig:
+    wm = config.get("working_memory")
+    return MemoryConfig(
+        last_messages=config.get("last_messages", 10),
+        working_memory=WorkingMemoryConfig(enabled=True, scope="resource", **wm) if wm else WorkingMemoryConfig(),
+        semantic_recall=SemanticRecallConfig(top_k=3, message_range=0, scope="resource")
+        if config.get("semantic") else False,
+        thread_concurrency=config.get("policy", "enqueue"),
+    )
+
+
+def make_memory(config: dict[str, Any]) -> Memory:
+    extra: dict[str, Any] = {}
+    if config.get("semantic"):
+        extra = {"vector": HnswVectorStore(config["hnsw_path"]), "embedder": HashEmbedder(64)}
+    return Memory(storage=make_store(config["store"]), options=options(config), lease_ttl=config["lease_ttl"],
+                  **extra)
+
+
+def texts(request: ModelRequest) -> list[str]:
+    return [m.text for m in request.messages if m.role in ("user", "assistant") and m.text]
+
+
+# -- scenarios ------------------------------------------------------------------------------------------
+
+
+async def wm(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
+    """``turns`` agent turns, each of which changes working memory with one tool call. ``template``: every worker
+    on one thread, each turn appending a line to the document it saw; ``schema``/``vnext``: a thread per worker,
+    each turn adding one key / one line (resource scope, so every worker writes the same resource)."""
+    mode, proc, turns = config["mode"], config["proc"], config["turns"]
+    thread = "t-wm" if mode == "template" else f"t-wm-{proc}"
+    done = 0
+
+    def call(request: ModelRequest) -> ModelResponse:
+        mark = f"p{proc} t{done}"
+        if mode == "template":
+            seen = DATA.search("\n".join(request.system))
+            old = seen.group(1) if seen and seen.group(1) != "null" else TEMPLATE
+            args: dict[str, Any] = {"memory": f"{old}\n- {mark}"}
+        elif mode == "schema":
+            args = {"memory": {"seen": {mark.replace(" ", "_"): True}}}
+        else:
+            args = {"newMemory": f"- {mark}", "updateReason": "append-new-memory"}
+        return ModelResponse(tool_calls=[ToolCall(f"c{done}", "updateWorkingMemory", args)])
+
+    model = ScriptedModel(step for _ in range(turns) for step in (call, "noted"))
+    agent = Agent("wm", "You remember.", model, memory=memory)
+    for done in range(turns):  # noqa: B007 - `call` reads it
+        await agent.generate(f"turn {done} of p{proc}", thread_id=thread, resource_id="r-wm")
+    say(event="done", turns=turns)
+
+
+async def turns(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
+    """``turns`` enqueued turns on one shared thread; reports what each turn's request held."""
+    proc = config["proc"]
+    seen: list[dict[str, Any]] = []
+
+    def reply(request: ModelRequest) -> str:
+        history = texts(request)
+        seen.append({"input": history[-1], "history": history[:-1]})
+        return f"reply to {history[-1]}"
+
+    model = ScriptedModel(iter(lambda: reply, None))
+    agent = Agent("turns", "Answer.", model, memory=memory)
+    for j in range(config["turns"]):
+        await agent.generate(f"p{proc} t{j}", thread_id="t-shared", resource_id="r1")
+    say(event="done", seen=seen)
+
+
+async def hold(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
+    """One turn whose model call announces itself (``in-model``) and waits for ``go``; then ``after`` more turns.
+    Reports each turn's outcome: ``ok`` or the error's class and code."""
+    proc = config["proc"]
+    calls = 0
+
+    async def held(request: ModelRequest) -> str:
+        say(event="in-model", at=time.time(), history=texts(request))
+        if await lines.next() != "go":
+            raise RuntimeError("expected go")
+        return f"held reply of p{proc}"
+
+    model = ScriptedModel([held, *[f"later reply {i} of p{proc}" for i in range(config.get("after", 0))]])
+    agent = Agent("hold", "Answer.", model, memory=memory)
+    outcomes: list[dict[str, Any]] = []
+    for j in range(1 + config.get("after", 0)):
+        try:
+            await agent.generate(f"p{proc} turn {j}", thread_id=config.get("thread", "t-held"), resource_id="r1")
+        except ThreadmindError as exc:
+            outcomes.append({"error": type(exc).__name__, "code": exc.code})
+        else:
+            outcomes.append({"ok": True})
+        calls = model.calls
+    say(event="done", outcomes=outcomes, calls=calls)
+
+
+async def serve(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
+    """Commands: ``save ID TEXT`` (a message into t-vis), ``wm TEXT`` (working memory of r1), ``recall``,
+    ``search TEXT`` (semantic), ``quit``. Each answers one line."""
+    while True:
+        command, _, rest = (await lines.next()).partition(" ")
+        if command == "save":
+            mid, _, text = rest.partition(" ")
+            await memory.save_messages([Message.user(text, id=mid, thread_id="t-vis", resource_id="r1",
+                                                     created_at=datetime.now(UTC))])
+            say(event="saved", id=mid)
+        elif command == "wm":
+            await memory.update_working_memory(thread_id="t-vis", resource_id="r1", working_memory=rest)
+            say(event="wm")
+        elif command == "recall":
+            page = await memory.recall(thread_id="t-vis", resource_id="r1", per_page=False)
+            wm_text = await memory.get_working_memory(thread_id="t-vis", resource_id="r1")
+            say(event="recalled", ids=[m.id for m in page.messages], wm=wm_text)
+        elif command == "search":
+            hits = await memory.search_vectors(rest, top_k=3, resource_id="r1")
+            say(event="found", ids=[hit.message_id for hit in hits])
+        else:
+            say(event="done")
+            return
+
+
+async def ties(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
+    """Save ``count`` messages with one shared timestamp into t-ties (a save each), wait for ``read``, and report
+    the thread's order both ways."""
+    proc, at = config["proc"], datetime.fromisoformat(config["at"])
+    for j in range(config["count"]):
+        await memory.save_messages([Message.user(f"p{proc} {j}", id=f"p{proc}-{j:03d}", thread_id="t-ties",
+                                                 resource_id="r1", created_at=at)])
+    say(event="saved")
+    await lines.next()
+    store = memory.storage
+    asc = await store.list_messages(MessageQuery(thread_id="t-ties", per_page=False))
+    desc = await store.list_messages(MessageQuery(thread_id="t-ties", per_page=False, direction="DESC"))
+    recalled = await memory.recall(thread_id="t-ties", resource_id="r1", per_page=False)
+    say(event="done", asc=[m.id for m in asc.messages], desc=[m.id for m in desc.messages],
+        recalled=[m.id for m in recalled.messages])
+
+
+async def opening(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
+    """The store is opened after ``go`` (every worker at once, on a fresh file or an empty database)."""
+    proc = config["proc"]
+    await memory.create_thread(thread_id=f"t-open-{proc}", resource_id="r1")
+    await memory.save_messages([Message.user(f"hello from p{proc}", id=f"open-{proc}", thread_id=f"t-open-{proc}",
+                                             resource_id="r1", created_at=datetime.now(UTC))])
+    say(event="done")
+
+
+SCENARIOS = {"wm": wm, "turns": turns, "hold": hold, "serve": serve, "ties": ties, "opening": opening}
+
+
+async def main(config: dict[str, Any]) -> None:
+    lines = Lines()
+    memory = make_memory(config)
+    if config["scenario"] != "opening":
+        await memory.start()
+    say(event="ready", pid=__import__("os").getpid())
+    if await lines.next() != "go":
+        raise SystemExit(2)
+    try:
+        async with memory:
+            await SCENARIOS[config["scenario"]](memory, config, lines)
+    except BaseException as exc:
+        if not isinstance(exc, SystemExit):
+            say(event="failed", error=type(exc).__name__, detail="".join(traceback.format_exception(exc))[-4000:])
+        raise
+
+
+if __name__ == "__main__":
+    anyio.run(main, json.loads(sys.argv[1]))
