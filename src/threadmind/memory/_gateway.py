@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..actors import TAIL_MAX, CreateThread, GetThread, LoadMessages, LoadWindow, SaveMessages, current_fence
+from ..actors import TAIL_MAX, CreateThread, LoadMessages, LoadWindow, SaveMessages, current_fence
 from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
+from ..processors import AccessBase
 from ..stores import MessagePage, MessageQuery, ThreadPage
 from ..tracing import operation_span
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ("ActorAccess", "RoutedIndex")
 
 
-class ActorAccess:
+class ActorAccess(AccessBase):
     """``MemoryAccess`` over a Memory's actors (see the module docstring)."""
 
     def __init__(self, core: MemoryCore) -> None:
@@ -70,15 +71,12 @@ class ActorAccess:
                            mark_pending: bool = False) -> list[Message]:
         """Save the turn into ``thread`` (created first when missing), through the thread's actor.
 
-        The row check is the actor's cached one; a thread deleted between it and the save surfaces as
-        ``ThreadNotFound`` from the save and is made again, as the reference ensures the thread exists.
+        The turn made sure of the thread when it began; one deleted since surfaces as ``ThreadNotFound`` from the
+        save and is made again, as the reference ensures the thread exists.
         """
         system = self._core.actors()
         with operation_span("threadmind.memory.save_messages", "upsert_memory", thread_id=thread.id,
                             resource_id=thread.resource_id, threadmind__messages__count=len(messages)):
-            current: Thread | None = await system.ask(thread.id, GetThread())
-            if current is None:
-                await self._create(thread)
             save = SaveMessages(messages, mark_pending, fence=current_fence(thread.id))
             try:
                 saved: list[Message] = await system.ask(thread.id, save)

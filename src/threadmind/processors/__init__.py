@@ -7,6 +7,7 @@ observational memory, the processor runner), so no other package imports this pa
 
 from __future__ import annotations
 
+from ._access import AccessBase as AccessBase
 from ._access import MemoryAccess as MemoryAccess
 from ._access import MessageReader as MessageReader
 from ._access import StoreAccess as StoreAccess
@@ -68,6 +69,7 @@ __all__ = (
     "OBSERVER_INSTRUCTIONS",
     "REFLECTOR_INSTRUCTIONS",
     "WM_TOOL_NAME",
+    "AccessBase",
     "AfterPersist",
     "Boundary",
     "MemoryAccess",

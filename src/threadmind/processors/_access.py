@@ -16,7 +16,7 @@ from ..codecs import Message, Resource, Thread
 from ..errors import ThreadNotFound, ValidationError
 from ..stores import MessagePage, MessageQuery, Store, ThreadPage
 
-__all__ = ("MemoryAccess", "MessageReader", "StoreAccess", "as_access")
+__all__ = ("AccessBase", "MemoryAccess", "MessageReader", "StoreAccess", "as_access")
 
 
 
@@ -56,7 +56,14 @@ class MemoryAccess(MessageReader, Protocol):
         ...
 
 
-class StoreAccess:
+class AccessBase:
+    """Marks the built-in ``MemoryAccess`` implementations, so ``as_access`` recognises them without the
+    (slow) structural protocol check."""
+
+    __slots__ = ()
+
+
+class StoreAccess(AccessBase):
     """``MemoryAccess`` straight over a ``Store``, for processors built outside a Memory."""
 
     def __init__(self, store: Store) -> None:
@@ -92,6 +99,9 @@ class StoreAccess:
 
 def as_access(storage: Store | MemoryAccess) -> MemoryAccess:
     """A processor's ``storage`` argument as ``MemoryAccess`` (a bare store is wrapped in ``StoreAccess``)."""
+    if isinstance(storage, AccessBase):  # nominal: ~0.1 µs, where the protocol check costs ~7 µs
+        return storage  # type: ignore[return-value]
     if isinstance(storage, MemoryAccess):
         return storage
+
     return StoreAccess(storage)
