@@ -115,6 +115,22 @@ class VectorRecords(Protocol):
         """Ids of messages that have at least one vector in ``index_name``."""
         ...
 
+    async def scope_records(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> list[VectorRecord]:
+        """The live records of one thread or resource (both given: the thread's rows of that resource)."""
+        ...
+
+    async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
+        """Up to ``limit`` live records in storage order after position ``after``; the last one's position
+        (``after`` again when none are left). Start at 0: a rebuild reads the index in pages."""
+        ...
+
+    async def sequence(self, index_name: str) -> tuple[int, int]:
+        """The current change sequence, and the sequence up to which tombstones of ``index_name`` were
+        forgotten (an index that reflects less than that cannot catch up by replay: it must be rebuilt)."""
+        ...
+
 
 @runtime_checkable
 class _SQLExecutor(Protocol):
@@ -158,6 +174,7 @@ CREATE TABLE IF NOT EXISTS threadmind_vectors (
 );
 CREATE INDEX IF NOT EXISTS threadmind_vectors_message ON threadmind_vectors (message_id);
 CREATE INDEX IF NOT EXISTS threadmind_vectors_thread ON threadmind_vectors (thread_id);
+CREATE INDEX IF NOT EXISTS threadmind_vectors_resource ON threadmind_vectors (resource_id);
 CREATE INDEX IF NOT EXISTS threadmind_vectors_seq ON threadmind_vectors (index_name, seq);
 CREATE TABLE IF NOT EXISTS threadmind_vector_tombstones (
     index_name TEXT NOT NULL,
@@ -171,6 +188,10 @@ CREATE TABLE IF NOT EXISTS threadmind_vector_seq (
     seq INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO threadmind_vector_seq (id, seq) VALUES (0, 0);
+CREATE TABLE IF NOT EXISTS threadmind_vector_pruned (
+    index_name TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS threadmind_vector_pending (
     message_id TEXT PRIMARY KEY,
     thread_id TEXT NOT NULL,
@@ -192,6 +213,11 @@ def _next_seq(conn: sqlite3.Connection) -> int:
 
 def _current_seq(conn: sqlite3.Connection) -> int:
     row = conn.execute("SELECT seq FROM threadmind_vector_seq WHERE id = 0").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _pruned_seq(conn: sqlite3.Connection, index_name: str) -> int:
+    row = conn.execute("SELECT seq FROM threadmind_vector_pruned WHERE index_name = ?", (index_name,)).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -397,8 +423,50 @@ class SQLiteVectorRecords:
             conn.execute(
                 "DELETE FROM threadmind_vector_tombstones WHERE index_name = ? AND seq <= ?", (index_name, upto_seq)
             )
+            conn.execute(
+                "INSERT INTO threadmind_vector_pruned (index_name, seq) VALUES (?, ?) ON CONFLICT (index_name) "
+                "DO UPDATE SET seq = max(seq, excluded.seq)",
+                (index_name, upto_seq),
+            )
 
         await self._write(_job)
+
+    async def scope_records(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> list[VectorRecord]:
+        if thread_id is not None:
+            where, params = "thread_id = ?", [thread_id]
+            if resource_id is not None:
+                where, params = "thread_id = ? AND resource_id = ?", [thread_id, resource_id]
+        elif resource_id is not None:
+            where, params = "resource_id = ?", [resource_id]
+        else:
+            where, params = "1", []
+
+        def _job(conn: sqlite3.Connection) -> list[VectorRecord]:
+            # `+index_name`: use the scope's index, not the primary key's prefix
+            return [_record(row) for row in conn.execute(
+                f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE +index_name = ? AND {where}", (index_name, *params)
+            )]
+
+        return await self._read(_job)
+
+    async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
+        def _job(conn: sqlite3.Connection) -> tuple[list[VectorRecord], int]:
+            rows = conn.execute(
+                f"SELECT rowid, {_COLUMNS} FROM threadmind_vectors WHERE rowid > ? AND +index_name = ? "
+                "ORDER BY rowid LIMIT ?",
+                (after, index_name, limit),
+            ).fetchall()
+            return [_record(row[1:]) for row in rows], (int(rows[-1][0]) if rows else after)
+
+        return await self._read(_job)
+
+    async def sequence(self, index_name: str) -> tuple[int, int]:
+        def _job(conn: sqlite3.Connection) -> tuple[int, int]:
+            return _current_seq(conn), _pruned_seq(conn, index_name)
+
+        return await self._read(_job)
 
     async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
         now = time.time()
@@ -474,6 +542,7 @@ class InMemoryVectorRecords:
         self._rows: dict[tuple[str, str], _Row] = {}
         self._tombstones: dict[tuple[str, str], int] = {}
         self._pending: dict[str, tuple[PendingVector, float]] = {}
+        self._pruned: dict[str, int] = {}
 
     def _bump(self) -> int:
         self._seq += 1
@@ -557,6 +626,26 @@ class InMemoryVectorRecords:
         await anyio.lowlevel.checkpoint()
         for key in [k for k, seq in self._tombstones.items() if k[0] == index_name and seq <= upto_seq]:
             del self._tombstones[key]
+        self._pruned[index_name] = max(self._pruned.get(index_name, 0), upto_seq)
+
+    async def scope_records(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> list[VectorRecord]:
+        await anyio.lowlevel.checkpoint()
+        return [
+            row.record for (name, _), row in self._rows.items()
+            if name == index_name and (thread_id is None or row.record.thread_id == thread_id)
+            and (resource_id is None or row.record.resource_id == resource_id)
+        ]
+
+    async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
+        await anyio.lowlevel.checkpoint()
+        rows = [row.record for (name, _), row in self._rows.items() if name == index_name][after : after + limit]
+        return rows, after + len(rows)
+
+    async def sequence(self, index_name: str) -> tuple[int, int]:
+        await anyio.lowlevel.checkpoint()
+        return self._seq, self._pruned.get(index_name, 0)
 
     async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
         await anyio.lowlevel.checkpoint()
