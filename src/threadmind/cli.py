@@ -520,8 +520,9 @@ def _vector_stats(conn: sqlite3.Connection) -> tuple[list[tuple[str, int, int]],
     per_index: list[tuple[str, int, int]] = []
     for name, count in conn.execute("SELECT index_name, count(*) FROM threadmind_vectors GROUP BY 1 ORDER BY 1"):
         missing = conn.execute(
+            # `+v.index_name`: look up by message_id (its index), not by scanning the primary key's prefix
             "SELECT count(*) FROM mastra_messages m WHERE NOT EXISTS "
-            "(SELECT 1 FROM threadmind_vectors v WHERE v.index_name = ? AND v.message_id = m.id)",
+            "(SELECT 1 FROM threadmind_vectors v WHERE +v.index_name = ? AND v.message_id = m.id)",
             (name,),
         ).fetchone()[0]
         per_index.append((str(name), int(count), int(missing)))
