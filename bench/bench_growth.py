@@ -265,8 +265,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     sizes = [s for s in SIZES if s <= args.max] or [args.max]
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-growth-")
     path = os.path.join(workdir, "growth.db")
-    report: dict[str, Any] = {"dim": DIM, "messages_per_thread": TURNS * 2, "threads_per_resource": THREADS_PER_RESOURCE,
-                              "sizes": {}}
+    report: dict[str, Any] = {"dim": DIM, "messages_per_thread": TURNS * 2,
+                              "threads_per_resource": THREADS_PER_RESOURCE, "sizes": {}}
     done_threads = 0
     for size in sizes:
         threads = size // (TURNS * 2)

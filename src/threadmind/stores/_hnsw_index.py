@@ -106,8 +106,6 @@ class _HnswIndex:
         self.directory = directory
         #: Every change with a sequence number up to this one is reflected (own writes and replays).
         self.applied_seq = 0
-        #: ``applied_seq`` when the last flush took every staged vector: what a snapshot reflects.
-        self.flushed_seq = 0
         self.snapshot_seq: int | None = None
         self.add_items_calls = 0
         self.ann_queries = 0
@@ -127,6 +125,9 @@ class _HnswIndex:
         # Vectors hnswlib does not hold yet, by label: staged (not taken) or being added (taken, not finished).
         self._waiting: dict[int, F32] = {}
         self._staged: dict[int, int] = {}  # label -> row, not taken yet
+        # label -> ``applied_seq`` when it was staged, in label order, while hnswlib lacks it: every change up to
+        # the first mark is in hnswlib (or deleted), so a snapshot saved now reflects that sequence.
+        self._stage_marks: dict[int, int] = {}
         self._unindexed_rows: set[int] = set()  # rows whose vector hnswlib does not hold (staged or being added)
         self._to_mark: list[int] = []  # labels removed from the maps, still live in hnswlib
         self._entries: list[_Entry | None] = []
@@ -240,10 +241,12 @@ class _HnswIndex:
         label = entry.label
         if self._staged.pop(label, None) is not None:  # a staged vector never reached hnswlib
             self._waiting.pop(label, None)
+            self._stage_marks.pop(label, None)
             self._unindexed_rows.discard(row)
         else:
             if self._waiting.pop(label, None) is not None:  # being added now: delete it once added
                 self._unindexed_rows.discard(row)
+                self._stage_marks.pop(label, None)
             self._to_mark.append(label)  # hnswlib hears of it at the next flush (worker thread)
         self._entries[row] = None
         self._free_rows.append(row)
@@ -276,6 +279,7 @@ class _HnswIndex:
             self._link(row, entry, vector)
             self._waiting[label] = vector
             self._staged[label] = row
+            self._stage_marks[label] = self.applied_seq
             self._unindexed_rows.add(row)
         self.max_staged = max(self.max_staged, len(self._unindexed_rows))
 
@@ -381,8 +385,6 @@ class _HnswIndex:
             plan.vectors = np.stack([self._waiting[label] for label in labels])
             for label in labels:
                 del self._staged[label]
-        if not self._staged:
-            self.flushed_seq = self.applied_seq
         self._to_mark = []
         return plan
 
@@ -401,6 +403,7 @@ class _HnswIndex:
     def finish_flush(self, plan: _FlushPlan) -> None:
         """(event loop) hnswlib holds the plan's vectors now: stop keeping copies of them."""
         for label in plan.labels:
+            self._stage_marks.pop(label, None)
             if self._waiting.pop(label, None) is not None:
                 row = self._row_of_label.get(label)
                 if row is not None:
@@ -577,7 +580,8 @@ class _HnswIndex:
     def snapshot_view(self) -> tuple[list[_Entry | None], set[int], int, int]:
         """(event loop) What a snapshot saved now holds: the entries (shared, never changed in place), the
         rows to leave out (hnswlib lacks them), the sequence it reflects and the next label."""
-        return list(self._entries), set(self._unindexed_rows), self.flushed_seq, self._next_label
+        seq = next(iter(self._stage_marks.values()), self.applied_seq)
+        return list(self._entries), set(self._unindexed_rows), seq, self._next_label
 
     def adopt_loaded(self, index: Any, entries: Sequence[_Entry], next_label: int, seq: int) -> None:
         """(worker thread, index not shared yet) Take a loaded hnswlib index and its entries."""
@@ -594,4 +598,4 @@ class _HnswIndex:
         self._deleted_slots = int(index.element_count) - len(entries)
         self._next_label = next_label
         self.link_loaded(entries)
-        self.applied_seq = self.flushed_seq = self.snapshot_seq = seq
+        self.applied_seq = self.snapshot_seq = seq

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.from_thread
 import anyio.lowlevel
 import msgspec
 import numpy as np
@@ -132,6 +134,30 @@ class Session:
             self.task_group.cancel_scope.cancel()
             await self.task_group.__aexit__(None, None, None)
 
+    async def _daemon(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` in a daemon thread of its own: a load that ``close`` abandons never delays process exit."""
+        done = anyio.Event()
+        token = anyio.lowlevel.current_token()
+        outcome: list[Any] = []
+
+        def _body() -> None:
+            try:
+                outcome.append((True, fn(*args)))
+            except BaseException as exc:  # handed to the awaiting task
+                outcome.append((False, exc))
+            try:
+                anyio.from_thread.run_sync(done.set, token=token)
+            except Exception:  # the event loop is gone: nobody waits any more
+                pass
+
+        threading.Thread(target=_body, name="threadmind index loader", daemon=True).start()
+        await done.wait()
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        result: T = value
+        return result
+
     async def _thread(self, fn: Callable[..., T], *args: Any, cancellable: bool = False) -> T:
         """hnswlib work in a worker thread; the limiter makes it the index's only user."""
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=cancellable)
@@ -143,7 +169,8 @@ class Session:
             return
         self.name, self.dim = name, dim
         count = await anyio.to_thread.run_sync(manifest_count, self.config.path, name)
-        if count is not None and count > LOAD_IN_BACKGROUND_ABOVE:
+        rows = await self.records.size_hint(name)
+        if max(count or 0, rows) > LOAD_IN_BACKGROUND_ABOVE:
             assert self.task_group is not None
             self.task_group.start_soon(self._load_in_background)
             return
@@ -165,7 +192,8 @@ class Session:
         """Load the snapshot and replay newer SQL changes, or rebuild from SQL; then make the index live."""
         index = self.config._open_index(name, dim)
         background = not locked
-        reason = await anyio.to_thread.run_sync(load_snapshot, index, abandon_on_cancel=background)
+        reason = await (self._daemon(load_snapshot, index) if background
+                        else anyio.to_thread.run_sync(load_snapshot, index))
         if reason is None:
             current, pruned = await self.records.sequence(name)
             if index.applied_seq > current:
@@ -182,8 +210,9 @@ class Session:
                 page, after = await self.records.load_page(name, after, REBUILD_PAGE)
                 if not page:
                     break
-                await anyio.to_thread.run_sync(index.add_now, page, abandon_on_cancel=background)
-            index.applied_seq = index.flushed_seq = since
+                await (self._daemon(index.add_now, page) if background
+                       else anyio.to_thread.run_sync(index.add_now, page))
+            index.applied_seq = since
             index.snapshot_seq = None
             self.counters["rebuilds"] += 1
         else:
@@ -361,12 +390,17 @@ class Session:
                         await self.flush_wanted.wait()  # another change: wait for quiet again
                     if not quiet.cancelled_caught:
                         continue
-                while index is self.index and (index._staged or index.marks):
+                while index is self.index and (index._staged or index.marks) and not self.closing:
                     await self._flush_chunk(index)
+                    await anyio.lowlevel.checkpoint()  # where a close's cancellation gets in
+                    if index.added_since_snapshot >= self._snapshot_due(index):
+                        break  # save a snapshot now and then even while saves keep coming
                 try:
                     await self.persist()
                 except Exception:  # a failed snapshot only costs a longer replay at the next start
                     logger.exception("could not save the vector index snapshot")
+                if index._staged and not self.closing:
+                    self.flush_wanted.set()  # more to insert
 
     async def _flush_chunk(self, index: _HnswIndex) -> int:
         plan = index.take_flush()
@@ -400,9 +434,13 @@ class Session:
             return False
         if force:
             await self.flush_all()
-        elif index.added_since_snapshot < max(SNAPSHOT_EVERY, index.count // 10) or index._staged:
+        elif index.added_since_snapshot < self._snapshot_due(index):
             return False
         return await self._save(index, cancellable=not force)
+
+    @staticmethod
+    def _snapshot_due(index: _HnswIndex) -> int:
+        return max(SNAPSHOT_EVERY, index.count // 10)
 
     async def _save(self, index: _HnswIndex, *, cancellable: bool) -> bool:
         view = index.snapshot_view()

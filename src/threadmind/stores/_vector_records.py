@@ -126,6 +126,10 @@ class VectorRecords(Protocol):
         (``after`` again when none are left). Start at 0: a rebuild reads the index in pages."""
         ...
 
+    async def size_hint(self, index_name: str) -> int:
+        """About how many vector rows there are (an upper bound, cheap to read)."""
+        ...
+
     async def sequence(self, index_name: str) -> tuple[int, int]:
         """The current change sequence, and the sequence up to which tombstones of ``index_name`` were
         forgotten (an index that reflects less than that cannot catch up by replay: it must be rebuilt)."""
@@ -462,6 +466,13 @@ class SQLiteVectorRecords:
 
         return await self._read(_job)
 
+    async def size_hint(self, index_name: str) -> int:
+        def _job(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT max(rowid) FROM threadmind_vectors").fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+
+        return await self._read(_job)
+
     async def sequence(self, index_name: str) -> tuple[int, int]:
         def _job(conn: sqlite3.Connection) -> tuple[int, int]:
             return _current_seq(conn), _pruned_seq(conn, index_name)
@@ -642,6 +653,10 @@ class InMemoryVectorRecords:
         await anyio.lowlevel.checkpoint()
         rows = [row.record for (name, _), row in self._rows.items() if name == index_name][after : after + limit]
         return rows, after + len(rows)
+
+    async def size_hint(self, index_name: str) -> int:
+        await anyio.lowlevel.checkpoint()
+        return len(self._rows)
 
     async def sequence(self, index_name: str) -> tuple[int, int]:
         await anyio.lowlevel.checkpoint()

@@ -209,3 +209,6 @@ class CoalescingRecords:
     async def sequence(self, index_name: str) -> tuple[int, int]:
         await self.flush()
         return await self.inner.sequence(index_name)
+
+    async def size_hint(self, index_name: str) -> int:
+        return await self.inner.size_hint(index_name)
