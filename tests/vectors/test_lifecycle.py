@@ -117,9 +117,9 @@ async def test_queries_read_sql_while_a_large_index_loads(
     release = threading.Event()
     load = _hnsw_session.load_snapshot
 
-    def _slow_load(index: Any) -> str | None:
+    def _slow_load(index: Any, capacity: int = 0) -> str | None:
         release.wait(20)
-        return load(index)
+        return load(index, capacity)
 
     monkeypatch.setattr(_hnsw_session, "LOAD_IN_BACKGROUND_ABOVE", 0)
     monkeypatch.setattr(_hnsw_session, "load_snapshot", _slow_load)
@@ -156,7 +156,7 @@ async def test_a_close_during_a_background_load_returns_at_once(
         assert await actor.persist()
     release = threading.Event()
     monkeypatch.setattr(_hnsw_session, "LOAD_IN_BACKGROUND_ABOVE", 0)
-    monkeypatch.setattr(_hnsw_session, "load_snapshot", lambda index: release.wait(20) and None)
+    monkeypatch.setattr(_hnsw_session, "load_snapshot", lambda index, capacity=0: release.wait(20) and None)
     try:
         with anyio.fail_after(5):  # would wait the 20 s the loader thread is held
             async with _running(store, tmp_path / "vec") as actor:

@@ -337,18 +337,23 @@ class _HnswIndex:
             self._rows_of_resource.setdefault(resource_id, set()).add(row)
         self.note_seq(seq)
 
-    def replay(self, records: Sequence[VectorRecord], deleted: Sequence[str], seq: int) -> None:
-        """Apply stored changes made after what this index reflects: deletions, then upserts and moves."""
-        for vector_id in deleted:
+    def drop_vectors(self, vector_ids: Sequence[str]) -> None:
+        """Remove these vectors (deleted in SQL after what this index reflects)."""
+        for vector_id in vector_ids:
             row = self._row_of_vector.get(vector_id)
             if row is not None:
                 self._remove_row(row)
+
+    def replay(self, records: Sequence[VectorRecord], deleted: Sequence[str], seq: int) -> None:
+        """Apply stored changes made after what this index reflects: deletions, then upserts and moves."""
+        self.drop_vectors(deleted)
         if records:
             self.upsert_records(records)
         self.caught_up(seq)
 
     def add_now(self, records: Sequence[VectorRecord]) -> None:
-        """(worker thread, index not shared yet) Add records straight to hnswlib: a rebuild's pages."""
+        """(worker thread, index not shared yet) Add records straight to hnswlib, replacing older versions of
+        the same vectors: a rebuild's pages, or the tail a snapshot lacks."""
         if not records:
             return
         entries, vectors = decode_records(records, self.dim)
@@ -582,6 +587,11 @@ class _HnswIndex:
         rows to leave out (hnswlib lacks them), the sequence it reflects and the next label."""
         seq = next(iter(self._stage_marks.values()), self.applied_seq)
         return list(self._entries), set(self._unindexed_rows), seq, self._next_label
+
+    def reserve(self, capacity: int) -> None:
+        """(index not shared yet) Room for ``capacity`` vectors in hnswlib now, so adding them never resizes."""
+        if capacity > self._index.max_elements:
+            self._index.resize_index(capacity)
 
     def adopt_loaded(self, index: Any, entries: Sequence[_Entry], next_label: int, seq: int) -> None:
         """(worker thread, index not shared yet) Take a loaded hnswlib index and its entries."""

@@ -189,34 +189,48 @@ class Session:
                 logger.exception("loading vector index %s failed; queries keep reading SQL", self.name)
 
     async def _load(self, name: str, dim: int, *, locked: bool) -> None:
-        """Load the snapshot and replay newer SQL changes, or rebuild from SQL; then make the index live."""
-        index = self.config._open_index(name, dim)
+        """Load the snapshot (or rebuild from SQL), add the rows changed since straight to hnswlib, page by page,
+        while nothing reads this index; then replay the last changes and make it live."""
         background = not locked
-        reason = await (self._daemon(load_snapshot, index) if background
-                        else anyio.to_thread.run_sync(load_snapshot, index))
+
+        async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
+            return await (self._daemon(fn, *args) if background else anyio.to_thread.run_sync(fn, *args))
+
+        rows = await self.records.size_hint(name)
+        index = self.config._open_index(name, dim)
+        reason = await _off_loop(load_snapshot, index, int(rows * 1.1))
         if reason is None:
             current, pruned = await self.records.sequence(name)
             if index.applied_seq > current:
                 reason = "snapshot is newer than the database"
             elif index.applied_seq < pruned:
                 reason = "snapshot is older than the deletions the database still remembers"
-        if reason is not None:
+        if reason is None:
+            since = index.applied_seq
+            after = (since, 0)
+            while True:
+                page, after = await self.records.load_changes(name, since, after, REBUILD_PAGE)
+                if not page:
+                    break
+                await _off_loop(index.add_now, page)
+            await _off_loop(index.drop_vectors, await self.records.deleted_since(name, since))
+            index.caught_up(current)
+            self.counters["snapshot_loads"] += 1
+        else:
             if reason not in ("no path", "missing"):
                 logger.info("rebuilding vector index %s from SQL: %s", name, reason)
             index = self.config._open_index(name, dim)
+            await _off_loop(index.reserve, int(rows * 1.1))
             since, _ = await self.records.sequence(name)
-            after = 0
+            after_row = 0
             while True:
-                page, after = await self.records.load_page(name, after, REBUILD_PAGE)
+                page, after_row = await self.records.load_page(name, after_row, REBUILD_PAGE)
                 if not page:
                     break
-                await (self._daemon(index.add_now, page) if background
-                       else anyio.to_thread.run_sync(index.add_now, page))
+                await _off_loop(index.add_now, page)
             index.applied_seq = since
             index.snapshot_seq = None
             self.counters["rebuilds"] += 1
-        else:
-            self.counters["snapshot_loads"] += 1
         if locked:
             await self._go_live(index)
         else:

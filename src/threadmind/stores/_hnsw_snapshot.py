@@ -134,9 +134,10 @@ def save_snapshot(index: _HnswIndex, view: tuple[list[_Entry | None], set[int], 
     return True
 
 
-def load_snapshot(index: _HnswIndex) -> str | None:
+def load_snapshot(index: _HnswIndex, capacity: int = 0) -> str | None:
     """(worker thread, index not shared yet) Fill the fresh ``index`` from its snapshot if intact; None on
-    success, else why it was not usable. No vector is copied out of hnswlib."""
+    success, else why it was not usable. No vector is copied out of hnswlib. ``capacity``: room to allocate at
+    once (for the rows a replay will add), so that hnswlib never has to grow by copying itself."""
     if index.directory is None:
         return "no path"
     hnsw_path, entries_path, manifest_path, lock_path = _files(index.directory, index.name)
@@ -164,7 +165,7 @@ def load_snapshot(index: _HnswIndex) -> str | None:
             if len(entries) != manifest.count:
                 return "entry count mismatch"
             loaded: Any = hnswlib.Index(space=index.space, dim=index.dim)
-            loaded.load_index(str(hnsw_path), max_elements=0, allow_replace_deleted=True)
+            loaded.load_index(str(hnsw_path), max_elements=capacity, allow_replace_deleted=True)
         except (OSError, RuntimeError, ValueError, msgspec.DecodeError) as exc:
             return f"unreadable snapshot: {exc}"
     index.adopt_loaded(loaded, entries, manifest.next_label, manifest.max_seq)

@@ -128,6 +128,17 @@ class VectorRecords(Protocol):
         """About how many vector rows there are (an upper bound, cheap to read)."""
         ...
 
+    async def load_changes(
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int
+    ) -> tuple[list[VectorRecord], tuple[int, int]]:
+        """Up to ``limit`` live records changed after ``since_seq``, in change order, after position ``after``
+        (start at ``(since_seq, 0)``); and the position to continue from. For replaying a long tail in pages."""
+        ...
+
+    async def deleted_since(self, index_name: str, since_seq: int) -> list[str]:
+        """Vector ids deleted after ``since_seq`` and not live again."""
+        ...
+
     async def sequence(self, index_name: str) -> tuple[int, int]:
         """The current change sequence, and the sequence up to which tombstones of ``index_name`` were
         forgotten (an index that reflects less than that cannot catch up by replay: it must be rebuilt)."""
@@ -463,6 +474,34 @@ class SQLiteVectorRecords:
                 (after, index_name, limit),
             ).fetchall()
             return [_record(row[1:]) for row in rows], (int(rows[-1][0]) if rows else after)
+
+        return await self._read(_job)
+
+    async def load_changes(
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int
+    ) -> tuple[list[VectorRecord], tuple[int, int]]:
+        seq, rowid = after
+
+        def _job(conn: sqlite3.Connection) -> tuple[list[VectorRecord], tuple[int, int]]:
+            rows = conn.execute(
+                f"SELECT seq, rowid, {_COLUMNS} FROM threadmind_vectors WHERE index_name = ? AND seq >= ? "
+                "AND (seq > ? OR rowid > ?) AND seq > ? ORDER BY seq, rowid LIMIT ?",
+                (index_name, seq, seq, rowid, since_seq, limit),
+            ).fetchall()
+            if not rows:
+                return [], after
+            return [_record(row[2:]) for row in rows], (int(rows[-1][0]), int(rows[-1][1]))
+
+        return await self._read(_job)
+
+    async def deleted_since(self, index_name: str, since_seq: int) -> list[str]:
+        def _job(conn: sqlite3.Connection) -> list[str]:
+            return [str(row[0]) for row in conn.execute(
+                "SELECT t.vector_id FROM threadmind_vector_tombstones t WHERE t.index_name = ? AND t.seq > ? "
+                "AND NOT EXISTS (SELECT 1 FROM threadmind_vectors v "
+                "WHERE v.index_name = t.index_name AND v.vector_id = t.vector_id)",
+                (index_name, since_seq),
+            )]
 
         return await self._read(_job)
 

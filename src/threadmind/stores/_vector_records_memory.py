@@ -127,6 +127,22 @@ class InMemoryVectorRecords:
         rows = [row.record for (name, _), row in self._rows.items() if name == index_name][after : after + limit]
         return rows, after + len(rows)
 
+    async def load_changes(
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int
+    ) -> tuple[list[VectorRecord], tuple[int, int]]:
+        await anyio.lowlevel.checkpoint()
+        rows = sorted(
+            ((row.seq, position, row.record) for position, ((name, _), row) in enumerate(self._rows.items())
+             if name == index_name and row.seq > since_seq and (row.seq, position) > after),
+            key=lambda item: (item[0], item[1]),
+        )[:limit]
+        return [r for _, _, r in rows], ((rows[-1][0], rows[-1][1]) if rows else after)
+
+    async def deleted_since(self, index_name: str, since_seq: int) -> list[str]:
+        await anyio.lowlevel.checkpoint()
+        return [vid for (name, vid), seq in self._tombstones.items()
+                if name == index_name and seq > since_seq and (name, vid) not in self._rows]
+
     async def size_hint(self, index_name: str) -> int:
         await anyio.lowlevel.checkpoint()
         return len(self._rows)

@@ -212,3 +212,13 @@ class CoalescingRecords:
 
     async def size_hint(self, index_name: str) -> int:
         return await self.inner.size_hint(index_name)
+
+    async def load_changes(
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int
+    ) -> tuple[list[VectorRecord], tuple[int, int]]:
+        await self.flush()
+        return await self.inner.load_changes(index_name, since_seq, after, limit)
+
+    async def deleted_since(self, index_name: str, since_seq: int) -> list[str]:
+        await self.flush()
+        return await self.inner.deleted_since(index_name, since_seq)
