@@ -90,19 +90,28 @@ async def test_close_of_a_small_index_inserts_at_most_one_chunk(
     assert counting.added == 0 and counting.saves == 1  # more than a chunk staged: snapshot of what hnswlib has
 
 
-async def test_a_restart_keeps_no_vector_outside_hnswlib(store: SQLiteStore, tmp_path: Path) -> None:
-    """Loading a snapshot copies no vector out of hnswlib: the only vectors held are hnswlib's own."""
+async def test_a_restart_keeps_no_vector_outside_hnswlib(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a snapshot copies no vector out of hnswlib, and the rows written after it go straight into
+    hnswlib: the only vectors held are hnswlib's own."""
     messages = _messages(200)
     await persist(store, messages)
     async with _running(store, tmp_path / "vec") as actor:
-        await actor.upsert_messages(messages)
+        await actor.upsert_messages(messages[:150])
         assert await actor.persist()
+        monkeypatch.setattr(_hnsw_session, "SNAPSHOT_AT_CLOSE_MAX", 0)  # the last 50 only in SQL
+        await actor.upsert_messages(messages[150:])
+        await actor.delete_messages(["m0"])
+        await actor.upsert_messages([messages[1]])  # replaced after the snapshot: one copy, the new label
     async with _running(store, tmp_path / "vec") as actor:
         hits = await actor.query(messages[7].text, top_k=1, thread_id=None)  # loads the index; caches no block
         assert [h.message_id for h in hits] == ["m7"]
+        assert [h.message_id for h in await actor.query(messages[170].text, top_k=1, thread_id="t1")] == ["m170"]
+        assert "m0" not in {h.message_id for h in await actor.query(messages[0].text, top_k=5, thread_id="t1")}
         stats = actor.statistics()
-        assert stats.snapshot_loads == 1 and stats.vectors == 200 and stats.staged == 0
-        assert stats.memory_bytes - stats.store.ann_bytes <= 200 * 32 * 4 + 200 * 8  # at most the one scope block
+        assert stats.snapshot_loads == 1 and stats.vectors == 199 and stats.staged == 0
+        assert stats.memory_bytes - stats.store.ann_bytes <= 2 * 200 * (32 * 4 + 8)  # scope blocks only
 
 
 async def test_queries_read_sql_while_a_large_index_loads(
