@@ -428,8 +428,9 @@ class _HnswIndex:
         n = len(labels)
         slots_needed = self._index.element_count + max(0, n - self._deleted_slots)
         if slots_needed > self._index.max_elements:
+            # A resize copies the whole index: grow by a quarter, not double, to keep the transient copy small.
             with self._resize_lock:
-                self._index.resize_index(max(slots_needed, 2 * self._index.max_elements))
+                self._index.resize_index(max(slots_needed, self._index.max_elements * 5 // 4))
         self._deleted_slots = max(0, self._deleted_slots - n)
         self._index.add_items(prepared, np.asarray(labels, dtype=np.int64), num_threads=threads, replace_deleted=True)
         self.add_items_calls += 1
