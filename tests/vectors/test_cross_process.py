@@ -83,3 +83,46 @@ async def test_processes_sharing_one_snapshot_path_never_corrupt_it(tmp_path: Pa
         stats = memory._index.statistics()  # type: ignore[union-attr]
         assert (stats.snapshot_loads, stats.rebuilds, stats.vectors) == (1, 0, 300)  # the snapshot validated
     assert not list(vectors.glob("*.tmp"))
+
+
+async def test_a_query_reads_no_sql_while_no_other_connection_wrote(tmp_path: Path) -> None:
+    """The catch-up check is the database's change counter: nothing changed elsewhere, nothing is read."""
+    import sqlite3
+
+    from threadmind.codecs import Message
+
+    db = tmp_path / "m.db"
+    async with _memory(db, tmp_path / "v") as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        await memory.save_messages([Message.user("harbour cranes at dawn", thread_id="t1", resource_id="r1")])
+        index = memory._index
+        assert index is not None
+        session = index.vector_store._session  # type: ignore[attr-defined]
+        reads = 0
+        sequence = session.records.sequence
+
+        async def _counted(name: str) -> tuple[int, int]:
+            nonlocal reads
+            reads += 1
+            return await sequence(name)
+
+        session.records.sequence = _counted
+        await index.flush()
+        await index.query("harbour", top_k=2, thread_id="t1")  # the first look after our own writes
+        reads = 0
+        for _ in range(10):
+            assert [h.thread_id for h in await index.query("harbour", top_k=2, thread_id="t1")] == ["t1"]
+        assert reads == 0
+        # another connection (as another process would) commits a vector row: the next query catches up
+        await index.flush()  # our own rows are written
+        other = sqlite3.connect(db)
+        try:
+            row = other.execute("SELECT * FROM threadmind_vectors").fetchone()
+            other.execute("UPDATE threadmind_vector_seq SET seq = seq + 1")
+            other.execute("INSERT INTO threadmind_vectors VALUES (?, 'copy', 'copy', 't1', 'r1', 'user', ?, ?, "
+                          "(SELECT seq FROM threadmind_vector_seq))", (row[0], row[6], row[7]))
+            other.commit()
+        finally:
+            other.close()
+        hits = await index.query("harbour cranes at dawn", top_k=2, thread_id="t1")
+        assert reads == 1 and "copy" in {h.message_id for h in hits}
