@@ -44,8 +44,8 @@ SNAPSHOT_EVERY = 20_000
 #: Staged vectors wait for ``FLUSH_IDLE`` seconds without upserts before going into hnswlib, unless this many.
 FLUSH_BACKLOG = 16_384
 FLUSH_IDLE = 0.5
-#: Rows per page when rebuilding from SQL.
-REBUILD_PAGE = 4096
+#: Rows per page when adding stored rows to an index being loaded (rebuild, or the tail after a snapshot).
+LOAD_PAGE = 1024
 #: Tombstones of this many recent changes are kept after a snapshot, for processes that are a little behind.
 KEEP_TOMBSTONES = 10_000
 
@@ -190,15 +190,24 @@ class Session:
 
     async def _load(self, name: str, dim: int, *, locked: bool) -> None:
         """Load the snapshot (or rebuild from SQL), add the rows changed since straight to hnswlib, page by page,
-        while nothing reads this index; then replay the last changes and make it live."""
+        while nothing reads this index; then replay the last changes and make it live.
+
+        Only reading the snapshot runs in an abandonable daemon thread; each page is added in a worker thread a
+        close waits for (about half a second), so no hnswlib insertion is ever cut off by the process exiting.
+        """
         background = not locked
 
-        async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
-            return await (self._daemon(fn, *args) if background else anyio.to_thread.run_sync(fn, *args))
+        async def _add(page: Sequence[VectorRecord]) -> None:
+            if self.closing:
+                raise anyio.get_cancelled_exc_class()()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(index.add_now, page)
 
         rows = await self.records.size_hint(name)
         index = self.config._open_index(name, dim)
-        reason = await _off_loop(load_snapshot, index, int(rows * 1.1))
+        capacity = int(rows * 1.1)
+        reason = await (self._daemon(load_snapshot, index, capacity) if background
+                        else anyio.to_thread.run_sync(load_snapshot, index, capacity))
         if reason is None:
             current, pruned = await self.records.sequence(name)
             if index.applied_seq > current:
@@ -208,26 +217,26 @@ class Session:
         if reason is None:
             since = index.applied_seq
             after = (since, 0)
-            while True:
-                page, after = await self.records.load_changes(name, since, after, REBUILD_PAGE)
+            while True:  # up to `current` only: rows written meanwhile are replayed when it goes live
+                page, after = await self.records.load_changes(name, since, after, LOAD_PAGE, current)
                 if not page:
                     break
-                await _off_loop(index.add_now, page)
-            await _off_loop(index.drop_vectors, await self.records.deleted_since(name, since))
+                await _add(page)
+            index.drop_vectors(await self.records.deleted_since(name, since))
             index.caught_up(current)
             self.counters["snapshot_loads"] += 1
         else:
             if reason not in ("no path", "missing"):
                 logger.info("rebuilding vector index %s from SQL: %s", name, reason)
             index = self.config._open_index(name, dim)
-            await _off_loop(index.reserve, int(rows * 1.1))
+            index.reserve(capacity)
             since, _ = await self.records.sequence(name)
             after_row = 0
             while True:
-                page, after_row = await self.records.load_page(name, after_row, REBUILD_PAGE)
+                page, after_row = await self.records.load_page(name, after_row, LOAD_PAGE)
                 if not page:
                     break
-                await _off_loop(index.add_now, page)
+                await _add(page)
             index.applied_seq = since
             index.snapshot_seq = None
             self.counters["rebuilds"] += 1

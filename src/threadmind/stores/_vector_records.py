@@ -129,10 +129,11 @@ class VectorRecords(Protocol):
         ...
 
     async def load_changes(
-        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int, until_seq: int | None = None
     ) -> tuple[list[VectorRecord], tuple[int, int]]:
-        """Up to ``limit`` live records changed after ``since_seq``, in change order, after position ``after``
-        (start at ``(since_seq, 0)``); and the position to continue from. For replaying a long tail in pages."""
+        """Up to ``limit`` live records changed after ``since_seq`` (and not after ``until_seq``), in change
+        order, after position ``after`` (start at ``(since_seq, 0)``); and the position to continue from. For
+        replaying a long tail in pages."""
         ...
 
     async def deleted_since(self, index_name: str, since_seq: int) -> list[str]:
@@ -478,15 +479,16 @@ class SQLiteVectorRecords:
         return await self._read(_job)
 
     async def load_changes(
-        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int, until_seq: int | None = None
     ) -> tuple[list[VectorRecord], tuple[int, int]]:
         seq, rowid = after
+        until = (1 << 62) if until_seq is None else until_seq
 
         def _job(conn: sqlite3.Connection) -> tuple[list[VectorRecord], tuple[int, int]]:
             rows = conn.execute(
                 f"SELECT seq, rowid, {_COLUMNS} FROM threadmind_vectors WHERE index_name = ? AND seq >= ? "
-                "AND (seq > ? OR rowid > ?) AND seq > ? ORDER BY seq, rowid LIMIT ?",
-                (index_name, seq, seq, rowid, since_seq, limit),
+                "AND (seq > ? OR rowid > ?) AND seq > ? AND seq <= ? ORDER BY seq, rowid LIMIT ?",
+                (index_name, seq, seq, rowid, since_seq, until, limit),
             ).fetchall()
             if not rows:
                 return [], after

@@ -128,12 +128,13 @@ class InMemoryVectorRecords:
         return rows, after + len(rows)
 
     async def load_changes(
-        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int, until_seq: int | None = None
     ) -> tuple[list[VectorRecord], tuple[int, int]]:
         await anyio.lowlevel.checkpoint()
         rows = sorted(
             ((row.seq, position, row.record) for position, ((name, _), row) in enumerate(self._rows.items())
-             if name == index_name and row.seq > since_seq and (row.seq, position) > after),
+             if name == index_name and row.seq > since_seq and (row.seq, position) > after
+             and (until_seq is None or row.seq <= until_seq)),
             key=lambda item: (item[0], item[1]),
         )[:limit]
         return [r for _, _, r in rows], ((rows[-1][0], rows[-1][1]) if rows else after)

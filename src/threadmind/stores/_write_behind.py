@@ -214,10 +214,10 @@ class CoalescingRecords:
         return await self.inner.size_hint(index_name)
 
     async def load_changes(
-        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int, until_seq: int | None = None
     ) -> tuple[list[VectorRecord], tuple[int, int]]:
         await self.flush()
-        return await self.inner.load_changes(index_name, since_seq, after, limit)
+        return await self.inner.load_changes(index_name, since_seq, after, limit, until_seq)
 
     async def deleted_since(self, index_name: str, since_seq: int) -> list[str]:
         await self.flush()
