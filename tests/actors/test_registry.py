@@ -161,8 +161,8 @@ class TestPassivation:
         swept = anyio.Event()
 
         class Observed(ActorRegistry[Worker]):
-            def sweep(self) -> int:
-                count = super().sweep()
+            def sweep(self, limit: int | None = None) -> int:
+                count = super().sweep(limit)
                 if count:
                     swept.set()
                 return count
@@ -175,6 +175,58 @@ class TestPassivation:
                 await swept.wait()
             assert "a" not in registry
             assert registry.statistics().passivated == 1
+
+
+    async def test_a_sweep_touches_the_stale_actors_and_one_more(self) -> None:
+        """Thousands of fresh actors: a sweep stops at the first fresh one instead of scanning them all."""
+        clock = FakeClock()
+        looked: list[str] = []
+
+        class Counted(Worker):
+            @property
+            def idle(self) -> bool:
+                looked.append(self.key)
+                return super().idle
+
+        registry = ActorRegistry(lambda key: Counted(key, [], clock), idle_timeout=60.0, clock=clock,
+                                 sweep_interval=None)
+        async with registry:
+            for i in range(10):
+                await registry.ask(f"old{i}", Work(i))
+            clock.now += 50
+            for i in range(3000):
+                await registry.ask(f"new{i}", Work(i))
+            clock.now += 20  # the old ones idle 70 s, the new ones 20 s
+            looked.clear()
+            assert registry.sweep() == 10
+            assert len(looked) == 11 and len(registry) == 3000
+            looked.clear()
+            assert registry.sweep() == 0 and len(looked) == 1
+
+    async def test_the_background_sweeper_passivates_a_backlog_in_slices(self) -> None:
+        """Many actors going stale at once are passivated a slice at a time, with the event loop between."""
+        from threadmind.actors import _registry
+
+        clock = FakeClock()
+        registry, _ = make_registry(clock, idle_timeout=5.0, sweep_interval=0.001)
+        slices: list[int] = []
+        sweep = registry.sweep
+
+        def _sweep(limit: int | None = None) -> int:
+            count = sweep(limit)
+            slices.append(count)
+            return count
+
+        registry.sweep = _sweep  # type: ignore[method-assign]
+        async with registry:
+            for i in range(3 * _registry._SWEEP_SLICE + 7):
+                registry.get(f"k{i}")
+            await wait_all_tasks_blocked()
+            clock.now += 10
+            with anyio.fail_after(5):
+                while len(registry):  # noqa: ASYNC110 - the sweeper runs on its own interval
+                    await anyio.sleep(0.001)
+        assert max(slices) == _registry._SWEEP_SLICE and sum(slices) == 3 * _registry._SWEEP_SLICE + 7
 
 
 class TestEviction:
@@ -347,3 +399,42 @@ class TestTracing:
         (span,) = [s for s in span_exporter.get_finished_spans() if s.name == "threadmind.actor.Work"]
         assert span.parent is not None and span.parent.span_id == parent.get_span_context().span_id
         assert span.attributes is not None and span.attributes["threadmind.actor.key"] == "a"
+
+
+async def test_idle_threads_cost_under_2_kib_each_once_passivated(tmp_path: Any) -> None:
+    """Threads touched once and then idle: after passivation nothing of their actors stays in memory."""
+    import gc
+    import tracemalloc
+
+    from threadmind import Memory, Message
+    from threadmind.stores import SQLiteStore
+
+    memory = Memory(storage=SQLiteStore(tmp_path / "m.db"), idle_timeout=0.1, options={"lastMessages": 10})
+    async with memory:
+        for w in range(50):  # first-use caches of the process itself
+            await memory.create_thread(thread_id=f"w{w}", resource_id="r")
+            await memory.save_messages([Message.user("warm", thread_id=f"w{w}", resource_id="r")])
+            await memory.recall(f"w{w}", resource_id="r")
+        n = 400
+        ids = [(f"t{t}", f"r{t % 20}", f"hello {t}") for t in range(n)]
+        gc.collect()
+        tracemalloc.start(1)
+        try:
+            before = tracemalloc.take_snapshot()
+            for thread, owner, text in ids:
+                await memory.create_thread(thread_id=thread, resource_id=owner)
+                await memory.save_messages([Message.user(text, thread_id=thread, resource_id=owner)])
+                await memory.recall(thread, resource_id=owner)
+            with anyio.fail_after(10):
+                while memory._threads.statistics().live or memory._resources.statistics().live:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            gc.collect()
+            # Spans an OpenTelemetry SDK installed by another test keeps are not the threads' memory.
+            spans = [tracemalloc.Filter(False, "*opentelemetry*")]
+            diff = tracemalloc.take_snapshot().filter_traces(spans).compare_to(before.filter_traces(spans), "lineno")
+            retained = sum(stat.size_diff for stat in diff)
+            growth = diff[:5]
+        finally:
+            tracemalloc.stop()
+        assert memory._threads.statistics().passivated >= n
+        assert retained / n < 2048, f"{retained / n:.0f} bytes per idle thread; grew most: {growth}"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from threadmind.actors._index_actor import chunk_text, message_text
 from threadmind.codecs import Message, MessageContent, TextPart, ToolInvocation, ToolInvocationPart
 from threadmind.embedders._cache import EmbeddingCache
+from threadmind.embedders._chunking import chunk_text, message_text
 from threadmind.errors import ConfigError
 
 from ._support import EPOCH
@@ -95,7 +95,7 @@ class TestEmbeddingCache:
 def test_short_text_fast_path_matches_word_packing() -> None:
     import random
 
-    from threadmind.actors._index_actor import _pack_words
+    from threadmind.embedders._chunking import _pack_words
 
     rng = random.Random(7)
     pieces = ["a", "word", "é", "日本", "😀", " ", "  ", "\t", "\n", "\u00a0", "\u3000", "x" * 9]

@@ -15,8 +15,8 @@ from anyio import wait_all_tasks_blocked
 from threadmind.actors._index_actor import IndexActor, VectorHit
 from threadmind.codecs import Message
 from threadmind.errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ValidationError
-from threadmind.stores import _hnsw
-from threadmind.stores._hnsw import HnswVectorStore, _HnswIndex
+from threadmind.stores import _hnsw, _hnsw_index
+from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._protocol import Store
 from threadmind.stores._sqlite import SQLiteStore
@@ -56,7 +56,7 @@ class TestScopeIsolation:
     async def test_random_queries_never_leave_their_scope(
         self, store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brute_force_limit: int
     ) -> None:
-        monkeypatch.setattr(_hnsw, "BRUTE_FORCE_LIMIT", brute_force_limit)
+        monkeypatch.setattr(_hnsw_index, "BRUTE_FORCE_LIMIT", brute_force_limit)
         rng = random.Random(7)
         messages = _corpus(rng, resources=30, threads=5, per_thread=(1, 6))
         embedder = FlakyEmbedder(dim=64)
@@ -174,7 +174,9 @@ class TestBatching:
             assert await actor.flush() == 40
             flushed = actor.statistics()
             assert flushed.staged == 0 and flushed.add_items_calls >= 1
-            assert flushed.memory_bytes >= staged.memory_bytes
+            # hnswlib holds them now, and the staged copies are gone: no vector is held twice
+            assert flushed.store.ann_bytes > staged.store.ann_bytes
+            assert flushed.memory_bytes < staged.memory_bytes
 
     async def test_read_your_writes_and_usage(self, store: SQLiteStore) -> None:
         embedder = FlakyEmbedder()
@@ -361,7 +363,7 @@ class TestDeletes:
         async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
             await actor.upsert_messages(messages)
         with monkeypatch.context() as patch:  # a crash: the second run never saves its snapshot
-            patch.setattr(_HnswIndex, "save_snapshot", lambda self: False)
+            patch.setattr(_hnsw, "save_snapshot", lambda index, view: False)
             async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
                 await actor.delete_messages(["a"])  # before the index is loaded: SQL only
                 assert len(await actor.query("message", top_k=10)) == 3  # loads the snapshot, replays the delete
@@ -429,7 +431,7 @@ class TestRestart:
             await actor.delete_messages([messages[0].id])
             before = await recall(actor)
         # Everything the vector store writes stays below its path.
-        assert _names(vec) == {f"memory_messages_32.{ext}" for ext in ("entries", "hnsw", "manifest.json")}
+        assert _names(vec) == {f"memory_messages_32.{ext}" for ext in ("entries", "hnsw", "manifest.json", "lock")}
         sqlite_files = {"memory.db", "memory.db-wal", "memory.db-shm", "memory.db-threadmind.lock"}
         assert _names(tmp_path) - sqlite_files == {"vec"}
         action = DAMAGE[damage]

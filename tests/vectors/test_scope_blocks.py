@@ -48,13 +48,13 @@ def test_a_new_vector_is_appended_to_the_cached_blocks_of_its_scopes() -> None:
     index.upsert([_Entry(0, f"m{i}", f"m{i}", "t1", "r1") for i in range(6)], _unit(rng, 6), seq=1, defer=True)
     query = _unit(rng)[0]
     _top(index, query, resource="r1")
-    block = index._blocks[("r", "r1")]
+    block = index.blocks._blocks[("r", "r1")]
     for turn in range(20):
         vector = _unit(rng)
         index.upsert([_Entry(0, f"n{turn}", f"n{turn}", "t1", "r1")], vector, seq=2 + turn, defer=turn % 2 == 0)
         assert _top(index, vector[0], resource="r1", k=1) == [f"n{turn}"]
         assert _top(index, vector[0], thread="t1", k=1) == [f"n{turn}"]
-    assert index._blocks[("r", "r1")] is block and block.size == 26
+    assert index.blocks._blocks[("r", "r1")] is block and block.size == 26
 
 
 def test_a_replaced_vector_is_scored_anew_though_the_scope_keeps_its_size() -> None:
@@ -106,8 +106,8 @@ def test_the_block_cache_stays_within_its_byte_budget() -> None:
     for r in range(12):
         assert _top(index, vectors[r * 50 + 7], resource=f"r{r}", k=1) == [f"m{r * 50 + 7}"]
         assert index.memory_bytes() > 0
-        assert index._block_bytes <= budget
-    assert len(index._blocks) == 4
+        assert index.blocks.nbytes <= budget
+    assert len(index.blocks._blocks) == 4
 
 
 def test_a_zero_budget_caches_nothing_and_still_finds_everything() -> None:
@@ -117,7 +117,7 @@ def test_a_zero_budget_caches_nothing_and_still_finds_everything() -> None:
     index.upsert([_Entry(0, f"m{i}", f"m{i}", "t1", f"r{i % 2}") for i in range(30)], vectors, seq=1, defer=True)
     for i in range(30):
         assert _top(index, vectors[i], resource=f"r{i % 2}", k=1) == [f"m{i}"]
-    assert not index._blocks and index._block_bytes == 0
+    assert not index.blocks._blocks and index.blocks.nbytes == 0
     with pytest.raises(ConfigError, match="scope_cache_bytes"):
         HnswVectorStore(scope_cache_bytes=-1)
 

@@ -11,12 +11,12 @@ import pytest
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
 from threadmind.stores._vector_records import (
-    InMemoryVectorRecords,
     PendingVector,
     SQLiteVectorRecords,
     VectorRecord,
     VectorRecords,
 )
+from threadmind.stores._vector_records_memory import InMemoryVectorRecords
 
 
 def _record(vector_id: str, message_id: str, thread_id: str = "t1", resource_id: str = "r1") -> VectorRecord:
@@ -69,6 +69,43 @@ class TestVectorRecords:
         assert [r.vector_id for r in changed] == ["b"] and deleted == ["d"]
         await records.prune_tombstones("idx", seq + 10)
         assert (await records.load("idx", since_seq=seq))[1] == []
+
+    async def test_scope_records_read_one_thread_or_resource(self, records: VectorRecords) -> None:
+        await records.upsert("idx", [_record("a", "a"), _record("b", "b", thread_id="t2"),
+                                     _record("c", "c", thread_id="t3", resource_id="r2")])
+        await records.upsert("other", [_record("x", "x")])
+
+        async def ids(resource: str | None, thread: str | None) -> list[str]:
+            found = await records.scope_records("idx", resource_id=resource, thread_id=thread)
+            return sorted(r.vector_id for r in found)
+
+        assert await ids("r1", None) == ["a", "b"]
+        assert await ids(None, "t3") == ["c"]
+        assert await ids("r1", "t3") == []
+        assert await ids(None, None) == ["a", "b", "c"]
+
+    async def test_pages_cover_every_row_once(self, records: VectorRecords) -> None:
+        await records.upsert("idx", [_record(f"v{i}", f"v{i}") for i in range(23)])
+        await records.upsert("other", [_record("x", "x")])
+        seen: list[str] = []
+        after = 0
+        while True:
+            page, after = await records.load_page("idx", after, 5)
+            if not page:
+                break
+            assert len(page) <= 5
+            seen.extend(r.vector_id for r in page)
+        assert sorted(seen) == sorted(f"v{i}" for i in range(23))
+        assert await records.size_hint("idx") >= 23
+
+    async def test_sequence_reports_how_far_tombstones_were_forgotten(self, records: VectorRecords) -> None:
+        first = await records.upsert("idx", [_record("a", "a")])
+        deleted = await records.delete_by_message_ids(None, ["a"])
+        assert await records.sequence("idx") == (deleted, 0)
+        await records.prune_tombstones("idx", first)
+        assert await records.sequence("idx") == (deleted, first)
+        await records.prune_tombstones("idx", 0)  # never moves back
+        assert (await records.sequence("idx"))[1] == first
 
     async def test_records_for_messages(self, records: VectorRecords) -> None:
         await records.upsert("idx", [_record("m#0", "m"), _record("m#1", "m"), _record("n", "n")])

@@ -34,6 +34,8 @@ _LOG = logging.getLogger("threadmind.actors")
 
 # A factory that keeps handing out closed actors would otherwise make ``ask`` spin without yielding.
 _MAX_REFUSALS = 100
+# Actors passivated per step of the background sweeper before it yields to the event loop.
+_SWEEP_SLICE = 512
 
 
 class RegistryStatistics(msgspec.Struct, frozen=True):
@@ -227,15 +229,25 @@ class ActorRegistry(Generic[A]):
 
     # -- passivation -------------------------------------------------------------------------------
 
-    def sweep(self) -> int:
-        """Passivate every actor idle for at least ``idle_timeout`` (per the clock); returns how many."""
+    def sweep(self, limit: int | None = None) -> int:
+        """Passivate actors idle for at least ``idle_timeout`` (per the clock); returns how many.
+
+        Walks from the least recently used actor and stops at the first idle one that is still fresh: the
+        actors after it were used more recently, so a sweep touches the stale ones and one more, never every
+        live actor. Busy actors are skipped. ``limit``: passivate at most that many (the background sweeper
+        works in such slices, yielding to the event loop between them).
+        """
         now = self._clock()
         timeout = self._idle_timeout
-        stale = [
-            key
-            for key, actor in self._actors.items()
-            if actor.idle and now - actor.last_active >= timeout
-        ]
+        stale: list[str] = []
+        for key, actor in self._actors.items():
+            if not actor.idle:
+                continue
+            if now - actor.last_active < timeout:
+                break
+            stale.append(key)
+            if limit is not None and len(stale) >= limit:
+                break
         for key in stale:
             self._actors.pop(key).close()
         self._passivated += len(stale)
@@ -257,7 +269,8 @@ class ActorRegistry(Generic[A]):
         with self._sweeper_scope:
             while True:
                 await anyio.sleep(interval)
-                self.sweep()
+                while self.sweep(limit=_SWEEP_SLICE) >= _SWEEP_SLICE:
+                    await checkpoint()  # a large backlog of idle actors goes in slices, the loop runs between
                 over = len(self._actors) - self._max_actors
                 if over > 0:  # a burst of busy actors went past the cap; bring it back now that some are idle
                     self._evict(over)

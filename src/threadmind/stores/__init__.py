@@ -32,11 +32,11 @@ from ._protocol import check_store as check_store
 from ._query import parse_date_range as parse_date_range
 from ._query import parse_include as parse_include
 from ._sqlite import SQLiteStore as SQLiteStore
-from ._vector_records import InMemoryVectorRecords as InMemoryVectorRecords
 from ._vector_records import PendingVector as PendingVector
 from ._vector_records import SQLiteVectorRecords as SQLiteVectorRecords
 from ._vector_records import VectorRecord as VectorRecord
 from ._vector_records import VectorRecords as VectorRecords
+from ._vector_records_memory import InMemoryVectorRecords as InMemoryVectorRecords
 
 __all__ = (
     "STORE_METHODS",

@@ -33,7 +33,7 @@ from ._protocol import (
     ThreadPage,
     UnsetType,
 )
-from ._vector_records import InMemoryVectorRecords
+from ._vector_records_memory import InMemoryVectorRecords
 from ._versions import WriteCounts
 
 __all__ = ("InMemoryStore",)

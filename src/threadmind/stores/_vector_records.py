@@ -14,13 +14,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
-import anyio.lowlevel
 import msgspec
 
 from ..codecs import Message
 
 __all__ = (
-    "InMemoryVectorRecords",
     "PendingVector",
     "SQLiteVectorRecords",
     "VectorRecord",
@@ -114,6 +112,38 @@ class VectorRecords(Protocol):
         """Ids of messages that have at least one vector in ``index_name``."""
         ...
 
+    async def scope_records(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> list[VectorRecord]:
+        """The live records of one thread or resource (both given: the thread's rows of that resource)."""
+        ...
+
+    async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
+        """Up to ``limit`` live records in storage order after position ``after``; the last one's position
+        (``after`` again when none are left). Start at 0: a rebuild reads the index in pages."""
+        ...
+
+    async def size_hint(self, index_name: str) -> int:
+        """About how many vector rows there are (an upper bound, cheap to read)."""
+        ...
+
+    async def load_changes(
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int, until_seq: int | None = None
+    ) -> tuple[list[VectorRecord], tuple[int, int]]:
+        """Up to ``limit`` live records changed after ``since_seq`` (and not after ``until_seq``), in change
+        order, after position ``after`` (start at ``(since_seq, 0)``); and the position to continue from. For
+        replaying a long tail in pages."""
+        ...
+
+    async def deleted_since(self, index_name: str, since_seq: int) -> list[str]:
+        """Vector ids deleted after ``since_seq`` and not live again."""
+        ...
+
+    async def sequence(self, index_name: str) -> tuple[int, int]:
+        """The current change sequence, and the sequence up to which tombstones of ``index_name`` were
+        forgotten (an index that reflects less than that cannot catch up by replay: it must be rebuilt)."""
+        ...
+
 
 @runtime_checkable
 class _SQLExecutor(Protocol):
@@ -150,6 +180,7 @@ CREATE TABLE IF NOT EXISTS threadmind_vectors (
 );
 CREATE INDEX IF NOT EXISTS threadmind_vectors_message ON threadmind_vectors (message_id);
 CREATE INDEX IF NOT EXISTS threadmind_vectors_thread ON threadmind_vectors (thread_id);
+CREATE INDEX IF NOT EXISTS threadmind_vectors_resource ON threadmind_vectors (resource_id);
 CREATE INDEX IF NOT EXISTS threadmind_vectors_seq ON threadmind_vectors (index_name, seq);
 CREATE TABLE IF NOT EXISTS threadmind_vector_tombstones (
     index_name TEXT NOT NULL,
@@ -163,6 +194,10 @@ CREATE TABLE IF NOT EXISTS threadmind_vector_seq (
     seq INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO threadmind_vector_seq (id, seq) VALUES (0, 0);
+CREATE TABLE IF NOT EXISTS threadmind_vector_pruned (
+    index_name TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS threadmind_vector_pending (
     message_id TEXT PRIMARY KEY,
     thread_id TEXT NOT NULL,
@@ -184,6 +219,11 @@ def _next_seq(conn: sqlite3.Connection) -> int:
 
 def _current_seq(conn: sqlite3.Connection) -> int:
     row = conn.execute("SELECT seq FROM threadmind_vector_seq WHERE id = 0").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _pruned_seq(conn: sqlite3.Connection, index_name: str) -> int:
+    row = conn.execute("SELECT seq FROM threadmind_vector_pruned WHERE index_name = ?", (index_name,)).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -389,8 +429,86 @@ class SQLiteVectorRecords:
             conn.execute(
                 "DELETE FROM threadmind_vector_tombstones WHERE index_name = ? AND seq <= ?", (index_name, upto_seq)
             )
+            conn.execute(
+                "INSERT INTO threadmind_vector_pruned (index_name, seq) VALUES (?, ?) ON CONFLICT (index_name) "
+                "DO UPDATE SET seq = max(seq, excluded.seq)",
+                (index_name, upto_seq),
+            )
 
         await self._write(_job)
+
+    async def scope_records(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> list[VectorRecord]:
+        if thread_id is not None:
+            where, params = "thread_id = ?", [thread_id]
+            if resource_id is not None:
+                where, params = "thread_id = ? AND resource_id = ?", [thread_id, resource_id]
+        elif resource_id is not None:
+            where, params = "resource_id = ?", [resource_id]
+        else:
+            where, params = "1", []
+
+        def _job(conn: sqlite3.Connection) -> list[VectorRecord]:
+            # `+index_name`: use the scope's index, not the primary key's prefix
+            return [_record(row) for row in conn.execute(
+                f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE +index_name = ? AND {where}", (index_name, *params)
+            )]
+
+        return await self._read(_job)
+
+    async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
+        def _job(conn: sqlite3.Connection) -> tuple[list[VectorRecord], int]:
+            rows = conn.execute(
+                f"SELECT rowid, {_COLUMNS} FROM threadmind_vectors WHERE rowid > ? AND +index_name = ? "
+                "ORDER BY rowid LIMIT ?",
+                (after, index_name, limit),
+            ).fetchall()
+            return [_record(row[1:]) for row in rows], (int(rows[-1][0]) if rows else after)
+
+        return await self._read(_job)
+
+    async def load_changes(
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int, until_seq: int | None = None
+    ) -> tuple[list[VectorRecord], tuple[int, int]]:
+        seq, rowid = after
+        until = (1 << 62) if until_seq is None else until_seq
+
+        def _job(conn: sqlite3.Connection) -> tuple[list[VectorRecord], tuple[int, int]]:
+            rows = conn.execute(
+                f"SELECT seq, rowid, {_COLUMNS} FROM threadmind_vectors WHERE index_name = ? AND seq >= ? "
+                "AND (seq > ? OR rowid > ?) AND seq > ? AND seq <= ? ORDER BY seq, rowid LIMIT ?",
+                (index_name, seq, seq, rowid, since_seq, until, limit),
+            ).fetchall()
+            if not rows:
+                return [], after
+            return [_record(row[2:]) for row in rows], (int(rows[-1][0]), int(rows[-1][1]))
+
+        return await self._read(_job)
+
+    async def deleted_since(self, index_name: str, since_seq: int) -> list[str]:
+        def _job(conn: sqlite3.Connection) -> list[str]:
+            return [str(row[0]) for row in conn.execute(
+                "SELECT t.vector_id FROM threadmind_vector_tombstones t WHERE t.index_name = ? AND t.seq > ? "
+                "AND NOT EXISTS (SELECT 1 FROM threadmind_vectors v "
+                "WHERE v.index_name = t.index_name AND v.vector_id = t.vector_id)",
+                (index_name, since_seq),
+            )]
+
+        return await self._read(_job)
+
+    async def size_hint(self, index_name: str) -> int:
+        def _job(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT max(rowid) FROM threadmind_vectors").fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+
+        return await self._read(_job)
+
+    async def sequence(self, index_name: str) -> tuple[int, int]:
+        def _job(conn: sqlite3.Connection) -> tuple[int, int]:
+            return _current_seq(conn), _pruned_seq(conn, index_name)
+
+        return await self._read(_job)
 
     async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
         now = time.time()
@@ -448,133 +566,3 @@ class SQLiteVectorRecords:
             }
 
         return await self._read(_job)
-
-
-# ------------------------------------------------------------------------------------------ in memory
-
-
-class _Row(msgspec.Struct, kw_only=True):
-    record: VectorRecord
-    seq: int
-
-
-class InMemoryVectorRecords:
-    """The same semantics in dicts, for ``InMemoryStore`` and tests (nothing survives the process)."""
-
-    def __init__(self) -> None:
-        self._seq = 0
-        self._rows: dict[tuple[str, str], _Row] = {}
-        self._tombstones: dict[tuple[str, str], int] = {}
-        self._pending: dict[str, tuple[PendingVector, float]] = {}
-
-    def _bump(self) -> int:
-        self._seq += 1
-        return self._seq
-
-    def _delete_where(self, seq: int, match: Callable[[str, VectorRecord], bool]) -> None:
-        for key in [k for k, row in self._rows.items() if match(k[0], row.record)]:
-            del self._rows[key]
-            self._tombstones[key] = seq
-
-    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
-        await anyio.lowlevel.checkpoint()
-        seq = self._bump()
-        messages = {r.message_id for r in records}
-        keep = {r.vector_id for r in records}
-        self._delete_where(
-            seq, lambda name, rec: name == index_name and rec.message_id in messages and rec.vector_id not in keep
-        )
-        for record in records:
-            self._rows[(index_name, record.vector_id)] = _Row(record=record, seq=seq)
-        for message_id in messages:
-            self._pending.pop(message_id, None)
-        return seq
-
-    async def delete_by_message_ids(self, index_name: str | None, ids: Sequence[str]) -> int:
-        await anyio.lowlevel.checkpoint()
-        seq = self._bump()
-        wanted = set(ids)
-        self._delete_where(
-            seq, lambda name, rec: (index_name is None or name == index_name) and rec.message_id in wanted
-        )
-        for message_id in wanted:
-            self._pending.pop(message_id, None)
-        return seq
-
-    async def delete_by_thread(self, thread_id: str) -> int:
-        await anyio.lowlevel.checkpoint()
-        seq = self._bump()
-        self._delete_where(seq, lambda _name, rec: rec.thread_id == thread_id)
-        for message_id in [m for m, (p, _) in self._pending.items() if p.thread_id == thread_id]:
-            del self._pending[message_id]
-        return seq
-
-    async def move_thread(self, thread_id: str, resource_id: str) -> int:
-        await anyio.lowlevel.checkpoint()
-        seq = self._bump()
-        for row in self._rows.values():
-            if row.record.thread_id == thread_id:
-                row.record = msgspec.structs.replace(row.record, resource_id=resource_id)
-                row.seq = seq
-        for message_id, (pending, stamp) in list(self._pending.items()):
-            if pending.thread_id == thread_id:
-                self._pending[message_id] = (msgspec.structs.replace(pending, resource_id=resource_id), stamp)
-        return seq
-
-    async def load(self, index_name: str, since_seq: int = 0) -> tuple[list[VectorRecord], list[str], int]:
-        await anyio.lowlevel.checkpoint()
-        rows = sorted(
-            (row for (name, _), row in self._rows.items() if name == index_name and row.seq > since_seq),
-            key=lambda row: row.seq,
-        )
-        deleted = (
-            [vid for (name, vid), seq in self._tombstones.items()
-             if name == index_name and seq > since_seq and (name, vid) not in self._rows]
-            if since_seq > 0
-            else []
-        )
-        return [row.record for row in rows], deleted, self._seq
-
-    async def records_for_messages(self, index_name: str, ids: Sequence[str]) -> list[VectorRecord]:
-        await anyio.lowlevel.checkpoint()
-        wanted = set(ids)
-        found = [
-            row.record
-            for (name, _), row in self._rows.items()
-            if name == index_name and row.record.message_id in wanted
-        ]
-        return sorted(found, key=lambda r: (r.message_id, r.vector_id))
-
-    async def prune_tombstones(self, index_name: str, upto_seq: int) -> None:
-        await anyio.lowlevel.checkpoint()
-        for key in [k for k, seq in self._tombstones.items() if k[0] == index_name and seq <= upto_seq]:
-            del self._tombstones[key]
-
-    async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
-        await anyio.lowlevel.checkpoint()
-        now = time.monotonic()
-        for item in items:
-            old = self._pending.get(item.message_id)
-            attempts = (old[0].attempts if old else 0) + 1
-            self._pending[item.message_id] = (
-                msgspec.structs.replace(item, attempts=attempts, last_error=error),
-                now,
-            )
-
-    async def take_pending(self, limit: int, before: float | None = None) -> list[PendingVector]:
-        await anyio.lowlevel.checkpoint()
-        ordered = sorted(self._pending.values(), key=lambda e: (e[0].attempts, e[1], e[0].message_id))
-        return [pending for pending, _ in ordered[:limit]]
-
-    async def clear_pending(self, ids: Sequence[str]) -> None:
-        await anyio.lowlevel.checkpoint()
-        for message_id in ids:
-            self._pending.pop(message_id, None)
-
-    async def pending_count(self, before: float | None = None) -> int:
-        await anyio.lowlevel.checkpoint()
-        return len(self._pending)  # no in-flight markers here: every entry is a real failure
-
-    async def message_ids_with_vectors(self, index_name: str) -> set[str]:
-        await anyio.lowlevel.checkpoint()
-        return {row.record.message_id for (name, _), row in self._rows.items() if name == index_name}

@@ -1,0 +1,507 @@
+"""An opened :class:`~threadmind.stores.HnswVectorStore`: loading, queries, catch-up, insertion, snapshots.
+
+See :mod:`._hnsw` for the design; this module holds the running state of one open store.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
+import msgspec
+import numpy as np
+
+from ._hnsw_index import F32, FLUSH_CHUNK, IndexBusy, _Entry, _HnswIndex, decode_records
+from ._hnsw_snapshot import load_snapshot, manifest_count, save_snapshot
+from ._protocol import Store
+from ._scope_blocks import SearchHit, merge, scores, top_messages
+from ._vector_protocol import VectorHit, VectorStoreStatistics
+from ._vector_records import SQLiteVectorRecords, VectorRecord, VectorRecords
+from ._write_behind import CoalescingRecords
+
+if TYPE_CHECKING:
+    from ._hnsw import HnswVectorStore
+
+__all__ = ("Session",)
+
+logger = logging.getLogger("threadmind.index")
+T = TypeVar("T")
+
+#: Snapshots with more vectors than this load in the background (queries read SQL meanwhile).
+LOAD_IN_BACKGROUND_ABOVE = 50_000
+#: ``aclose`` saves a snapshot only of an index this small (a fixed cost), after adding at most one chunk of
+#: staged vectors to hnswlib; larger ones are saved in the background.
+SNAPSHOT_AT_CLOSE_MAX = 50_000
+#: A background snapshot is due once this many vectors (or a tenth of the index, if more) changed in hnswlib.
+SNAPSHOT_EVERY = 20_000
+#: Staged vectors wait for ``FLUSH_IDLE`` seconds without upserts before going into hnswlib, unless this many.
+FLUSH_BACKLOG = 16_384
+FLUSH_IDLE = 0.5
+#: Rows per page when adding stored rows to an index being loaded (rebuild, or the tail after a snapshot).
+LOAD_PAGE = 1024
+#: Tombstones of this many recent changes are kept after a snapshot, for processes that are a little behind.
+KEEP_TOMBSTONES = 10_000
+
+
+
+def _database_file(conn: sqlite3.Connection) -> str:
+    for _, name, file in conn.execute("PRAGMA database_list"):
+        if name == "main":
+            return str(file or "")
+    return ""
+
+
+class Session:
+    """One opened HnswVectorStore: records, the in-memory index (once loaded) and the background tasks."""
+
+    def __init__(self, config: HnswVectorStore, store: Store) -> None:
+        self.config = config
+        raw = store.vector_records()
+        self.sql = isinstance(raw, SQLiteVectorRecords)
+        self.raw = raw
+        # SQL rows of background upserts share one write every few batches (see _write_behind).
+        self.coalescing = CoalescingRecords(raw) if self.sql else None
+        self.records: VectorRecords = self.coalescing if self.coalescing is not None else raw
+        self.name: str | None = None
+        self.dim = 0
+        self.index: _HnswIndex | None = None
+        self.limiter = anyio.CapacityLimiter(1)
+        self.lock = anyio.Lock()  # a load's final replay and swap against concurrent changes
+        self.task_group: anyio.abc.TaskGroup | None = None
+        self.loader = anyio.CancelScope()  # replaced by each background load, cancelled by close
+        self.flusher = anyio.CancelScope()
+        self.saving = anyio.CancelScope()  # replaced by each background save, cancelled by close
+        self.flush_wanted = anyio.Event()
+        self.closing = False
+        self.watch: sqlite3.Connection | None = None
+        self.seen_version: int | None = None
+        self.counters = {"sql_queries": 0, "snapshot_loads": 0, "rebuilds": 0, "snapshot_saves": 0, "catch_ups": 0}
+
+    # lifecycle -------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if isinstance(self.raw, SQLiteVectorRecords):
+            await self.raw.ensure_tables()
+            self.watch = await self._open_watch()
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self.task_group = task_group
+        task_group.start_soon(self._flusher)
+
+    async def _open_watch(self) -> sqlite3.Connection | None:
+        """A private read-only connection whose ``data_version`` tells whether another connection committed."""
+        assert isinstance(self.raw, SQLiteVectorRecords)
+        path = await self.raw._store.execute_read(_database_file)
+        if not path:
+            return None
+
+        def _connect() -> sqlite3.Connection | None:
+            try:
+                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0, check_same_thread=False,
+                                       isolation_level=None)
+                conn.execute("SELECT seq FROM threadmind_vector_seq WHERE id = 0").fetchone()
+                return conn
+            except sqlite3.Error:
+                return None
+
+        return await anyio.to_thread.run_sync(_connect)
+
+    async def close(self) -> None:
+        self.closing = True
+        self.loader.cancel()
+        self.flusher.cancel()  # a chunk being added to hnswlib finishes first (about half a second)
+        self.saving.cancel()
+        try:
+            with anyio.CancelScope(shield=True):
+                if self.coalescing is not None:
+                    await self.coalescing.flush()
+                index = self.index
+                if (index is not None and self.config.path is not None and index.dirty
+                        and index.count <= SNAPSHOT_AT_CLOSE_MAX):
+                    if index.staged <= FLUSH_CHUNK:  # one chunk at most: the rest is replayed at the next start
+                        await self.flush_all()
+                    await self._save(index, cancellable=False)
+        finally:
+            if self.watch is not None:
+                self.watch.close()
+            assert self.task_group is not None
+            self.task_group.cancel_scope.cancel()
+            await self.task_group.__aexit__(None, None, None)
+
+    async def _daemon(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` in a daemon thread of its own: a load that ``close`` abandons never delays process exit."""
+        done = anyio.Event()
+        token = anyio.lowlevel.current_token()
+        outcome: list[Any] = []
+
+        def _body() -> None:
+            try:
+                outcome.append((True, fn(*args)))
+            except BaseException as exc:  # handed to the awaiting task
+                outcome.append((False, exc))
+            try:
+                anyio.from_thread.run_sync(done.set, token=token)
+            except Exception:  # the event loop is gone: nobody waits any more
+                pass
+
+        threading.Thread(target=_body, name="threadmind index loader", daemon=True).start()
+        await done.wait()
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        result: T = value
+        return result
+
+    async def _thread(self, fn: Callable[..., T], *args: Any, cancellable: bool = False) -> T:
+        """hnswlib work in a worker thread; the limiter makes it the index's only user."""
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=cancellable)
+
+    # loading ---------------------------------------------------------------------------------------
+    async def use_index(self, name: str, dim: int) -> None:
+        if self.name is not None:
+            await anyio.lowlevel.checkpoint()
+            return
+        self.name, self.dim = name, dim
+        count = await anyio.to_thread.run_sync(manifest_count, self.config.path, name)
+        rows = await self.records.size_hint(name)
+        if max(count or 0, rows) > LOAD_IN_BACKGROUND_ABOVE:
+            assert self.task_group is not None
+            self.task_group.start_soon(self._load_in_background)
+            return
+        async with self.lock:
+            await self._load(name, dim, locked=True)
+
+    async def _load_in_background(self) -> None:
+        assert self.name is not None
+        if self.closing:
+            return
+        self.loader = anyio.CancelScope()
+        with self.loader:
+            try:
+                await self._load(self.name, self.dim, locked=False)
+            except Exception:
+                logger.exception("loading vector index %s failed; queries keep reading SQL", self.name)
+
+    async def _load(self, name: str, dim: int, *, locked: bool) -> None:
+        """Load the snapshot (or rebuild from SQL), add the rows changed since straight to hnswlib, page by page,
+        while nothing reads this index; then replay the last changes and make it live.
+
+        Only reading the snapshot runs in an abandonable daemon thread; each page is added in a worker thread a
+        close waits for (about half a second), so no hnswlib insertion is ever cut off by the process exiting.
+        """
+        background = not locked
+
+        async def _add(page: Sequence[VectorRecord]) -> None:
+            if self.closing:
+                raise anyio.get_cancelled_exc_class()()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(index.add_now, page)
+
+        rows = await self.records.size_hint(name)
+        index = self.config._open_index(name, dim)
+        capacity = int(rows * 1.1)
+        reason = await (self._daemon(load_snapshot, index, capacity) if background
+                        else anyio.to_thread.run_sync(load_snapshot, index, capacity))
+        if reason is None:
+            current, pruned = await self.records.sequence(name)
+            if index.applied_seq > current:
+                reason = "snapshot is newer than the database"
+            elif index.applied_seq < pruned:
+                reason = "snapshot is older than the deletions the database still remembers"
+        if reason is None:
+            since = index.applied_seq
+            after = (since, 0)
+            while True:  # up to `current` only: rows written meanwhile are replayed when it goes live
+                page, after = await self.records.load_changes(name, since, after, LOAD_PAGE, current)
+                if not page:
+                    break
+                await _add(page)
+            index.drop_vectors(await self.records.deleted_since(name, since))
+            index.caught_up(current)
+            self.counters["snapshot_loads"] += 1
+        else:
+            if reason not in ("no path", "missing"):
+                logger.info("rebuilding vector index %s from SQL: %s", name, reason)
+            index = self.config._open_index(name, dim)
+            index.reserve(capacity)
+            since, _ = await self.records.sequence(name)
+            after_row = 0
+            while True:
+                page, after_row = await self.records.load_page(name, after_row, LOAD_PAGE)
+                if not page:
+                    break
+                await _add(page)
+            index.applied_seq = since
+            index.snapshot_seq = None
+            self.counters["rebuilds"] += 1
+        if locked:
+            await self._go_live(index)
+        else:
+            async with self.lock:
+                await self._go_live(index)
+
+    async def _go_live(self, index: _HnswIndex) -> None:
+        """(lock held) Replay what changed since the index was read, then serve queries from it."""
+        records, deleted, seq = await self.records.load(index.name, since_seq=index.applied_seq)
+        index.replay(records, deleted, seq)
+        self.index = index
+        self.flush_wanted.set()
+
+    # changes ---------------------------------------------------------------------------------------
+    def stage(self, records: Sequence[VectorRecord], rows: F32) -> bool:
+        index = self.index
+        if index is None:
+            return False
+        entries = [_Entry(0, r.vector_id, r.message_id, r.thread_id, r.resource_id) for r in records]
+        index.upsert(entries, rows, prepared=True)
+        self.flush_wanted.set()
+        return True
+
+    async def write(self, records: Sequence[VectorRecord], *, background: bool, staged: bool) -> None:
+        assert self.name is not None
+        if staged:
+            seq = await self.records.upsert(self.name, records, background=background)
+            index = self.index
+            if index is not None:
+                index.note_seq(seq)
+            return
+        async with self.lock:  # not searchable yet: a load finishing meanwhile must see these rows
+            seq = await self.records.upsert(self.name, records)
+            index = self.index
+            if index is not None:
+                index.upsert_records(records, seq)
+                self.flush_wanted.set()
+
+    async def change(self, write: Any, apply: Callable[[_HnswIndex, int], None]) -> None:
+        """Run a delete or move in SQL, then in the index (a load finishing meanwhile replays it itself)."""
+        seq: int = await write
+        async with self.lock:
+            index = self.index
+            if index is not None:
+                apply(index, seq)
+                self.flush_wanted.set()
+
+    async def copy_messages(self, id_map: Mapping[str, str], thread_id: str, resource_id: str) -> None:
+        assert self.name is not None
+        copies = [
+            msgspec.structs.replace(
+                r, vector_id=id_map[r.message_id] + r.vector_id[len(r.message_id):],
+                message_id=id_map[r.message_id], thread_id=thread_id, resource_id=resource_id,
+            )
+            for r in await self.records.records_for_messages(self.name, list(id_map))
+        ]
+        if copies:
+            await self.write(copies, background=False, staged=False)
+
+    # queries ---------------------------------------------------------------------------------------
+    async def query(self, vector: F32, k: int, resource_id: str | None, thread_id: str | None) -> list[VectorHit]:
+        index = self.index
+        if index is not None and self._changed_elsewhere(index):
+            await self.catch_up()
+            index = self.index
+        if index is None:
+            return await self._query_rows(vector, k, resource_id, thread_id)
+        try:
+            hits = await self._search(index, vector, k, resource_id, thread_id)
+        except IndexBusy:
+            return await self._query_rows(vector, k, resource_id, thread_id)
+        return [VectorHit(h.message_id, h.thread_id, h.resource_id, h.score) for h in hits]
+
+    async def _search(
+        self, index: _HnswIndex, vector: F32, k: int, resource_id: str | None, thread_id: str | None
+    ) -> list[SearchHit]:
+        """Exact over small scopes on the loop; large scopes ask hnswlib (worker thread) for candidates and
+        filter them here. The maps only change on the loop, so a search always sees one consistent state."""
+        scope, size = index.scope_rows(resource_id, thread_id)
+        if size == 0:
+            await anyio.lowlevel.checkpoint()
+            return []
+        fetch = index.ann_fetch(k, size)
+        if fetch is not None:
+            candidates = await self._thread(index.knn, vector, fetch)
+            scope, size = index.scope_rows(resource_id, thread_id)  # it may have changed meanwhile
+            staged = index.staged_in(scope)  # not in hnswlib yet: searched exactly beside it
+            hits = index.ann_hits(candidates, k, scope, size - len(staged)) if candidates is not None else None
+            if hits is not None:
+                if staged:
+                    hits = merge(hits, index.exact(vector, k, staged, len(staged)), k)
+                return hits
+        else:
+            await anyio.lowlevel.checkpoint()
+        return index.exact(vector, k, scope, size, index.scope_key(resource_id, thread_id))
+
+    async def _query_rows(
+        self, vector: F32, k: int, resource_id: str | None, thread_id: str | None
+    ) -> list[VectorHit]:
+        """Exact top-k from the scope's stored rows (while the index loads, or while hnswlib is resized)."""
+        assert self.name is not None
+        records = await self.records.scope_records(self.name, resource_id=resource_id, thread_id=thread_id)
+        self.counters["sql_queries"] += 1
+        if not records:
+            return []
+        _, block = decode_records(records, self.dim)
+        query = np.ascontiguousarray(vector, dtype=np.float32).reshape(self.dim)
+        metric = self.config.metric
+
+        def _hit(row: int, score: float) -> tuple[str, SearchHit]:
+            r = records[row]
+            return r.message_id, SearchHit(r.message_id, r.thread_id, r.resource_id, score)
+
+        unit = self.config.prepare(block) if metric == "cosine" else block
+        hits = top_messages(scores(metric, unit, query), list(range(len(records))), k, _hit)
+        return [VectorHit(h.message_id, h.thread_id, h.resource_id, h.score) for h in hits]
+
+    def _changed_elsewhere(self, index: _HnswIndex) -> bool:
+        """Whether another connection may have committed vector rows this index lacks (no SQL read when the
+        database's change counter did not move)."""
+        watch = self.watch
+        if watch is None:
+            return False
+        try:
+            version = int(watch.execute("PRAGMA data_version").fetchone()[0])
+            if version == self.seen_version:
+                return False
+            self.seen_version = version
+            row = watch.execute("SELECT seq FROM threadmind_vector_seq WHERE id = 0").fetchone()
+        except sqlite3.Error:
+            return True  # could not tell: ask through the store
+        return row is not None and int(row[0]) > index.applied_seq
+
+    async def catch_up(self) -> int:
+        """Replay rows other processes committed since this index last looked; returns how many changes."""
+        async with self.lock:
+            index = self.index
+            if index is None:
+                return 0
+            current, pruned = await self.records.sequence(index.name)
+            if current <= index.applied_seq:
+                return 0
+            if index.applied_seq < pruned:  # deletions we never saw are forgotten: load afresh
+                logger.info("vector index %s is too far behind the database; reloading it", index.name)
+                self.index = None
+                assert self.task_group is not None
+                self.task_group.start_soon(self._load_in_background)
+                return 0
+            records, deleted, seq = await self.records.load(index.name, since_seq=index.applied_seq)
+            index.replay(records, deleted, seq)
+            self.counters["catch_ups"] += 1
+            self.flush_wanted.set()
+            return len(records) + len(deleted)
+
+    # hnswlib insertion and snapshots ---------------------------------------------------------------
+    async def _flusher(self) -> None:
+        """Hand staged vectors to hnswlib when the index is quiet, or as soon as the backlog is large.
+
+        Building HNSW costs ~2 000 vectors/s per core (M=16, ef_construction=64, 384 dims) and only serves
+        scopes too large for exact search; until a vector is added, queries search it exactly beside HNSW.
+        """
+        with self.flusher:
+            while True:
+                await self.flush_wanted.wait()
+                self.flush_wanted = anyio.Event()
+                index = self.index
+                if index is None:
+                    continue
+                if index.staged < FLUSH_BACKLOG:
+                    with anyio.move_on_after(FLUSH_IDLE) as quiet:
+                        await self.flush_wanted.wait()  # another change: wait for quiet again
+                    if not quiet.cancelled_caught:
+                        continue
+                while index is self.index and (index._staged or index.marks) and not self.closing:
+                    await self._flush_chunk(index)
+                    await anyio.lowlevel.checkpoint()  # where a close's cancellation gets in
+                    if index.added_since_snapshot >= self._snapshot_due(index):
+                        break  # save a snapshot now and then even while saves keep coming
+                try:
+                    await self.persist()
+                except Exception:  # a failed snapshot only costs a longer replay at the next start
+                    logger.exception("could not save the vector index snapshot")
+                if index._staged and not self.closing:
+                    self.flush_wanted.set()  # more to insert
+
+    async def _flush_chunk(self, index: _HnswIndex) -> int:
+        plan = index.take_flush()
+        try:
+            with anyio.CancelScope(shield=True):
+                added = await self._thread(index.apply_flush, plan)
+            return added
+        except Exception:  # those vectors stay exactly searchable; HNSW misses them until a rebuild
+            logger.exception("adding staged vectors to the hnswlib index failed")
+            return 0
+        finally:
+            index.finish_flush(plan)
+
+    async def flush_all(self) -> int:
+        """Every staged vector into hnswlib now, chunk by chunk."""
+        await self.barrier()
+        index = self.index
+        added = 0
+        while index is not None and index is self.index and (index._staged or index.marks):
+            added += await self._flush_chunk(index)
+        return added
+
+    async def barrier(self) -> None:
+        if self.coalescing is not None:
+            await self.coalescing.flush()
+
+    async def persist(self, *, force: bool = False) -> bool:
+        """Save a snapshot when due (``force``: whenever anything changed), after flushing staged vectors."""
+        index = self.index
+        if index is None or self.config.path is None or not index.dirty:
+            return False
+        if force:
+            await self.flush_all()
+        elif index.added_since_snapshot < self._snapshot_due(index):
+            return False
+        return await self._save(index, cancellable=not force)
+
+    @staticmethod
+    def _snapshot_due(index: _HnswIndex) -> int:
+        return max(SNAPSHOT_EVERY, index.count // 10)
+
+    async def _save(self, index: _HnswIndex, *, cancellable: bool) -> bool:
+        view = index.snapshot_view()
+        added = index.added_since_snapshot
+        scope = anyio.CancelScope()
+        if cancellable:
+            if self.closing:
+                return False
+            self.saving = scope
+        with scope:
+            saved = await self._thread(save_snapshot, index, view, cancellable=cancellable)
+            if not saved:
+                return False
+            index.snapshot_seq = view[2]
+            index.added_since_snapshot -= added
+            self.counters["snapshot_saves"] += 1
+            if view[2] > KEEP_TOMBSTONES:
+                await self.records.prune_tombstones(index.name, view[2] - KEEP_TOMBSTONES)
+            return True
+        return False  # cancelled: the process is closing
+
+    def statistics(self) -> VectorStoreStatistics:
+        index = self.index
+        counters = self.counters
+        return VectorStoreStatistics(
+            vectors=index.count if index else 0,
+            add_items_calls=index.add_items_calls if index else 0,
+            brute_force_queries=index.brute_force_queries if index else 0,
+            ann_queries=index.ann_queries if index else 0,
+            sql_queries=counters["sql_queries"],
+            snapshot_loads=counters["snapshot_loads"],
+            rebuilds=counters["rebuilds"],
+            snapshot_saves=counters["snapshot_saves"],
+            catch_ups=counters["catch_ups"],
+            staged=index.staged if index else 0,
+            max_staged=index.max_staged if index else 0,
+            memory_bytes=index.memory_bytes() if index else 0,
+            ann_bytes=index.ann_bytes() if index else 0,
+            row_writes=self.coalescing.writes if self.coalescing is not None else 0,
+            loading=self.name is not None and index is None,
+        )

@@ -1,0 +1,128 @@
+"""Several OS processes on one SQLite file with HnswVectorStore: each index catches up from the SQL rows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+
+from threadmind import Memory
+from threadmind.embedders import HashEmbedder
+from threadmind.stores import HnswVectorStore, SQLiteStore
+
+_WRITER = r"""
+import sys
+import anyio
+from threadmind import Memory, Message
+from threadmind.embedders import HashEmbedder
+from threadmind.stores import HnswVectorStore, SQLiteStore
+
+db, vectors, thread, count, persist = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
+
+async def main():
+    memory = Memory(storage=SQLiteStore(db), vector=HnswVectorStore(vectors), embedder=HashEmbedder(dim=32),
+                    options={"semanticRecall": {"scope": "resource"}})
+    async with memory:
+        if await memory.get_thread_by_id(thread) is None:
+            await memory.create_thread(thread_id=thread, resource_id="r1")
+        for i in range(count):
+            text = f"{thread} note {i} about the {thread} harbour"
+            await memory.save_messages([Message.user(text, id=f"{thread}-{i}", thread_id=thread, resource_id="r1")])
+            if persist and i % 25 == 24:
+                await memory.actor_system.index.persist()  # snapshots written while the other process writes its own
+
+anyio.run(main)
+"""
+
+
+def _run(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", _WRITER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+async def _wait(process: subprocess.Popen[str]) -> None:
+    _, err = await anyio.to_thread.run_sync(lambda: process.communicate(timeout=120))
+    assert process.returncode == 0, err
+
+
+def _memory(db: Path, vectors: Path) -> Memory:
+    return Memory(storage=SQLiteStore(db), vector=HnswVectorStore(vectors), embedder=HashEmbedder(dim=32),
+                  options={"semanticRecall": {"scope": "resource", "topK": 3, "messageRange": 0}})
+
+
+async def test_another_process_save_is_found_by_the_next_query(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    async with _memory(db, tmp_path / "b.vectors") as memory:  # B: running, its index loaded, before A writes
+        await memory.create_thread(thread_id="tb", resource_id="r1")
+        first = await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="tanker harbour")
+        assert first.messages == []
+        await _wait(_run(str(db), str(tmp_path / "a.vectors"), "ta", "3", "0"))  # A: its own snapshot path
+        found = await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 1 harbour")
+        assert "ta-1" in {m.id for m in found.messages}
+        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
+        assert stats.store.catch_ups >= 1 and stats.vectors == 3
+        before = stats.store.catch_ups
+        await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 2 harbour")
+        assert memory.actor_system.index.statistics().store.catch_ups == before  # type: ignore[union-attr]  # nothing new
+
+
+async def test_processes_sharing_one_snapshot_path_never_corrupt_it(tmp_path: Path) -> None:
+    db, vectors = tmp_path / "m.db", tmp_path / "shared.vectors"
+    async with _memory(db, vectors) as memory:  # the tables and both threads exist before the writers start
+        await memory.create_thread(thread_id="ta", resource_id="r1")
+        await memory.create_thread(thread_id="tb", resource_id="r1")
+    writers = [_run(str(db), str(vectors), thread, "150", "1") for thread in ("ta", "tb")]
+    for writer in writers:
+        await _wait(writer)
+    async with _memory(db, vectors) as memory:
+        found = await memory.recall("ta", resource_id="r1", per_page=0,
+                                    vector_search_string="tb note 77 about the tb harbour")
+        assert "tb-77" in {m.id for m in found.messages}
+        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
+        assert (stats.snapshot_loads, stats.rebuilds, stats.vectors) == (1, 0, 300)  # the snapshot validated
+    assert not list(vectors.glob("*.tmp"))
+
+
+async def test_a_query_reads_no_sql_while_no_other_connection_wrote(tmp_path: Path) -> None:
+    """The catch-up check is the database's change counter: nothing changed elsewhere, nothing is read."""
+    import sqlite3
+
+    from threadmind.codecs import Message
+
+    db = tmp_path / "m.db"
+    async with _memory(db, tmp_path / "v") as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        await memory.save_messages([Message.user("harbour cranes at dawn", thread_id="t1", resource_id="r1")])
+        index = memory.actor_system.index
+        assert index is not None
+        session = index.vector_store._session  # type: ignore[attr-defined]
+        reads = 0
+        sequence = session.records.sequence
+
+        async def _counted(name: str) -> tuple[int, int]:
+            nonlocal reads
+            reads += 1
+            return await sequence(name)
+
+        session.records.sequence = _counted
+        await index.flush()
+        await index.query("harbour", top_k=2, thread_id="t1")  # the first look after our own writes
+        reads = 0
+        for _ in range(10):
+            assert [h.thread_id for h in await index.query("harbour", top_k=2, thread_id="t1")] == ["t1"]
+        assert reads == 0
+        # another connection (as another process would) commits a vector row: the next query catches up
+        await index.flush()  # our own rows are written
+        other = sqlite3.connect(db)
+        try:
+            row = other.execute("SELECT * FROM threadmind_vectors").fetchone()
+            other.execute("UPDATE threadmind_vector_seq SET seq = seq + 1")
+            other.execute("INSERT INTO threadmind_vectors VALUES (?, 'copy', 'copy', 't1', 'r1', 'user', ?, ?, "
+                          "(SELECT seq FROM threadmind_vector_seq))", (row[0], row[6], row[7]))
+            other.commit()
+        finally:
+            other.close()
+        hits = await index.query("harbour cranes at dawn", top_k=2, thread_id="t1")
+        assert reads == 1 and "copy" in {h.message_id for h in hits}

@@ -1,0 +1,174 @@
+"""Lifecycle costs that must not grow with the index: close, restart, loading in the background."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from threadmind.actors._index_actor import IndexActor
+from threadmind.codecs import Message
+from threadmind.stores import _hnsw_index, _hnsw_session
+from threadmind.stores._hnsw import HnswVectorStore
+from threadmind.stores._sqlite import SQLiteStore
+
+from ._support import FlakyEmbedder, make_message, persist
+
+
+@asynccontextmanager
+async def _running(store: SQLiteStore, vec: Path) -> AsyncIterator[IndexActor]:
+    async with IndexActor(store=store, vector=HnswVectorStore(vec), embedder=FlakyEmbedder(), retry_interval=None) \
+            as actor:
+        yield actor
+
+
+def _messages(n: int, thread: str = "t1", resource: str = "r1", prefix: str = "m") -> list[Message]:
+    return [make_message(f"{prefix}{i}", thread, resource, f"note {i} about {prefix} trams in lisbon", i)
+            for i in range(n)]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    async with SQLiteStore(tmp_path / "m.db") as store:
+        yield store
+
+
+class _Counting:
+    """Counts the vectors handed to hnswlib and the snapshots written."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.added = 0
+        self.saves = 0
+        apply, save = _hnsw_index._HnswIndex.apply_flush, _hnsw_session.save_snapshot
+
+        def _apply(index: Any, plan: Any) -> int:
+            self.added += len(plan.labels)
+            return apply(index, plan)
+
+        def _save(index: Any, view: Any) -> bool:
+            self.saves += 1
+            return save(index, view)
+
+        monkeypatch.setattr(_hnsw_index._HnswIndex, "apply_flush", _apply)
+        monkeypatch.setattr(_hnsw_session, "save_snapshot", _save)
+
+
+async def test_close_adds_and_rewrites_nothing_however_many_vectors_are_staged(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large index's close neither inserts staged vectors nor writes a snapshot; the next start replays them."""
+    monkeypatch.setattr(_hnsw_session, "SNAPSHOT_AT_CLOSE_MAX", 100)  # "large", at a test's size
+    counting = _Counting(monkeypatch)
+    messages = _messages(600)
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages)
+        assert actor.statistics().staged == 600
+        counting.added = counting.saves = 0
+    assert (counting.added, counting.saves) == (0, 0)  # the close did no work that grows with the index
+    async with _running(store, tmp_path / "vec") as actor:
+        hits = await actor.query(messages[123].text, top_k=1, thread_id="t1")
+        assert [h.message_id for h in hits] == ["m123"]
+        assert actor.statistics().vectors == 600
+
+
+async def test_close_of_a_small_index_inserts_at_most_one_chunk(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_hnsw_session, "FLUSH_CHUNK", 64)
+    counting = _Counting(monkeypatch)
+    messages = _messages(300)
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages)
+        counting.added = 0
+    assert counting.added == 0 and counting.saves == 1  # more than a chunk staged: snapshot of what hnswlib has
+
+
+async def test_a_restart_keeps_no_vector_outside_hnswlib(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading a snapshot copies no vector out of hnswlib, and the rows written after it go straight into
+    hnswlib: the only vectors held are hnswlib's own."""
+    messages = _messages(200)
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages[:150])
+        assert await actor.persist()
+        monkeypatch.setattr(_hnsw_session, "SNAPSHOT_AT_CLOSE_MAX", 0)  # the last 50 only in SQL
+        await actor.upsert_messages(messages[150:])
+        await actor.delete_messages(["m0"])
+        await actor.upsert_messages([messages[1]])  # replaced after the snapshot: one copy, the new label
+    async with _running(store, tmp_path / "vec") as actor:
+        hits = await actor.query(messages[7].text, top_k=1, thread_id=None)  # loads the index; caches no block
+        assert [h.message_id for h in hits] == ["m7"]
+        assert [h.message_id for h in await actor.query(messages[170].text, top_k=1, thread_id="t1")] == ["m170"]
+        assert "m0" not in {h.message_id for h in await actor.query(messages[0].text, top_k=5, thread_id="t1")}
+        stats = actor.statistics()
+        assert stats.snapshot_loads == 1 and stats.vectors == 199 and stats.staged == 0
+        assert stats.memory_bytes - stats.store.ann_bytes <= 2 * 200 * (32 * 4 + 8)  # scope blocks only
+
+
+async def test_queries_read_sql_while_a_large_index_loads(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until the snapshot is loaded, queries are exact from the scope's rows, and changes made meanwhile hold."""
+    messages = _messages(50) + _messages(30, thread="t2", resource="r2", prefix="x")
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages)
+        assert await actor.persist()
+    release = threading.Event()
+    load = _hnsw_session.load_snapshot
+
+    def _slow_load(index: Any, capacity: int = 0) -> str | None:
+        release.wait(20)
+        return load(index, capacity)
+
+    monkeypatch.setattr(_hnsw_session, "LOAD_IN_BACKGROUND_ABOVE", 0)
+    monkeypatch.setattr(_hnsw_session, "load_snapshot", _slow_load)
+    late = make_message("late", "t1", "r1", "a fresh note about zebra crossings", 99)
+    await persist(store, [late])
+    async with _running(store, tmp_path / "vec") as actor:
+        hits = await actor.query(messages[3].text, top_k=3, thread_id="t1")
+        assert hits[0].message_id == "m3"
+        assert {h.thread_id for h in await actor.query("trams", top_k=10, resource_id="r2")} == {"t2"}
+        await actor.upsert_messages([late])  # written to SQL at once: found by the next query
+        assert (await actor.query(late.text, top_k=1, thread_id="t1"))[0].message_id == "late"
+        await actor.delete_messages(["m3"])
+        assert "m3" not in {h.message_id for h in await actor.query(messages[3].text, top_k=3, thread_id="t1")}
+        stats = actor.statistics().store
+        assert stats.loading and stats.sql_queries == 4 and stats.snapshot_loads == 0
+        release.set()
+        with anyio.fail_after(20):
+            while actor.statistics().store.loading:  # noqa: ASYNC110 - the loader thread reports by itself
+                await anyio.sleep(0.01)
+        stats = actor.statistics().store
+        assert stats.snapshot_loads == 1 and stats.vectors == 80  # 80 - m3 + late
+        assert (await actor.query(late.text, top_k=1, thread_id="t1"))[0].message_id == "late"
+        assert "m3" not in {h.message_id for h in await actor.query(messages[3].text, top_k=3, thread_id="t1")}
+        assert actor.statistics().store.sql_queries == 4  # the loaded index answers now
+
+
+async def test_a_close_during_a_background_load_returns_at_once(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = _messages(20)
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages)
+        assert await actor.persist()
+    release = threading.Event()
+    monkeypatch.setattr(_hnsw_session, "LOAD_IN_BACKGROUND_ABOVE", 0)
+    monkeypatch.setattr(_hnsw_session, "load_snapshot", lambda index, capacity=0: release.wait(20) and None)
+    try:
+        with anyio.fail_after(5):  # would wait the 20 s the loader thread is held
+            async with _running(store, tmp_path / "vec") as actor:
+                assert (await actor.query(messages[2].text, top_k=1, thread_id="t1"))[0].message_id == "m2"
+    finally:
+        release.set()
