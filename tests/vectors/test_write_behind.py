@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from threadmind import Memory, Message
-from threadmind.actors._write_behind import CoalescingRecords
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
 from threadmind.stores._vector_records import SQLiteVectorRecords, VectorRecord
+from threadmind.stores._write_behind import CoalescingRecords
 
 
 def _memory(path: Path) -> Memory:
@@ -255,7 +255,7 @@ from pathlib import Path
 import anyio
 import threadmind.stores._hnsw_session as index_actor
 from threadmind import Memory, Message
-from threadmind.actors._write_behind import CoalescingRecords
+from threadmind.stores._write_behind import CoalescingRecords
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
 

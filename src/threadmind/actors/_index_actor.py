@@ -35,12 +35,9 @@ import numpy as np
 from opentelemetry import trace
 
 from ..codecs import Message, to_iso
-from ..embedders._cache import EmbeddingCache
-from ..embedders._chunking import chunk_text, is_blank, message_text
-from ..embedders._protocol import Embedder
+from ..embedders import Embedder, EmbeddingCache, chunk_text, is_blank, message_text
 from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ThreadmindError, ValidationError
-from ..stores._protocol import MessageQuery, SaveHook, Store
-from ..stores._vector_protocol import VectorHit, VectorStore, VectorStoreStatistics, as_vector_store
+from ..stores import MessageQuery, SaveHook, Store, VectorHit, VectorStore, VectorStoreStatistics, as_vector_store
 from ..tracing import ATTR_OPERATION, operation_span
 from ._actor import Actor
 from ._index_batch import UpsertBatches

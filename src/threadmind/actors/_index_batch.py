@@ -20,11 +20,9 @@ import numpy.typing as npt
 from opentelemetry import trace
 
 from ..codecs import to_iso
-from ..embedders._cache import EmbeddingCache
-from ..embedders._protocol import Embedder
+from ..embedders import Embedder, EmbeddingCache
 from ..errors import EmbedderError, EmbeddingDimensionMismatch
-from ..stores._vector_protocol import VectorStore
-from ..stores._vector_records import PendingVector, VectorRecord
+from ..stores import PendingVector, VectorRecord, VectorStore
 from ..tracing import ATTR_OPERATION, tracing_enabled
 from ._index_ops import IndexUpsert, _Item, _Prepared, _Stages
 

@@ -25,7 +25,7 @@ from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch
 from ..tracing import tracing_enabled
 
 if TYPE_CHECKING:
-    from ..stores._vector_protocol import VectorStore
+    from ..stores import VectorStore
     from ._index_actor import IndexActor
 
 __all__ = ("CommitGatedUpsert", "IndexCommand", "IndexUpsert")

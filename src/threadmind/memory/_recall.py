@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Literal
 
 from .._config import MemoryConfig, SemanticRecallConfig
 from .._results import RecallResult
-from ..actors import LoadMessages, LoadWindow, chunk_text
+from ..actors import LoadMessages, LoadWindow
 from ..codecs import Message
+from ..embedders import chunk_text
 from ..errors import EmbedderError, ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors import is_system_reminder, load_token_window
 from ..stores import DateRange, Include, MessagePage, MessageQuery

@@ -25,6 +25,7 @@ from ._protocol import Lease as Lease
 from ._protocol import MessagePage as MessagePage
 from ._protocol import MessageQuery as MessageQuery
 from ._protocol import ResourceChange as ResourceChange
+from ._protocol import SaveHook as SaveHook
 from ._protocol import Store as Store
 from ._protocol import ThreadChange as ThreadChange
 from ._protocol import ThreadPage as ThreadPage
@@ -32,14 +33,20 @@ from ._protocol import check_store as check_store
 from ._query import parse_date_range as parse_date_range
 from ._query import parse_include as parse_include
 from ._sqlite import SQLiteStore as SQLiteStore
+from ._vector_protocol import VectorHit as VectorHit
+from ._vector_protocol import VectorStore as VectorStore
+from ._vector_protocol import VectorStoreStatistics as VectorStoreStatistics
+from ._vector_protocol import as_vector_store as as_vector_store
 from ._vector_records import PendingVector as PendingVector
 from ._vector_records import SQLiteVectorRecords as SQLiteVectorRecords
 from ._vector_records import VectorRecord as VectorRecord
 from ._vector_records import VectorRecords as VectorRecords
 from ._vector_records_memory import InMemoryVectorRecords as InMemoryVectorRecords
+from ._write_behind import CoalescingRecords as CoalescingRecords
 
 __all__ = (
     "STORE_METHODS",
+    "CoalescingRecords",
     "DateRange",
     "HnswVectorStore",
     "InMemoryOMStore",
@@ -57,11 +64,16 @@ __all__ = (
     "PostgresStore",
     "SQLiteStore",
     "SQLiteVectorRecords",
+    "SaveHook",
     "Store",
     "ThreadChange",
     "ThreadPage",
     "VectorRecord",
+    "VectorHit",
     "VectorRecords",
+    "VectorStore",
+    "VectorStoreStatistics",
+    "as_vector_store",
     "check_store",
     "import_mastra_vectors",
     "lookup_key",

@@ -1,0 +1,177 @@
+"""The shape of the source tree: no import cycles, packages reached only through their ``__init__``, and the
+runners (``agent.py``, ``cli.py``) using Memory's public API only.
+
+Imports are read from the source. For cycles every import counts (module level and inside functions: a lazy
+import is a dependency of the design even when it is not one at import time) except those under
+``if TYPE_CHECKING:``, which only name a type for annotations (a part typed with its owner's class) and never run.
+For reaches into another package's private modules every import counts.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "threadmind"
+ROOT = "threadmind"
+
+
+def _module_name(path: Path) -> str:
+    parts = [ROOT, *path.relative_to(SRC).with_suffix("").parts]
+    return ".".join(parts[:-1]) if parts[-1] == "__init__" else ".".join(parts)
+
+
+MODULES: dict[str, Path] = {_module_name(p): p for p in SRC.rglob("*.py")}
+PACKAGES = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+
+
+def _package_of(module: str) -> str:
+    return module if module in PACKAGES else module.rpartition(".")[0]
+
+
+def _type_checking_nodes(tree: ast.Module) -> set[int]:
+    """ids of the import statements under ``if TYPE_CHECKING:``."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            found.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return found
+
+
+def _imports(module: str, *, typing_only: bool = True) -> Iterator[tuple[str, int]]:
+    """(imported module, line) for every import in ``module`` that names a threadmind module (without those
+    under ``TYPE_CHECKING`` when ``typing_only`` is False)."""
+    tree = ast.parse(MODULES[module].read_text())
+    package = _package_of(module)
+    skip = set() if typing_only else _type_checking_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == ROOT:
+                    yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != ROOT:
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                yield (sub if sub in MODULES else target), node.lineno
+
+
+GRAPH: dict[str, set[str]] = {m: {t for t, _ in _imports(m, typing_only=False) if t in MODULES and t != m}
+                              for m in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(node: str) -> None:
+        nonlocal counter
+        index[node] = low[node] = counter
+        counter += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(GRAPH[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_source_tree_has_no_import_cycle() -> None:
+    assert _cycles() == []
+
+
+def _private_reaches() -> list[str]:
+    """Imports of another package's underscore module (``from ..stores._sqlite import X`` from outside stores)."""
+    bad: list[str] = []
+    for module in sorted(MODULES):
+        own = _package_of(module)
+        for target, line in _imports(module):
+            if target not in MODULES or target in PACKAGES:
+                continue
+            target_package, _, leaf = target.rpartition(".")
+            if not leaf.startswith("_") or target_package == own:
+                continue
+            if target_package == ROOT:  # the root's own private modules are shared leaves (_config, _results)
+                continue
+            bad.append(f"{module}:{line} imports {target}")
+    return bad
+
+
+def test_packages_are_reached_through_their_init_only() -> None:
+    assert _private_reaches() == []
+
+
+def test_the_checks_catch_what_they_look_for() -> None:
+    """The detectors themselves: a cycle and a private reach in hand-made graphs are found."""
+    saved = dict(GRAPH)
+    try:
+        GRAPH["threadmind.tokens"] = GRAPH["threadmind.tokens"] | {"threadmind.agent"}
+        assert any("threadmind.tokens" in c for c in _cycles())
+    finally:
+        GRAPH.clear()
+        GRAPH.update(saved)
+
+
+RUNNERS = sorted(str(p.relative_to(SRC)) for p in [*SRC.glob("agent/*.py"), SRC / "cli.py"])
+_NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}  # public despite the underscore
+
+
+def _underscore_uses(path: Path) -> list[str]:
+    """Attribute reads like ``memory._x`` (on anything but ``self``/``cls``) in ``path``."""
+    tree = ast.parse(path.read_text())
+    hits: list[str] = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and node.attr not in _NAMEDTUPLE_API):
+            value = node.value
+            if isinstance(value, ast.Name) and value.id in ("self", "cls"):
+                continue
+            hits.append(f"{path.name}:{node.lineno} .{node.attr}")
+    return hits
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_runners_use_only_public_attributes(runner: str) -> None:
+    """The agent and the CLI use what any user could: no underscore attribute of a Memory (or of anything
+    else but themselves)."""
+    assert _underscore_uses(SRC / runner) == []
+
+
+def test_the_runner_check_sees_an_underscore_attribute(tmp_path: Path) -> None:
+    sample = tmp_path / "runner.py"
+    sample.write_text("async def run(memory):\n    return memory._core\n")
+    assert _underscore_uses(sample) == ["runner.py:2 ._core"]
