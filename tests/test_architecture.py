@@ -175,3 +175,17 @@ def test_the_runner_check_sees_an_underscore_attribute(tmp_path: Path) -> None:
     sample = tmp_path / "runner.py"
     sample.write_text("async def run(memory):\n    return memory._core\n")
     assert _underscore_uses(sample) == ["runner.py:2 ._core"]
+
+
+def test_asyncio_is_imported_by_the_low_level_module_only() -> None:
+    """threadmind's asyncio-specific code lives in ``threadmind._lowlevel``; the rest is anyio."""
+    users = sorted(name for name in MODULES if any(t == "asyncio" for t in _stdlib_imports(name)))
+    assert users == ["threadmind._lowlevel"]
+
+
+def _stdlib_imports(module: str) -> Iterator[str]:
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module.split(".")[0]

@@ -426,7 +426,7 @@ async def test_idle_threads_cost_under_2_kib_each_once_passivated(tmp_path: Any)
                 await memory.save_messages([Message.user(text, thread_id=thread, resource_id=owner)])
                 await memory.recall(thread, resource_id=owner)
             with anyio.fail_after(10):
-                while memory._threads.statistics().live or memory._resources.statistics().live:  # noqa: ASYNC110
+                while memory.actor_system.threads.statistics().live or memory.actor_system.resources.statistics().live:  # noqa: ASYNC110
                     await anyio.sleep(0.02)
             gc.collect()
             # Spans an OpenTelemetry SDK installed by another test keeps are not the threads' memory.
@@ -436,5 +436,5 @@ async def test_idle_threads_cost_under_2_kib_each_once_passivated(tmp_path: Any)
             growth = diff[:5]
         finally:
             tracemalloc.stop()
-        assert memory._threads.statistics().passivated >= n
+        assert memory.actor_system.threads.statistics().passivated >= n
         assert retained / n < 2048, f"{retained / n:.0f} bytes per idle thread; grew most: {growth}"

@@ -13,7 +13,6 @@ marks ``runs_inline`` in the caller's task with the actor busy, so the order is 
 from __future__ import annotations
 
 import abc
-import asyncio
 import contextvars
 import logging
 import time
@@ -27,6 +26,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from .._lowlevel import Reply, new_reply
 from ..errors import ThreadmindError
 from ..tracing import tracing_enabled
 from ._mailbox import Mailbox, MailboxClosed, MailboxStatistics
@@ -66,7 +66,7 @@ class _Envelope:
     __slots__ = ("command", "context", "depth", "reply")
 
     def __init__(
-        self, command: Any, reply: asyncio.Future[Any] | None, context: otel_context.Context, depth: int
+        self, command: Any, reply: Reply[Any] | None, context: otel_context.Context, depth: int
     ) -> None:
         self.command = command
         self.reply = reply
@@ -78,7 +78,7 @@ class _Refused(Exception):
     """Raised by ``Actor._ask(..., retryable=True)`` when the mailbox refused the command (never escapes)."""
 
 
-def _abandon(reply: asyncio.Future[Any]) -> None:
+def _abandon(reply: Reply[Any]) -> None:
     # The caller is leaving (cancelled or failed): a pending reply is cancelled so the actor skips the
     # command if it has not started, and a finished one is marked retrieved so asyncio does not log it.
     if not reply.done():
@@ -111,7 +111,7 @@ class Actor(abc.ABC, Generic[C]):
         self._running = False
         # A command running in its caller's task (``run_now``), and the loop's future if it waits for it.
         self._inline = False
-        self._inline_waiter: asyncio.Future[None] | None = None
+        self._inline_waiter: Reply[None] | None = None
         self._last_active = clock()
         # (provider, tracer): looked up at call time, re-fetched when the global provider changes.
         self._tracer_cache: tuple[object, trace.Tracer] | None = None
@@ -149,7 +149,7 @@ class Actor(abc.ABC, Generic[C]):
         # ``retryable``: the registry wants to know when the command was refused (never started), so it
         # can retry on a fresh activation; it gets ``_Refused`` instead of ``MailboxClosed`` then.
         mailbox = self._mailbox
-        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        reply: Reply[Any] = new_reply()
         envelope = _Envelope(command, reply, otel_context.get_current(), len(mailbox))
         try:
             try:
@@ -324,7 +324,7 @@ class Actor(abc.ABC, Generic[C]):
     async def _wait_inline(self, scope: anyio.CancelScope) -> None:
         # A command runs in its caller's task (run_now): it started first, so it finishes first. Shielded,
         # as the command itself is; the actor stays busy across the hand-over, so no other caller slips in.
-        waiter = self._inline_waiter = asyncio.get_running_loop().create_future()
+        waiter = self._inline_waiter = new_reply()
         scope.shield = True
         try:
             await waiter

@@ -6,7 +6,6 @@ shared by several callers can link to each of them (SPEC §8) and a failure can 
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -20,6 +19,7 @@ import numpy.typing as npt
 from opentelemetry import trace
 from opentelemetry.trace import Link
 
+from .._lowlevel import FastEvent
 from ..codecs import Message
 from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch
 from ..tracing import tracing_enabled
@@ -35,7 +35,7 @@ F32 = npt.NDArray[np.float32]
 # Per-operation events are asyncio's: an anyio Event costs a backend lookup per creation (~3 µs) and a
 # checkpoint per wait (~7 µs), several times per save. threadmind runs on anyio's asyncio backend (the store
 # and the actors park callers on asyncio futures too).
-_Event = asyncio.Event
+_Event = FastEvent
 
 _NATIVE_LE = sys.byteorder == "little"
 
@@ -101,7 +101,7 @@ class IndexUpsert(_Op):
         self.usage = 0.0
         self.vectors = 0
         # Gated: queued as its messages' save starts; staged only once ``gate`` is set with the save's outcome.
-        self.gate: asyncio.Event | None = _Event() if gated else None
+        self.gate: FastEvent | None = _Event() if gated else None
         self.committed: Sequence[Message] | None = None
         self.created: list[datetime] = []  # gated: each item's created_at as given to the save
 

@@ -9,7 +9,6 @@ threadmind runs on asyncio, and anyio cancel scopes cancel a task awaiting a pla
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict, deque
 from typing import Generic, TypeVar
 
@@ -17,6 +16,7 @@ import anyio
 import msgspec
 from anyio.lowlevel import checkpoint
 
+from .._lowlevel import Reply, new_reply
 from ..errors import ThreadmindError, ValidationError
 
 __all__ = ("Mailbox", "MailboxClosed", "MailboxStatistics")
@@ -59,10 +59,10 @@ class Mailbox(Generic[T]):
         self._items: deque[T] = deque()
         self._closed = False
         # Receivers parked in ``get``; each is woken once, in order, when an item (or the close) arrives.
-        self._getters: deque[asyncio.Future[None]] = deque()
+        self._getters: deque[Reply[None]] = deque()
         # Senders parked in ``put`` with their item; ``get_nowait`` moves the oldest one into ``_items`` and
         # resolves its future with True; ``close`` resolves the rest with False (not admitted).
-        self._putters: OrderedDict[asyncio.Future[bool], T] = OrderedDict()
+        self._putters: OrderedDict[Reply[bool], T] = OrderedDict()
 
     @property
     def closed(self) -> bool:
@@ -105,7 +105,7 @@ class Mailbox(Generic[T]):
                 return
             except anyio.WouldBlock:
                 pass
-        event: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        event: Reply[bool] = new_reply()
         self._putters[event] = item
         try:
             admitted = await event
@@ -148,7 +148,7 @@ class Mailbox(Generic[T]):
                 return self.get_nowait()
             except anyio.WouldBlock:
                 pass
-            event: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            event: Reply[None] = new_reply()
             self._getters.append(event)
             try:
                 await event

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
+from .._lowlevel import HostTask
 from ..codecs import Resource
 from ..errors import ThreadBusy, ThreadmindError
 from ..stores import Lease
-from ._lowlevel import HostTask
 from ._registry import ActorRegistry
 from ._resource_actor import GetResource, ResourceActor
 from ._thread_actor import Exclusive, ThreadActor

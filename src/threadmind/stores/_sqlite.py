@@ -33,7 +33,6 @@ A skipped id fails the job, and its savepoint undoes the bump.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import functools
 import os
@@ -51,6 +50,7 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext
 
+from .._lowlevel import Reply, new_reply, running_loop
 from ..codecs import (
     Message,
     MessageContent,
@@ -168,7 +168,7 @@ class _Job:
         self.error: BaseException | None = None
         # Set while the caller is parked; a plain asyncio future (like the actors' replies): an anyio Event
         # costs a backend lookup per creation, twice per save on the hot path.
-        self.wake: asyncio.Future[None] | None = None
+        self.wake: Reply[None] | None = None
 
     def rouse(self) -> None:
         """Wake the parked caller (to collect its result, or to take over as the writer)."""
@@ -858,7 +858,7 @@ class SQLiteStore:
         try:
             if defer and not self._writing:
                 # Background work: let the next write lead and carry this job in its group (it rouses us).
-                job.wake = asyncio.get_running_loop().create_future()
+                job.wake = new_reply()
                 with anyio.move_on_after(defer):
                     await job.wake
             while not job.done:
@@ -866,7 +866,7 @@ class SQLiteStore:
                     led = True
                     await self._lead(job)
                     continue
-                job.wake = asyncio.get_running_loop().create_future()
+                job.wake = new_reply()
                 await job.wake
         except BaseException:
             if not job.started:
@@ -902,7 +902,7 @@ class SQLiteStore:
         self._checked_at = self._commits
         self._checkpointing = True
         wal = self._path + "-wal"
-        loop = asyncio.get_running_loop()
+        loop = running_loop()
 
         def job(conn: sqlite3.Connection) -> None:
             try:

@@ -11,13 +11,13 @@ overtaken by an older upsert, and a read must see every accepted row).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 import anyio
 from opentelemetry import trace
 from opentelemetry.trace import Link
 
+from .._lowlevel import FastEvent
 from ..errors import StorageError
 from ..tracing import ATTR_OPERATION, tracing_enabled
 from ._vector_records import PendingVector, VectorRecord, VectorRecords
@@ -35,8 +35,8 @@ class _Buffer:
         self.links: list[Link] = []  # the spans of the batches whose rows it holds (with an SDK installed)
         self.by_message: dict[str, list[VectorRecord]] = {}
         self.count = 0
-        self.ready = asyncio.Event()  # set when the buffer should be written without waiting any longer
-        self.done = asyncio.Event()
+        self.ready = FastEvent()  # set when the buffer should be written without waiting any longer
+        self.done = FastEvent()
         self.taken = False
         self.seq = 0
         self.error: BaseException | None = None
