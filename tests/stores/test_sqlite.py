@@ -375,7 +375,7 @@ class TestCheckpoints:
     async def test_the_wal_is_checkpointed_outside_the_commit_path(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        import threadmind.stores._sqlite as sqlite_module
+        import threadmind.stores._group_commit as sqlite_module
 
         monkeypatch.setattr(sqlite_module, "_CHECK_EVERY", 4)
         monkeypatch.setattr(sqlite_module, "_WAL_CHECKPOINT_BYTES", 32 << 10)
@@ -394,12 +394,12 @@ class TestCheckpoints:
     async def test_no_save_waits_for_a_checkpoint_and_close_waits_for_it(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        import threadmind.stores._sqlite as sqlite_module
+        import threadmind.stores._group_commit as sqlite_module
 
         entered, release = threading.Event(), threading.Event()
         finished: list[bool] = []
         posted: list[object] = []
-        original, original_post = sqlite_module._checkpoint_if_large, sqlite_module._post_to_connection_thread
+        original, original_post = sqlite_module.checkpoint_if_large, sqlite_module.post_to_connection_thread
 
         def slow_checkpoint(conn: Any, wal: str) -> None:
             entered.set()
@@ -412,8 +412,8 @@ class TestCheckpoints:
             original_post(conn, fn)
 
         monkeypatch.setattr(sqlite_module, "_CHECK_EVERY", 2)
-        monkeypatch.setattr(sqlite_module, "_checkpoint_if_large", slow_checkpoint)
-        monkeypatch.setattr(sqlite_module, "_post_to_connection_thread", counting_post)
+        monkeypatch.setattr(sqlite_module, "checkpoint_if_large", slow_checkpoint)
+        monkeypatch.setattr(sqlite_module, "post_to_connection_thread", counting_post)
         store = SQLiteStore(tmp_path / "x.db")
         async with store:
             await store.create_thread(Thread(id="t1", resource_id="r1"))

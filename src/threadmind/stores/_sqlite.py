@@ -34,47 +34,46 @@ A skipped id fails the job, and its savepoint undoes the bump.
 from __future__ import annotations
 
 import enum
-import functools
 import os
 import sqlite3
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import aiosqlite
 import anyio
 import msgspec
-from opentelemetry import trace
-from opentelemetry.trace import Link, SpanContext
 
-from .._lowlevel import Reply, new_reply, running_loop
 from ..codecs import (
     Message,
-    MessageContent,
     Resource,
     Thread,
-    content_from_text,
-    decode_content,
-    decode_jsonb,
-    encode_json,
-    from_iso,
     to_iso,
     utc_now,
 )
 from ..errors import (
     ConfigError,
-    InvalidMessage,
     LeaseLost,
     StorageError,
-    ThreadmindError,
     ThreadNotFound,
     ValidationError,
 )
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
+from ._aiosqlite import (
+    close_connection,
+    connect,
+    in_connection_thread,
+)
+from ._group_commit import (
+    GroupWriter,
+    Job,
+    SaveHook,
+    SaveSpec,
+    read_tx,
+)
 from ._leases import busy_error, wait_backoff
 from ._om import ObservationalMemoryStore, SQLiteOMStore
 from ._protocol import (
@@ -90,6 +89,33 @@ from ._protocol import (
 from ._schema import create_schema
 from ._sqlite_leases import active_owner, check_fence, release_row, renew_rows, take_over
 from ._sqlite_peers import Peers, peers_for
+from ._sqlite_rows import (
+    CHUNK,
+    EXISTS_CODE,
+    MSG_COLS,
+    RESOURCE_ROW,
+    THREAD_COLS,
+    Row,
+    SortKey,
+    bump,
+    chunks,
+    existing,
+    fetch_thread_row,
+    include_rows,
+    keyed,
+    message_from_row,
+    message_row,
+    page_after,
+    placeholders,
+    resource_from_row,
+    row_time,
+    save_rows,
+    thread_from_row,
+    tm_json,
+    unfenced,
+    upsert,
+    write_resource,
+)
 from ._vector_records import SQLiteVectorRecords
 from ._versions import FileCounts, WriteCounts, counts_for_file
 
@@ -97,27 +123,8 @@ __all__ = ("SQLiteStore", "StoreStatistics")
 
 T = TypeVar("T")
 
-_CHECK_EVERY = 16  # commits between WAL size checks
 _LEASE_POLL_CAP = 0.002  # longest sleep of a lease waiter between two looks (two syscalls each: cheap)
-_WAL_CHECKPOINT_BYTES = 1 << 20  # pre-copy once the WAL holds this much (auto-checkpoint is at ~4 MB)
-_LINGER = 0.0005  # seconds a leader may wait for the callers of the previous group (see _gather)
-_CHUNK = 500  # rows per multi-row statement: 7 × 500 parameters, far below SQLite's 32 766 limit
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
-_MSG_COLS = 'id, content, role, type, "createdAt", thread_id, "resourceId", rowid'
-_THREAD_COLS = 'id, "resourceId", title, metadata, "createdAt", "updatedAt"'
-_UPSERT_HEAD = (
-    'INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") VALUES '
-)
-_UPSERT_TAIL = (
-    ' ON CONFLICT(id) DO UPDATE SET thread_id = excluded.thread_id, content = excluded.content, '
-    'role = excluded.role, type = excluded.type, "resourceId" = excluded."resourceId"'
-)
-_json_any = msgspec.json.Decoder()
-_EXISTS_CODE = "THREADMIND_THREAD_EXISTS"
-
-Row = tuple[Any, ...]
-SaveHook = Callable[[sqlite3.Connection, Sequence[Message]], None]
-SortKey = tuple[str, int]
 
 
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,474 +143,10 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-class _SaveSpec:
-    """A ``save_messages`` job as data, so consecutive saves in a group run as bulk statements."""
-
-    __slots__ = ("after", "fence", "messages", "resources", "rows", "thread_id")
-
-    def __init__(self, thread_id: str, rows: list[Row], messages: Sequence[Message], after: SaveHook | None,
-                 fence: Callable[[sqlite3.Connection], None]) -> None:
-        self.thread_id = thread_id
-        self.rows = rows
-        self.messages = messages
-        self.resources = {m.resource_id for m in messages}
-        self.after = after
-        self.fence = fence  # the lease check of this save (run inside the transaction, before anything else)
-
-
-class _Job:
-    """One queued write: the function, its outcome, and the event its caller waits on."""
-
-    __slots__ = ("bulk", "done", "error", "fn", "link", "started", "value", "wake")
-
-    def __init__(
-        self, fn: Callable[[sqlite3.Connection], Any], link: SpanContext | None, bulk: _SaveSpec | None = None
-    ) -> None:
-        self.fn = fn
-        self.bulk = bulk
-        self.link = link
-        self.started = False
-        self.done = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-        # Set while the caller is parked; a plain asyncio future (like the actors' replies): an anyio Event
-        # costs a backend lookup per creation, twice per save on the hot path.
-        self.wake: Reply[None] | None = None
-
-    def rouse(self) -> None:
-        """Wake the parked caller (to collect its result, or to take over as the writer)."""
-        wake = self.wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
-
-# -- thread-side helpers (run on aiosqlite's worker threads) ----------------------------------------------
-
-
-async def _in_connection_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run ``fn(raw sqlite3 connection)`` on the connection's worker thread in one hop.
-
-    aiosqlite has no public "run a callable in the connection thread"; ``Connection._execute(fn, *args)``
-    queues ``fn(*args)`` on that thread (the same path its own ``execute`` uses). Kept in this one place so an
-    aiosqlite change touches one line.
-    """
-    result: T = await conn._execute(_call_with_raw, conn, fn)  # type: ignore[no-untyped-call]
-    return result
-
-
-async def _connect(path: str, **kwargs: Any) -> aiosqlite.Connection:
-    """``aiosqlite.connect``, except that a failed connect leaves no worker thread behind.
-
-    On failure aiosqlite queues its worker thread's stop without waiting for it; if the event loop closed
-    before the thread ran it, the thread would report to a closed loop (a traceback after the error at exit).
-    """
-    conn = aiosqlite.connect(path, **kwargs)
-    try:
-        return await conn
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(conn._thread.join, 5.0)
-        raise
-
-
-async def _close_connection(conn: aiosqlite.Connection) -> None:
-    """Close an aiosqlite connection and wait until its worker thread has really exited.
-
-    ``close()`` resolves from inside the worker just before the thread leaves its loop; joining it (off the
-    event loop) makes "no aiosqlite thread left after aclose()" a guarantee rather than a race.
-    """
-    worker = conn._thread
-    await conn.close()
-    if worker.is_alive():
-        await anyio.to_thread.run_sync(worker.join, 5.0)
-
-
-def _post_to_connection_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], None]) -> None:
-    """Queue ``fn(raw sqlite3 connection)`` on the connection's worker thread and return at once.
-
-    The other use of aiosqlite's queue (see :func:`_in_connection_thread`): an entry without a future, which
-    its worker runs in queue order and whose outcome it drops, so ``fn`` handles its own errors. A later
-    ``close()`` is queued behind it and so waits for it.
-
-    :raises ValueError: the connection is closed.
-    """
-    if not conn._running or conn._connection is None:
-        raise ValueError("Connection closed")
-    conn._tx.put_nowait((None, functools.partial(_call_with_raw, conn, fn)))
-
-
-def _call_with_raw(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    return fn(conn._conn)
-
-
-def _translate(exc: BaseException) -> BaseException:
-    """sqlite3 errors become ``StorageError`` (cause chained); everything else passes through."""
-    if isinstance(exc, sqlite3.Error):
-        err = StorageError(f"SQLite error: {exc}")
-        err.__cause__ = exc
-        return err
-    return exc
-
-
-def _fail_all(jobs: Iterable[_Job], message: str, cause: BaseException | None) -> None:
-    for job in jobs:
-        err = StorageError(message)
-        err.__cause__ = cause
-        job.error = err
-        job.value = None
-
-
-def _run_one(conn: sqlite3.Connection, jobs: list[_Job], index: int) -> bool:
-    """Run one job in its own savepoint; False when SQLite aborted the whole transaction."""
-    job = jobs[index]
-    try:
-        conn.execute("SAVEPOINT j")
-        job.value = job.fn(conn)
-        conn.execute("RELEASE j")
-    except Exception as exc:
-        job.error = _translate(exc)
-        job.value = None
-        try:
-            conn.execute("ROLLBACK TO j")
-            conn.execute("RELEASE j")
-        except sqlite3.Error:
-            pass
-        if not conn.in_transaction:  # SQLite aborted the whole transaction (disk full, I/O error ...)
-            _fail_all(jobs[:index] + jobs[index + 1:], f"the write transaction was aborted: {exc}", exc)
-            return False
-    except BaseException:
-        conn.rollback()
-        raise
-    return True
-
-
-def _run_saves(conn: sqlite3.Connection, run: list[_Job]) -> bool:
-    """Consecutive save jobs as bulk statements: one owner lookup, one id lookup, one upsert, one bump.
-
-    Few statements matter beyond SQLite's own cost: sqlite3 releases the GIL around every step and must win
-    it back afterwards, which under load means waiting for the busy event loop; a multi-row statement is one
-    step where ``executemany`` is one per row.
-
-    Each job is validated on its own (thread exists, owner, no id of another thread — including ids claimed
-    by an earlier job of the run), so a bad batch fails alone. Returns False (nothing written) when a
-    statement fails; the caller then runs the jobs one by one in savepoints.
-    """
-    conn.execute("SAVEPOINT bulk")
-    try:
-        thread_ids = list(dict.fromkeys(job.bulk.thread_id for job in run if job.bulk is not None))
-        owners: dict[str, str] = {}
-        for chunk in _chunks(thread_ids):
-            owners.update(conn.execute(
-                f'SELECT id, "resourceId" FROM mastra_threads WHERE id IN ({_placeholders(len(chunk))})', chunk))
-        all_ids = list(dict.fromkeys(row[0] for job in run if job.bulk is not None for row in job.bulk.rows))
-        known: dict[str, tuple[str, str]] = {mid: (tid, created) for mid, tid, created in _existing(conn, all_ids)}
-        rows: list[Row] = []
-        touched: list[str] = []
-        hooks: list[_SaveSpec] = []
-        for job in run:
-            spec = job.bulk
-            assert spec is not None
-            try:
-                spec.fence(conn)
-                owner = owners.get(spec.thread_id)
-                if owner is None:
-                    raise ThreadNotFound(spec.thread_id)
-                if spec.resources != {owner}:
-                    q.check_owner(spec.thread_id, owner, spec.messages)
-                local: dict[str, tuple[str, str]] = {}
-                kept: dict[str, str] = {}
-                for row in spec.rows:
-                    mid = row[0]
-                    prior = local.get(mid) or known.get(mid)
-                    if prior is not None and prior[0] != spec.thread_id:
-                        raise ValidationError(
-                            f"message id {mid!r} already belongs to thread {prior[0]!r}; a message cannot move "
-                            f"to thread {spec.thread_id!r}"
-                        )
-                    if prior is None:
-                        local[mid] = (spec.thread_id, row[5])
-                    elif prior[1] != row[5]:
-                        kept[mid] = prior[1]
-            except ThreadmindError as exc:
-                job.error = exc
-                job.value = None
-                continue
-            known.update(local)
-            rows.extend(spec.rows)
-            touched.append(spec.thread_id)
-            if spec.after is not None:
-                hooks.append(spec)
-            job.value = kept
-        if rows:
-            _upsert(conn, rows)
-            _bump(conn, dict.fromkeys(touched), to_iso(utc_now()))
-        by_hook: dict[SaveHook, list[Message]] = {}
-        for spec in hooks:  # one call per distinct hook, with every message of the run
-            assert spec.after is not None
-            by_hook.setdefault(spec.after, []).extend(spec.messages)
-        for hook, messages in by_hook.items():
-            hook(conn, messages)
-        conn.execute("RELEASE bulk")
-    except sqlite3.Error:
-        conn.execute("ROLLBACK TO bulk")
-        conn.execute("RELEASE bulk")
-        for job in run:
-            job.error = None
-            job.value = None
-        return False
-    return True
-
-
-def _run_single(conn: sqlite3.Connection, job: _Job) -> None:
-    """A group of one (every save of a lone caller): the transaction itself is the job's atomic unit.
-
-    Two statements fewer than a savepoint per job; on failure the whole transaction rolls back, which for a
-    single job is exactly what its savepoint would have undone.
-    """
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        _fail_all([job], f"could not start a write transaction: {exc}", exc)
-        return
-    try:
-        job.value = job.fn(conn)
-    except Exception as exc:
-        job.error = _translate(exc)
-        job.value = None
-        if conn.in_transaction:
-            conn.rollback()
-        return
-    except BaseException:
-        conn.rollback()
-        raise
-    try:
-        conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        if conn.in_transaction:
-            conn.rollback()
-        _fail_all([job], f"commit failed, nothing in this group was written: {exc}", exc)
-
-
-def _run_group(conn: sqlite3.Connection, jobs: list[_Job]) -> None:
-    """One transaction for the whole group; runs of saves in bulk, other jobs in savepoints; one COMMIT."""
-    if len(jobs) == 1:
-        _run_single(conn, jobs[0])
-        return
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        _fail_all(jobs, f"could not start a write transaction: {exc}", exc)
-        return
-    index = 0
-    while index < len(jobs):
-        end = index
-        while end < len(jobs) and jobs[end].bulk is not None:
-            end += 1
-        if end - index > 1 and _run_saves(conn, jobs[index:end]):
-            index = end
-            continue
-        for position in range(index, max(end, index + 1)):
-            if not _run_one(conn, jobs, position):
-                return
-        index = max(end, index + 1)
-    try:
-        conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        if conn.in_transaction:
-            conn.rollback()
-        _fail_all(jobs, f"commit failed, nothing in this group was written: {exc}", exc)
-
-
-def _checkpoint_if_large(conn: sqlite3.Connection, wal: str) -> None:
-    """(checkpointer thread) A PASSIVE checkpoint when the WAL has grown past the threshold."""
-    try:
-        size = os.path.getsize(wal)
-    except OSError:
-        return
-    if size >= _WAL_CHECKPOINT_BYTES:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-
-
-def _read_tx(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
-    """Wrap a read in one read transaction so multi-statement reads see one snapshot."""
-
-    def run(conn: sqlite3.Connection) -> T:
-        conn.execute("BEGIN")
-        try:
-            return fn(conn)
-        finally:
-            conn.execute("COMMIT")
-
-    return run
-
-
-def _tm_json(value: Any) -> Any:
-    """SQL ``tm_json(x)``: JSON text for a JSONB blob, the value itself otherwise (deterministic)."""
-    if isinstance(value, bytes):
-        return msgspec.json.encode(decode_jsonb(value)).decode()
-    return value
-
-
-def _placeholders(n: int) -> str:
-    return ",".join("?" * n)
-
-
-def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
-def _decode_metadata(value: Any, where: str) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, (str, bytes)):
-        raise StorageError(f"{where} metadata is not JSON text or a JSONB blob (a {type(value).__name__})")
-    try:
-        decoded = decode_jsonb(value, f"{where} metadata") if isinstance(value, bytes) else _json_any.decode(value)
-    except (ValueError, msgspec.DecodeError, RecursionError) as exc:
-        raise StorageError(f"{where} metadata is not valid JSON/JSONB: {exc}") from exc
-    if decoded is not None and not isinstance(decoded, dict):
-        raise StorageError(f"{where} metadata is not a JSON object")
-    return decoded
-
-
-def _row_time(value: Any, where: str) -> datetime:
-    """A stored ISO-8601 time column; ``StorageError`` naming the row and column when it is not one."""
-    try:
-        return from_iso(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise StorageError(f"{where} is not an ISO-8601 time: {value!r}") from exc
-
-
-def _thread_from_row(row: Row) -> Thread:
-    where = f"thread {row[0]!r}"
-    return Thread(row[0], row[1], row[2], _decode_metadata(row[3], where),
-                  _row_time(row[4], f"{where} createdAt"), _row_time(row[5], f"{where} updatedAt"))
-
-
-def _content_from_blob(message_id: str, raw: bytes) -> MessageContent:
-    """A ``content`` blob: JSONB (SQLite's binary JSON), else JSON text stored as a blob."""
-    try:
-        value = decode_jsonb(raw, f"message {message_id!r} content")
-    except ValidationError:
-        return _content_from_column(message_id, raw.decode("utf-8", "replace"))  # what a JavaScript reader sees
-    if isinstance(value, str):
-        return content_from_text(value)
-    try:
-        return decode_content(encode_json(value))
-    except InvalidMessage as exc:
-        raise StorageError(f"message {message_id!r} has invalid content: {exc.message}") from exc
-
-
-def _content_from_column(message_id: str, raw: Any) -> MessageContent:
-    """The ``content`` column: JSON text as Mastra writes it, a JSONB blob, or plain text (reference §5.2)."""
-    if isinstance(raw, bytes):
-        return _content_from_blob(message_id, raw)
-    if not isinstance(raw, str):
-        raise StorageError(f"message {message_id!r} has no content text (a {type(raw).__name__})")
-    try:
-        return decode_content(raw)
-    except InvalidMessage as exc:
-        try:
-            value = _json_any.decode(raw)
-        except (msgspec.DecodeError, RecursionError, UnicodeError):  # not JSON: a plain-text message
-            return content_from_text(raw)
-        if isinstance(value, str):
-            return content_from_text(value)
-        raise StorageError(f"message {message_id!r} has invalid content: {exc.message}") from exc
-
-
-def _message_from_row(row: Row) -> Message:
-    mid, content, role, mtype, created, thread_id, resource_id = row[:7]
-    return Message(mid, role, _content_from_column(mid, content), _row_time(created, f"message {mid!r} createdAt"),
-                   thread_id, resource_id, None if mtype == "v2" else mtype)
-
-
-def _keyed(rows: Iterable[Row]) -> list[tuple[SortKey, Message]]:
-    return [((row[4], row[7]), _message_from_row(row)) for row in rows]
-
-
-def _fetch_thread_row(conn: sqlite3.Connection, thread_id: str) -> Row | None:
-    row: Row | None = conn.execute(f"SELECT {_THREAD_COLS} FROM mastra_threads WHERE id = ?", (thread_id,)).fetchone()
-    return row
-
-
-def _upsert(conn: sqlite3.Connection, rows: Sequence[Row]) -> None:
-    for chunk in _chunks(rows):
-        params = [value for row in chunk for value in row]
-        conn.execute(_UPSERT_HEAD + ",".join(["(?,?,?,?,?,?,?)"] * len(chunk)) + _UPSERT_TAIL, params)
-
-
-def _upsert_returning(conn: sqlite3.Connection, rows: Sequence[Row], thread_id: str) -> list[tuple[str, str]]:
-    """Upsert rows of ``thread_id``; rows whose id belongs to another thread are left alone (not returned)."""
-    out: list[tuple[str, str]] = []
-    for chunk in _chunks(rows):
-        params = [value for row in chunk for value in row]
-        out.extend(conn.execute(
-            _UPSERT_HEAD + ",".join(["(?,?,?,?,?,?,?)"] * len(chunk)) + _UPSERT_TAIL
-            + ' WHERE mastra_messages.thread_id = excluded.thread_id RETURNING id, "createdAt"', params).fetchall())
-    return out
-
-
-def _existing(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Row]:
-    found: list[Row] = []
-    for chunk in _chunks(ids):
-        found.extend(conn.execute(
-            f'SELECT id, thread_id, "createdAt" FROM mastra_messages WHERE id IN ({_placeholders(len(chunk))})',
-            chunk,
-        ))
-    return found
-
-
-def _bump(conn: sqlite3.Connection, thread_ids: Iterable[str], now: str) -> None:
-    # One statement rather than executemany: every executed row is a GIL round trip for this thread, and
-    # under load the event loop holds the GIL, so each round trip can wait (see _run_saves).
-    for chunk in _chunks(list(thread_ids)):
-        conn.execute(f'UPDATE mastra_threads SET "updatedAt" = ? WHERE id IN ({_placeholders(len(chunk))})',
-                     (now, *chunk))
-
-
-def _save_rows(
-    conn: sqlite3.Connection, thread_id: str, rows: Sequence[Row], messages: Sequence[Message], now: str
-) -> dict[str, str]:
-    """(writer) One thread's part of a save: check and upsert its rows, bump the thread; raises to roll back.
-
-    Returns the re-saved ids whose stored ``createdAt`` was kept (differs from the one written).
-    """
-    # Existence check, owner lookup and the updatedAt bump in one statement (undone by the savepoint or
-    # transaction if a later check fails). fetchall: a RETURNING statement must run to completion before
-    # RELEASE/COMMIT.
-    found = conn.execute('UPDATE mastra_threads SET "updatedAt" = ? WHERE id = ? RETURNING "resourceId"',
-                         (now, thread_id)).fetchall()
-    if not found:
-        raise ThreadNotFound(thread_id)
-    q.check_owner(thread_id, found[0][0], messages)
-    stored = _upsert_returning(conn, rows, thread_id)
-    if len(stored) != len(rows):  # an id of another thread was skipped by the upsert's WHERE
-        for mid, other, _ in _existing(conn, [row[0] for row in rows]):
-            if other != thread_id:
-                raise ValidationError(
-                    f"message id {mid!r} already belongs to thread {other!r}; a message cannot move to "
-                    f"thread {thread_id!r}"
-                )
-    # Only re-saved ids come back with a createdAt other than the one we wrote.
-    written = {row[0]: row[5] for row in rows}
-    return {mid: created for mid, created in stored if created != written[mid]}
-
-
-def _unfenced(conn: sqlite3.Connection) -> None:
-    """The fence check of an unfenced write: nothing to check."""
-
-
-def _message_row(message: Message) -> Row:
-    return (message.id, message.thread_id, q.encode_content_text(message.content), message.role,
-            message.type or "v2", to_iso(message.created_at), message.resource_id)
-
-
 # -- the store ----------------------------------------------------------------------------------------
 
 
-class SQLiteStore:
+class SQLiteStore(GroupWriter):
     """Durable threads, messages and resources in one SQLite file (Mastra-compatible schema).
 
     :param path: database file; created if missing. An existing Mastra ``memory.db`` opens unchanged.
@@ -647,7 +190,7 @@ class SQLiteStore:
         self._closed = anyio.Event()
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._queue: deque[_Job] = deque()
+        self._queue: deque[Job] = deque()
         self._writing = False
         self._commits = 0
         self._jobs = 0
@@ -692,17 +235,17 @@ class SQLiteStore:
                 raise StorageError(f"{self!r} is closed")
             writer = reader = checkpointer = None
             try:
-                writer = await _connect(self._path, isolation_level=None, cached_statements=256)
-                await _in_connection_thread(writer, self._setup_writer)
-                reader = await _connect(self._path, isolation_level=None, cached_statements=256)
-                await _in_connection_thread(reader, self._setup_reader)
-                checkpointer = await _connect(self._path, isolation_level=None)
+                writer = await connect(self._path, isolation_level=None, cached_statements=256)
+                await in_connection_thread(writer, self._setup_writer)
+                reader = await connect(self._path, isolation_level=None, cached_statements=256)
+                await in_connection_thread(reader, self._setup_reader)
+                checkpointer = await connect(self._path, isolation_level=None)
                 await checkpointer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):
                     for conn in (checkpointer, reader, writer):
                         if conn is not None:
-                            await _close_connection(conn)
+                            await close_connection(conn)
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"cannot open {self._path!r}: {exc}") from exc
                 raise
@@ -714,7 +257,7 @@ class SQLiteStore:
             except OSError as exc:
                 with anyio.CancelScope(shield=True):
                     for conn in (checkpointer, reader, writer):
-                        await _close_connection(conn)
+                        await close_connection(conn)
                 raise StorageError(f"cannot open the lock file beside {self._path!r}: {exc}") from exc
             self._peers = peers
             self._file_counts = counts_for_file(identity)
@@ -735,7 +278,7 @@ class SQLiteStore:
         # 64 KiB it spills to a temp file (~270 KB per semantic group commit). In memory it costs no syscalls:
         # the vector write job of a semantic group measured 1.25-1.50 -> 0.96-1.18 ms.
         conn.execute("PRAGMA temp_store = MEMORY")
-        conn.create_function("tm_json", 1, _tm_json, deterministic=True)
+        conn.create_function("tm_json", 1, tm_json, deterministic=True)
         conn.execute("BEGIN IMMEDIATE")
         try:
             create_schema(conn)
@@ -747,7 +290,7 @@ class SQLiteStore:
     def _setup_reader(self, conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
         conn.execute("PRAGMA query_only = ON")
-        conn.create_function("tm_json", 1, _tm_json, deterministic=True)
+        conn.create_function("tm_json", 1, tm_json, deterministic=True)
 
     async def aclose(self) -> None:
         """Run every queued write, then close both connections (their threads end); idempotent."""
@@ -771,7 +314,7 @@ class SQLiteStore:
                 self._state = _State.CLOSED
                 for conn in (self._checkpointer, self._reader, self._writer):
                     if conn is not None:
-                        await _close_connection(conn)
+                        await close_connection(conn)
                 self._reader = self._writer = self._checkpointer = None
                 if self._peers is not None:
                     self._peers.detach()
@@ -834,153 +377,15 @@ class SQLiteStore:
             raise StorageError(f"{self!r} is closed")
         try:
             if not tracing_enabled():  # no SDK: not even a no-op span on the hot path
-                return await _in_connection_thread(reader, _read_tx(fn))
+                return await in_connection_thread(reader, read_tx(fn))
             with get_tracer().start_as_current_span("threadmind.store.read", attributes={ATTR_DB_SYSTEM: "sqlite"}):
-                return await _in_connection_thread(reader, _read_tx(fn))
+                return await in_connection_thread(reader, read_tx(fn))
         except sqlite3.Error as exc:
             raise StorageError(f"SQLite error: {exc}") from exc
         except ValueError as exc:
             if self._state is not _State.OPEN:
                 raise StorageError(f"{self!r} is closed") from exc
             raise
-
-    async def _submit(
-        self, fn: Callable[[sqlite3.Connection], T], bulk: _SaveSpec | None = None, defer: float = 0.0
-    ) -> T:
-        link: SpanContext | None = None
-        if tracing_enabled():
-            context = trace.get_current_span().get_span_context()
-            link = context if context.is_valid else None
-        job = _Job(fn, link, bulk)
-        self._queue.append(job)
-        self._arrival.set()
-        led = False
-        try:
-            if defer and not self._writing:
-                # Background work: let the next write lead and carry this job in its group (it rouses us).
-                job.wake = new_reply()
-                with anyio.move_on_after(defer):
-                    await job.wake
-            while not job.done:
-                if not self._writing:
-                    led = True
-                    await self._lead(job)
-                    continue
-                job.wake = new_reply()
-                await job.wake
-        except BaseException:
-            if not job.started:
-                try:
-                    self._queue.remove(job)
-                except ValueError:  # pragma: no cover - an unstarted job is always queued
-                    pass
-            if not self._writing and self._queue:
-                self._queue[0].rouse()  # hand the writer role on
-            raise
-        self._maybe_checkpoint()
-        if led:
-            # A leader cancelled while it wrote (shielded) still gets the cancellation (its job committed).
-            # A parked caller needs no check: its wait above was the cancellation point.
-            await anyio.lowlevel.checkpoint_if_cancelled()
-        if job.error is not None:
-            raise job.error
-        result: T = job.value
-        return result
-
-    def _maybe_checkpoint(self) -> None:
-        """Every ``_CHECK_EVERY`` commits, check the WAL and checkpoint it (PASSIVE) when large, in the background.
-
-        This runs on a third connection; PASSIVE never blocks writers. It copies most frames ahead of time, so
-        the writer's own auto-checkpoint (which must stay: only it can let the WAL restart under a steady
-        stream of writes) finds little left to copy in its COMMIT. No caller waits for it: when one did, every
-        16th save paid the hop and one in ~60 the copy (median 1.7 ms, up to 7 ms, in the agent benchmark).
-        Closing the store waits for it, as the connection's close is queued behind it.
-        """
-        checkpointer = self._checkpointer
-        if checkpointer is None or self._checkpointing or self._commits - self._checked_at < _CHECK_EVERY:
-            return
-        self._checked_at = self._commits
-        self._checkpointing = True
-        wal = self._path + "-wal"
-        loop = running_loop()
-
-        def job(conn: sqlite3.Connection) -> None:
-            try:
-                _checkpoint_if_large(conn, wal)
-            except (sqlite3.Error, OSError):  # a skipped checkpoint only lets the WAL grow a little
-                pass
-            finally:
-                loop.call_soon_threadsafe(self._checkpoint_done)
-
-        try:
-            _post_to_connection_thread(checkpointer, job)
-        except ValueError:  # the connection is closing
-            self._checkpointing = False
-
-    def _checkpoint_done(self) -> None:
-        self._checkpointing = False
-
-    async def _lead(self, own: _Job) -> None:
-        """Act as the writer: commit groups from the queue until ``own`` is done, then hand over."""
-        self._writing = True
-        try:
-            with anyio.CancelScope(shield=True):
-                while not own.done and self._queue:
-                    await self._gather()
-                    batch = [self._queue.popleft() for _ in range(min(self._max_batch, len(self._queue)))]
-                    self._last_group = max(len(batch), self._last_group - 1)  # jumps up, decays slowly
-                    for job in batch:
-                        job.started = True
-                    await self._commit(batch)
-                    for job in batch:
-                        job.done = True
-                        job.rouse()
-        finally:
-            self._writing = False
-            if self._queue:
-                self._queue[0].rouse()
-
-    async def _gather(self) -> None:
-        """Under concurrency, give the callers of the last group a moment to queue their next job.
-
-        A caller whose job is committing cannot queue its next one, so without this the groups alternate
-        between halves of the callers. Only when the last group had several jobs (never for one caller),
-        and at most ``_LINGER`` seconds: a fraction of the fsync it saves.
-        """
-        target = min(self._last_group, self._max_batch)
-        if target <= 1 or len(self._queue) >= target:
-            return
-        deadline = anyio.current_time() + _LINGER
-        while len(self._queue) < target:
-            remaining = deadline - anyio.current_time()
-            if remaining <= 0:
-                return
-            self._arrival = anyio.Event()
-            with anyio.move_on_after(remaining):
-                await self._arrival.wait()
-
-    async def _commit(self, batch: list[_Job]) -> None:
-        if not tracing_enabled():  # no SDK: not even a no-op span on the hot path
-            await self._write_group(batch)
-        else:
-            links = [Link(job.link) for job in batch if job.link is not None]
-            with get_tracer().start_as_current_span(
-                "threadmind.store.group_commit", links=links,
-                attributes={ATTR_DB_SYSTEM: "sqlite", "threadmind.store.group_size": len(batch)},
-            ):
-                await self._write_group(batch)
-        self._commits += 1
-        self._jobs += len(batch)
-        self._largest = max(self._largest, len(batch))
-
-    async def _write_group(self, batch: list[_Job]) -> None:
-        writer = self._writer
-        try:
-            if writer is None:
-                raise StorageError(f"{self!r} is closed")
-            await _in_connection_thread(writer, lambda conn: _run_group(conn, batch))
-        except Exception as exc:
-            _fail_all(batch, f"the write group failed: {exc}", exc)
 
     # -- threads -----------------------------------------------------------------------------------------
 
@@ -991,9 +396,9 @@ class SQLiteStore:
 
         def job(conn: sqlite3.Connection) -> Thread:
             if conn.execute("SELECT 1 FROM mastra_threads WHERE id = ?", (stored.id,)).fetchone():
-                raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
+                raise ValidationError(f"Thread with id {stored.id} already exists", code=EXISTS_CODE)
             conn.execute(
-                f"INSERT INTO mastra_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?)",
+                f"INSERT INTO mastra_threads ({THREAD_COLS}) VALUES (?,?,?,?,?,?)",
                 (stored.id, stored.resource_id, stored.title, meta, to_iso(stored.created_at),
                  to_iso(stored.updated_at)),
             )
@@ -1046,8 +451,8 @@ class SQLiteStore:
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         """The thread or None."""
-        row = await self.execute_read(lambda conn: _fetch_thread_row(conn, thread_id))
-        return None if row is None else _thread_from_row(row)
+        row = await self.execute_read(lambda conn: fetch_thread_row(conn, thread_id))
+        return None if row is None else thread_from_row(row)
 
     async def list_threads(
         self,
@@ -1076,7 +481,7 @@ class SQLiteStore:
                 params.append(q.sql_scalar(value))
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         order = "DESC" if args.descending else "ASC"
-        sql = (f'SELECT {_THREAD_COLS} FROM mastra_threads{clause} ORDER BY "{args.order_column}" {order}, '
+        sql = (f'SELECT {THREAD_COLS} FROM mastra_threads{clause} ORDER BY "{args.order_column}" {order}, '
                f"rowid {order} LIMIT ? OFFSET ?")
 
         def read(conn: sqlite3.Connection) -> tuple[int, list[Row]]:
@@ -1085,7 +490,7 @@ class SQLiteStore:
             return total, conn.execute(sql, [*params, limit, args.offset]).fetchall()
 
         total, rows = await self.execute_read(read)
-        threads = [_thread_from_row(row) for row in rows]
+        threads = [thread_from_row(row) for row in rows]
         has_more = args.limit is not None and args.offset + args.limit < total
         return ThreadPage(threads=threads, total=total, page=page, per_page=per_page, has_more=has_more)
 
@@ -1102,11 +507,11 @@ class SQLiteStore:
         q.encode_metadata(metadata, "metadata")  # validate before queuing
 
         def job(conn: sqlite3.Connection) -> Thread:
-            row = _fetch_thread_row(conn, thread_id)
+            row = fetch_thread_row(conn, thread_id)
             if row is None:
                 raise ThreadNotFound(thread_id, code="MASTRA_STORAGE_LIBSQL_UPDATE_THREAD_NOT_FOUND",
                                      message=f"Thread {thread_id} not found")
-            old = _thread_from_row(row)
+            old = thread_from_row(row)
             updated = q.updated_thread(old, title, metadata)
             meta = row[3] if metadata is None else q.encode_metadata(updated.metadata, "metadata")
             conn.execute('UPDATE mastra_threads SET title = ?, metadata = ?, "updatedAt" = ? WHERE id = ?',
@@ -1130,14 +535,14 @@ class SQLiteStore:
             raise ValidationError("resource_id must be a non-empty string")
 
         def job(conn: sqlite3.Connection) -> Thread:
-            row = _fetch_thread_row(conn, thread_id)
+            row = fetch_thread_row(conn, thread_id)
             if row is None:
                 raise ThreadNotFound(thread_id, code="MASTRA_STORAGE_LIBSQL_UPDATE_THREAD_RESOURCE_ID_FAILED")
             now = utc_now()
             conn.execute('UPDATE mastra_threads SET "resourceId" = ?, "updatedAt" = ? WHERE id = ?',
                          (resource_id, to_iso(now), thread_id))
             conn.execute('UPDATE mastra_messages SET "resourceId" = ? WHERE thread_id = ?', (resource_id, thread_id))
-            return msgspec.structs.replace(_thread_from_row(row), resource_id=resource_id, updated_at=now)
+            return msgspec.structs.replace(thread_from_row(row), resource_id=resource_id, updated_at=now)
 
         return await self._write_counted(job, self._versions, (thread_id,))
 
@@ -1147,19 +552,19 @@ class SQLiteStore:
         messages = q.validate_messages(thread.id, messages)
         q.check_owner(thread.id, thread.resource_id, messages)
         stored, meta = q.stored_thread(thread)
-        rows = [_message_row(m) for m in messages]
+        rows = [message_row(m) for m in messages]
 
         def job(conn: sqlite3.Connection) -> Thread:
             if conn.execute("SELECT 1 FROM mastra_threads WHERE id = ?", (stored.id,)).fetchone():
-                raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
-            for mid, other, _ in _existing(conn, [row[0] for row in rows]):
+                raise ValidationError(f"Thread with id {stored.id} already exists", code=EXISTS_CODE)
+            for mid, other, _ in existing(conn, [row[0] for row in rows]):
                 raise ValidationError(f"message id {mid!r} already belongs to thread {other!r}")
             conn.execute(
-                f"INSERT INTO mastra_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?)",
+                f"INSERT INTO mastra_threads ({THREAD_COLS}) VALUES (?,?,?,?,?,?)",
                 (stored.id, stored.resource_id, stored.title, meta, to_iso(stored.created_at),
                  to_iso(stored.updated_at)),
             )
-            _upsert(conn, rows)
+            upsert(conn, rows)
             return stored
 
         return await self._write_counted(job, self._versions, (stored.id,))
@@ -1178,23 +583,23 @@ class SQLiteStore:
         if not messages:
             await self._idle_checkpoint()
             return []
-        rows = [_message_row(m) for m in messages]
+        rows = [message_row(m) for m in messages]
         after = await self._pending_hook(mark_pending)
         fenced = self._fence_check(fence)
 
         def job(conn: sqlite3.Connection) -> dict[str, str]:
             fenced(conn)
-            kept = _save_rows(conn, thread_id, rows, messages, to_iso(utc_now()))
+            kept = save_rows(conn, thread_id, rows, messages, to_iso(utc_now()))
             if after is not None:
                 after(conn, messages)
             return kept
 
         await self._ready()
         try:
-            kept = await self._submit(job, _SaveSpec(thread_id, rows, messages, after, fenced))
+            kept = await self._submit(job, SaveSpec(thread_id, rows, messages, after, fenced))
         finally:
             self._versions.bump((thread_id,))
-        return q.saved(messages, {mid: _row_time(created, f"message {mid!r} createdAt")
+        return q.saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
                                   for mid, created in kept.items()})
 
     async def save_messages_many(
@@ -1207,7 +612,7 @@ class SQLiteStore:
         transaction.
         """
         checked = {thread_id: q.validate_messages(thread_id, messages) for thread_id, messages in by_thread.items()}
-        parts = [(thread_id, [_message_row(m) for m in messages], messages)
+        parts = [(thread_id, [message_row(m) for m in messages], messages)
                  for thread_id, messages in checked.items() if messages]
         if not parts:
             await self._idle_checkpoint()
@@ -1218,13 +623,13 @@ class SQLiteStore:
         def job(conn: sqlite3.Connection) -> list[dict[str, str]]:
             fenced(conn)
             now = to_iso(utc_now())
-            kept = [_save_rows(conn, thread_id, rows, messages, now) for thread_id, rows, messages in parts]
+            kept = [save_rows(conn, thread_id, rows, messages, now) for thread_id, rows, messages in parts]
             if after is not None:
                 after(conn, [m for _, _, messages in parts for m in messages])
             return kept
 
         kept_per_part = await self._write_counted(job, self._versions, [thread_id for thread_id, _, _ in parts])
-        stored = {thread_id: q.saved(messages, {mid: _row_time(created, f"message {mid!r} createdAt")
+        stored = {thread_id: q.saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
                                                 for mid, created in kept.items()})
                   for (thread_id, _, messages), kept in zip(parts, kept_per_part, strict=True)}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
@@ -1259,15 +664,15 @@ class SQLiteStore:
         read_page = self._message_reader(MessageQuery(thread_id=thread_id, per_page=size, direction="DESC"))
 
         def read(conn: sqlite3.Connection) -> tuple[Thread | None, MessagePage]:
-            row = _fetch_thread_row(conn, thread_id)
-            return (None if row is None else _thread_from_row(row)), read_page(conn)
+            row = fetch_thread_row(conn, thread_id)
+            return (None if row is None else thread_from_row(row)), read_page(conn)
 
         return await self.execute_read(read)
 
     def _message_reader(self, query: MessageQuery) -> Callable[[sqlite3.Connection], MessagePage]:
         """Validate ``query`` and build the function that reads its page on a connection."""
         flt = q.validate_message_query(query)
-        where = [f"thread_id IN ({_placeholders(len(flt.thread_ids))})"]
+        where = [f"thread_id IN ({placeholders(len(flt.thread_ids))})"]
         params: list[Any] = list(flt.thread_ids)
         if flt.resource_id is not None:
             where.append('"resourceId" = ?')
@@ -1299,7 +704,7 @@ class SQLiteStore:
                 page: list[tuple[SortKey, Message]] = []
                 total = 0
             else:
-                select = (f'SELECT {_MSG_COLS} FROM mastra_messages WHERE {clause} ORDER BY "createdAt" {order}, '
+                select = (f'SELECT {MSG_COLS} FROM mastra_messages WHERE {clause} ORDER BY "createdAt" {order}, '
                           f"rowid {order} LIMIT ? OFFSET ?")
                 limit = -1 if flt.limit is None else flt.limit
                 if query.include_total:
@@ -1311,8 +716,8 @@ class SQLiteStore:
                     if more:
                         rows.pop()
                     total = flt.offset + len(rows) + (1 if more else 0)
-                page = _keyed(rows)
-            extra = _include_rows(conn, flt)
+                page = keyed(rows)
+            extra = include_rows(conn, flt)
             messages = q.assemble(page, extra, flt.descending)
             return MessagePage(messages=messages, total=total, page=query.page, per_page=query.per_page,
                                has_more=q.messages_has_more(flt, len(page), total, messages))
@@ -1328,10 +733,10 @@ class SQLiteStore:
 
         def read(conn: sqlite3.Connection) -> list[Message]:
             rows: list[Row] = []
-            for chunk in _chunks(wanted):
+            for chunk in chunks(wanted):
                 rows.extend(conn.execute(
-                    f"SELECT {_MSG_COLS} FROM mastra_messages WHERE id IN ({_placeholders(len(chunk))})", chunk))
-            return q.assemble(_keyed(rows), (), False)
+                    f"SELECT {MSG_COLS} FROM mastra_messages WHERE id IN ({placeholders(len(chunk))})", chunk))
+            return q.assemble(keyed(rows), (), False)
 
         return await self.execute_read(read)
 
@@ -1345,9 +750,9 @@ class SQLiteStore:
 
         def job(conn: sqlite3.Connection) -> list[Message]:
             current: dict[str, tuple[SortKey, Message]] = {}
-            for chunk in _chunks(ids):
-                for key, message in _keyed(conn.execute(
-                        f"SELECT {_MSG_COLS} FROM mastra_messages WHERE id IN ({_placeholders(len(chunk))})",
+            for chunk in chunks(ids):
+                for key, message in keyed(conn.execute(
+                        f"SELECT {MSG_COLS} FROM mastra_messages WHERE id IN ({placeholders(len(chunk))})",
                         chunk)):
                     current[message.id] = (key, message)
             for update in parsed:
@@ -1363,7 +768,7 @@ class SQLiteStore:
             )
             threads = {m.thread_id for _, m in current.values() if m.thread_id}
             touched.extend(threads)
-            _bump(conn, threads, to_iso(utc_now()))
+            bump(conn, threads, to_iso(utc_now()))
             return q.assemble((((to_iso(m.created_at), key[1]), m) for key, m in current.values()), (), False)
 
         touched: list[str] = []  # filled by the job (in the writer thread) before it returns
@@ -1378,13 +783,13 @@ class SQLiteStore:
 
         def job(conn: sqlite3.Connection) -> set[str]:
             threads: set[str] = set()
-            for chunk in _chunks(wanted):
-                marks = _placeholders(len(chunk))
+            for chunk in chunks(wanted):
+                marks = placeholders(len(chunk))
                 threads.update(r[0] for r in conn.execute(
                     f"SELECT DISTINCT thread_id FROM mastra_messages WHERE id IN ({marks})", chunk))
                 conn.execute(f"DELETE FROM mastra_messages WHERE id IN ({marks})", chunk)
             touched.extend(threads)
-            _bump(conn, threads, to_iso(utc_now()))
+            bump(conn, threads, to_iso(utc_now()))
             return threads
 
         touched: list[str] = []  # filled by the job (in the writer thread) before it returns
@@ -1397,7 +802,7 @@ class SQLiteStore:
         row = await self.execute_read(lambda conn: conn.execute(
             'SELECT id, "workingMemory", metadata, "createdAt", "updatedAt" FROM mastra_resources WHERE id = ?',
             (resource_id,)).fetchone())
-        return None if row is None else _resource_from_row(row)
+        return None if row is None else resource_from_row(row)
 
     async def update_resource(
         self,
@@ -1410,9 +815,9 @@ class SQLiteStore:
         q.check_resource_args(resource_id, working_memory, metadata)
 
         def job(conn: sqlite3.Connection) -> Resource:
-            row = conn.execute(_RESOURCE_ROW, (resource_id,)).fetchone()
-            old = None if row is None else _resource_from_row(row)
-            return _write_resource(conn, resource_id, row, old, working_memory, metadata)
+            row = conn.execute(RESOURCE_ROW, (resource_id,)).fetchone()
+            old = None if row is None else resource_from_row(row)
+            return write_resource(conn, resource_id, row, old, working_memory, metadata)
 
         return await self._write_counted(job, self._resource_versions, (resource_id,))
 
@@ -1428,10 +833,10 @@ class SQLiteStore:
 
         def job(conn: sqlite3.Connection) -> Thread | None:
             fenced(conn)
-            row = _fetch_thread_row(conn, thread_id)
+            row = fetch_thread_row(conn, thread_id)
             if row is None:
                 raise ThreadNotFound(thread_id, message=f"Thread {thread_id} not found")
-            old = _thread_from_row(row)
+            old = thread_from_row(row)
             wanted = change(old)
             if wanted is None:
                 return None
@@ -1458,13 +863,13 @@ class SQLiteStore:
 
         def job(conn: sqlite3.Connection) -> Resource | None:
             fenced(conn)
-            row = conn.execute(_RESOURCE_ROW, (resource_id,)).fetchone()
-            old = None if row is None else _resource_from_row(row)
+            row = conn.execute(RESOURCE_ROW, (resource_id,)).fetchone()
+            old = None if row is None else resource_from_row(row)
             wanted = change(old)
             if wanted is None:
                 return None
             q.check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
-            return _write_resource(conn, resource_id, row, old, wanted.working_memory, wanted.metadata)
+            return write_resource(conn, resource_id, row, old, wanted.working_memory, wanted.metadata)
 
         return await self._write_counted(job, self._resource_versions, (resource_id,))
 
@@ -1560,7 +965,7 @@ class SQLiteStore:
         takeover can commit before this write does.
         """
         if fence is None:
-            return _unfenced
+            return unfenced
 
         def check(conn: sqlite3.Connection) -> None:
             peers = self._peers
@@ -1622,68 +1027,10 @@ class SQLiteStore:
         for thread_id in ids:
             after: SortKey = ("", -1)
             while True:
-                rows = await self.execute_read(_page_after(thread_id, after))
+                rows = await self.execute_read(page_after(thread_id, after))
                 for row in rows:
-                    yield _message_from_row(row)
-                if len(rows) < _CHUNK:
+                    yield message_from_row(row)
+                if len(rows) < CHUNK:
                     break
                 after = (rows[-1][4], rows[-1][7])
 
-
-_RESOURCE_ROW = 'SELECT id, "workingMemory", metadata, "createdAt", "updatedAt" FROM mastra_resources WHERE id = ?'
-
-
-def _write_resource(conn: sqlite3.Connection, resource_id: str, row: Row | None, old: Resource | None,
-                    working_memory: str | None | UnsetType, metadata: Mapping[str, Any] | None) -> Resource:
-    """Upsert the resource row with the given fields (metadata shallow-merged over ``old``'s)."""
-    new = q.updated_resource(resource_id, old, working_memory, metadata)
-    meta = row[2] if row is not None and metadata is None else q.encode_metadata(new.metadata, "metadata")
-    conn.execute(
-        'INSERT INTO mastra_resources (id, "workingMemory", metadata, "createdAt", "updatedAt") '
-        'VALUES (?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "workingMemory" = excluded."workingMemory", '
-        'metadata = excluded.metadata, "updatedAt" = excluded."updatedAt"',
-        (resource_id, new.working_memory, meta, to_iso(new.created_at), to_iso(new.updated_at)),
-    )
-    return new
-
-
-def _resource_from_row(row: Row) -> Resource:
-    where = f"resource {row[0]!r}"
-    return Resource(row[0], row[1], _decode_metadata(row[2], where), _row_time(row[3], f"{where} createdAt"),
-                    _row_time(row[4], f"{where} updatedAt"))
-
-
-def _page_after(thread_id: str, after: SortKey) -> Callable[[sqlite3.Connection], list[Row]]:
-    """A read of the next chunk of a thread's messages after ``after`` (keyset paging for export)."""
-
-    def read(conn: sqlite3.Connection) -> list[Row]:
-        return conn.execute(
-            f'SELECT {_MSG_COLS} FROM mastra_messages WHERE thread_id = ? AND ("createdAt", rowid) > (?, ?) '
-            f'ORDER BY "createdAt", rowid LIMIT {_CHUNK}', (thread_id, *after)).fetchall()
-
-    return read
-
-
-def _include_rows(conn: sqlite3.Connection, flt: q.MessageFilter) -> list[tuple[SortKey, Message]]:
-    """Context windows: each target plus up to N rows before / M rows after it in its own thread."""
-    out: list[Row] = []
-    resource = ' AND "resourceId" = ?' if flt.resource_id is not None else ""
-    extra: tuple[Any, ...] = (flt.resource_id,) if flt.resource_id is not None else ()
-    for inc in flt.include:
-        target = conn.execute(f"SELECT {_MSG_COLS} FROM mastra_messages WHERE id = ?{resource}",
-                              (inc.id, *extra)).fetchone()
-        if target is None:
-            continue
-        out.append(target)
-        thread_id, created, rowid = target[5], target[4], target[7]
-        if inc.with_previous_messages:
-            out.extend(conn.execute(
-                f'SELECT {_MSG_COLS} FROM mastra_messages WHERE thread_id = ?{resource} AND '
-                '("createdAt", rowid) < (?, ?) ORDER BY "createdAt" DESC, rowid DESC LIMIT ?',
-                (thread_id, *extra, created, rowid, inc.with_previous_messages)))
-        if inc.with_next_messages:
-            out.extend(conn.execute(
-                f'SELECT {_MSG_COLS} FROM mastra_messages WHERE thread_id = ?{resource} AND '
-                '("createdAt", rowid) > (?, ?) ORDER BY "createdAt" ASC, rowid ASC LIMIT ?',
-                (thread_id, *extra, created, rowid, inc.with_next_messages)))
-    return _keyed(out)
