@@ -107,7 +107,15 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
             yield _rich
         return
 
+    last = [-1, 0.0]  # the last tenth printed, and when
+
     def _plain(done: int, total: int) -> None:
+        # Without a terminal: a line per tenth of the way (or every 5 s), never one per batch.
+        tenth = 10 * done // total if total else 10
+        now = time.monotonic()
+        if tenth == last[0] and now - last[1] < 5.0 and done != total:
+            return
+        last[0], last[1] = tenth, now
         percent = 100 * done // total if total else 100
         print(f"{label}: {done}/{total} messages ({percent}%)", flush=True)
 
@@ -165,10 +173,16 @@ def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
         from .embedders import HashEmbedder
 
         dim = args.dim
+        stored = _stored_dimensions(getattr(args, "db", None))
         if dim is None:
-            stored = _stored_dimensions(getattr(args, "db", None))
             dim = stored.pop() if len(stored) == 1 else _DEFAULT_DIM
+        elif stored and dim not in stored and args.command == "search":  # reindex --dim N makes a new index
+            have = ", ".join(map(str, sorted(stored)))
+            raise ConfigError(f"--dim {dim} does not match the vectors in the database ({have}-dimensional): "
+                              "the search would find nothing; leave --dim out to use theirs, or "
+                              f"`threadmind reindex --dim {dim}` first")
         return HashEmbedder(dim=dim), dim
+
     if spec.startswith("openai/"):
         from .embedders import resolve_embedder
 
@@ -177,7 +191,10 @@ def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
 
 
 def _vectors_path(db: str) -> str:
-    return db + ".vectors"
+    """Where the CLI keeps the HNSW snapshot of ``db``: ``memory.db`` -> ``memory.vectors``, as the README's
+    ``HnswVectorStore("memory.vectors")`` does (a cache: it is rebuilt from the database when missing)."""
+    root, ext = os.path.splitext(db)
+    return (root if ext else db) + ".vectors"
 
 
 def _is_url(db: str) -> bool:
@@ -250,9 +267,9 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 async def _demo(args: argparse.Namespace) -> int:
+    from ._demo import DEMO_THREADS, demo_options, play_conversation
     from .memory import Memory
     from .stores import HnswVectorStore, SQLiteStore
-    from .workload import Workload
 
     for option in ("threads", "resources", "turns", "concurrency"):
         value = getattr(args, option)
@@ -265,10 +282,11 @@ async def _demo(args: argparse.Namespace) -> int:
         workdir = tempfile.mkdtemp(prefix="threadmind-demo-")
         db_path = os.path.join(workdir, "memory.db")
     semantic = not args.no_semantic
-    options: dict[str, Any] = {"lastMessages": 10}
-    if semantic:
+    options: dict[str, Any] = demo_options() if not args.bench else {"lastMessages": 10}
+    if args.bench and semantic:
         options["semanticRecall"] = {"topK": 4, "messageRange": 1, "scope": "resource"}
-    workload = Workload(threads=args.threads, resources=min(args.resources, args.threads), turns=args.turns)
+    if not semantic:
+        options.pop("semanticRecall", None)
     embedder, dim = _embedder(args) if semantic else (None, None)
     memory = Memory(
         storage=SQLiteStore(db_path),
@@ -277,60 +295,94 @@ async def _demo(args: argparse.Namespace) -> int:
         embedding_dimension=dim,
         options=options,
     )
-    print(f"threadmind demo: {args.threads} threads x {args.turns} turns under {workload.resources} resources, "
-          f"concurrency {args.concurrency}, semantic recall {'on' if semantic else 'off'}")
-    print(f"database: {db_path}" + (" (deleted at exit; --keep keeps it)" if workdir is not None and not args.keep
-                                      else ""))
-    async with memory:
+    kept = workdir is None or args.keep
+    print("threadmind demo on the embedded default: SQLite, hnswlib and the offline hash embedder"
+          + ("" if semantic else " (semantic recall off)"))
+    print(f"database: {db_path}" + ("" if kept else " (deleted at exit; --keep keeps it)") + "\n")
+    try:
+        async with memory:
+            if not args.bench:
+                for thread_id in DEMO_THREADS:
+                    if await memory.get_thread_by_id(thread_id) is not None:
+                        raise _CliError(f"{_shown(db_path)} already holds the demo's thread {thread_id!r}; "
+                                        "leave --db out (a fresh temporary database) or give a new file")
+                await play_conversation(memory)
+                print()
+            await _demo_workload(memory, args, full=args.bench)
+    finally:
+        if workdir is not None and not kept:
+            await anyio.to_thread.run_sync(shutil.rmtree, workdir)
+
+    return 0
+
+
+async def _demo_workload(memory: Memory, args: argparse.Namespace, *, full: bool) -> None:
+    """Save the deterministic benchmark workload through ``memory`` and print its throughput (``full``: and
+    the HNSW insert time, recall latencies and a sample, as ``--bench`` does)."""
+    from .workload import Workload
+
+    workload = Workload(threads=args.threads, resources=min(args.resources, args.threads), turns=args.turns)
+    total = workload.threads * workload.turns * 2
+    if full:
+        print(f"workload: {_plural(workload.threads, 'thread')} x {_plural(workload.turns, 'turn')} under "
+              f"{_plural(workload.resources, 'resource')}, concurrency {args.concurrency}")
+    for t in range(workload.threads):
+        await memory.create_thread(thread_id=workload.thread_id(t), resource_id=workload.resource_id(t),
+                                   title=f"Thread {t}")
+    limiter = anyio.Semaphore(args.concurrency)
+    latencies: list[float] = []
+
+    async def _thread_turns(t: int) -> None:
+        async with limiter:
+            for k in range(workload.turns):
+                started = time.perf_counter()
+                await memory.save_messages(workload.messages_for_turn(t, k))
+                latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
         for t in range(workload.threads):
-            await memory.create_thread(thread_id=workload.thread_id(t), resource_id=workload.resource_id(t),
-                                       title=f"Thread {t}")
-        limiter = anyio.Semaphore(args.concurrency)
-        latencies: list[float] = []
+            tg.start_soon(_thread_turns, t)
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    p50, p99 = _percentile(latencies, 0.5) * 1000, _percentile(latencies, 0.99) * 1000
+    print(f"throughput: {total:,} messages saved ({_plural(workload.threads, 'thread')} x "
+          f"{_plural(workload.turns, 'turn')}, {args.concurrency} at a time) in {elapsed:.2f} s: "
+          f"{total / elapsed:,.0f} msgs/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
-        async def _thread_turns(t: int) -> None:
-            async with limiter:
-                for k in range(workload.turns):
-                    started = time.perf_counter()
-                    await memory.save_messages(workload.messages_for_turn(t, k))
-                    latencies.append(time.perf_counter() - started)
-
+    if not full:
+        return
+    if memory.index_statistics() is not None:  # insert the staged vectors now, not under the timed reads
         started = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            for t in range(workload.threads):
-                tg.start_soon(_thread_turns, t)
-        elapsed = time.perf_counter() - started
-        total = workload.threads * workload.turns * 2
-        latencies.sort()
-        p50, p99 = _percentile(latencies, 0.5) * 1000, _percentile(latencies, 0.99) * 1000
-        print(f"saved {total} messages in {elapsed:.2f} s: {total / elapsed:,.0f} msgs/s "
-              f"(save p50 {p50:.2f} ms, p99 {p99:.2f} ms)")
-        if memory.index_statistics() is not None:  # insert the staged vectors now, not under the timed reads
-            started = time.perf_counter()
-            inserted = await memory.flush_index()
-            print(f"HNSW index: {inserted:,} vectors inserted in {time.perf_counter() - started:.2f} s")
-        recall_times: list[float] = []
-        for i in range(200):
+        inserted = await memory.flush_index()
+        print(f"HNSW index: {inserted:,} vectors inserted in {time.perf_counter() - started:.2f} s")
+    recall_times: list[float] = []
+    for i in range(200):
+        t = i % workload.threads
+        started = time.perf_counter()
+        await memory.recall(workload.thread_id(t), resource_id=workload.resource_id(t))
+        recall_times.append(time.perf_counter() - started)
+    recall_times.sort()
+    print(f"last-10 recall: p50 {_percentile(recall_times, 0.5) * 1000:.3f} ms, "
+          f"p99 {_percentile(recall_times, 0.99) * 1000:.3f} ms")
+    if memory.index_statistics() is not None:
+        query = workload.query_text(2, 0)
+        recall_times = []
+        for i in range(50):
             t = i % workload.threads
             started = time.perf_counter()
-            await memory.recall(workload.thread_id(t), resource_id=workload.resource_id(t))
+            hits = await memory.recall(workload.thread_id(t), resource_id=workload.resource_id(t), per_page=0,
+                                       vector_search_string=query)
             recall_times.append(time.perf_counter() - started)
         recall_times.sort()
-        print(f"last-10 recall: p50 {_percentile(recall_times, 0.5) * 1000:.3f} ms, "
-              f"p99 {_percentile(recall_times, 0.99) * 1000:.3f} ms")
-        sample = await memory.recall(workload.thread_id(0), resource_id=workload.resource_id(0))
-        print(f"sample recall of {workload.thread_id(0)} ({len(sample.messages)} messages):")
-        for message in sample.messages[-4:]:
-            print(f"  [{message.role}] {message.text[:70]}...")
-        if semantic:
-            query = workload.query_text(2, 0)
-            hits = await memory.recall(workload.thread_id(0), resource_id=workload.resource_id(0), per_page=0,
-                                       vector_search_string=query)
-            print(f"semantic recall for {query[:50]!r}: {len(hits.messages)} messages from "
-                  f"{len({m.thread_id for m in hits.messages})} threads")
-    if workdir is not None and not args.keep:
-        await anyio.to_thread.run_sync(shutil.rmtree, workdir)
-    return 0
+        print(f"semantic recall (resource scope): p50 {_percentile(recall_times, 0.5) * 1000:.3f} ms, "
+              f"p99 {_percentile(recall_times, 0.99) * 1000:.3f} ms, last query found "
+              f"{_plural(len(hits.messages), 'message')}")
+
+
+def _plural(n: int, noun: str) -> str:
+    """``1 thread``, ``2 threads``, ``10,000 messages``."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 # ------------------------------------------------------------------------------------------- inspection
@@ -354,7 +406,8 @@ async def _threads(args: argparse.Namespace) -> int:
     rows = [(t.id, t.resource_id, t.title, counts.get(t.id, 0), to_iso(t.updated_at)) for t in page.threads]
     scope = f" of resource {args.resource!r}" if args.resource else ""
     _print_table(("thread", "resource", "title", "messages", "updated"), rows,
-                 title=f"{page.total} threads{scope}")
+                 title=f"{_plural(page.total, 'thread')}{scope}")
+
     return 0
 
 
@@ -502,7 +555,7 @@ async def _import(args: argparse.Namespace) -> int:
         by_thread.setdefault(message.thread_id, []).append((number, message))
     saved = created = 0
     pending_vectors = False
-    async with _memory(args, semantic=True) as memory:
+    async with _memory(args, semantic=not args.no_semantic) as memory:
         for thread_id, lines in by_thread.items():
             resource_id = lines[0][1].resource_id
             assert resource_id is not None
@@ -516,7 +569,8 @@ async def _import(args: argparse.Namespace) -> int:
     bad.sort(key=lambda text: int(text.split(":", 1)[0].removeprefix("line ")))
     for text in bad:
         print(f"threadmind: import: {text}", file=sys.stderr)
-    print(f"imported {saved} messages into {len(by_thread)} threads ({created} new); {len(bad)} bad lines")
+    print(f"imported {_plural(saved, 'message')} into {_plural(len(by_thread), 'thread')} ({created} new); "
+          f"{_plural(len(bad), 'bad line')}")
     if pending_vectors:
         print("threadmind: import: some vectors could not be made; run `threadmind reindex`", file=sys.stderr)
     return 1 if bad else 0
@@ -531,7 +585,12 @@ async def _reindex(args: argparse.Namespace) -> int:
         with _progress("reindex") as progress:
             made = await memory.reindex(progress=progress)
         name = memory.index_name
-    print(f"reindex: made {made} vectors in {name}")
+        # Inserting into HNSW and writing its snapshot at close take a while at a million vectors: say so.
+        print("reindex: inserting into the HNSW index and saving its snapshot...", flush=True)
+        started = time.perf_counter()
+        await memory.flush_index()
+    print(f"reindex: made {made} vectors in {name} (index saved in {time.perf_counter() - started:.1f} s)")
+
     return 0
 
 
@@ -604,17 +663,20 @@ async def _stats(args: argparse.Namespace) -> int:
         ("threads", counts["threads"]),
         ("messages", counts["messages"]),
         ("resources", counts["resources"]),
+        ("working memories", counts["working_memories"]),
         ("vectors", sum(n for _, n, _ in per_index)),
         ("database size", _human_bytes(db_bytes)),
-        ("index snapshot", f"{_human_bytes(snapshot_bytes)} in {vectors_dir}"
-         if has_snapshot else "none (rebuilt from SQL at the next start)"),
+        ("index snapshot", f"{_human_bytes(snapshot_bytes)} in {vectors_dir}" if has_snapshot
+         else "none (rebuilt from SQL at the next start)" if per_index else "none"),
+
         ("pending vectors", pending),
     ]
     for name, count, missing in per_index:
         health = "ok" if not missing and not pending else "run `threadmind reindex`"
         pairs.append((f"index {name}", f"{count} vectors; {missing} messages without one; {health}"))
-    if not per_index:
-        pairs.append(("index health", "no vectors yet" + ("; run `threadmind reindex`" if counts["messages"] else "")))
+    if not per_index:  # written without semantic recall: nothing is wrong, so no reindex advice
+        pairs.append(("index health", "no vector index (the messages were saved without semantic recall; "
+                                      "`threadmind reindex` makes one)" if counts["messages"] else "no vectors yet"))
     for table in mastra_tables:
         pairs.append((f"mastra table {table.name}", f"dimension {table.dimension} (imported at start when empty)"))
     _print_pairs(pairs, title=f"threadmind {_shown(args.db)}")
@@ -627,8 +689,8 @@ async def _stats(args: argparse.Namespace) -> int:
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=_DEFAULT_DB, metavar="PATH|URL",
-                        help=f"database file (default: {_DEFAULT_DB}; vectors in PATH.vectors), or a "
-                             "postgresql:// URL")
+                        help=f"database file (default: {_DEFAULT_DB}, with its index snapshot in memory.vectors), "
+                             "or a postgresql:// URL")
     _embedder_options(common)
     return common
 
@@ -641,20 +703,44 @@ def _embedder_options(parser: argparse.ArgumentParser) -> None:
                              f"else {_DEFAULT_DIM})")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("threadmind")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        from . import __version__
+
+        return __version__
+
+
 def _parser() -> argparse.ArgumentParser:
+
     parser = argparse.ArgumentParser(prog="threadmind", description="Conversational memory for AI agents.")
+    parser.add_argument("--version", action="version", version=f"threadmind {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = _common()
 
-    demo = sub.add_parser("demo", help="run the shared workload on the embedded default (SQLite + hnswlib)")
-    demo.add_argument("--db", help="database file (default: a fresh temporary file)")
+    demo = sub.add_parser(
+        "demo", help="a short conversation showing what memory does, then one throughput line",
+        description="Plays a two-thread conversation on the embedded default (SQLite + hnswlib + the offline "
+                    "hash embedder, scripted models: no network) showing history, working memory, a title and "
+                    "a semantic hit across threads, then saves a deterministic workload and prints its "
+                    "throughput. --bench skips the conversation and prints more figures.")
+    demo.add_argument("--db", metavar="PATH", help="database file (default: a fresh temporary file)")
     _embedder_options(demo)
-    demo.add_argument("--threads", type=int, default=200)
-    demo.add_argument("--resources", type=int, default=20)
-    demo.add_argument("--turns", type=int, default=25)
-    demo.add_argument("--concurrency", type=int, default=16)
-    demo.add_argument("--no-semantic", action="store_true", help="skip embeddings and the vector index")
-    demo.add_argument("--keep", action="store_true", help="keep the temporary database")
+    demo.add_argument("--bench", action="store_true",
+                      help="skip the conversation; also time the HNSW insert, history and semantic recall")
+    demo.add_argument("--threads", type=int, default=200, metavar="N",
+                      help="threads of the throughput workload (default: 200)")
+    demo.add_argument("--resources", type=int, default=20, metavar="N",
+                      help="resources the workload's threads belong to (default: 20)")
+    demo.add_argument("--turns", type=int, default=25, metavar="N",
+                      help="turns per thread, two messages each (default: 25)")
+    demo.add_argument("--concurrency", type=int, default=16, metavar="N",
+                      help="threads saving at the same time (default: 16)")
+    demo.add_argument("--no-semantic", action="store_true", help="no embeddings, no vector index")
+    demo.add_argument("--keep", action="store_true", help="keep the temporary database and print where it is")
     demo.set_defaults(run=_demo)
 
     threads = sub.add_parser("threads", parents=[common], help="list threads")
@@ -681,6 +767,9 @@ def _parser() -> argparse.ArgumentParser:
 
     imp = sub.add_parser("import", parents=[common], help="import messages from a JSON-lines file ('-': stdin)")
     imp.add_argument("file", metavar="FILE")
+    imp.add_argument("--no-semantic", action="store_true",
+                     help="save without vectors (`threadmind reindex` makes them later)")
+
     imp.set_defaults(run=_import)
 
     reindex = sub.add_parser("reindex", parents=[common], help="make vectors for messages that have none")

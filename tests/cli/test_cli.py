@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -180,10 +181,27 @@ class TestInspection:
         fields = {line[:33].strip(): line[33:].strip() for line in out.splitlines()[2:]}
         assert fields["threads"] == "5"
         assert fields["messages"] == "23"
+        assert fields["resources"] == "3"  # owners of threads, not only the 2 with a working memory
+        assert fields["working memories"] == "2"
         assert fields["vectors"] == "23"
         assert fields["pending vectors"] == "0"
         assert fields["index memory_messages_16"].endswith("0 messages without one; ok")
         assert fields["database size"].endswith("KiB")
+
+    def test_a_dimension_the_vectors_do_not_have_is_refused_by_search(
+        self, capsys: pytest.CaptureFixture[str], mastra_db: str
+    ) -> None:
+        code, out, err = run(capsys, "search", "Tokyo", "--resource", "res-alice", "--db", mastra_db, "--dim", "8")
+        assert code == 1 and out == ""
+        assert "--dim 8 does not match the vectors in the database (16-dimensional)" in err
+        assert err.count("\n") == 1
+
+    def test_one_thread_is_singular(self, capsys: pytest.CaptureFixture[str], mastra_db: str) -> None:
+        code, out, _ = run(capsys, "threads", "--db", mastra_db, "--resource", "res-bob")
+        assert code == 0
+        assert sum(1 for t in MANIFEST["threads"] if t["resourceId"] == "res-bob") == 1
+        assert out.splitlines()[0] == "1 thread of resource 'res-bob'"
+
 
     def test_rich_tables_on_a_terminal(
         self, capsys: pytest.CaptureFixture[str], mastra_db: str, monkeypatch: pytest.MonkeyPatch
@@ -242,7 +260,7 @@ class TestExportImport:
         assert "content" in errors[1]
         assert "threadId" in errors[2]
         assert "role" in errors[3]
-        assert out.strip() == "imported 5 messages into 1 threads (1 new); 4 bad lines"
+        assert out.strip() == "imported 5 messages into 1 thread (1 new); 4 bad lines"
         _, exported, _ = run(capsys, "export", "--db", db)
         assert [json.loads(line)["id"] for line in exported.splitlines()] == [f"t1-m{i:03d}" for i in range(1, 6)]
 
@@ -275,6 +293,33 @@ class TestExportImport:
 
 
 class TestReindex:
+    def test_plain_progress_is_a_line_per_tenth(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        db = tmp_path / "m.db"
+        path = _write_jsonl(tmp_path / "in.jsonl", [_message(i, thread=f"t{i % 8}") for i in range(3000)])
+        assert run(capsys, "import", str(path), "--db", str(db), "--no-semantic")[0] == 0
+        code, out, _ = run(capsys, "reindex", "--db", str(db), "--dim", "8")
+        assert code == 0
+        progress = [line for line in out.splitlines() if line.endswith("%)")]
+        assert progress[-1] == "reindex: 3000/3000 messages (100%)"
+        percents = [int(line.rsplit("(", 1)[1][:-2]) for line in progress]
+        assert len({p // 10 for p in percents}) == len(percents) <= 11, progress  # 3000 messages, many batches
+
+    def test_stats_without_semantic_recall_gives_no_reindex_advice(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        db = tmp_path / "m.db"
+        path = _write_jsonl(tmp_path / "in.jsonl", [_message(i, resource="r1") for i in range(5)]
+                            + [_message(i, thread="t2", resource="r2") for i in range(5)])
+        assert run(capsys, "import", str(path), "--db", str(db), "--no-semantic")[0] == 0
+        code, out, _ = run(capsys, "stats", "--db", str(db))
+        assert code == 0
+        assert "reindex`" not in out.replace("`threadmind reindex` makes one", "")
+        fields = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in out.splitlines()[2:])
+        assert fields["resources"] == "2" and fields["working memories"] == "0"
+
+        assert fields["index health"].startswith("no vector index (the messages were saved without semantic recall")
+        assert fields["index snapshot"] == "none"
+
     def test_reindex_makes_missing_vectors_with_progress(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
@@ -284,11 +329,15 @@ class TestReindex:
         code, out, _ = run(capsys, "reindex", "--db", str(db), "--dim", "16")
         assert code == 0
         lines = out.splitlines()
-        assert lines[-1] == "reindex: made 300 vectors in memory_messages_16"
-        assert lines[-2] == "reindex: 300/300 messages (100%)"
+        assert re.fullmatch(r"reindex: made 300 vectors in memory_messages_16 \(index saved in \d+\.\d s\)",
+                            lines[-1]), lines
+        assert lines[-2] == "reindex: inserting into the HNSW index and saving its snapshot..."
+        assert lines[-3] == "reindex: 300/300 messages (100%)"
         assert all(line.startswith("reindex: ") for line in lines)
+        assert len(lines) <= 11 + 2  # without a terminal: at most one line per tenth, never one per batch
         code, out, _ = run(capsys, "reindex", "--db", str(db), "--dim", "16")
-        assert out.splitlines()[-1] == "reindex: made 0 vectors in memory_messages_16"
+        assert out.splitlines()[-1].startswith("reindex: made 0 vectors in memory_messages_16 ")
+
         conn = sqlite3.connect(db)
         try:
             per_index = dict(conn.execute("SELECT index_name, count(*) FROM threadmind_vectors GROUP BY 1"))
@@ -324,3 +373,55 @@ def test_a_database_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> N
         assert done.returncode == 1, done.stderr
         assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    code, out, _ = run(capsys, "--version")
+    assert (code, out.strip()) == (0, f"threadmind {version('threadmind')}")
+
+
+class TestDemo:
+    def test_the_conversation_shows_what_memory_did(self, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+        db = tmp_path / "demo.db"
+        code, out, err = run(capsys, "demo", "--db", str(db), "--threads", "4", "--turns", "2")
+        assert (code, err) == (0, "")
+        assert "title, given by the title model after the first turn: \"Ada's trip to Tokyo\"" in out
+        assert "  - **Diet**: vegetarian" in out  # the working memory the model wrote through its tool
+        given = out.split("memory gave the model", 1)[1]
+        assert "the working memory of 'ada': yes" in given
+        found = given.split("messages found by semantic recall in thread 'demo-trip':", 1)[1].split("assistant:")[0]
+        assert "User: Hi, I'm Ada. I'm planning a trip to Tokyo in April" in found  # across threads
+        assert "assistant: Since Tokyo is coming up in April: a vegetarian ramen night" in out
+        assert "title: 'Dinner ideas, Tokyo style'" in out
+        assert "memory.recall('demo-trip') returns its last 4 messages, oldest first:" in out
+        last = out.strip().splitlines()[-1]
+        assert re.fullmatch(r"throughput: 16 messages saved \(4 threads x 2 turns, 16 at a time\) in [\d.]+ s: "
+                            r"[\d,]+ msgs/s, p50 [\d.]+ ms, p99 [\d.]+ ms", last), last
+        assert "[user]" not in out and "typescript" not in out  # no workload word salad in the conversation
+        conn = sqlite3.connect(db)
+        try:
+            titles = dict(conn.execute("SELECT id, title FROM mastra_threads WHERE id LIKE 'demo-%'"))
+        finally:
+            conn.close()
+        assert titles == {"demo-trip": "Ada's trip to Tokyo", "demo-dinner": "Dinner ideas, Tokyo style"}
+        code, _, err = run(capsys, "demo", "--db", str(db), "--threads", "1", "--turns", "1")
+        assert code == 1 and "already holds the demo's thread 'demo-trip'" in err
+
+    def test_without_semantic_recall_nothing_is_found_across_threads(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        code, out, _ = run(capsys, "demo", "--no-semantic", "--threads", "2", "--turns", "1")
+        assert code == 0
+        found = out.split("messages found by semantic recall in thread 'demo-trip':", 1)[1].splitlines()[1]
+        assert found.strip() == "(none)"
+        assert "assistant: How about pasta?" in out  # the scripted answer reads what memory gave it
+
+    def test_bench_keeps_the_workload_figures(self, capsys: pytest.CaptureFixture[str]) -> None:
+        code, out, _ = run(capsys, "demo", "--bench", "--threads", "4", "--turns", "3")
+        assert code == 0
+        assert "Ada" not in out
+        assert "workload: 4 threads x 3 turns under 4 resources, concurrency 16" in out
+        assert re.search(r"HNSW index: 24 vectors inserted", out)
+        assert re.search(r"last-10 recall: p50 [\d.]+ ms", out) and "semantic recall (resource scope)" in out

@@ -647,11 +647,15 @@ class PostgresStore:
     # -- CLI helpers -------------------------------------------------------------------------------------
 
     async def stats(self) -> dict[str, int]:
-        """Row counts of the memory tables and the database's size in bytes (``file_bytes``)."""
+        """Row counts of the memory tables, ``resources`` in use (owning a thread or a working memory) and the
+        database's size in bytes (``file_bytes``)."""
         row = await self._read(lambda conn: conn.fetchrow(
             "SELECT (SELECT count(*) FROM mastra_threads), (SELECT count(*) FROM mastra_messages), "
-            "(SELECT count(*) FROM mastra_resources), pg_database_size(current_database())"), "stats")
-        return {"threads": int(row[0]), "messages": int(row[1]), "resources": int(row[2]), "file_bytes": int(row[3])}
+            '(SELECT count(*) FROM (SELECT "resourceId" FROM mastra_threads UNION SELECT id FROM mastra_resources) '
+            "u), (SELECT count(*) FROM mastra_resources), pg_database_size(current_database())"), "stats")
+        return {"threads": int(row[0]), "messages": int(row[1]), "resources": int(row[2]),
+                "working_memories": int(row[3]), "file_bytes": int(row[4])}
+
 
     async def iter_messages(self, thread_ids: Sequence[str] | None = None) -> AsyncIterator[Message]:
         """Every message of the given threads (default: all threads by creation), ascending per thread."""

@@ -1002,7 +1002,8 @@ class SQLiteStore(GroupWriter):
 
 
     async def stats(self) -> dict[str, int]:
-        """Row counts of the memory tables and the database size in bytes (pages × page size)."""
+        """Row counts of the memory tables, ``resources`` in use (owning a thread or a working memory) and the
+        database size in bytes (pages × page size)."""
 
         def read(conn: sqlite3.Connection) -> dict[str, int]:
             def scalar(sql: str) -> int:
@@ -1011,7 +1012,10 @@ class SQLiteStore(GroupWriter):
             return {
                 "threads": scalar("SELECT COUNT(*) FROM mastra_threads"),
                 "messages": scalar("SELECT COUNT(*) FROM mastra_messages"),
-                "resources": scalar("SELECT COUNT(*) FROM mastra_resources"),
+                "resources": scalar('SELECT COUNT(*) FROM (SELECT "resourceId" FROM mastra_threads '
+                                    "UNION SELECT id FROM mastra_resources)"),
+                "working_memories": scalar("SELECT COUNT(*) FROM mastra_resources"),
+
                 "file_bytes": scalar("PRAGMA page_count") * scalar("PRAGMA page_size"),
             }
 
