@@ -20,7 +20,12 @@ EXPECTED: dict[str, list[str]] = {
     "working_memory.py": ["# User Information", "- **First Name**: Ada", "Profile(name='Ada', city='Lyon', diet=[])"],
     "titles_and_observations.py": ["title: Flights to Tokyo", "* 🔴 Ada plans a family trip to Tokyo in April",
                                    "sent verbatim: ['What should we pack?']"],
+    # The caller's span is the parent of the operation, the operation of the mailbox hop, that of the commit.
+    "tracing.py": ["handle request", "  threadmind.memory.create_thread t1", "    threadmind.actor.CreateThread t1",
+                   "      threadmind.store.group_commit", "  threadmind.memory.save_messages t1",
+                   "    threadmind.actor.SaveMessages t1", "      threadmind.store.group_commit"],
 }
+
 
 
 def test_every_example_is_checked() -> None:

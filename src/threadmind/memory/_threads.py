@@ -16,11 +16,10 @@ __all__ = ("create_thread", "ensure_thread")
 
 
 async def create_thread(core: MemoryCore, thread: Thread) -> Thread:
-    """Insert ``thread`` through its actor; ``ValidationError`` if the id is taken."""
-    with operation_span("threadmind.memory.create_thread", "update_memory", thread_id=thread.id,
-                        resource_id=thread.resource_id):
-        created: Thread = await core.actors().ask(thread.id, CreateThread(thread))
-        return created
+    """Insert ``thread`` through its actor; ``ValidationError`` if the id is taken. The caller opens the
+    operation span (``Memory.create_thread`` one covering the resource mirror too)."""
+    created: Thread = await core.actors().ask(thread.id, CreateThread(thread))
+    return created
 
 
 async def ensure_thread(core: MemoryCore, thread_id: str, resource_id: str) -> Thread:
@@ -30,7 +29,10 @@ async def ensure_thread(core: MemoryCore, thread_id: str, resource_id: str) -> T
     if thread is None:
         now = utc_now()
         try:
-            thread = await create_thread(core, Thread(thread_id, resource_id, "", None, now, now))
+            with operation_span("threadmind.memory.create_thread", "update_memory", thread_id=thread_id,
+                                resource_id=resource_id):
+                thread = await create_thread(core, Thread(thread_id, resource_id, "", None, now, now))
+
         except ValidationError:
             thread = await core.store().get_thread(thread_id)  # created concurrently by another turn
             if thread is None:

@@ -309,7 +309,10 @@ class SQLiteStore(GroupWriter):
                 return
             try:
                 # A no-op job queued last: when it has run, everything queued before it has committed.
-                await self._submit(lambda conn: None)
+                with get_tracer().start_as_current_span("threadmind.store.close",
+                                                        attributes={ATTR_DB_SYSTEM: "sqlite"}):
+                    await self._submit(lambda conn: None)
+
             finally:
                 self._state = _State.CLOSED
                 for conn in (self._checkpointer, self._reader, self._writer):
