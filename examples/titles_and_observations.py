@@ -21,7 +21,9 @@ async def main() -> None:
 
     # Observational memory: past `messageTokens` unobserved tokens, an Observer model turns old messages into
     # observations that replace them in the model's context.
-    observer = ScriptedModel(["* 🔴 Ada plans a family trip to Tokyo in April"] * 10)
+    observer = ScriptedModel(["* 🔴 Ada plans a family trip to Tokyo in April",
+                              "* 🟡 Ada wants a hotel near the station, breakfast included"] * 5)
+
     options = {"observationalMemory": {"model": observer, "observation": {"messageTokens": 40}}}
     async with Memory(storage=SQLiteStore("om.db"), options=options) as memory:
         model = ScriptedModel(["Noted."] * 3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +46,40 @@ def test_the_example_runs_and_prints_what_it_promises(name: str, tmp_path: Path)
         assert wanted in lines[position:], f"{name} did not print {wanted!r} (after line {position}):\n{done.stdout}"
         position = lines.index(wanted, position) + 1
     assert done.stderr == "", done.stderr
+
+
+README = REPO / "README.md"
+_MARKER = re.compile(r"<!-- example: (examples/[\w.]+) -->\n```python\n(.*?)```\n", re.S)
+
+
+def test_every_python_block_of_the_readme_is_an_example_file_verbatim() -> None:
+    """The README quotes examples/ and nothing else, so its snippets are the files the test above runs."""
+    text = README.read_text(encoding="utf-8")
+    quoted = _MARKER.findall(text)
+    assert len(quoted) == text.count("```python"), "a ```python block without an <!-- example: ... --> marker"
+    for path, code in quoted:
+        assert (REPO / path).read_text(encoding="utf-8") == code, f"README's copy of {path} differs from the file"
+    assert {Path(path).name for path, _ in quoted} == set(EXPECTED) | {"chat_server.py"}
+
+
+def _bash_block(name: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    found = re.search(rf"<!-- commands: {name} -->\n```bash\n(.*?)```\n", text, re.S)
+    assert found, f"README has no <!-- commands: {name} --> block"
+    return found.group(1)
+
+
+def test_the_readme_cli_commands_run_as_written(tmp_path: Path) -> None:
+    script = _bash_block("cli")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "", done.stderr
+    out = done.stdout
+    assert "2 threads of resource 'ada'" in out and "Ada's trip to Tokyo" in out
+    assert "imported 6 messages into 2 threads (2 new); 0 bad lines" in out
+    assert "reindex: made 6 vectors in memory_messages_384" in out
+    assert "6 vectors; 0 messages without one; ok" in out
+    hits = out.split("hits in resource 'ada'", 1)[1].splitlines()[2:6]
+    assert all(" demo-" in line for line in hits), hits  # the search stays in ada's threads
