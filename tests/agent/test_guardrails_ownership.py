@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests._factories import RESOURCE, THREAD, base_time, open_memory, seed, stored, text_msg, texts
 
 from threadmind import Message
 from threadmind.agent import Agent
@@ -18,8 +19,6 @@ from threadmind.errors import ResourceMismatch, ValidationError
 from threadmind.models import ScriptedModel
 from threadmind.processors import MessageHistory
 from threadmind.stores import HnswVectorStore
-
-from ._support import RESOURCE, THREAD, base_time, open_memory, seed, stored, text_msg, texts
 
 
 class _AbortInput:

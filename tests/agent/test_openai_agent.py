@@ -9,14 +9,13 @@ from typing import Any
 
 import anyio
 import pytest
+from tests._factories import RESOURCE, THREAD, open_memory, stored, texts
 from tests._openai_server import FakeOpenAI, StreamScript
 
 from threadmind.agent import Agent, Tool
 from threadmind.errors import ModelError
 from threadmind.events import TextDeltaEvent, ToolInputDeltaEvent, ToolOutputAvailableEvent
 from threadmind.models import OpenAIChatModel
-
-from ._support import RESOURCE, THREAD, open_memory, stored, texts
 
 
 @pytest.fixture

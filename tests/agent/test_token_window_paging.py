@@ -7,13 +7,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from tests._factories import RESOURCE, THREAD, base_time, msg, open_memory, seed, text_msg, tool_part
 
 from threadmind import Message, MessageHistoryConfig
 from threadmind.codecs import TextPart
 from threadmind.processors._token_window import _PAGE, _retain, group_by_tool_calls, load_token_window
 from threadmind.tokens import DefaultTokenCounter
-
-from ._support import RESOURCE, THREAD, base_time, msg, open_memory, seed, text_msg, tool_part
 
 
 def _history(n: int) -> list[Message]:

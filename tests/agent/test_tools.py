@@ -8,13 +8,12 @@ from typing import Any
 
 import anyio
 import msgspec
+from tests._factories import RESOURCE, THREAD, base_time, by_id, open_memory, seed, stored, text_msg, texts, tool_states
 
 from threadmind import Message
 from threadmind.agent import Agent, Tool
 from threadmind.codecs import StepStartPart, TextPart, ToolInvocationPart
 from threadmind.models import ModelRequest, ModelResponse, ScriptedModel, ToolCall
-
-from ._support import RESOURCE, THREAD, base_time, by_id, open_memory, seed, stored, text_msg, texts, tool_states
 
 
 def _with_outcome(message: Message, call_id: str, result: Any) -> Message:

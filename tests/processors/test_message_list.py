@@ -9,11 +9,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from tests import _factories as factories
 
 from threadmind.codecs import (
     Message,
-    MessageContent,
     Part,
+    Role,
     StepStartPart,
     TextPart,
     ToolInvocation,
@@ -43,12 +44,12 @@ def make_list(clock: Callable[[], datetime] | None = None) -> MessageList:
                        now=clock or Clock())
 
 
-def msg(id: str, role: str = "user", text: str | None = "x", *, at: datetime = T0, parts: list[Part] | None = None,
-        metadata: dict[str, Any] | None = None, thread_id: str = "t1") -> Message:
+def msg(id: str, role: Role = "user", text: str | None = "x", *, at: datetime = T0,
+        parts: list[Part] | None = None, metadata: dict[str, Any] | None = None, thread_id: str = "t1") -> Message:
     if parts is None:
         parts = [TextPart(text=text)] if text is not None else []
-    return Message(id=id, role=role, content=MessageContent(parts=parts, content=text, metadata=metadata),  # type: ignore[arg-type]
-                   created_at=at, thread_id=thread_id, resource_id="r1")
+    return factories.msg(role, *parts, id=id, at=at, text=text, metadata=metadata, thread_id=thread_id,
+                         resource_id="r1")
 
 
 def tool(call_id: str, state: str = "call", result: Any = None, *, executed: bool | None = None,
@@ -474,7 +475,7 @@ def test_random_adds_keep_order_and_unique_ids() -> None:
     sources: list[Source] = ["memory", "input", "response", "context"]
     for step in range(1000):
         clock.when = T0 + timedelta(milliseconds=rng.randint(0, 50))
-        role = rng.choice(["user", "assistant", "assistant"])
+        role: Role = rng.choice(["user", "assistant", "assistant"])
         kind = rng.random()
         item: Any
         if kind < 0.2:
