@@ -105,7 +105,8 @@ async def test_output_processors_shape_what_is_stored_and_returned(tmp_path: Pat
 async def test_missing_resource_or_thread_id_is_refused(tmp_path: Path) -> None:
     async with open_memory(tmp_path) as memory:
         agent = Agent("a", "i", ScriptedModel(["x"]), memory=memory)
-        for kwargs in ({"thread_id": THREAD}, {"resource_id": RESOURCE}, {}):
+        missing: tuple[dict[str, Any], ...] = ({"thread_id": THREAD}, {"resource_id": RESOURCE}, {})
+        for kwargs in missing:
             with pytest.raises(ValidationError) as info:
                 await agent.generate("hi", **kwargs)
             assert info.value.code == "AGENT_MEMORY_MISSING_RESOURCE_ID"

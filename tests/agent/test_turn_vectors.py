@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests._factories import semantic_memory
@@ -22,7 +23,7 @@ from threadmind.processors import MessageHistory
 from threadmind.stores import SQLiteStore
 
 OPTIONS = {"lastMessages": 10, "semanticRecall": {"topK": 5, "messageRange": 0, "scope": "resource"}}
-IDS = {"thread_id": "t1", "resource_id": "r1"}
+IDS: dict[str, Any] = {"thread_id": "t1", "resource_id": "r1"}
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -58,6 +58,11 @@ def tool(call_id: str, state: str = "call", result: Any = None, *, executed: boo
         tool_invocation=ToolInvocation(state=state, tool_call_id=call_id, tool_name="t", args={"a": 1},  # type: ignore[arg-type]
                                        result=result, approval=approval),
         provider_executed=executed, provider_metadata=pm)
+
+
+def _ids(counter: Iterator[int]) -> Callable[[], str]:
+    """An id generator drawing from ``counter``: gen-1, gen-2 ..."""
+    return lambda: f"gen-{next(counter)}"
 
 
 def texts(message: Message | None) -> list[str]:
@@ -224,13 +229,13 @@ class TestOrdering:
         rng = random.Random(11)
         for _ in range(200):
             counters = [itertools.count(1), itertools.count(1)]
-            lists = [cls(thread_id="t1", resource_id="r1", generate_id=lambda c=c: f"gen-{next(c)}", now=Clock())
+            lists = [cls(thread_id="t1", resource_id="r1", generate_id=_ids(c), now=Clock())
                      for cls, c in zip((MessageList, AlwaysSorted), counters, strict=True)]
             for _ in range(rng.randrange(1, 12)):
                 batch = [msg(f"m{rng.randrange(6)}", rng.choice(["user", "assistant"]), f"t{rng.randrange(3)}",
                              at=T0 + rng.randrange(4) * MS) for _ in range(rng.randrange(1, 6))]
                 source = rng.choice(["memory", "input", "response"])
-                outcomes = []
+                outcomes: list[str | None] = []
                 for ml in lists:
                     try:
                         ml.add(batch, source)  # type: ignore[arg-type]
@@ -408,7 +413,7 @@ class TestSealedReplace:
                    text=None, at=T0 + timedelta(seconds=5)), "response")
         new = ml.get("gen-1")
         assert new is not None and texts(new) == ["two", "three"]  # past the one sealed part
-        assert texts(ml.get("a")) == ["one", "two"]  # type: ignore[arg-type]
+        assert texts(ml.get("a")) == ["one", "two"]
 
     def test_old_before_last_sealed_gets_fresh_id(self) -> None:
         ml = make_list()
