@@ -34,9 +34,10 @@ def base_time() -> datetime:
 
 
 class FakeClock:
-    """A monotonic clock (seconds) that moves only when a test advances it; pass it as ``clock=``."""
+    """A monotonic clock (seconds) that moves only when a test moves it (``advance`` or ``now +=``); pass it
+    as ``clock=`` to what takes one (actors, the actor registry, in-process leases)."""
 
-    def __init__(self, start: float = 0.0) -> None:
+    def __init__(self, start: float = 1000.0) -> None:
         self.now = start
 
     def __call__(self) -> float:
