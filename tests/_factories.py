@@ -1,7 +1,7 @@
-"""Shared test factories: messages and tool parts, stores and memories, and reading a thread back.
+"""Shared test factories: messages and tool parts, a fake clock, stores and memories, and reading a thread back.
 
-Every test that needs a message, a store of a given kind or a Memory over one builds it here; a folder's
-``_support`` module keeps only what is its own (a signature its tests share, a loop mode).
+A folder's ``_support`` module, or a test file's own helper, keeps only what differs (a signature its tests
+share, a loop mode) and builds on these.
 """
 
 from __future__ import annotations
