@@ -12,13 +12,14 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from tests._factories import msg
 
 from threadmind.codecs import (
     FilePart,
     Message,
-    MessageContent,
     Part,
     ReasoningPart,
+    Role,
     StepStartPart,
     TextPart,
     ToolInvocation,
@@ -73,9 +74,8 @@ def oracle(text: str) -> int:
     return total
 
 
-def message(parts: list[Part], role: str = "assistant", content: str | None = None) -> Message:
-    return Message(id="m1", role=role, content=MessageContent(parts=parts, content=content),  # type: ignore[arg-type]
-                   created_at=utc_now())
+def message(parts: list[Part], role: Role = "assistant", content: str | None = None) -> Message:
+    return msg(role, *parts, id="m1", at=utc_now(), text=content, thread_id=None, resource_id=None)
 
 
 def tool(state: str, args: Any = None, result: Any = None, **extra: Any) -> ToolInvocationPart:

@@ -12,21 +12,12 @@ from anyio import wait_all_tasks_blocked
 from anyio.lowlevel import checkpoint
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests._factories import FakeClock
 
 from threadmind.actors._actor import Actor
 from threadmind.actors._mailbox import MailboxClosed
 from threadmind.actors._registry import ActorRegistry, RegistryStatistics
 from threadmind.errors import ConfigError, ThreadmindError
-
-
-class FakeClock:
-    """A settable monotonic clock."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass(frozen=True)
@@ -212,9 +203,13 @@ class TestPassivation:
         slices: list[int] = []
         sweep = registry.sweep
 
+        emptied = anyio.Event()
+
         def _sweep(limit: int | None = None) -> int:
             count = sweep(limit)
             slices.append(count)
+            if not len(registry):
+                emptied.set()
             return count
 
         registry.sweep = _sweep  # type: ignore[method-assign]
@@ -224,8 +219,8 @@ class TestPassivation:
             await wait_all_tasks_blocked()
             clock.now += 10
             with anyio.fail_after(5):
-                while len(registry):  # noqa: ASYNC110 - the sweeper runs on its own interval
-                    await anyio.sleep(0.001)
+                await emptied.wait()
+            assert len(registry) == 0
         assert max(slices) == _registry._SWEEP_SLICE and sum(slices) == 3 * _registry._SWEEP_SLICE + 7
 
 

@@ -7,6 +7,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from tests._factories import FakeClock
+
 from threadmind import Memory
 from threadmind.actors._registry import ActorRegistry
 from threadmind.actors._resource_actor import GetResource, ResourceActor
@@ -27,14 +29,6 @@ class CountingResources(SQLiteStore):
     async def get_resource(self, resource_id: str) -> Resource | None:
         self.resource_reads += 1
         return await super().get_resource(resource_id)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def test_working_memory_turns_read_the_resource_once(tmp_path: Path) -> None:
@@ -70,7 +64,7 @@ async def test_an_update_through_memory_is_seen_by_the_next_turn(tmp_path: Path)
 
 
 async def test_the_cached_row_expires_and_exclusive_work_drops_it(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock()
     async with SQLiteStore(tmp_path / "m.db") as store:
         reads: list[str] = []
         original = store.get_resource

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from tests._factories import text_msg
 
 from threadmind import Memory, Message
 from threadmind.actors._tail import Tail
@@ -21,8 +22,8 @@ BASE = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def _msg(i: int, seconds: int, text: str | None = None) -> Message:
-    return Message.user(text or f"message {i}", id=f"m{i}", thread_id="t", resource_id="r",
-                        created_at=BASE + timedelta(seconds=seconds))
+    return text_msg("user", text or f"message {i}", id=f"m{i}", at=BASE + timedelta(seconds=seconds),
+                    thread_id="t", resource_id="r")
 
 
 @pytest.mark.parametrize("cached_reads", [True, False], ids=["cached-reads", "mailbox-reads"])

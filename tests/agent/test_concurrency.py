@@ -7,12 +7,11 @@ from typing import Any
 
 import anyio
 import pytest
+from tests._factories import RESOURCE, THREAD, open_memory, stored, texts
 
 from threadmind.agent import Agent
 from threadmind.errors import ThreadBusy
 from threadmind.models import ModelRequest, ScriptedModel
-
-from ._support import RESOURCE, THREAD, open_memory, stored, texts
 
 
 class _Gate:

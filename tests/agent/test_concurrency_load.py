@@ -8,11 +8,10 @@ from typing import Any
 
 import anyio
 import pytest
+from tests._factories import RESOURCE, open_memory, stored, texts
 
 from threadmind.agent import Agent
 from threadmind.models import ModelRequest, ScriptedModel
-
-from ._support import RESOURCE, open_memory, stored, texts
 
 
 @pytest.fixture

@@ -10,14 +10,13 @@ from typing import Any
 
 import msgspec
 from hypothesis import HealthCheck, given, settings
+from tests._factories import RESOURCE, THREAD, open_memory, stored
 from tests.codecs._content_strategies import PROPERTY, canonical, contents
 
 from threadmind import Memory, Message
 from threadmind.agent import Agent
 from threadmind.codecs import message_to_dict
 from threadmind.models import ScriptedModel
-
-from ._support import RESOURCE, THREAD, open_memory, stored
 
 INLINE = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
           "RU5ErkJggg==")

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests._factories import RESOURCE, THREAD, base_time, open_memory, seed, stored, text_msg, texts
 
 from threadmind import Message
 from threadmind.agent import Agent
@@ -18,8 +19,6 @@ from threadmind.errors import ResourceMismatch, ValidationError
 from threadmind.models import ScriptedModel
 from threadmind.processors import MessageHistory
 from threadmind.stores import HnswVectorStore
-
-from ._support import RESOURCE, THREAD, base_time, open_memory, seed, stored, text_msg, texts
 
 
 class _AbortInput:
@@ -106,7 +105,8 @@ async def test_output_processors_shape_what_is_stored_and_returned(tmp_path: Pat
 async def test_missing_resource_or_thread_id_is_refused(tmp_path: Path) -> None:
     async with open_memory(tmp_path) as memory:
         agent = Agent("a", "i", ScriptedModel(["x"]), memory=memory)
-        for kwargs in ({"thread_id": THREAD}, {"resource_id": RESOURCE}, {}):
+        missing: tuple[dict[str, Any], ...] = ({"thread_id": THREAD}, {"resource_id": RESOURCE}, {})
+        for kwargs in missing:
             with pytest.raises(ValidationError) as info:
                 await agent.generate("hi", **kwargs)
             assert info.value.code == "AGENT_MEMORY_MISSING_RESOURCE_ID"

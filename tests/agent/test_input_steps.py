@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tests._factories import RESOURCE, THREAD, base_time, open_memory, seed, stored, text_msg, texts
+
 from threadmind import Message
 from threadmind.agent import Agent, Tool
 from threadmind.models import ModelResponse, ScriptedModel, ToolCall
 from threadmind.processors import TokenLimiter
 from threadmind.tokens import DefaultTokenCounter
-
-from ._support import RESOURCE, THREAD, base_time, open_memory, seed, stored, text_msg, texts
 
 
 def _two_steps(result: str) -> tuple[ScriptedModel, list[Tool]]:

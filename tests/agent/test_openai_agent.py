@@ -9,14 +9,13 @@ from typing import Any
 
 import anyio
 import pytest
+from tests._factories import RESOURCE, THREAD, open_memory, stored, texts
 from tests._openai_server import FakeOpenAI, StreamScript
 
 from threadmind.agent import Agent, Tool
 from threadmind.errors import ModelError
 from threadmind.events import TextDeltaEvent, ToolInputDeltaEvent, ToolOutputAvailableEvent
 from threadmind.models import OpenAIChatModel
-
-from ._support import RESOURCE, THREAD, open_memory, stored, texts
 
 
 @pytest.fixture
@@ -112,7 +111,9 @@ async def test_a_connection_dropped_mid_stream_persists_nothing(tmp_path: Path, 
 async def test_a_consumer_that_stops_closes_the_http_stream_and_keeps_what_it_saw(
         tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     events: list[dict[str, Any] | str | bytes] = FakeOpenAI.stream_events(FakeOpenAI.completion("Hello there"))
-    long = events[:3] + [dict(events[2], choices=[{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}])
+    third = events[2]
+    assert isinstance(third, dict)
+    long = events[:3] + [dict(third, choices=[{"index": 0, "delta": {"content": f" w{i}"}, "finish_reason": None}])
                          for i in range(300)] + events[3:]
     [script] = fake_openai.script_stream(StreamScript(long, pause_after=3))
     async with open_memory(tmp_path) as memory, \

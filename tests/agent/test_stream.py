@@ -11,6 +11,7 @@ import msgspec
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from tests._factories import RESOURCE, THREAD, by_id, open_memory, stored, texts, tool_states
 
 from threadmind import Message
 from threadmind.agent import Agent, AgentStream, GenerateResult, StreamEvent, Tool
@@ -31,7 +32,6 @@ from threadmind.events import (
 from threadmind.models import ModelChunk, ModelResponse, ScriptedModel, ToolCall, ToolInputDelta
 
 from ._streaming import Endless, Paced, collect, streamed_text, types
-from ._support import RESOURCE, THREAD, by_id, open_memory, stored, texts, tool_states
 
 
 def _shape(result: GenerateResult) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from tests._factories import RESOURCE, THREAD, base_time, open_memory, stored, text_msg, texts
 
 from threadmind import Memory, Message
 from threadmind.agent import ABORTED_TOOL_TEXT, Agent, AgentStream, Tool
@@ -23,7 +24,6 @@ from threadmind.models import ModelChunk, ModelResponse, ScriptedModel, ToolCall
 from threadmind.stores import SQLiteStore
 
 from ._streaming import GatedStore, Paced, types
-from ._support import RESOURCE, THREAD, base_time, open_memory, stored, text_msg, texts
 
 Stop = Callable[[AgentStream], Awaitable[None]]
 

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import msgspec
+from tests._factories import RESOURCE, THREAD, base_time, by_id, open_memory, seed, stored, text_msg, texts, tool_states
 
 from threadmind import Message
 from threadmind.agent import Agent, Tool
 from threadmind.codecs import StepStartPart, TextPart, ToolInvocationPart
 from threadmind.models import ModelRequest, ModelResponse, ScriptedModel, ToolCall
-
-from ._support import RESOURCE, THREAD, base_time, by_id, open_memory, seed, stored, text_msg, texts, tool_states
 
 
 def _with_outcome(message: Message, call_id: str, result: Any) -> Message:
@@ -108,7 +107,7 @@ async def test_server_tools_loop_and_merge_into_one_response_message(tmp_path: P
         assert results == [5, {"capital": "Paris"}]
         stamps = [p.created_at for p in rows[1].content.parts]  # every part of every step (reference §4.1)
         assert all(isinstance(t, int) and t > 1_600_000_000_000 for t in stamps), stamps
-        assert stamps == sorted(stamps)
+        assert stamps == sorted(cast("list[int]", stamps))
         assert result.finish_reason == "stop"
 
 

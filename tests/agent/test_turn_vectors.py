@@ -9,8 +9,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from tests._factories import semantic_memory
 
 from threadmind import Memory
 from threadmind.agent import Agent
@@ -18,17 +20,16 @@ from threadmind.embedders import Embeddings, HashEmbedder
 from threadmind.errors import StorageError
 from threadmind.models import ScriptedModel
 from threadmind.processors import MessageHistory
-from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.stores import SQLiteStore
 
 OPTIONS = {"lastMessages": 10, "semanticRecall": {"topK": 5, "messageRange": 0, "scope": "resource"}}
-IDS = {"thread_id": "t1", "resource_id": "r1"}
+IDS: dict[str, Any] = {"thread_id": "t1", "resource_id": "r1"}
 
 
 @pytest.fixture
 async def memory(tmp_path: Path) -> AsyncIterator[Memory]:
     path = tmp_path / "m.db"
-    async with Memory(storage=SQLiteStore(path, synchronous="NORMAL"), vector=HnswVectorStore(tmp_path / "v"),
-                      embedder=HashEmbedder(dim=64), options=OPTIONS) as mem:
+    async with semantic_memory(SQLiteStore(path, synchronous="NORMAL"), tmp_path / "v", OPTIONS) as mem:
         await mem.create_thread(resource_id="r1", thread_id="t1")
         # The test's stand-in for a failing disk: refuse any message mentioning "poison".
         with sqlite3.connect(path) as conn:
@@ -82,8 +83,8 @@ class _DownEmbedder(HashEmbedder):
 
 async def test_a_turn_whose_vectors_fail_is_marked_pending_in_its_save(tmp_path: Path) -> None:
     embedder = _DownEmbedder(dim=64)
-    async with Memory(storage=SQLiteStore(tmp_path / "p.db", synchronous="NORMAL"),
-                      vector=HnswVectorStore(tmp_path / "v"), embedder=embedder, options=OPTIONS) as memory:
+    async with semantic_memory(SQLiteStore(tmp_path / "p.db", synchronous="NORMAL"), tmp_path / "v", OPTIONS,
+                               embedder=embedder) as memory:
         await memory.create_thread(resource_id="r1", thread_id="t1")
         await Agent("a", "Be brief.", ScriptedModel(["plums are purple"]), memory=memory).generate(
             "tell me about plums", **IDS)

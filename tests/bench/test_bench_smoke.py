@@ -1,4 +1,5 @@
-"""The benchmarks keep running: a tiny workload through bench_memory and bench_agent, figures checked for shape."""
+"""The benchmarks keep running: a tiny workload through bench_memory, bench_agent and bench_actor, figures checked
+for shape."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, where bench/ lives
 
-from bench import bench_agent, bench_memory  # noqa: E402
+from bench import bench_actor, bench_agent, bench_memory  # noqa: E402
 
 
 def test_bench_memory_prints_every_phase(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,3 +55,10 @@ def test_bench_agent_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -
         assert pause["turns"] == 4 and 0 < pause["memory_steps"]["p50_ms"] <= pause["p99_ms"]
     concurrent = report["concurrent_64_conversations"]
     assert concurrent["turns"] == 64 and concurrent["turns_per_s"] > 0 and concurrent["p99_ms"] >= concurrent["p50_ms"]
+
+
+def test_bench_actor_prints_the_round_trip(capsys: pytest.CaptureFixture[str]) -> None:
+    bench_actor.main(["--asks", "20", "--repeat", "2"])
+    figures = json.loads(capsys.readouterr().out)["ask_round_trip_us"]
+    assert figures["asks"] == 20 and len(figures["runs"]) == 2
+    assert 0 < figures["best"] == min(figures["runs"]) <= figures["median"]

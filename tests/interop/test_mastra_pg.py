@@ -194,12 +194,12 @@ async def test_threadmind_reads_a_mastra_database_as_mastra_does(mastra_pg_dir: 
             assert await memory.get_working_memory(thread_id=thread.id, resource_id=thread.resource_id) \
                 == theirs["workingMemory"]["resource"][thread.resource_id]
         for resource_id, want in theirs["resources"].items():
-            got = await store.get_resource(resource_id)
+            row = await store.get_resource(resource_id)
             if want is None:
-                assert got is None
+                assert row is None
                 continue
-            assert got is not None and got.working_memory == want["workingMemory"]
-            assert _canonical(got.metadata) == _canonical(want["metadata"])
+            assert row is not None and row.working_memory == want["workingMemory"]
+            assert _canonical(row.metadata) == _canonical(want["metadata"])
     async with PostgresStore(pg_dsn) as fresh:
         record = await fresh.observational_records().current("thread:thread-basic")
     assert record is not None

@@ -6,23 +6,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests._factories import StoreFactory, StoreKind, new_store
 
 from threadmind import Memory
-from threadmind.stores import InMemoryStore, SQLiteStore
-from threadmind.stores._protocol import Store
-
-from ._support import StoreFactory
+from threadmind.stores import Store
 
 
 @pytest.fixture(params=[pytest.param("sqlite", id="sqlite"), pytest.param("memory", id="inmemory")])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     """A factory for fresh stores of the parametrized kind (SQLite files under ``tmp_path``)."""
     counter = iter(range(1_000_000))
+    kind: StoreKind = request.param
 
     def _make() -> Store:
-        if request.param == "sqlite":
-            return SQLiteStore(tmp_path / f"memory-{next(counter)}.db")
-        return InMemoryStore()
+        return new_store(kind, tmp_path / f"memory-{next(counter)}.db")
 
     return _make
 

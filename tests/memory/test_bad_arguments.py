@@ -3,7 +3,7 @@ working (found by fuzzing: these raised OverflowError, TypeError, AttributeError
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -36,7 +36,7 @@ CALLS: list[Any] = [
                  id="update-unencodable"),
     pytest.param(lambda m: m.create_thread(resource_id="r1", title="a\ud800"), id="title-surrogate"),
     pytest.param(lambda m: m.save_messages([{}]), id="save-empty-dict"),
-    pytest.param(lambda m: m.save_messages([Message("x", "user", MessageContent(content=5), BASE, "t1", "r1")]),
+    pytest.param(lambda m: m.save_messages([Message("x", "user", MessageContent(content=5), BASE, "t1", "r1")]),  # type: ignore[arg-type]
                  id="save-content-int"),
     pytest.param(lambda m: m.delete_messages([1]), id="delete-int"),
     pytest.param(lambda m: m.get_working_memory(thread_id="t1", resource_id=["r"]), id="wm-get-list"),
@@ -44,7 +44,7 @@ CALLS: list[Any] = [
     pytest.param(lambda m: m.update_working_memory(thread_id="t1", resource_id=float("nan"), working_memory="x"),
                  id="wm-update-nan"),
     pytest.param(lambda m: m.get_system_message(thread_id="t1", resource_id=(1, 2)), id="system-tuple"),
-    pytest.param(lambda m: Agent("a", "i", ScriptedModel(["x"]), memory=m).generate("hi", thread_id=["t"],
+    pytest.param(lambda m: Agent("a", "i", ScriptedModel(["x"]), memory=m).generate("hi", thread_id=["t"],  # type: ignore[arg-type]
                                                                                     resource_id="r1"),
                  id="agent-thread-list"),
 ]
@@ -67,8 +67,8 @@ async def test_a_bad_call_is_a_typed_error_and_changes_nothing(
 
 async def test_parts_none_is_normalised_to_no_parts(memory: Memory) -> None:
     await memory.create_thread(resource_id="r1", thread_id="t1")
-    saved = await memory.save_messages([Message("x", "user", MessageContent(parts=None, content="hi"), BASE,
-                                                "t1", "r1")])  # type: ignore[arg-type]
+    saved = await memory.save_messages([Message("x", "user", MessageContent(parts=None, content="hi"), BASE,  # type: ignore[arg-type]
+                                                "t1", "r1")])
     assert saved.messages[0].content.parts == [] and (await memory.recall("t1")).messages[0].text == "hi"
 
 
@@ -76,7 +76,7 @@ def test_processor_lists_and_agents_are_checked_at_construction() -> None:
     from threadmind.stores import InMemoryStore
 
     memory = Memory(storage=InMemoryStore())
-    assert memory.get_input_processors(None) and memory.get_output_processors(None)
+    assert memory.get_input_processors(None) and memory.get_output_processors(None)  # type: ignore[arg-type]
     for bad in (0, "abc", {"id": "x"}):
         with pytest.raises(ValidationError, match="configured"):
             memory.get_input_processors(bad)  # type: ignore[arg-type]
@@ -87,7 +87,7 @@ def test_processor_lists_and_agents_are_checked_at_construction() -> None:
         args: dict[str, Any] = {"name": "a", "instructions": "i", "model": model, **kwargs}
         with pytest.raises(ValidationError, match=needle):
             Agent(args.pop("name"), args.pop("instructions"), args.pop("model"), **args)
-    assert Agent("a", "i", model, input_processors=None).input_processors == []
+    assert Agent("a", "i", model, input_processors=None).input_processors == []  # type: ignore[arg-type]
 
 
 def test_codec_functions_refuse_what_is_not_a_message() -> None:
@@ -103,8 +103,9 @@ def test_codec_functions_refuse_what_is_not_a_message() -> None:
 
 async def test_closed_or_storage_less_memory_raises_for_working_memory_reads(make_store: StoreFactory) -> None:
     memory = Memory(storage=make_store())  # working memory off: these returned None without any check
-    for call in (lambda: memory.get_working_memory(thread_id="t1"),
-                 lambda: memory.get_system_message(thread_id="t1")):
+    calls: tuple[Callable[[], Awaitable[object]], ...] = (lambda: memory.get_working_memory(thread_id="t1"),
+                                                          lambda: memory.get_system_message(thread_id="t1"))
+    for call in calls:
         with pytest.raises(ThreadmindError, match="not started|start"):
             await call()
     async with memory:

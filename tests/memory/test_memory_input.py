@@ -194,16 +194,16 @@ class TestMessagesBuiltInPython:
     """msgspec does not type-check ``Message(...)``: what would not read back is refused before any write."""
 
     @pytest.mark.parametrize(("content", "needle"), [
-        pytest.param(lambda: MessageContent(parts=[1]), r"messages\[0\]\.content\.parts\[0\]", id="int-part"),
-        pytest.param(lambda: MessageContent(parts=[None]), r"messages\[0\]\.content\.parts\[0\]", id="none-part"),
-        pytest.param(lambda: MessageContent(parts="abc"), r"messages\[0\]\.content\.parts", id="str-parts"),
-        pytest.param(lambda: MessageContent(format=3), r"messages\[0\]\.content\.format", id="format-3"),
-        pytest.param(lambda: MessageContent(parts=[TextPart(text=5)]), r"messages\[0\]\.content\.parts\[0\]\.text",
+        pytest.param(lambda: MessageContent(parts=[1]), r"messages\[0\]\.content\.parts\[0\]", id="int-part"),  # type: ignore[list-item]
+        pytest.param(lambda: MessageContent(parts=[None]), r"messages\[0\]\.content\.parts\[0\]", id="none-part"),  # type: ignore[list-item]
+        pytest.param(lambda: MessageContent(parts="abc"), r"messages\[0\]\.content\.parts", id="str-parts"),  # type: ignore[arg-type]
+        pytest.param(lambda: MessageContent(format=3), r"messages\[0\]\.content\.format", id="format-3"),  # type: ignore[arg-type]
+        pytest.param(lambda: MessageContent(parts=[TextPart(text=5)]), r"messages\[0\]\.content\.parts\[0\]\.text",  # type: ignore[arg-type]
                      id="int-text"),
         pytest.param(lambda: MessageContent(parts=[TextPart(text="a\ud800b")]), r"messages\[0\]\.content",
                      id="lone-surrogate"),
         pytest.param(lambda: MessageContent(parts=[ToolInvocationPart(tool_invocation=ToolInvocation(
-            state="bogus", tool_call_id="c", tool_name="t"))]), r"messages\[0\]\.content\.parts\[0\]", id="tool-state"),
+            state="bogus", tool_call_id="c", tool_name="t"))]), r"messages\[0\]\.content\.parts\[0\]", id="tool-state"),  # type: ignore[arg-type]
         pytest.param(lambda: MessageContent(parts=[ToolInvocationPart(tool_invocation=ToolInvocation(
             state="call", tool_call_id="c", tool_name="t", args={"x": object()}))]), r"messages\[0\]\.content",
             id="unencodable-args"),
@@ -234,7 +234,7 @@ class TestMessagesBuiltInPython:
     async def test_parts_given_as_dicts_are_stored_and_cached_as_typed_parts(self, memory: Memory) -> None:
         await _setup(memory)
         await memory.recall("t1")  # the thread actor caches the window: the save is merged into it
-        loose = Message(id="loose", role="user", content=MessageContent(parts=[{"type": "text", "text": "hi"}]),
+        loose = Message(id="loose", role="user", content=MessageContent(parts=[{"type": "text", "text": "hi"}]),  # type: ignore[list-item]
                         created_at=BASE + timedelta(seconds=5), thread_id="t1", resource_id="r1")
         saved = await memory.save_messages([loose])
         assert isinstance(saved.messages[0].content.parts[0], TextPart)

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -249,7 +250,7 @@ class TestStartAndCloseFromAnyTask:
         async with Memory(storage=SQLiteStore(tmp_path / "m.db"), idle_timeout=1.0, max_actors=4) as memory:
             async with anyio.create_task_group() as tg:
                 for i in range(50):
-                    tg.start_soon(lambda i=i: memory.create_thread(resource_id="r1", thread_id=f"p{i}"))
+                    tg.start_soon(partial(memory.create_thread, resource_id="r1", thread_id=f"p{i}"))
             threads = memory.actor_system.threads
             assert threads is not None
             await anyio.sleep(0.6)  # a sweep or two: none idle for 1 s yet, but the cap is back

@@ -116,7 +116,7 @@ def test_a_store_without_save_many_is_refused_at_construction(tmp_path: Path) ->
     from threadmind.errors import ConfigError
 
     with pytest.raises(ConfigError, match="save_messages_many") as info:
-        Memory(storage=_WithoutSaveMany(SQLiteStore(tmp_path / "m.db")))  # type: ignore[arg-type]
+        Memory(storage=_WithoutSaveMany(SQLiteStore(tmp_path / "m.db")))
     assert info.value.code == "THREADMIND_STORE_INCOMPLETE"
 
 

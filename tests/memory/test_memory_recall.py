@@ -218,7 +218,7 @@ class TestReferenceRecallRules:
         async with Memory(storage=make_store(), vector=HnswVectorStore(), embedder=HashEmbedder(dim=32),
                           options={"semanticRecall": True}) as memory:
             for kwargs in ({}, {"per_page": 5}, {"vector_search_string": "hello"}):
-                result = await memory.recall("not-yet", resource_id="r1", **kwargs)  # type: ignore[arg-type]
+                result = await memory.recall("not-yet", resource_id="r1", **kwargs)
                 assert result.messages == [] and result.total == 0
         async with Memory(storage=make_store(), vector=HnswVectorStore(), embedder=HashEmbedder(dim=32),
                           options={"semanticRecall": {"scope": "thread"}}) as memory:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._factories import semantic_memory
 
 from threadmind import Memory
 from threadmind.agent import Agent
@@ -33,8 +34,7 @@ def _options(scope: str = "resource", **extra: Any) -> dict[str, Any]:
 
 
 def _memory(tmp_path: Path, embedder: Any = None, scope: str = "resource") -> Memory:
-    return Memory(storage=SQLiteStore(tmp_path / "memory.db"), vector=HnswVectorStore(tmp_path / "vec"),
-                  embedder=embedder or HashEmbedder(dim=64), options=_options(scope))
+    return semantic_memory(SQLiteStore(tmp_path / "memory.db"), tmp_path / "vec", _options(scope), embedder=embedder)
 
 
 async def _fill(memory: Memory, thread_id: str = "t1", resource_id: str = "r1", prefix: str = "") -> list[str]:
@@ -76,8 +76,7 @@ async def test_scope_resource_vs_thread(tmp_path: Path) -> None:
         assert other[3] in got or "t1-3" in got
         with pytest.raises(ValidationError, match="resourceId"):
             await memory.recall("empty", vector_search_string="jazz")
-    async with Memory(storage=SQLiteStore(tmp_path / "memory.db"), vector=HnswVectorStore(tmp_path / "vec"),
-                      embedder=HashEmbedder(dim=64), options=_options("thread")) as memory:
+    async with _memory(tmp_path, scope="thread") as memory:
         result = await memory.recall("empty", resource_id="r1", vector_search_string="jazz piano chords evening")
         assert result.messages == []  # thread scope: nothing from t1/t2
         t2 = await memory.recall("t2", vector_search_string="jazz piano chords evening")

@@ -15,11 +15,12 @@ from typing import Any
 
 import anyio
 import pytest
+from tests._factories import semantic_memory
 
 from threadmind import Memory, Message
 from threadmind.embedders import Embeddings, HashEmbedder
 from threadmind.errors import EmbedderError, ValidationError
-from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.stores import SQLiteStore
 
 from ._support import BASE, PLAIN_LOOP, msg
 
@@ -68,10 +69,6 @@ class _WatchedEmbedder:
         return await self.inner.embed(texts)
 
 
-def _memory(store: SQLiteStore, tmp_path: Path, embedder: Any) -> Memory:
-    return Memory(storage=store, vector=HnswVectorStore(tmp_path / "vec"), embedder=embedder, options=_OPTIONS)
-
-
 async def _hit_ids(memory: Memory, text: str) -> list[str]:
     index = memory.actor_system.index  # the index itself: what is searchable right now, without waiting on the thread
     assert index is not None
@@ -83,7 +80,7 @@ async def _held(tmp_path: Path, watch: str) -> AsyncIterator[tuple[Memory, _Held
     """A running Memory with thread t1 whose next message saves wait for ``store.release``."""
     store = _HeldStore(tmp_path / "m.db")
     embedder = _WatchedEmbedder(watch)
-    async with _memory(store, tmp_path, embedder) as memory:
+    async with semantic_memory(store, tmp_path / "vec", _OPTIONS, embedder=embedder) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         store.hold = True
         yield memory, store, embedder
@@ -106,7 +103,7 @@ async def test_embedding_overlaps_the_commit_and_vectors_appear_only_after_it(tm
 
 
 async def test_a_failed_save_leaves_no_vector_and_the_index_keeps_working(tmp_path: Path) -> None:
-    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, HashEmbedder(dim=64)) as memory:
+    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         await memory.create_thread(thread_id="t2", resource_id="r1")
         await memory.save_messages([msg("m1", "t1", text="alpine lakes in the summer")])
@@ -128,7 +125,7 @@ async def test_a_failed_save_leaves_no_vector_and_the_index_keeps_working(tmp_pa
 
 
 async def test_a_resaved_message_keeps_its_stored_created_at_in_the_vector_row(tmp_path: Path) -> None:
-    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, HashEmbedder(dim=64)) as memory:
+    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         await memory.save_messages([msg("m1", text="first words", ms=0)])
         result = await memory.save_messages([msg("m1", text="second words", created_at=BASE + timedelta(days=1))])
@@ -141,7 +138,7 @@ async def test_a_resaved_message_keeps_its_stored_created_at_in_the_vector_row(t
 
 async def test_an_embedder_failure_still_raises_after_the_messages_are_saved(tmp_path: Path) -> None:
     embedder = _WatchedEmbedder("never")
-    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, embedder) as memory:
+    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS, embedder=embedder) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         embedder.broken = True
         with pytest.raises(EmbedderError):
@@ -155,7 +152,7 @@ async def test_an_embedder_failure_still_raises_after_the_messages_are_saved(tmp
 
 @PLAIN_LOOP
 async def test_concurrent_resaves_of_one_message_index_the_text_stored_last(tmp_path: Path) -> None:
-    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, HashEmbedder(dim=64)) as memory:
+    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         texts = [f"version {i} of the travel plan with {i * 7919 % 1000} unique words" for i in range(100)]
         async with anyio.create_task_group() as tg:
@@ -193,7 +190,7 @@ async def test_a_caller_cancelled_mid_commit_leaves_the_save_whole_and_indexed(t
 
 
 async def test_a_batch_across_threads_is_indexed_whole_and_marked_pending_in_its_transaction(tmp_path: Path) -> None:
-    async with _memory(SQLiteStore(tmp_path / "m.db"), tmp_path, HashEmbedder(dim=64)) as memory:
+    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS) as memory:
         for tid in ("t1", "t2"):
             await memory.create_thread(thread_id=tid, resource_id="r1")
         await memory.save_messages([msg("a", "t1", text="alpine lakes in the summer"),

@@ -150,7 +150,11 @@ async def test_background_vector_work_never_starts_a_new_root(
         with trace.get_tracer("test").start_as_current_span("caller") as caller:
             await memory.save_messages([msg("a", text="hello there"), msg("b", text="general kenobi", ms=1)])
             await memory.delete_messages(["a"])  # its vectors go in the index actor's task
-            await anyio.sleep(0.1)  # the write-behind delay passes while the caller's span is open
+            # the write-behind delay passes while the caller's span is open
+            background = {"threadmind.index.write_behind", "threadmind.index.delete_messages"}
+            with anyio.fail_after(5):
+                while not background <= {s.name for s in span_exporter.get_finished_spans()}:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
             spans = span_exporter.get_finished_spans()
     names = [s.name for s in spans]
     assert "threadmind.index.write_behind" in names and "threadmind.index.delete_messages" in names, names

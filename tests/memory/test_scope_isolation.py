@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._factories import StoreKind, new_store, semantic_memory
 
 from threadmind import Memory, Message
 from threadmind.agent import Agent
 from threadmind.agent import ToolContext as AgentToolContext
-from threadmind.embedders import HashEmbedder
 from threadmind.errors import ResourceMismatch
 from threadmind.models import ModelResponse, ScriptedModel, ToolCall
-from threadmind.stores import HnswVectorStore, InMemoryStore, SQLiteStore
 
 SECRET = "the launch code of resource A is 0000"
 A_WM = "# A's private notes\n- secret: 0000\n"
@@ -78,8 +77,9 @@ ENTRY_POINTS: list[Any] = [
 
 
 @pytest.fixture(params=["sqlite", "memory"])
-def store_kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def store_kind(request: pytest.FixtureRequest) -> StoreKind:
+    kind: StoreKind = request.param
+    return kind
 
 
 @pytest.fixture(params=["thread", "resource"])
@@ -88,10 +88,9 @@ def wm_scope(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def memory(tmp_path: Path, store_kind: str, wm_scope: str) -> AsyncIterator[Memory]:
-    store = SQLiteStore(tmp_path / "m.db", synchronous="NORMAL") if store_kind == "sqlite" else InMemoryStore()
-    async with Memory(storage=store, vector=HnswVectorStore(tmp_path / "v"), embedder=HashEmbedder(dim=64),
-                      options=_config(wm_scope)) as mem:
+async def memory(tmp_path: Path, store_kind: StoreKind, wm_scope: str) -> AsyncIterator[Memory]:
+    store = new_store(store_kind, tmp_path / "m.db", synchronous="NORMAL")
+    async with semantic_memory(store, tmp_path / "v", _config(wm_scope)) as mem:
         await mem.create_thread(resource_id=OWNER, thread_id=THREAD, title="A's thread", metadata={"plan": "a"})
         await mem.save_messages([
             Message.user(SECRET, id="a1", thread_id=THREAD, resource_id=OWNER),

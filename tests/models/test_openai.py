@@ -12,14 +12,16 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from tests._factories import msg
 from tests._openai_server import FakeOpenAI
 
 from threadmind._results import Usage
 from threadmind.codecs import (
     FilePart,
     Message,
-    MessageContent,
+    Part,
     ReasoningPart,
+    Role,
     StepStartPart,
     TextPart,
     ToolInvocation,
@@ -42,9 +44,8 @@ KEY = "sk-test-secret-0123456789"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _msg(role: Any, *parts: Any, **content: Any) -> Message:
-    return Message(id=f"m-{role}-{len(parts)}", role=role, content=MessageContent(parts=list(parts), **content),
-                   created_at=T0)
+def _msg(role: Role, *parts: Part, content: str | None = None) -> Message:
+    return msg(role, *parts, id=f"m-{role}-{len(parts)}", at=T0, text=content, thread_id=None, resource_id=None)
 
 
 def _inv(state: Any, call_id: str, name: str, args: Any = None, **extra: Any) -> ToolInvocationPart:

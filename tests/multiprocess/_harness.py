@@ -54,7 +54,7 @@ class Worker:
         assert self.proc.stdin is not None
         await self.proc.stdin.send(line.encode() + b"\n")
 
-    def signal(self, sig: int) -> None:
+    def signal(self, sig: signal.Signals) -> None:
         self.proc.send_signal(sig)
 
 

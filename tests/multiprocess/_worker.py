@@ -47,7 +47,7 @@ class Lines:
         self._file = anyio.wrap_file(sys.stdin)
 
     async def next(self) -> str:
-        line = await self._file.readline()
+        line: str = await self._file.readline()
         if not line:
             raise SystemExit(0)  # the parent went away
         return line.strip()

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from tests import _factories as factories
 
 from threadmind.codecs import (
     Message,
-    MessageContent,
     Part,
+    Role,
     StepStartPart,
     TextPart,
     ToolInvocation,
@@ -43,12 +44,12 @@ def make_list(clock: Callable[[], datetime] | None = None) -> MessageList:
                        now=clock or Clock())
 
 
-def msg(id: str, role: str = "user", text: str | None = "x", *, at: datetime = T0, parts: list[Part] | None = None,
-        metadata: dict[str, Any] | None = None, thread_id: str = "t1") -> Message:
+def msg(id: str, role: Role = "user", text: str | None = "x", *, at: datetime = T0,
+        parts: list[Part] | None = None, metadata: dict[str, Any] | None = None, thread_id: str = "t1") -> Message:
     if parts is None:
         parts = [TextPart(text=text)] if text is not None else []
-    return Message(id=id, role=role, content=MessageContent(parts=parts, content=text, metadata=metadata),  # type: ignore[arg-type]
-                   created_at=at, thread_id=thread_id, resource_id="r1")
+    return factories.msg(role, *parts, id=id, at=at, text=text, metadata=metadata, thread_id=thread_id,
+                         resource_id="r1")
 
 
 def tool(call_id: str, state: str = "call", result: Any = None, *, executed: bool | None = None,
@@ -57,6 +58,11 @@ def tool(call_id: str, state: str = "call", result: Any = None, *, executed: boo
         tool_invocation=ToolInvocation(state=state, tool_call_id=call_id, tool_name="t", args={"a": 1},  # type: ignore[arg-type]
                                        result=result, approval=approval),
         provider_executed=executed, provider_metadata=pm)
+
+
+def _ids(counter: Iterator[int]) -> Callable[[], str]:
+    """An id generator drawing from ``counter``: gen-1, gen-2 ..."""
+    return lambda: f"gen-{next(counter)}"
 
 
 def texts(message: Message | None) -> list[str]:
@@ -223,13 +229,13 @@ class TestOrdering:
         rng = random.Random(11)
         for _ in range(200):
             counters = [itertools.count(1), itertools.count(1)]
-            lists = [cls(thread_id="t1", resource_id="r1", generate_id=lambda c=c: f"gen-{next(c)}", now=Clock())
+            lists = [cls(thread_id="t1", resource_id="r1", generate_id=_ids(c), now=Clock())
                      for cls, c in zip((MessageList, AlwaysSorted), counters, strict=True)]
             for _ in range(rng.randrange(1, 12)):
                 batch = [msg(f"m{rng.randrange(6)}", rng.choice(["user", "assistant"]), f"t{rng.randrange(3)}",
                              at=T0 + rng.randrange(4) * MS) for _ in range(rng.randrange(1, 6))]
                 source = rng.choice(["memory", "input", "response"])
-                outcomes = []
+                outcomes: list[str | None] = []
                 for ml in lists:
                     try:
                         ml.add(batch, source)  # type: ignore[arg-type]
@@ -407,7 +413,7 @@ class TestSealedReplace:
                    text=None, at=T0 + timedelta(seconds=5)), "response")
         new = ml.get("gen-1")
         assert new is not None and texts(new) == ["two", "three"]  # past the one sealed part
-        assert texts(ml.get("a")) == ["one", "two"]  # type: ignore[arg-type]
+        assert texts(ml.get("a")) == ["one", "two"]
 
     def test_old_before_last_sealed_gets_fresh_id(self) -> None:
         ml = make_list()
@@ -474,7 +480,7 @@ def test_random_adds_keep_order_and_unique_ids() -> None:
     sources: list[Source] = ["memory", "input", "response", "context"]
     for step in range(1000):
         clock.when = T0 + timedelta(milliseconds=rng.randint(0, 50))
-        role = rng.choice(["user", "assistant", "assistant"])
+        role: Role = rng.choice(["user", "assistant", "assistant"])
         kind = rng.random()
         item: Any
         if kind < 0.2:

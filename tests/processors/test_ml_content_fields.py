@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from tests._factories import text_msg
 
-from threadmind.codecs import Message, MessageContent, TextPart, message_from_dict
+from threadmind.codecs import Message, Role, TextPart, message_from_dict
 from threadmind.errors import InvalidMessage
 from threadmind.processors import MessageList
 from threadmind.processors._merge import layer_stored_over_live, merge_assistant
@@ -17,9 +18,8 @@ T0 = datetime(2025, 1, 1, tzinfo=UTC)
 FILES = [{"name": "a.png", "contentType": "image/png", "url": "https://x/a.png"}]
 
 
-def message(role: Any, text: str, *, id: str = "m", at: datetime = T0, **content: Any) -> Message:  # noqa: A002
-    return Message(id=id, role=role, created_at=at, thread_id="t", resource_id="r",
-                   content=MessageContent(parts=[TextPart(text=text)], content=text, **content))
+def message(role: Role, text: str, *, id: str = "m", at: datetime = T0, **content: Any) -> Message:  # noqa: A002
+    return text_msg(role, text, id=id, at=at, thread_id="t", resource_id="r", **content)
 
 
 class TestMergeAssistant:

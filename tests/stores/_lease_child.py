@@ -30,7 +30,7 @@ async def _heartbeat(store: Store, ttl: float) -> None:
 
 
 async def main(kind: str, where: str, key: str, ttl: float) -> None:
-    store: Store = SQLiteStore(where) if kind == "sqlite" else PostgresStore(
+    store: SQLiteStore | PostgresStore = SQLiteStore(where) if kind == "sqlite" else PostgresStore(
         where, max_size=2, statement_cache_size=0 if kind == "pgbouncer" else None)
     async with store, anyio.create_task_group() as tg:
         lease = await store.acquire_lease(key, owner="child", ttl=ttl, wait=True)

@@ -283,8 +283,8 @@ class TestReadModifyWrite:
             async with anyio.create_task_group() as tg:
                 for i in range(40):
                     s = store if i % 2 else other
-                    tg.start_soon(lambda s=s: s.modify_thread("t1", bump_thread))
-                    tg.start_soon(lambda s=s: s.modify_resource("r-new", bump_resource))
+                    tg.start_soon(lambda s=s: s.modify_thread("t1", bump_thread))  # type: ignore[misc]
+                    tg.start_soon(lambda s=s: s.modify_resource("r-new", bump_resource))  # type: ignore[misc]
             thread = await other.get_thread("t1")
         assert thread is not None and thread.metadata == {"n": 40}
         resource = await store.get_resource("r-new")
@@ -295,8 +295,8 @@ class TestReadModifyWrite:
         async with where.open() as other:
             async with anyio.create_task_group() as tg:
                 for i in range(20):
-                    tg.start_soon(lambda i=i: store.update_resource("r2", metadata={f"plain{i}": i}))
-                    tg.start_soon(lambda i=i: other.modify_resource(
+                    tg.start_soon(lambda i=i: store.update_resource("r2", metadata={f"plain{i}": i}))  # type: ignore[misc]
+                    tg.start_soon(lambda i=i: other.modify_resource(  # type: ignore[misc]
                         "r2", lambda r, i=i: ResourceChange(metadata={f"rmw{i}": i})))
             resource = await store.get_resource("r2")
         assert resource is not None and resource.metadata == {
@@ -350,7 +350,7 @@ class TestReadModifyWrite:
             async with anyio.create_task_group() as tg:
                 for i in range(8):
                     target = records if i % 2 else others
-                    tg.start_soon(lambda t=target, i=i: _append(won, t.replace(
+                    tg.start_soon(lambda t=target, i=i: _append(won, t.replace(  # type: ignore[misc]
                         _observed(current, f"b{i}"), expected=current)))
             assert sorted(won) == [False] * 7 + [True]
             final = await others.current("thread:t1")

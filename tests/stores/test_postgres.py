@@ -190,8 +190,8 @@ class TestBehindPgBouncer:
             async with anyio.create_task_group() as tg:
                 for i in range(30):
                     s = a if i % 2 else b
-                    tg.start_soon(lambda s=s, i=i: s.save_messages("t1", [msg(i, at=BASE)], mark_pending=True))
-                    tg.start_soon(lambda s=s, i=i: s.update_resource("r1", metadata={f"k{i}": i}))
+                    tg.start_soon(lambda s=s, i=i: s.save_messages("t1", [msg(i, at=BASE)], mark_pending=True))  # type: ignore[misc]
+                    tg.start_soon(lambda s=s, i=i: s.update_resource("r1", metadata={f"k{i}": i}))  # type: ignore[misc]
             page = await b.list_messages(MessageQuery(thread_id="t1", per_page=False))
             assert len(page.messages) == 30
             assert [m.id for m in (await a.list_messages(MessageQuery(thread_id="t1", per_page=False))).messages] \
@@ -342,8 +342,8 @@ class TestSeveralWriters:
             async with anyio.create_task_group() as tg:
                 for i in range(40):
                     s = a if i % 2 else b
-                    tg.start_soon(lambda s=s, i=i: s.update_resource("r1", metadata={f"k{i}": i}))
-                    tg.start_soon(lambda s=s, i=i: s.update_thread("t1", metadata={f"k{i}": i}))
+                    tg.start_soon(lambda s=s, i=i: s.update_resource("r1", metadata={f"k{i}": i}))  # type: ignore[misc]
+                    tg.start_soon(lambda s=s, i=i: s.update_thread("t1", metadata={f"k{i}": i}))  # type: ignore[misc]
             resource = await a.get_resource("r1")
             thread = await b.get_thread("t1")
         assert resource is not None and resource.metadata == {f"k{i}": i for i in range(40)}
@@ -355,7 +355,7 @@ class TestSeveralWriters:
             async with anyio.create_task_group() as tg:
                 for i in range(60):
                     s = a if i % 2 else b
-                    tg.start_soon(lambda s=s, i=i: s.save_messages("t1", [msg(i, at=BASE)]))
+                    tg.start_soon(lambda s=s, i=i: s.save_messages("t1", [msg(i, at=BASE)]))  # type: ignore[misc]
             one = [m.id for m in (await a.list_messages(MessageQuery(thread_id="t1", per_page=False))).messages]
             other = [m.id for m in (await b.list_messages(MessageQuery(thread_id="t1", per_page=False))).messages]
             assert len(one) == 60 and one == other

@@ -399,7 +399,7 @@ class TestCheckpoints:
         entered, release = threading.Event(), threading.Event()
         finished: list[bool] = []
         posted: list[object] = []
-        original, original_post = sqlite_module.checkpoint_if_large, sqlite_module.post_to_connection_thread
+        original, original_post = sqlite_module.checkpoint_if_large, sqlite_module.post_to_connection_thread  # type: ignore[attr-defined]
 
         def slow_checkpoint(conn: Any, wal: str) -> None:
             entered.set()

@@ -197,5 +197,5 @@ def test_a_store_missing_a_method_is_refused_naming_it(missing: str) -> None:
 
     setattr(Partial, missing, None)
     with pytest.raises(ConfigError) as info:
-        Memory(storage=Partial(InMemoryStore()))  # type: ignore[arg-type]
+        Memory(storage=Partial(InMemoryStore()))
     assert missing in info.value.message and info.value.code == "THREADMIND_STORE_INCOMPLETE"

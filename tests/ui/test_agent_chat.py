@@ -99,7 +99,8 @@ async def _run_chat(folder: Path, database: Path) -> Chat:
         return app.state.agent.stream(request.messages, thread_id=request.body["id"], resource_id=USER)
 
     async def history() -> list[Message]:
-        return (await app.state.memory.recall(CHAT_ID, resource_id=USER, per_page=False)).messages
+        messages: list[Message] = (await app.state.memory.recall(CHAT_ID, resource_id=USER, per_page=False)).messages
+        return messages
 
     app = create_chat_app(reply, history=history, lifespan=lifespan)
     async with serve(app) as url:

@@ -80,7 +80,7 @@ class TestEmbeddingCache:
         assert cached is not None and cached.tolist() == [0.0, 1.0, 2.0, 3.0]
         with pytest.raises(ValueError):
             cached[1] = 5.0  # and nobody changes a cached vector in place
-        cache.put("m", "b", np.arange(3, dtype=np.float64))  # other dtypes are stored as float32
+        cache.put("m", "b", np.arange(3, dtype=np.float64))  # type: ignore[arg-type]  # other dtypes are stored as float32
         other = cache.get("m", "b")
         assert other is not None and other.dtype == np.float32 and other.tolist() == [0.0, 1.0, 2.0]
 

@@ -104,7 +104,7 @@ async def test_a_query_reads_no_sql_while_no_other_connection_wrote(tmp_path: Pa
         async def _counted(name: str) -> tuple[int, int]:
             nonlocal reads
             reads += 1
-            return await sequence(name)
+            return await sequence(name)  # type: ignore[no-any-return]
 
         session.records.sequence = _counted
         await index.flush()

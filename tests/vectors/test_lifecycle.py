@@ -44,7 +44,7 @@ class _Counting:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.added = 0
         self.saves = 0
-        apply, save = _hnsw_index._HnswIndex.apply_flush, _hnsw_session.save_snapshot
+        apply, save = _hnsw_index._HnswIndex.apply_flush, _hnsw_session.save_snapshot  # type: ignore[attr-defined]
 
         def _apply(index: Any, plan: Any) -> int:
             self.added += len(plan.labels)
@@ -124,7 +124,7 @@ async def test_queries_read_sql_while_a_large_index_loads(
         await actor.upsert_messages(messages)
         assert await actor.persist()
     release = threading.Event()
-    load = _hnsw_session.load_snapshot
+    load = _hnsw_session.load_snapshot  # type: ignore[attr-defined]
 
     def _slow_load(index: Any, capacity: int = 0) -> str | None:
         release.wait(20)

@@ -20,7 +20,7 @@ def _index() -> _HnswIndex:
 
 def _unit(rng: np.random.Generator, n: int = 1) -> np.ndarray:
     v = rng.normal(size=(n, DIM)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)  # type: ignore[no-any-return]
 
 
 def _top(index: _HnswIndex, query: np.ndarray, *, resource: str | None = None, thread: str | None = None,

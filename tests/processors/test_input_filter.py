@@ -7,13 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from threadmind.agent import Agent, Tool
-from threadmind.codecs import TextPart, ToolInvocationPart
-from threadmind.models import ScriptedModel
-from threadmind.stores import MessageQuery
-
-from ._support import (
+from tests._factories import (
     RESOURCE,
     THREAD,
     CountingStore,
@@ -28,6 +22,11 @@ from ._support import (
     tool_part,
     tool_states,
 )
+
+from threadmind.agent import Agent, Tool
+from threadmind.codecs import TextPart, ToolInvocationPart
+from threadmind.models import ScriptedModel
+from threadmind.stores import MessageQuery
 
 PM = {"openai": {"itemId": "item-1"}}
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import pytest
 from pydantic import BaseModel, Field
+from tests._factories import working_memory
 
 from threadmind.agent import Agent, ToolContext
 from threadmind.codecs import ToolInvocationPart
@@ -24,6 +25,7 @@ from threadmind.errors import ConfigError, ValidationError
 from threadmind.memory import Memory, MemoryConfig, WorkingMemoryConfig
 from threadmind.models import ModelResponse, ToolCall
 from threadmind.models._scripted import ScriptedModel
+from threadmind.stores import Store
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
 
@@ -120,9 +122,8 @@ def inlined(node: Any, root: dict[str, Any] | None = None) -> Any:
 
 
 # helpers -----------------------------------------------------------------------------------------------
-def _memory(schema: Any, store: Any = None, **wm: Any) -> Memory:
-    config = MemoryConfig(working_memory=WorkingMemoryConfig(enabled=True, schema=schema, **wm))
-    return Memory(storage=store if store is not None else InMemoryStore(), options=config)
+def _memory(schema: Any, store: Store | None = None, **wm: Any) -> Memory:
+    return working_memory(store, schema=schema, **wm)
 
 
 def _wm_call(memory: Any, call_id: str = "c1") -> ModelResponse:

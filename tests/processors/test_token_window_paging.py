@@ -7,13 +7,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from tests._factories import RESOURCE, THREAD, CountingStore, base_time, msg, open_memory, seed, text_msg, tool_part
 
 from threadmind import Message, MessageHistoryConfig
 from threadmind.codecs import TextPart
 from threadmind.processors._token_window import _PAGE, _retain, group_by_tool_calls, load_token_window
 from threadmind.tokens import DefaultTokenCounter
-
-from ._support import RESOURCE, THREAD, base_time, msg, open_memory, seed, text_msg, tool_part
 
 
 def _history(n: int) -> list[Message]:
@@ -92,6 +91,7 @@ async def _budget_turns(tmp_path: Path, name: str) -> tuple[list[list[str]], lis
         await seed(memory, [text_msg("user" if i % 2 == 0 else "assistant", f"message {i} " + "lorem " * 8,
                                      id=f"m{i:04d}", at=t0 + timedelta(seconds=i)) for i in range(400)])
         store = memory.storage
+        assert isinstance(store, CountingStore)
         model = ScriptedModel([f"answer {i}" for i in range(11)])
         agent = Agent("a", "i", model, memory=memory)
         reads: list[int] = []

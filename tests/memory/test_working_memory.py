@@ -9,11 +9,12 @@ from typing import Any
 
 import anyio
 import pytest
+from tests._factories import StoreFactory, StoreKind, new_store, working_memory
 
 from threadmind.agent import Agent
 from threadmind.codecs import ToolInvocationPart
 from threadmind.errors import ConfigError, ValidationError
-from threadmind.memory import Memory, MemoryConfig, WorkingMemoryConfig
+from threadmind.memory import Memory
 from threadmind.models import ModelResponse, ToolCall
 from threadmind.models._scripted import ScriptedModel
 from threadmind.stores._memory import InMemoryStore
@@ -38,22 +39,14 @@ SCOPES = [pytest.param("resource", id="resource"), pytest.param("thread", id="th
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    def make() -> Any:
-        if request.param == "memory":
-            return InMemoryStore()
-        return SQLiteStore(tmp_path / "wm.db")
-
-    return make
-
-
-def _memory(store: Any, **wm: Any) -> Memory:
-    return Memory(storage=store, options=MemoryConfig(working_memory=WorkingMemoryConfig(enabled=True, **wm)))
+def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    kind: StoreKind = request.param
+    return lambda: new_store(kind, tmp_path / "wm.db")
 
 
 @pytest.fixture
-async def md_memory(store_factory: Any) -> AsyncIterator[Memory]:
-    async with _memory(store_factory()) as memory:
+async def md_memory(store_factory: StoreFactory) -> AsyncIterator[Memory]:
+    async with working_memory(store_factory()) as memory:
         yield memory
 
 
@@ -72,19 +65,19 @@ def _tool_results(result: Any) -> list[Any]:
 
 class TestTemplate:
     def test_default_template_trimmed(self) -> None:
-        memory = _memory(InMemoryStore())
+        memory = working_memory(InMemoryStore())
         template = memory.get_working_memory_template()
         assert template is not None
         assert template.format == "markdown"
         assert template.content == DEFAULT_TRIMMED
 
     def test_custom_template_trimmed(self) -> None:
-        memory = _memory(InMemoryStore(), template="\n# Me\n- name: \n")
+        memory = working_memory(InMemoryStore(), template="\n# Me\n- name: \n")
         template = memory.get_working_memory_template()
         assert template is not None and template.content == "# Me\n- name:"
 
     def test_schema_template_is_draft07_json(self) -> None:
-        memory = _memory(InMemoryStore(), schema=SCHEMA)
+        memory = working_memory(InMemoryStore(), schema=SCHEMA)
         template = memory.get_working_memory_template()
         assert template is not None and template.format == "json"
         parsed = json.loads(template.content)
@@ -105,25 +98,25 @@ class TestTemplate:
 
 class TestTools:
     def test_tool_offered_when_enabled(self) -> None:
-        tools = _memory(InMemoryStore()).list_tools()
+        tools = working_memory(InMemoryStore()).list_tools()
         assert list(tools) == ["updateWorkingMemory"]
         params = tools["updateWorkingMemory"].parameters
         assert params["properties"]["memory"]["type"] == "string"
 
     def test_schema_tool_parameters(self) -> None:
-        tools = _memory(InMemoryStore(), schema=SCHEMA).list_tools()
+        tools = working_memory(InMemoryStore(), schema=SCHEMA).list_tools()
         assert tools["updateWorkingMemory"].parameters["properties"]["memory"]["properties"] == SCHEMA["properties"]
 
     def test_read_only_has_no_tool(self) -> None:
         memory = Memory(storage=InMemoryStore(), options={"workingMemory": {"enabled": True}, "readOnly": True})
         assert memory.list_tools() == {}
-        assert _memory(InMemoryStore()).list_tools(memory_config={"readOnly": True}) == {}
+        assert working_memory(InMemoryStore()).list_tools(memory_config={"readOnly": True}) == {}
 
 
 class TestMemoryApi:
     @pytest.mark.parametrize("scope", SCOPES)
-    async def test_roundtrip(self, store_factory: Any, scope: str) -> None:
-        async with _memory(store_factory(), scope=scope) as memory:
+    async def test_roundtrip(self, store_factory: StoreFactory, scope: str) -> None:
+        async with working_memory(store_factory(), scope=scope) as memory:
             await memory.create_thread(resource_id="r1", thread_id="t1")
             await memory.create_thread(resource_id="r1", thread_id="t2")
             assert await memory.get_working_memory(thread_id="t1", resource_id="r1") is None
@@ -143,15 +136,15 @@ class TestMemoryApi:
             await md_memory.update_working_memory(thread_id="t1", working_memory="x")
         assert info.value.message == expected
 
-    async def test_thread_scope_stored_in_thread_metadata(self, store_factory: Any) -> None:
-        async with _memory(store_factory(), scope="thread") as memory:
+    async def test_thread_scope_stored_in_thread_metadata(self, store_factory: StoreFactory) -> None:
+        async with working_memory(store_factory(), scope="thread") as memory:
             await memory.create_thread(resource_id="r1", thread_id="t1", metadata={"k": 1})
             await memory.update_working_memory(thread_id="t1", working_memory="hello")
             thread = await memory.get_thread_by_id("t1")
             assert thread is not None and thread.metadata == {"k": 1, "workingMemory": "hello"}
             assert await memory.get_working_memory(thread_id="t1") == "hello"
 
-    async def test_disabled_update_raises(self, store_factory: Any) -> None:
+    async def test_disabled_update_raises(self, store_factory: StoreFactory) -> None:
         async with Memory(storage=store_factory()) as memory:
             assert await memory.get_working_memory(thread_id="t", resource_id="r") is None
             with pytest.raises(ConfigError):
@@ -177,8 +170,8 @@ class TestMemoryApi:
         text = await md_memory.get_system_message(thread_id="t1", resource_id="r1")
         assert text is not None and "<working_memory_data>\n# Me\nAda\n</working_memory_data>" in text
 
-    async def test_system_message_schema(self, store_factory: Any) -> None:
-        async with _memory(store_factory(), schema=SCHEMA) as memory:
+    async def test_system_message_schema(self, store_factory: StoreFactory) -> None:
+        async with working_memory(store_factory(), schema=SCHEMA) as memory:
             text = await memory.get_system_message(thread_id="t1", resource_id="r1")
             assert text is not None
             assert "3. Use JSON format for all data" in text
@@ -203,9 +196,9 @@ class TestMemoryApi:
 
 class TestAgentMarkdown:
     @pytest.mark.parametrize("scope", SCOPES)
-    async def test_replace_through_tool(self, store_factory: Any, scope: str) -> None:
+    async def test_replace_through_tool(self, store_factory: StoreFactory, scope: str) -> None:
         model = ScriptedModel([_wm_call("# Me\n- name: Ada"), "noted", _wm_call("# Me\n- name: Grace"), "ok"])
-        async with _memory(store_factory(), scope=scope) as memory:
+        async with working_memory(store_factory(), scope=scope) as memory:
             agent = Agent("a", "be helpful", model, memory=memory)
             first = await agent.generate("I am Ada", thread_id="t1", resource_id="r1")
             assert first.text == "noted"
@@ -269,7 +262,7 @@ class TestAgentMarkdown:
 
 class TestAgentSchema:
     @pytest.mark.parametrize("scope", SCOPES)
-    async def test_merge_semantics(self, store_factory: Any, scope: str) -> None:
+    async def test_merge_semantics(self, store_factory: StoreFactory, scope: str) -> None:
         steps: list[str | ModelResponse] = [
             _wm_call({"name": "Ada", "age": 36, "tags": ["a", "b"], "address": {"city": "London", "zip": "N1"}}),
             "ok",
@@ -281,7 +274,7 @@ class TestAgentSchema:
             "ok",
         ]
         model = ScriptedModel(steps)
-        async with _memory(store_factory(), schema=SCHEMA, scope=scope) as memory:
+        async with working_memory(store_factory(), schema=SCHEMA, scope=scope) as memory:
             agent = Agent("a", "i", model, memory=memory)
             first = await agent.generate("1", thread_id="t1", resource_id="r1")
             assert _tool_results(first) == [{"success": True}]
@@ -300,35 +293,35 @@ class TestAgentSchema:
             wm = [s for s in model.requests[-1].system if s.startswith("WORKING_MEMORY_SYSTEM_INSTRUCTION:")]
             assert len(wm) == 1 and '"tags":["c"]' in wm[0]
 
-    async def test_null_deletes_required_key(self, store_factory: Any) -> None:
+    async def test_null_deletes_required_key(self, store_factory: StoreFactory) -> None:
         schema = {**SCHEMA, "required": ["name"]}
         model = ScriptedModel([_wm_call({"name": "Ada", "age": 3}), "ok", _wm_call({"name": None}), "ok"])
-        async with _memory(store_factory(), schema=schema) as memory:
+        async with working_memory(store_factory(), schema=schema) as memory:
             agent = Agent("a", "i", model, memory=memory)
             await agent.generate("1", thread_id="t1", resource_id="r1")
             await agent.generate("2", thread_id="t1", resource_id="r1")
             raw = await memory.get_working_memory(thread_id="t1", resource_id="r1")
             assert raw is not None and json.loads(raw) == {"age": 3}
 
-    async def test_invalid_payload_rejected(self, store_factory: Any) -> None:
+    async def test_invalid_payload_rejected(self, store_factory: StoreFactory) -> None:
         model = ScriptedModel([_wm_call({"age": "old"}), "ok"])
-        async with _memory(store_factory(), schema=SCHEMA) as memory:
+        async with working_memory(store_factory(), schema=SCHEMA) as memory:
             result = await Agent("a", "i", model, memory=memory).generate("1", thread_id="t1", resource_id="r1")
             (outcome,) = _tool_results(result)
             assert outcome["error"] is True and "memory.age" in outcome["message"]
             assert await memory.get_working_memory(thread_id="t1", resource_id="r1") is None
 
-    async def test_missing_memory_is_noop(self, store_factory: Any) -> None:
+    async def test_missing_memory_is_noop(self, store_factory: StoreFactory) -> None:
         model = ScriptedModel([_wm_call(None), "ok"])
-        async with _memory(store_factory(), schema=SCHEMA) as memory:
+        async with working_memory(store_factory(), schema=SCHEMA) as memory:
             result = await Agent("a", "i", model, memory=memory).generate("1", thread_id="t1", resource_id="r1")
             assert _tool_results(result) == [
                 {"success": True, "message": "No memory data provided, existing memory unchanged."}]
 
-    async def test_concurrent_updates_one_resource(self, store_factory: Any) -> None:
+    async def test_concurrent_updates_one_resource(self, store_factory: StoreFactory) -> None:
         fields = [f"f{i}" for i in range(100)]
         schema = {"type": "object", "properties": {f: {"type": "integer"} for f in fields}}
-        async with _memory(store_factory(), schema=schema) as memory:
+        async with working_memory(store_factory(), schema=schema) as memory:
             tool = memory.list_tools()["updateWorkingMemory"]
             from threadmind.agent import ToolContext
 
@@ -360,7 +353,7 @@ class TestAgentSchema:
             return ModelResponse(text="ok")
 
         model = ScriptedModel(iter(lambda: step, None))
-        async with _memory(SQLiteStore(tmp_path / "c.db"), schema=schema) as memory:
+        async with working_memory(SQLiteStore(tmp_path / "c.db"), schema=schema) as memory:
             agent = Agent("a", "i", model, memory=memory)
 
             async def turn(i: int) -> None:
@@ -374,14 +367,14 @@ class TestAgentSchema:
 
 
 class TestToolChecks:
-    async def test_scope_errors(self, store_factory: Any) -> None:
+    async def test_scope_errors(self, store_factory: StoreFactory) -> None:
         from threadmind.agent import ToolContext
 
-        async with _memory(store_factory()) as memory:
+        async with working_memory(store_factory()) as memory:
             tool = memory.list_tools()["updateWorkingMemory"]
             with pytest.raises(ValidationError, match="^Resource ID is required for resource-scoped working memory"):
                 await tool.run({"memory": "x"}, ToolContext(thread_id="t1", resource_id=None, memory=memory))
-        async with _memory(store_factory(), scope="thread") as memory:
+        async with working_memory(store_factory(), scope="thread") as memory:
             tool = memory.list_tools()["updateWorkingMemory"]
             with pytest.raises(ValidationError, match="^Thread ID is required for thread-scoped working memory"):
                 await tool.run({"memory": "x"}, ToolContext(thread_id=None, resource_id="r1", memory=memory))
@@ -421,8 +414,8 @@ class TestVNext:
         return outcomes
 
     @pytest.mark.parametrize("scope", SCOPES)
-    async def test_the_update_reasons(self, store_factory: Any, scope: str) -> None:
-        async with _memory(store_factory(), template=self.TEMPLATE, scope=scope, version="vnext") as memory:
+    async def test_the_update_reasons(self, store_factory: StoreFactory, scope: str) -> None:
+        async with working_memory(store_factory(), template=self.TEMPLATE, scope=scope, version="vnext") as memory:
             tools = memory.list_tools()
             assert set(tools["updateWorkingMemory"].parameters["properties"]) == {
                 "newMemory", "searchString", "updateReason"}
@@ -454,21 +447,21 @@ class TestVNext:
             stored = await memory.get_working_memory(thread_id="t1", resource_id="r1")
             assert stored == "- likes green tea\n- lives in Lyon\n- works nights"
 
-    async def test_replace_irrelevant_appends_in_resource_scope(self, store_factory: Any) -> None:
-        async with _memory(store_factory(), template=self.TEMPLATE, version="vnext") as memory:
+    async def test_replace_irrelevant_appends_in_resource_scope(self, store_factory: StoreFactory) -> None:
+        async with working_memory(store_factory(), template=self.TEMPLATE, version="vnext") as memory:
             await memory.update_working_memory(thread_id="t1", resource_id="r1", working_memory="- old fact")
             outcomes = await self._run(memory, _vnext_call(newMemory="- new fact", searchString="- old fact",
                                                            updateReason="replace-irrelevant-memory"))
             assert outcomes == [{"success": True, "reason": "appended newMemory to end of working memory"}]
             assert await memory.get_working_memory(thread_id="t1", resource_id="r1") == "- old fact\n- new fact"
 
-    async def test_the_instruction_is_the_vnext_variant(self, store_factory: Any) -> None:
-        async with _memory(store_factory(), template=self.TEMPLATE, version="vnext") as memory:
+    async def test_the_instruction_is_the_vnext_variant(self, store_factory: StoreFactory) -> None:
+        async with working_memory(store_factory(), template=self.TEMPLATE, version="vnext") as memory:
             text = await memory.get_system_message(thread_id="t1", resource_id="r1")
             assert text is not None and text.startswith("WORKING_MEMORY_SYSTEM_INSTRUCTION:\n")
             assert "5. If your working memory already holds the information, there is no need to call" in text
             assert "<working_memory_data>\nnull\n</working_memory_data>" in text
             assert "Only store information if it's in the working memory template" in text  # a custom template
-        async with _memory(store_factory(), version="vnext") as memory:
+        async with working_memory(store_factory(), version="vnext") as memory:
             text = await memory.get_system_message(thread_id="t1", resource_id="r1")
             assert text is not None and "Only store information if it's in the working memory template" not in text

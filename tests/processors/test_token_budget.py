@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._factories import RESOURCE, THREAD, base_time, msg, open_memory, seed, stored, text_msg, texts, tool_part
 
 from threadmind import Message
 from threadmind.agent import Agent
@@ -16,8 +17,6 @@ from threadmind.codecs import TextPart, from_iso
 from threadmind.models import ModelRequest, ScriptedModel
 from threadmind.processors import TokenLimiter
 from threadmind.tokens import DefaultTokenCounter, TokenLimiterCounter
-
-from ._support import RESOURCE, THREAD, base_time, msg, open_memory, seed, stored, text_msg, texts, tool_part
 
 BUDGET = {"messageHistory": {"maxTokens": 300, "atMaxRemoveTokens": 100}}
 INSTRUCTIONS = "You are a careful assistant. " * 8  # about 40 tokens that the budget must account for

@@ -6,13 +6,24 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from tests._factories import (
+    RESOURCE,
+    THREAD,
+    base_time,
+    by_id,
+    msg,
+    open_memory,
+    seed,
+    stored,
+    text_msg,
+    texts,
+    tool_part,
+)
 
 from threadmind.agent import Agent, Tool
 from threadmind.codecs import TextPart, ToolInvocationPart, utc_now
 from threadmind.errors import ModelError
 from threadmind.models import ModelRequest, ModelResponse, ScriptedModel, ToolCall
-
-from ._support import RESOURCE, THREAD, base_time, by_id, msg, open_memory, seed, stored, text_msg, texts, tool_part
 
 
 def _history(n: int) -> list:  # type: ignore[type-arg]

@@ -7,6 +7,7 @@ from typing import Any, get_args
 
 import msgspec
 import pytest
+from tests.ui._scripted import ScriptedEventStream
 
 from threadmind import events
 from threadmind.events import (
@@ -31,8 +32,6 @@ from threadmind.events import (
     ToolOutputAvailableEvent,
     ToolOutputErrorEvent,
 )
-
-from ._scripted import ScriptedEventStream
 
 # (event, the JSON object the ai 7 UIMessageChunk type defines for it)
 WIRE: list[tuple[Any, dict[str, Any]]] = [
