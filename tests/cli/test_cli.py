@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -52,7 +53,7 @@ def _message(i: int, thread: str = "t1", resource: str = "r1", text: str | None 
     }
 
 
-def _write_jsonl(path: Path, rows: list[dict[str, Any] | str]) -> Path:
+def _write_jsonl(path: Path, rows: Sequence[dict[str, Any] | str]) -> Path:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
     return path
 
