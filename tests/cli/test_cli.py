@@ -8,8 +8,8 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
