@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, where bench/ lives
 
-from bench import bench_actor, bench_agent, bench_memory  # noqa: E402
+from bench import bench_actor, bench_agent, bench_machine, bench_memory  # noqa: E402
 
 
 def test_bench_memory_prints_every_phase(capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,3 +62,11 @@ def test_bench_actor_prints_the_round_trip(capsys: pytest.CaptureFixture[str]) -
     figures = json.loads(capsys.readouterr().out)["ask_round_trip_us"]
     assert figures["asks"] == 20 and len(figures["runs"]) == 2
     assert 0 < figures["best"] == min(figures["runs"]) <= figures["median"]
+
+
+def test_bench_machine_times_fsync(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bench_machine.main(["--dir", str(tmp_path), "--syncs", "5"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["syncs"] == 5 and report["cpus"] >= 1 and len(report["loadavg"]) == 3
+    assert 0 < report["fsync_24k_ms"]["p50"] <= report["fsync_24k_ms"]["p99"]
+    assert list(tmp_path.iterdir()) == []  # the probe file is gone
