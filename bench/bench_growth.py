@@ -293,13 +293,39 @@ async def _until_passivated(memory: Memory) -> None:
         await anyio.sleep(0.01)
 
 
+class _GcPauses:
+    """Garbage-collector pauses from ``gc.callbacks``: per generation the count and the longest, and the total."""
+
+    def __init__(self) -> None:
+        self.longest = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self.total = 0.0  # seconds spent collecting so far (what a gap or a sweep call subtracts)
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        pause = time.perf_counter() - self._started
+        self.count[generation] += 1
+        self.total += pause
+        self.longest[generation] = max(self.longest[generation], pause)
+
+    def report(self) -> dict[str, Any]:
+        return {"collections": self.count, "longest_ms": [round(s * 1000.0, 3) for s in self.longest],
+                "total_ms": round(self.total * 1000.0, 1)}
+
+
 class _Ticker:
     """Sleeps 1 ms in a loop and keeps the gaps between wakeups per stage; samples RSS and live actors."""
 
-    def __init__(self, memory: Memory) -> None:
+    def __init__(self, memory: Memory, pauses: _GcPauses) -> None:
         self._memory = memory
+        self._pauses = pauses
         self.stage = "touch"
         self.gaps: dict[str, list[float]] = {}
+        self.gc: dict[str, list[float]] = {}  # collector time within each gap
         # The event loop thread's CPU time in each gap: a long gap with little of it is the OS running
         # something else (this machine is shared), not the loop being busy.
         self.cpu: dict[str, list[float]] = {}
@@ -311,14 +337,15 @@ class _Ticker:
         self._stop.set()
 
     async def run(self) -> None:
-        last, last_cpu = time.perf_counter(), time.thread_time()
+        last, last_cpu, last_gc = time.perf_counter(), time.thread_time(), self._pauses.total
         ticks = 0
         while not self._stop.is_set():
             await anyio.sleep(_TICK)
-            now, cpu = time.perf_counter(), time.thread_time()
+            now, cpu, collected = time.perf_counter(), time.thread_time(), self._pauses.total
             self.gaps.setdefault(self.stage, []).append(now - last)
             self.cpu.setdefault(self.stage, []).append(cpu - last_cpu)
-            last, last_cpu = now, cpu
+            self.gc.setdefault(self.stage, []).append(collected - last_gc)
+            last, last_cpu, last_gc = now, cpu, collected
             threads, resources = _live(self._memory)
             if threads > self.peak_live[0]:
                 self.peak_live = (threads, max(resources, self.peak_live[1]))
@@ -329,33 +356,16 @@ class _Ticker:
     def report(self, stage: str) -> dict[str, float]:
         arr = np.asarray(self.gaps.get(stage, [0.0]), dtype=np.float64) * 1000.0
         cpu = np.asarray(self.cpu.get(stage, [0.0]), dtype=np.float64) * 1000.0
+        without_gc = arr - np.asarray(self.gc.get(stage, [0.0]), dtype=np.float64) * 1000.0
         worst = int(arr.argmax())
         return {"ticks": int(arr.size), "max_gap_ms": round(float(arr.max()), 3),
                 "p99_gap_ms": round(float(np.percentile(arr, 99)), 3),
                 "p50_gap_ms": round(float(np.percentile(arr, 50)), 3),
                 "gaps_over_10ms": int((arr > 10.0).sum()), "gaps_over_50ms": int((arr > 50.0).sum()),
+                "max_gap_excluding_gc_ms": round(float(without_gc.max()), 3),
+                "p99_gap_excluding_gc_ms": round(float(np.percentile(without_gc, 99)), 3),
                 "max_gap_loop_cpu_ms": round(float(cpu[worst]), 3),
                 "max_loop_cpu_in_a_gap_ms": round(float(cpu.max()), 3)}
-
-
-class _GcPauses:
-    """The longest garbage-collector pause per generation, from ``gc.callbacks``."""
-
-    def __init__(self) -> None:
-        self.longest = [0.0, 0.0, 0.0]
-        self.count = [0, 0, 0]
-        self._started = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-            return
-        generation = info["generation"]
-        self.count[generation] += 1
-        self.longest[generation] = max(self.longest[generation], time.perf_counter() - self._started)
-
-    def report(self) -> dict[str, Any]:
-        return {"collections": self.count, "longest_ms": [round(s * 1000.0, 3) for s in self.longest]}
 
 
 def _rss_after_trim_mb() -> float:
@@ -374,15 +384,15 @@ def _rss_after_trim_mb() -> float:
 class _SweepTimer:
     """Times every ``sweep`` call of one registry (the background sweeper's slices) without changing it."""
 
-    def __init__(self, registry: Any) -> None:
-        self.calls: list[tuple[str, float, int]] = []  # (stage, seconds, passivated)
+    def __init__(self, registry: Any, pauses: _GcPauses) -> None:
+        self.calls: list[tuple[str, float, float, int]] = []  # (stage, seconds, of which collecting, passivated)
         self.stage = "touch"
         sweep = registry.sweep
 
         def timed(limit: int | None = None) -> int:
-            started = time.perf_counter()
+            started, collected = time.perf_counter(), pauses.total
             count: int = sweep(limit)
-            self.calls.append((self.stage, time.perf_counter() - started, count))
+            self.calls.append((self.stage, time.perf_counter() - started, pauses.total - collected, count))
             return count
 
         registry.sweep = timed
@@ -390,9 +400,11 @@ class _SweepTimer:
     def report(self, stage: str) -> dict[str, float]:
         calls = [c for c in self.calls if c[0] == stage]
         seconds = [c[1] for c in calls]
-        return {"calls": len(calls), "passivated": sum(c[2] for c in calls),
-                "max_slice_passivated": max((c[2] for c in calls), default=0),
+        return {"calls": len(calls), "passivated": sum(c[3] for c in calls),
+                "max_slice_passivated": max((c[3] for c in calls), default=0),
                 "max_ms": round(max(seconds, default=0.0) * 1000.0, 3),
+                "max_ms_excluding_gc": round(max((c[1] - c[2] for c in calls), default=0.0) * 1000.0, 3),
+                "calls_with_a_collection": sum(1 for c in calls if c[2] > 0),
                 "total_ms": round(sum(seconds) * 1000.0, 3)}
 
 
@@ -410,11 +422,11 @@ async def _idle(path: str, threads: int, idle_timeout: float, max_actors: int) -
         gc.collect()
         rss_before = _rss_now_mb()
         blocks_before = sys.getallocatedblocks()
-        ticker = _Ticker(memory)
         pauses = _GcPauses()
         gc.callbacks.append(pauses)
-        sweeps = {"threads": _SweepTimer(memory.actor_system.threads),
-                  "resources": _SweepTimer(memory.actor_system.resources)}
+        ticker = _Ticker(memory, pauses)
+        sweeps = {"threads": _SweepTimer(memory.actor_system.threads, pauses),
+                  "resources": _SweepTimer(memory.actor_system.resources, pauses)}
         async with anyio.create_task_group() as tg:
             tg.start_soon(ticker.run)
             started = time.perf_counter()
