@@ -499,7 +499,9 @@ async def _idle_traced(path: str, threads: int, idle_timeout: float, max_actors:
 
 
 def _phase(args: Sequence[str]) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "bench.bench_growth", *args], capture_output=True, text=True)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where bench/ is a package
+    done = subprocess.run([sys.executable, "-m", "bench.bench_growth", *args], capture_output=True, text=True,
+                          cwd=root)
     if done.returncode != 0:
         raise RuntimeError(f"phase {args} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
