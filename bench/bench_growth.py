@@ -10,8 +10,18 @@ threads over 10 000 resources. Per size, in fresh processes (so RSS is per proce
   RSS of the restarted process, and semantic-query latency after it;
 - ``cli``: ``threadmind stats / threads / show / search`` wall time, process start included.
 
-Prints JSON: every figure per size and the ratios to the first size's. ``--max`` stops early (quick runs).
-Usage: ``python -m bench.bench_growth [--max 100000] [--workdir DIR]``.
+Then ``idle``, an idle-thread heavy deployment, in a fresh process on a fresh database (no semantic recall,
+``idle_timeout`` 2 s): ``--idle N`` threads (default 100 000) are touched once each (create, save one user
+message, recall; 16 in flight), then left idle until every actor is passivated. It reports RSS before, at the
+peak and after passivation, the most live actors, the time passivation took, what stays per thread (RSS and
+allocated-block deltas after ``gc.collect()``, plus tracemalloc on a 2 000-thread run in a process of its
+own), and the event loop's longest stalls (a 1 ms ticker's gaps, while touching and while the sweeps drain
+the rest), with each sweep slice's own duration. Target: under 2 KiB per passivated thread, no stall from a
+sweep over all actors at once.
+
+Prints JSON: every figure per size and the ratios to the first size's, and ``idle``. ``--max`` stops early
+(quick runs); ``--idle 0`` skips the idle phase, ``--only idle`` runs it alone.
+Usage: ``python -m bench.bench_growth [--max 100000] [--workdir DIR] [--idle N] [--only growth|idle]``.
 """
 
 from __future__ import annotations
@@ -233,8 +243,265 @@ def _cli(path: str, threads: int) -> dict[str, float]:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ idle
+
+IDLE_THREADS = 100_000
+IDLE_TIMEOUT = 2.0
+IDLE_IN_FLIGHT = 16
+IDLE_TRACED = 2_000  # threads of the tracemalloc run (tracing all of them would take too long)
+IDLE_WARM = 50  # threads touched before measuring: the first-use caches of the process itself
+_TICK = 0.001
+
+
+def _idle_memory(path: str, idle_timeout: float, max_actors: int) -> Memory:
+    return Memory(storage=SQLiteStore(path), idle_timeout=idle_timeout, max_actors=max_actors,
+                  options={"lastMessages": 10})
+
+
+def _idle_owner(t: int) -> str:
+    return f"resource-{t // THREADS_PER_RESOURCE}"
+
+
+async def _touch(memory: Memory, first: int, count: int, in_flight: int = IDLE_IN_FLIGHT) -> None:
+    """Touch threads ``first .. first+count-1`` once each (create, save one message, recall), ``in_flight`` at once."""
+    next_t = first
+    end = first + count
+
+    async def _worker() -> None:
+        nonlocal next_t
+        while next_t < end:
+            t = next_t
+            next_t += 1
+            thread, owner = f"thread-{t}", _idle_owner(t)
+            await memory.create_thread(thread_id=thread, resource_id=owner)
+            await memory.save_messages([Message.user(f"hello {t}", thread_id=thread, resource_id=owner)])
+            await memory.recall(thread, resource_id=owner)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(in_flight):
+            tg.start_soon(_worker)
+
+
+def _live(memory: Memory) -> tuple[int, int]:
+    system = memory.actor_system
+    return len(system.threads), len(system.resources)
+
+
+async def _until_passivated(memory: Memory) -> None:
+    """Poll until no thread or resource actor is live (the registries signal nothing when they empty)."""
+    while _live(memory) != (0, 0):  # noqa: ASYNC110
+        await anyio.sleep(0.01)
+
+
+class _GcPauses:
+    """Garbage-collector pauses from ``gc.callbacks``: per generation the count and the longest, and the total."""
+
+    def __init__(self) -> None:
+        self.longest = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self.total = 0.0  # seconds spent collecting so far (what a gap or a sweep call subtracts)
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        pause = time.perf_counter() - self._started
+        self.count[generation] += 1
+        self.total += pause
+        self.longest[generation] = max(self.longest[generation], pause)
+
+    def report(self) -> dict[str, Any]:
+        return {"collections": self.count, "longest_ms": [round(s * 1000.0, 3) for s in self.longest],
+                "total_ms": round(self.total * 1000.0, 1)}
+
+
+class _Ticker:
+    """Sleeps 1 ms in a loop and keeps the gaps between wakeups per stage; samples RSS and live actors."""
+
+    def __init__(self, memory: Memory, pauses: _GcPauses) -> None:
+        self._memory = memory
+        self._pauses = pauses
+        self.stage = "touch"
+        self.gaps: dict[str, list[float]] = {}
+        self.gc: dict[str, list[float]] = {}  # collector time within each gap
+        # The event loop thread's CPU time in each gap: a long gap with little of it is the OS running
+        # something else (this machine is shared), not the loop being busy.
+        self.cpu: dict[str, list[float]] = {}
+        self.peak_rss_mb = 0.0
+        self.peak_live = (0, 0)
+        self._stop = anyio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        last, last_cpu, last_gc = time.perf_counter(), time.thread_time(), self._pauses.total
+        ticks = 0
+        while not self._stop.is_set():
+            await anyio.sleep(_TICK)
+            now, cpu, collected = time.perf_counter(), time.thread_time(), self._pauses.total
+            self.gaps.setdefault(self.stage, []).append(now - last)
+            self.cpu.setdefault(self.stage, []).append(cpu - last_cpu)
+            self.gc.setdefault(self.stage, []).append(collected - last_gc)
+            last, last_cpu, last_gc = now, cpu, collected
+            threads, resources = _live(self._memory)
+            if threads > self.peak_live[0]:
+                self.peak_live = (threads, max(resources, self.peak_live[1]))
+            ticks += 1
+            if ticks % 50 == 0:
+                self.peak_rss_mb = max(self.peak_rss_mb, _rss_now_mb())
+
+    def report(self, stage: str) -> dict[str, float]:
+        arr = np.asarray(self.gaps.get(stage, [0.0]), dtype=np.float64) * 1000.0
+        cpu = np.asarray(self.cpu.get(stage, [0.0]), dtype=np.float64) * 1000.0
+        without_gc = arr - np.asarray(self.gc.get(stage, [0.0]), dtype=np.float64) * 1000.0
+        worst = int(arr.argmax())
+        return {"ticks": int(arr.size), "max_gap_ms": round(float(arr.max()), 3),
+                "p99_gap_ms": round(float(np.percentile(arr, 99)), 3),
+                "p50_gap_ms": round(float(np.percentile(arr, 50)), 3),
+                "gaps_over_10ms": int((arr > 10.0).sum()), "gaps_over_50ms": int((arr > 50.0).sum()),
+                "max_gap_excluding_gc_ms": round(float(without_gc.max()), 3),
+                "p99_gap_excluding_gc_ms": round(float(np.percentile(without_gc, 99)), 3),
+                "max_gap_loop_cpu_ms": round(float(cpu[worst]), 3),
+                "max_loop_cpu_in_a_gap_ms": round(float(cpu.max()), 3)}
+
+
+def _rss_after_trim_mb() -> float:
+    """RSS once the C allocator has handed its free pages back (``malloc_trim``, glibc only)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is not None:
+        libc = ctypes.CDLL(name)
+        if hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+    return _rss_now_mb()
+
+
+class _SweepTimer:
+    """Times every ``sweep`` call of one registry (the background sweeper's slices) without changing it."""
+
+    def __init__(self, registry: Any, pauses: _GcPauses) -> None:
+        self.calls: list[tuple[str, float, float, int]] = []  # (stage, seconds, of which collecting, passivated)
+        self.stage = "touch"
+        sweep = registry.sweep
+
+        def timed(limit: int | None = None) -> int:
+            started, collected = time.perf_counter(), pauses.total
+            count: int = sweep(limit)
+            self.calls.append((self.stage, time.perf_counter() - started, pauses.total - collected, count))
+            return count
+
+        registry.sweep = timed
+
+    def report(self, stage: str) -> dict[str, float]:
+        calls = [c for c in self.calls if c[0] == stage]
+        seconds = [c[1] for c in calls]
+        return {"calls": len(calls), "passivated": sum(c[3] for c in calls),
+                "max_slice_passivated": max((c[3] for c in calls), default=0),
+                "max_ms": round(max(seconds, default=0.0) * 1000.0, 3),
+                "max_ms_excluding_gc": round(max((c[1] - c[2] for c in calls), default=0.0) * 1000.0, 3),
+                "calls_with_a_collection": sum(1 for c in calls if c[2] > 0),
+                "total_ms": round(sum(seconds) * 1000.0, 3)}
+
+
+async def _idle(path: str, threads: int, idle_timeout: float, max_actors: int) -> dict[str, Any]:
+    import gc
+
+    out: dict[str, Any] = {"threads": threads, "idle_timeout_s": idle_timeout, "max_actors": max_actors,
+                           "in_flight": IDLE_IN_FLIGHT}
+    memory = _idle_memory(path, idle_timeout, max_actors)
+    await memory.start()
+    try:
+        await _touch(memory, -IDLE_WARM, IDLE_WARM)
+        with anyio.fail_after(idle_timeout * 4 + 60):
+            await _until_passivated(memory)
+        gc.collect()
+        rss_before = _rss_now_mb()
+        blocks_before = sys.getallocatedblocks()
+        pauses = _GcPauses()
+        gc.callbacks.append(pauses)
+        ticker = _Ticker(memory, pauses)
+        sweeps = {"threads": _SweepTimer(memory.actor_system.threads, pauses),
+                  "resources": _SweepTimer(memory.actor_system.resources, pauses)}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker.run)
+            started = time.perf_counter()
+            await _touch(memory, 0, threads)
+            touch_s = time.perf_counter() - started
+            ticker.stage = "drain"
+            for timer in sweeps.values():
+                timer.stage = "drain"
+            rss_touched = _rss_now_mb()
+            live_touched = _live(memory)
+            started = time.perf_counter()
+            with anyio.fail_after(idle_timeout * 4 + 600):
+                await _until_passivated(memory)
+            drain_s = time.perf_counter() - started
+            ticker.stop()
+        gc.callbacks.remove(pauses)
+        stats = memory.actor_system.threads.statistics()
+        gc.collect()
+        rss_after = _rss_now_mb()
+        blocks_after = sys.getallocatedblocks()
+        rss_trimmed = _rss_after_trim_mb()
+        out["touch"] = {"seconds": round(touch_s, 3), "msgs_per_s": round(threads / touch_s),
+                        "threads_per_s": round(threads / touch_s)}
+        out["rss_mb"] = {"before": rss_before, "peak": max(ticker.peak_rss_mb, rss_touched),
+                         "after_touching": rss_touched, "after_passivation": rss_after,
+                         "after_passivation_malloc_trim": rss_trimmed}
+        out["live_actors"] = {"peak_threads": ticker.peak_live[0], "peak_resources": ticker.peak_live[1],
+                              "after_touching_threads": live_touched[0], "after_touching_resources": live_touched[1]}
+        out["thread_actors"] = {"created": stats.created, "passivated": stats.passivated, "evicted": stats.evicted}
+        out["passivation_s_after_touching"] = round(drain_s, 3)
+        out["retained_per_thread"] = {
+            "rss_bytes": round((rss_after - rss_before) * 2**20 / threads),
+            "rss_bytes_after_malloc_trim": round((rss_trimmed - rss_before) * 2**20 / threads),
+            "allocated_blocks": round((blocks_after - blocks_before) / threads, 2),
+        }
+        out["event_loop"] = {"touch": ticker.report("touch"), "drain": ticker.report("drain"),
+                             "gc": pauses.report()}
+        out["sweeps"] = {name: {stage: timer.report(stage) for stage in ("touch", "drain")}
+                         for name, timer in sweeps.items()}
+    finally:
+        await memory.aclose()
+    return out
+
+
+async def _idle_traced(path: str, threads: int, idle_timeout: float, max_actors: int) -> dict[str, Any]:
+    """The bytes tracemalloc sees retained per thread once every actor of ``threads`` touched ones is passivated."""
+    import gc
+    import tracemalloc
+
+    memory = _idle_memory(path, idle_timeout, max_actors)
+    async with memory:
+        await _touch(memory, -IDLE_WARM, IDLE_WARM)
+        with anyio.fail_after(idle_timeout * 4 + 60):
+            await _until_passivated(memory)
+        gc.collect()
+        tracemalloc.start(1)
+        try:
+            before = tracemalloc.take_snapshot()
+            await _touch(memory, 0, threads)
+            with anyio.fail_after(idle_timeout * 4 + 600):
+                await _until_passivated(memory)
+            gc.collect()
+            diff = tracemalloc.take_snapshot().compare_to(before, "lineno")
+        finally:
+            tracemalloc.stop()
+    retained = sum(stat.size_diff for stat in diff)
+    top = [{"where": str(stat.traceback), "bytes_per_thread": round(stat.size_diff / threads, 1),
+            "blocks_per_thread": round(stat.count_diff / threads, 3)} for stat in diff[:8]]
+    return {"threads": threads, "retained_bytes_per_thread": round(retained / threads, 1), "grew_most": top}
+
+
 def _phase(args: Sequence[str]) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "bench.bench_growth", *args], capture_output=True, text=True)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where bench/ is a package
+    done = subprocess.run([sys.executable, "-m", "bench.bench_growth", *args], capture_output=True, text=True,
+                          cwd=root)
     if done.returncode != 0:
         raise RuntimeError(f"phase {args} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -264,11 +531,32 @@ def _ratios(first: dict[str, Any], other: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _run_idle(workdir: str, threads: int, idle_timeout: float, max_actors: int | None) -> dict[str, Any]:
+    actors = max_actors if max_actors is not None else max(threads, 10_000)
+    common = ["--idle-timeout", str(idle_timeout), "--idle-max-actors", str(actors)]
+    entry = _phase(["--phase", "idle", "--db", os.path.join(workdir, "idle.db"), "--threads", str(threads), *common])
+    traced = min(threads, IDLE_TRACED)
+    entry["tracemalloc"] = _phase(["--phase", "idle-traced", "--db", os.path.join(workdir, "idle-traced.db"),
+                                   "--threads", str(traced), *common])
+    retained = entry["retained_per_thread"]
+    retained["tracemalloc_bytes"] = entry["tracemalloc"]["retained_bytes_per_thread"]
+    retained["under_2_kib"] = max(retained["rss_bytes"], retained["tracemalloc_bytes"]) < 2048
+    return entry
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--max", type=int, default=SIZES[-1], help="largest size in messages (default 1 000 000)")
     parser.add_argument("--workdir", help="where the database grows (default: a temporary directory)")
-    parser.add_argument("--phase", choices=("write", "restart"), help=argparse.SUPPRESS)
+    parser.add_argument("--idle", type=int, default=IDLE_THREADS, metavar="N",
+                        help="threads of the idle phase (default 100 000; 0 skips it)")
+    parser.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT,
+                        help="the idle phase's Memory idle_timeout in seconds (default 2)")
+    parser.add_argument("--idle-max-actors", type=int,
+                        help="the idle phase's Memory max_actors (default: N, at least 10 000, so the idle timeout, "
+                             "not the LRU cap, retires the actors)")
+    parser.add_argument("--only", choices=("growth", "idle"), help="run only the growth phases or only the idle one")
+    parser.add_argument("--phase", choices=("write", "restart", "idle", "idle-traced"), help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--from-threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
@@ -279,8 +567,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.phase == "restart":
         print(json.dumps(anyio.run(_restart, args.db, args.threads)))
         return
-    sizes = [s for s in SIZES if s <= args.max] or [args.max]
+    if args.phase in ("idle", "idle-traced"):
+        phase = _idle if args.phase == "idle" else _idle_traced
+        print(json.dumps(anyio.run(phase, args.db, args.threads, args.idle_timeout, args.idle_max_actors)))
+        return
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-growth-")
+    report: dict[str, Any] = {}
+    if args.only != "idle":
+        report = _growth(workdir, args.max)
+    if args.only != "growth" and args.idle > 0:
+        report["idle"] = _run_idle(workdir, args.idle, args.idle_timeout, args.idle_max_actors)
+        print(json.dumps({"idle": report["idle"]}), file=sys.stderr, flush=True)
+    print(json.dumps(report, indent=2))
+
+
+def _growth(workdir: str, largest: int) -> dict[str, Any]:
+    sizes = [s for s in SIZES if s <= largest] or [largest]
     path = os.path.join(workdir, "growth.db")
     report: dict[str, Any] = {"dim": DIM, "messages_per_thread": TURNS * 2,
                               "threads_per_resource": THREADS_PER_RESOURCE, "sizes": {}}
@@ -305,7 +607,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps({str(size): entry}), file=sys.stderr, flush=True)
     first = report["sizes"][str(sizes[0])]
     report["ratios_to_first"] = {size: _ratios(first, entry) for size, entry in report["sizes"].items()}
-    print(json.dumps(report, indent=2))
+    return report
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import inspect
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -296,6 +299,23 @@ class TestLifecycle:
             assert actor.idle
             assert actor.last_active == 150.0
             assert actor.statistics().processed == 3
+
+    async def test_an_idle_actor_holds_neither_its_last_command_nor_an_exception(self) -> None:
+        """While it waits for work an actor keeps nothing of the last command or of the empty mailbox's WouldBlock:
+        an idle actor costs only itself (many of them stay live until passivation)."""
+        actor = Recorder("k")
+        command = Op(1)
+        gone = weakref.ref(command)
+        async with running(actor):
+            assert await actor.ask(command) == 10
+            del command
+            await wait_all_tasks_blocked()  # the loop is parked in the mailbox again
+            gc.collect()
+            assert gone() is None
+            (loop,) = [r for r in gc.get_referrers(actor)
+                       if inspect.iscoroutine(r) and r.cr_code is Actor.run.__code__]
+            held = [type(o).__name__ for o in gc.get_referents(loop) if isinstance(o, BaseException)]
+            assert held == []
 
     async def test_run_twice_is_refused(self) -> None:
         actor = Recorder("k")

@@ -433,3 +433,25 @@ async def test_idle_threads_cost_under_2_kib_each_once_passivated(tmp_path: Any)
             tracemalloc.stop()
         assert memory.actor_system.threads.statistics().passivated >= n
         assert retained / n < 2048, f"{retained / n:.0f} bytes per idle thread; grew most: {growth}"
+
+
+async def test_a_thread_actor_makes_its_turn_lock_on_the_first_turn(tmp_path: Any) -> None:
+    """Saves and recalls leave an idle thread actor without a turn lock; the first turn makes the one every later
+    turn of that activation shares."""
+    from threadmind import Memory, Message
+    from threadmind.errors import ThreadBusy
+    from threadmind.stores import SQLiteStore
+
+    memory = Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 10})
+    async with memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        await memory.save_messages([Message.user("hello", thread_id="t", resource_id="r")])
+        await memory.recall("t", resource_id="r")
+        actor = memory.actor_system.threads.get("t")
+        assert actor._turn_lock is None
+        async with memory.actor_system.turn("t", "enqueue"):
+            assert actor._turn_lock is not None and actor.turn_lock.value == 0
+            with pytest.raises(ThreadBusy):
+                async with memory.actor_system.turn("t", "reject"):
+                    pass  # pragma: no cover
+        assert actor.turn_lock.value == 1 and actor.idle

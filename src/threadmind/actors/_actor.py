@@ -292,13 +292,17 @@ class Actor(abc.ABC, Generic[C]):
                     elif len(mailbox):
                         # Stop taking queued commands once our own scope is cancelled (no yield otherwise).
                         await checkpoint_if_cancelled()
+                    envelope: _Envelope | None
                     try:
                         envelope = mailbox.get_nowait()
                         streak += 1
                     except anyio.WouldBlock:
+                        envelope = None  # wait outside the handler: an idle actor keeps no exception alive
+                    if envelope is None:
                         envelope = await mailbox.get()
                         streak = 0
                     await self._process(envelope, scope)
+                    envelope = None  # nor the last command, its reply or its caller's context
         except anyio.EndOfStream:
             return
         finally:

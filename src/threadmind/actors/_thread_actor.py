@@ -178,10 +178,7 @@ class ThreadActor(Actor[ThreadCommand]):
         super().__init__(thread_id, mailbox_capacity=mailbox_capacity)
         self._store = store
         self._ttl = ttl  # seconds the cached row and tail are trusted (math.inf: until a write says otherwise)
-        # A semaphore, not a lock: a stream abandoned mid-turn is closed by the event loop's finalizer in another
-        # task, which must be able to give the turn back. fast_acquire: an uncontended turn takes it without a
-        # yield (one event-loop pass per turn).
-        self.turn_lock = anyio.Semaphore(1, fast_acquire=True)
+        self._turn_lock: anyio.Semaphore | None = None  # made by the first agent turn (see turn_lock)
         self._turns = 0
         self._tail: Tail | None = None
         # How many of the newest messages the tail keeps: grows (up to TAIL_MAX) to the longest window asked.
@@ -198,6 +195,20 @@ class ThreadActor(Actor[ThreadCommand]):
     def thread_id(self) -> str:
         """The thread this actor owns."""
         return self.key
+
+    @property
+    def turn_lock(self) -> anyio.Semaphore:
+        """Held for the length of one agent turn; made on first use, so a thread that never runs a turn (most
+        of the live ones in a deployment of many threads) costs no semaphore and waiter queue.
+
+        A semaphore, not a lock: a stream abandoned mid-turn is closed by the event loop's finalizer in another
+        task, which must be able to give the turn back. fast_acquire: an uncontended turn takes it without a
+        yield (one event-loop pass per turn).
+        """
+        lock = self._turn_lock
+        if lock is None:
+            lock = self._turn_lock = anyio.Semaphore(1, fast_acquire=True)
+        return lock
 
     @property
     def idle(self) -> bool:

@@ -1,0 +1,35 @@
+"""bench_growth's idle phase keeps running: a few threads touched once, every actor passivated, figures in shape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, where bench/ lives
+
+from bench import bench_growth  # noqa: E402
+
+
+def test_the_idle_phase_runs_alone_and_passivates_every_thread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench_growth.main(["--only", "idle", "--idle", "40", "--idle-timeout", "0.2", "--workdir", str(tmp_path)])
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"idle"}  # no growth phase ran
+    idle = report["idle"]
+    assert idle["threads"] == 40 and idle["idle_timeout_s"] == 0.2
+    actors = idle["thread_actors"]
+    assert actors["created"] == actors["passivated"] == 40 + bench_growth.IDLE_WARM and actors["evicted"] == 0
+    assert 0 < idle["live_actors"]["peak_threads"] <= 40
+    assert idle["touch"]["msgs_per_s"] > 0
+    assert 0 < idle["rss_mb"]["before"] <= idle["rss_mb"]["peak"]
+    assert idle["sweeps"]["threads"]["touch"]["passivated"] + idle["sweeps"]["threads"]["drain"]["passivated"] == 40
+    for stage in ("touch", "drain"):
+        gaps = idle["event_loop"][stage]
+        assert gaps["ticks"] > 0 and 0 < gaps["p50_gap_ms"] <= gaps["p99_gap_ms"] <= gaps["max_gap_ms"]
+    traced = idle["tracemalloc"]
+    assert traced["threads"] == 40 and traced["grew_most"]
+    assert idle["retained_per_thread"]["tracemalloc_bytes"] == traced["retained_bytes_per_thread"]
