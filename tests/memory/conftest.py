@@ -11,6 +11,8 @@ from threadmind import Memory
 from threadmind.stores import InMemoryStore, SQLiteStore
 from threadmind.stores._protocol import Store
 
+from ..vectors._support import make_vector as make_vector
+from ..vectors._support import vector_kind as vector_kind
 from ._support import StoreFactory
 
 
