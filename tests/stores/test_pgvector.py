@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 
@@ -186,6 +187,77 @@ class TestTable:
             finally:
                 await vector.close()
         assert "memory_messages_2048_vector_idx" not in (await _layout(pg_dsn, "memory_messages_2048"))["indexes"]
+
+
+class TestHnswWhenNeeded:
+    async def _wait_ready(self, vector: PgVectorStore) -> None:
+        with anyio.fail_after(60):
+            assert await vector.wait_for_hnsw()
+
+    async def test_the_index_is_built_in_the_background_once_a_large_scope_is_queried(
+            self, pg_dsn: str, tmp_path: Path) -> None:
+        async with SQLiteStore(tmp_path / "m.db") as store:
+            vector = PgVectorStore(pg_dsn, exact_limit=100, build_hnsw="when_needed", m=12, ef_construction=40)
+            await vector.open(store, owner=object())
+            try:
+                await vector.use_index("memory_messages_8", DIM)
+                assert not vector.hnsw_ready
+                assert "memory_messages_8_vector_idx" not in (await _layout(pg_dsn, "memory_messages_8"))["indexes"]
+                rows = _vectors(300)
+                await vector.write([_record(f"m{i}", f"t{i % 3}", "small" if i < 50 else "big", rows[i])
+                                    for i in range(300)], staged=False)
+                small = await vector.query(rows[7], top_k=3, resource_id="small", thread_id=None)
+                assert small[0].message_id == "m7" and not vector.hnsw_ready  # a small scope wants no index
+                big = await vector.query(rows[70], top_k=3, resource_id="big", thread_id=None)
+                assert big[0].message_id == "m70" and vector.statistics().ann_queries == 0  # exact meanwhile
+                await self._wait_ready(vector)
+                assert vector.index_builds == 1
+                again = await vector.query(rows[70], top_k=3, resource_id="big", thread_id=None)
+                assert again[0].message_id == "m70" and vector.statistics().ann_queries == 1
+            finally:
+                await vector.close()
+        index = (await _layout(pg_dsn, "memory_messages_8"))["indexes"]["memory_messages_8_vector_idx"]
+        assert index == "USING hnsw (embedding vector_cosine_ops) WITH (m='12', ef_construction='40')"
+
+    async def test_a_build_cut_off_by_close_is_dropped_and_made_again(self, pg_dsn: str, tmp_path: Path) -> None:
+        async with SQLiteStore(tmp_path / "m.db") as store:
+            vector = PgVectorStore(pg_dsn, exact_limit=10, build_hnsw="when_needed")
+            await vector.open(store, owner=object())
+            await vector.use_index("memory_messages_8", DIM)
+            rows = _vectors(50)
+            await vector.write([_record(f"m{i}", "t1", "r1", rows[i]) for i in range(50)], staged=False)
+            await vector.close()
+        # what a cancelled CREATE INDEX CONCURRENTLY leaves: an index that is not valid
+        await _sql(pg_dsn, lambda c: c.execute(
+            "CREATE INDEX memory_messages_8_vector_idx ON memory_messages_8 USING hnsw (embedding vector_cosine_ops) "
+            "WITH (m = 16, ef_construction = 64); UPDATE pg_index SET indisvalid = false "
+            "WHERE indexrelid = 'memory_messages_8_vector_idx'::regclass"))
+        async with SQLiteStore(tmp_path / "m.db") as store:
+            vector = PgVectorStore(pg_dsn, exact_limit=10, build_hnsw="when_needed")
+            await vector.open(store, owner=object())
+            try:
+                await vector.use_index("memory_messages_8", DIM)
+                assert not vector.hnsw_ready  # the invalid one was dropped
+                assert "memory_messages_8_vector_idx" not in (await _layout(pg_dsn, "memory_messages_8"))["indexes"]
+                hits = await vector.query(rows[3], top_k=2, resource_id="r1", thread_id=None)
+                assert hits[0].message_id == "m3"
+                await self._wait_ready(vector)
+            finally:
+                await vector.close()
+        valid = await _sql(pg_dsn, lambda c: c.fetchval(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'memory_messages_8_vector_idx'::regclass"))
+        assert valid is True
+
+    async def test_at_start_a_valid_index_is_kept(self, pg_dsn: str, tmp_path: Path) -> None:
+        async with SQLiteStore(tmp_path / "m.db") as store:
+            for builds, mode in ((1, "at_start"), (0, "when_needed"), (0, "at_start")):
+                vector = PgVectorStore(pg_dsn, build_hnsw=mode)  # type: ignore[arg-type]
+                await vector.open(store, owner=object())
+                try:
+                    await vector.use_index("memory_messages_8", DIM)
+                    assert (vector.index_builds, vector.hnsw_ready) == (builds, True)
+                finally:
+                    await vector.close()
 
 
 class TestWrites:
@@ -391,6 +463,7 @@ class TestStartAndConfig:
         for kwargs, field in (({"m": 1}, "m"), ({"ef_construction": 0}, "ef_construction"),
                               ({"ef_search": 0}, "ef_search"), ({"exact_limit": -1}, "exact_limit"),
                               ({"metric": "manhattan"}, "metric"), ({"min_size": 3, "max_size": 2}, "min_size"),
+                              ({"build_hnsw": "later"}, "build_hnsw"),
                               ({"statement_cache_size": -1}, "statement_cache_size")):
             with pytest.raises(ConfigError, match=field):
                 PgVectorStore(dsn, **kwargs)

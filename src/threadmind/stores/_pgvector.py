@@ -15,15 +15,24 @@ the marks once the vectors are committed (in the same statement when the message
 ``PostgresStore`` on the same DSN; else right after it: a crash in between only embeds those messages again).
 Vectors are searchable once written (``stage`` returns False), so the index actor's batch waits for its one
 multi-row ``INSERT … ON CONFLICT`` statement before answering its callers.
+
+The HNSW index costs every insert far more than the row itself (see :mod:`._pgvector_table`) and serves only
+resource scopes larger than ``exact_limit`` (smaller scopes and threads are searched exactly, see
+:mod:`._pgvector_query`). ``build_hnsw="at_start"`` makes it with the table; ``"when_needed"`` leaves it out
+until a query first meets such a scope, then builds it in the background (``CREATE INDEX CONCURRENTLY``) while
+those scopes are answered exactly.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
+import anyio
+import anyio.abc
 import anyio.lowlevel
 import msgspec
 import numpy as np
@@ -33,6 +42,7 @@ from ._pgvector_query import ScopedSearch
 from ._pgvector_table import (
     NAMESPACE,
     Layout,
+    build_concurrently,
     ensure_extension,
     layout,
     message_tables,
@@ -52,6 +62,9 @@ __all__ = ("PgVectorStore",)
 _log = logging.getLogger("threadmind.index")
 T = TypeVar("T")
 _METRICS = ("cosine", "euclidean", "dotproduct")
+_BUILDS = ("at_start", "when_needed")
+#: Seconds between two attempts at building the HNSW index when needed (one failed, or another process builds it).
+BUILD_RETRY = 30.0
 _meta = msgspec.json.Encoder()
 
 
@@ -76,6 +89,9 @@ class PgVectorStore:
     :param metric: ``cosine``, ``euclidean`` or ``dotproduct`` (the index's operator class).
     :param exact_limit: resource scopes of at most this many vectors are searched exactly (faster than HNSW there,
         and exact); larger ones by an iterative HNSW scan. Thread scopes are always searched exactly.
+    :param build_hnsw: ``"at_start"``: the HNSW index is made with the table and kept up by every insert;
+        ``"when_needed"``: made in the background the first time a scope larger than ``exact_limit`` is queried
+        (inserts are several times cheaper until then).
     :param min_size: connections the pool keeps open.
     :param max_size: most connections the pool opens.
     :param statement_cache_size: asyncpg's prepared statements per connection; ``0`` behind PgBouncer in
@@ -84,7 +100,8 @@ class PgVectorStore:
     """
 
     def __init__(self, dsn: str, *, m: int = 16, ef_construction: int = 64, ef_search: int | None = None,
-                 metric: Metric = "cosine", exact_limit: int = 4096, min_size: int = 1, max_size: int = 10,
+                 metric: Metric = "cosine", exact_limit: int = 10_000,
+                 build_hnsw: Literal["at_start", "when_needed"] = "at_start", min_size: int = 1, max_size: int = 10,
                  statement_cache_size: int | None = None) -> None:
         if not isinstance(dsn, str) or urlsplit(dsn).scheme not in ("postgres", "postgresql"):
             raise ConfigError(f"dsn must be a postgresql:// URL, got {_masked(dsn) if isinstance(dsn, str) else dsn!r}")
@@ -95,6 +112,8 @@ class PgVectorStore:
         if ef_search is not None:
             _check_int(ef_search, "ef_search", 1)
         _check_int(exact_limit, "exact_limit", 0)
+        if build_hnsw not in _BUILDS:
+            raise ConfigError(f"build_hnsw must be 'at_start' or 'when_needed', not {build_hnsw!r}")
         _check_int(min_size, "min_size", 0)
         _check_int(max_size, "max_size", 1)
         if min_size > max_size:
@@ -108,6 +127,7 @@ class PgVectorStore:
         self._ef_search = ef_search
         self._metric: Metric = metric
         self._exact_limit = exact_limit
+        self._build_hnsw = build_hnsw
         self._min_size = min_size
         self._max_size = max_size
         self._statement_cache_size = statement_cache_size
@@ -118,8 +138,12 @@ class PgVectorStore:
         self._same_database = False
         self._layout: Layout | None = None
         self._search: ScopedSearch | None = None
-        #: HNSW indexes this store built (or rebuilt from another kind of index) on opening a table.
+        #: HNSW indexes this store built (or rebuilt from another kind of index).
         self.index_builds = 0
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._building = False
+        self._built = anyio.Event()  # set when the build in flight ends
+        self._next_build = 0.0
 
     def __repr__(self) -> str:
         return (f"PgVectorStore({_masked(self._dsn)!r}, metric={self._metric!r}, m={self._m}, "
@@ -175,6 +199,9 @@ class PgVectorStore:
             self._same_database = isinstance(store, PostgresStore) and getattr(store, "_dsn", None) == self._dsn \
                 and bool(await self._read(lambda conn: conn.fetchval(
                     "SELECT to_regclass('threadmind_vector_pending') IS NOT NULL"), "vector open"))
+            task_group = anyio.create_task_group()
+            await task_group.__aenter__()
+            self._task_group = task_group
         except BaseException:
             await self._close_pool()
             self._owner = None
@@ -200,12 +227,19 @@ class PgVectorStore:
         await vector_codec(conn, self._schema)
 
     async def close(self) -> None:
-        """Close the pool (every write was committed before its caller was answered)."""
+        """Stop a background index build (the next one starts afresh) and close the pool (every write was committed
+        before its caller was answered)."""
+        task_group, self._task_group = self._task_group, None
         try:
-            await self._close_pool()
+            if task_group is not None:
+                task_group.cancel_scope.cancel()
+                await task_group.__aexit__(None, None, None)
         finally:
-            self._owner = None
-            self._layout = self._search = None
+            try:
+                await self._close_pool()
+            finally:
+                self._owner = None
+                self._layout = self._search = None
 
     async def _close_pool(self) -> None:
         pool, self._pool = self._pool, None
@@ -247,12 +281,56 @@ class PgVectorStore:
             await anyio.lowlevel.checkpoint()
             return
         t = layout(table_name(name, dimension), dimension, self._metric, self._schema)
-        self.index_builds += int(await self._write(
-            lambda conn: set_up_table(conn, t, m=self._m, ef_construction=self._ef_construction), "vector index setup"))
+        ready, built = await self._write(
+            lambda conn: set_up_table(conn, t, m=self._m, ef_construction=self._ef_construction,
+                                      build=self._build_hnsw == "at_start"), "vector index setup")
+        self.index_builds += int(built)
         if not t.ann:
             _log.info("%s: %d dimensions exceed HNSW's limit; its scopes are searched exactly", name, dimension)
         self._layout = t
-        self._search = ScopedSearch(t, exact_limit=self._exact_limit, ef_search=self._ef_search, m=self._m)
+        self._search = ScopedSearch(t, exact_limit=self._exact_limit, ef_search=self._ef_search, m=self._m,
+                                    ann_ready=ready, on_large=self._hnsw_wanted)
+
+    @property
+    def hnsw_ready(self) -> bool:
+        """Whether a valid HNSW index serves the index in use."""
+        return self._search is not None and self._search.ann_ready
+
+    def _hnsw_wanted(self) -> None:
+        """(a query met a scope too large to search exactly, and no HNSW index serves it) Build one, in the
+        background, unless a build runs or one was tried lately."""
+        if self._building or time.monotonic() < self._next_build or self._task_group is None:
+            return
+        self._building = True
+        self._built = anyio.Event()
+        self._task_group.start_soon(self._build_in_background, name="threadmind.pgvector.build")
+
+    async def wait_for_hnsw(self) -> bool:
+        """Wait for the background HNSW build in flight, if any; whether a valid HNSW index serves the index now."""
+        if self._building:
+            await self._built.wait()
+        else:
+            await anyio.lowlevel.checkpoint()
+        return self.hnsw_ready
+
+    async def _build_in_background(self) -> None:
+        t, search = self._layout, self._search
+        try:
+            if t is None or search is None:
+                return
+            # a read: cancellable (a close cancels the statement; the invalid index it leaves is dropped next time)
+            ready, built = await self._read(lambda conn: build_concurrently(
+                conn, t, m=self._m, ef_construction=self._ef_construction), "vector index build")
+            self.index_builds += int(built)
+            if ready and search is self._search:
+                search.ann_ready = True
+        except Exception:
+            _log.exception("building the HNSW index of %s failed; its large scopes are searched exactly",
+                           t.name if t else "?")
+        finally:
+            self._building = False
+            self._next_build = time.monotonic() + BUILD_RETRY
+            self._built.set()
 
     @property
     def index_name(self) -> str | None:

@@ -9,7 +9,9 @@ A post-filtered HNSW scan returns fewer rows than asked for when the scope is a 
   bounded read counts them on the way, and a scope found larger is remembered (per process, for a while) and
   asked of the HNSW index with an iterative scan (``hnsw.iterative_scan = relaxed_order``, ``hnsw.ef_search``
   and ``hnsw.max_scan_tuples`` set transaction-locally, so behind PgBouncer too). An iterative scan that still
-  comes back with fewer than ``top_k`` messages is answered exactly instead.
+  comes back with fewer than ``top_k`` messages is answered exactly instead. While the table has no valid HNSW
+  index (it is built when first needed, or past pgvector's dimension limit) large scopes are answered exactly too,
+  and ``on_large`` is told.
 
 One hit per message (its best chunk), best first; fetching twice ``top_k`` rows leaves room for chunks, and an
 exact answer fetches more when chunks still crowd out messages. Scores follow Mastra: cosine ``1 - d``,
@@ -55,8 +57,12 @@ def _where(resource_id: str | None, thread_id: str | None, first: int) -> tuple[
 class ScopedSearch:
     """The query plans of one table (see the module docstring); counts which plan answered."""
 
-    def __init__(self, layout: Layout, *, exact_limit: int, ef_search: int | None, m: int) -> None:
+    def __init__(self, layout: Layout, *, exact_limit: int, ef_search: int | None, m: int, ann_ready: bool,
+                 on_large: Callable[[], None] | None = None) -> None:
         self._t = layout
+        #: Whether a valid HNSW index serves the table (set once a background build finished).
+        self.ann_ready = ann_ready
+        self._on_large = on_large
         self._exact_limit = exact_limit
         self._ef_search = ef_search
         self._m = m
@@ -113,6 +119,10 @@ class ScopedSearch:
                     return hits
                 return await self._exact(run, vector, top_k, 4 * fetch, where, params)
             self._note_large(key)
+        if not self.ann_ready:
+            if self._on_large is not None:
+                self._on_large()
+            return await self._exact(run, vector, top_k, fetch, where, params)
         hits = self._hits(await run(self._ann(vector, top_k, fetch, where, params)), top_k)
         if len(hits) >= top_k:
             self.ann_queries += 1
