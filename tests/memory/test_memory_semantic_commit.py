@@ -1,7 +1,9 @@
 """Semantic saves embed while their messages commit, and stage vectors only for what committed.
 
 ``Memory.save_messages`` on one thread queues its upsert with the index actor as the thread actor starts the
-save, so the embedding overlaps the commit; the vectors become searchable only after the commit succeeded.
+save, so the embedding overlaps the commit; the vectors become searchable only after the commit succeeded. Every
+test runs over HnswVectorStore and over PgVectorStore (the messages and their pending marks in SQLite, the vectors
+in PostgreSQL).
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from typing import Any
 
 import anyio
 import pytest
-from tests._factories import semantic_memory
 
 from threadmind import Memory, Message
 from threadmind.embedders import Embeddings, HashEmbedder
 from threadmind.errors import EmbedderError, ValidationError
 from threadmind.stores import SQLiteStore
 
+from ..vectors._support import VectorFactory, vector_count, vector_rows
 from ._support import BASE, PLAIN_LOOP, msg
 
 _OPTIONS = {"semanticRecall": {"topK": 3, "messageRange": 0, "scope": "resource"}, "lastMessages": 2}
@@ -69,6 +71,24 @@ class _WatchedEmbedder:
         return await self.inner.embed(texts)
 
 
+def _memory(store: SQLiteStore, make_vector: VectorFactory, tmp_path: Path, embedder: Any) -> Memory:
+    return Memory(storage=store, vector=make_vector(tmp_path / "vec"), embedder=embedder, options=_OPTIONS)
+
+
+async def _rows(memory: Memory, columns: str = "message_id, thread_id") -> list[tuple[Any, ...]]:
+    """The stored vector rows (written behind for hnswlib: made durable first)."""
+    index = memory.actor_system.index
+    assert index is not None
+    await index.flush()
+    return await vector_rows(index.vector_store, memory.storage, columns)
+
+
+async def _count(memory: Memory) -> int:
+    index = memory.actor_system.index
+    assert index is not None
+    return await vector_count(index.vector_store, index.statistics().store)
+
+
 async def _hit_ids(memory: Memory, text: str) -> list[str]:
     index = memory.actor_system.index  # the index itself: what is searchable right now, without waiting on the thread
     assert index is not None
@@ -76,18 +96,20 @@ async def _hit_ids(memory: Memory, text: str) -> list[str]:
 
 
 @asynccontextmanager
-async def _held(tmp_path: Path, watch: str) -> AsyncIterator[tuple[Memory, _HeldStore, _WatchedEmbedder]]:
+async def _held(tmp_path: Path, make_vector: VectorFactory,
+                watch: str) -> AsyncIterator[tuple[Memory, _HeldStore, _WatchedEmbedder]]:
     """A running Memory with thread t1 whose next message saves wait for ``store.release``."""
     store = _HeldStore(tmp_path / "m.db")
     embedder = _WatchedEmbedder(watch)
-    async with semantic_memory(store, tmp_path / "vec", _OPTIONS, embedder=embedder) as memory:
+    async with _memory(store, make_vector, tmp_path, embedder) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         store.hold = True
         yield memory, store, embedder
 
 
-async def test_embedding_overlaps_the_commit_and_vectors_appear_only_after_it(tmp_path: Path) -> None:
-    async with _held(tmp_path, "volcano") as (memory, store, embedder):
+async def test_embedding_overlaps_the_commit_and_vectors_appear_only_after_it(
+        tmp_path: Path, make_vector: VectorFactory) -> None:
+    async with _held(tmp_path, make_vector, "volcano") as (memory, store, embedder):
         async with anyio.create_task_group() as tg:
             tg.start_soon(memory.save_messages, [msg("m1", text="the volcano erupted at dawn")])
             try:
@@ -102,8 +124,9 @@ async def test_embedding_overlaps_the_commit_and_vectors_appear_only_after_it(tm
         assert await _hit_ids(memory, "the volcano erupted at dawn") == ["m1"]  # read-your-writes on return
 
 
-async def test_a_failed_save_leaves_no_vector_and_the_index_keeps_working(tmp_path: Path) -> None:
-    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS) as memory:
+async def test_a_failed_save_leaves_no_vector_and_the_index_keeps_working(
+        tmp_path: Path, make_vector: VectorFactory) -> None:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), make_vector, tmp_path, HashEmbedder(dim=64)) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         await memory.create_thread(thread_id="t2", resource_id="r1")
         await memory.save_messages([msg("m1", "t1", text="alpine lakes in the summer")])
@@ -116,29 +139,27 @@ async def test_a_failed_save_leaves_no_vector_and_the_index_keeps_working(tmp_pa
                                          resource_id="r1")
         assert [(h.message_id, h.thread_id) for h in hits] == [("m1", "t1")]
         stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
-        assert stats.vectors == 1 and stats.pending == 0
+        assert await _count(memory) == 1 and stats.pending == 0
         await memory.save_messages([msg("m3", "t2", text="glacier crevasse rescue training")])
         assert (await _hit_ids(memory, "glacier crevasse rescue training"))[0] == "m3"
-    with sqlite3.connect(tmp_path / "m.db") as conn:
-        rows = conn.execute("SELECT message_id, thread_id FROM threadmind_vectors ORDER BY message_id").fetchall()
-    assert rows == [("m1", "t1"), ("m3", "t2")]
+        assert await _rows(memory) == [("m1", "t1"), ("m3", "t2")]
 
 
-async def test_a_resaved_message_keeps_its_stored_created_at_in_the_vector_row(tmp_path: Path) -> None:
-    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS) as memory:
+async def test_a_resaved_message_keeps_its_stored_created_at_in_the_vector_row(
+        tmp_path: Path, make_vector: VectorFactory) -> None:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), make_vector, tmp_path, HashEmbedder(dim=64)) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         await memory.save_messages([msg("m1", text="first words", ms=0)])
         result = await memory.save_messages([msg("m1", text="second words", created_at=BASE + timedelta(days=1))])
         assert result.messages[0].created_at == BASE  # the store keeps the first createdAt
         assert await _hit_ids(memory, "second words") == ["m1"]
-    with sqlite3.connect(tmp_path / "m.db") as conn:
-        rows = conn.execute("SELECT message_id, created_at FROM threadmind_vectors").fetchall()
-    assert rows == [("m1", "2025-03-01T09:00:00.000Z")]
+        assert await _rows(memory, "message_id, created_at") == [("m1", "2025-03-01T09:00:00.000Z")]
 
 
-async def test_an_embedder_failure_still_raises_after_the_messages_are_saved(tmp_path: Path) -> None:
+async def test_an_embedder_failure_still_raises_after_the_messages_are_saved(
+        tmp_path: Path, make_vector: VectorFactory) -> None:
     embedder = _WatchedEmbedder("never")
-    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS, embedder=embedder) as memory:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), make_vector, tmp_path, embedder) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         embedder.broken = True
         with pytest.raises(EmbedderError):
@@ -151,8 +172,9 @@ async def test_an_embedder_failure_still_raises_after_the_messages_are_saved(tmp
 
 
 @PLAIN_LOOP
-async def test_concurrent_resaves_of_one_message_index_the_text_stored_last(tmp_path: Path) -> None:
-    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS) as memory:
+async def test_concurrent_resaves_of_one_message_index_the_text_stored_last(
+        tmp_path: Path, make_vector: VectorFactory) -> None:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), make_vector, tmp_path, HashEmbedder(dim=64)) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         texts = [f"version {i} of the travel plan with {i * 7919 % 1000} unique words" for i in range(100)]
         async with anyio.create_task_group() as tg:
@@ -163,11 +185,12 @@ async def test_concurrent_resaves_of_one_message_index_the_text_stored_last(tmp_
         assert index is not None
         hits = await index.query(stored, top_k=1, resource_id="r1")
         assert hits[0].message_id == "m1" and hits[0].score > 0.999  # the vector is the stored text's
-        assert index.statistics().vectors == 1
+        assert await _count(memory) == 1
 
 
-async def test_a_caller_cancelled_mid_commit_leaves_the_save_whole_and_indexed(tmp_path: Path) -> None:
-    async with _held(tmp_path, "harbour") as (memory, store, embedder):
+async def test_a_caller_cancelled_mid_commit_leaves_the_save_whole_and_indexed(
+        tmp_path: Path, make_vector: VectorFactory) -> None:
+    async with _held(tmp_path, make_vector, "harbour") as (memory, store, embedder):
         async with anyio.create_task_group() as tg:
             tg.start_soon(memory.save_messages, [msg("m1", text="the harbour lights at night"),
                                                  msg("m2", text="fishing boats return to the harbour", ms=1)])
@@ -186,11 +209,12 @@ async def test_a_caller_cancelled_mid_commit_leaves_the_save_whole_and_indexed(t
         index = memory.actor_system.index
         assert index is not None
         await index.flush()
-        assert index.statistics().vectors == 3 and index.statistics().pending == 0
+        assert await _count(memory) == 3 and index.statistics().pending == 0
 
 
-async def test_a_batch_across_threads_is_indexed_whole_and_marked_pending_in_its_transaction(tmp_path: Path) -> None:
-    async with semantic_memory(SQLiteStore(tmp_path / "m.db"), tmp_path / "vec", _OPTIONS) as memory:
+async def test_a_batch_across_threads_is_indexed_whole_and_marked_pending_in_its_transaction(
+        tmp_path: Path, make_vector: VectorFactory) -> None:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), make_vector, tmp_path, HashEmbedder(dim=64)) as memory:
         for tid in ("t1", "t2"):
             await memory.create_thread(thread_id=tid, resource_id="r1")
         await memory.save_messages([msg("a", "t1", text="alpine lakes in the summer"),
@@ -198,8 +222,8 @@ async def test_a_batch_across_threads_is_indexed_whole_and_marked_pending_in_its
         assert (await _hit_ids(memory, "alpine lakes in the summer"))[0] == "a"
         assert (await _hit_ids(memory, "glacier crevasse rescue training"))[0] == "b"
         stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
-        assert stats.vectors == 2 and stats.pending == 0
-    with sqlite3.connect(tmp_path / "m.db") as conn:
-        rows = conn.execute("SELECT message_id, thread_id FROM threadmind_vectors ORDER BY message_id").fetchall()
+        assert await _count(memory) == 2 and stats.pending == 0
+        assert await _rows(memory) == [("a", "t1"), ("b", "t2")]
+    with sqlite3.connect(tmp_path / "m.db") as conn:  # the marks the save made with its messages are cleared
         marks = conn.execute("SELECT count(*) FROM threadmind_vector_pending").fetchone()[0]
-    assert rows == [("a", "t1"), ("b", "t2")] and marks == 0
+    assert marks == 0

@@ -133,6 +133,27 @@ class TestSchema:
         with pytest.raises(StorageError, match="schema_version 99"):
             await PostgresStore(pg_dsn).open()
 
+    async def test_a_version_2_database_is_upgraded_keeping_its_vectors(self, pg_dsn: str) -> None:
+        async with PostgresStore(pg_dsn) as store:
+            await store.vector_records().upsert("idx", [_vector("a", "a"), _vector("b", "b", "t2", "r2")])
+
+        async def downgrade(conn: Any) -> None:  # the tables as version 2 made them
+            await conn.execute("DROP TABLE threadmind_vector_pruned; DROP INDEX threadmind_vectors_resource; "
+                               "DROP INDEX threadmind_vectors_pos; ALTER TABLE threadmind_vectors DROP COLUMN pos; "
+                               "UPDATE threadmind_meta SET value = '2' WHERE key = 'schema_version'")
+
+        await _sql(pg_dsn, downgrade)
+        async with PostgresStore(pg_dsn) as store:
+            records = store.vector_records()
+            page, after = await records.load_page("idx", 0, 10)
+            assert sorted(r.vector_id for r in page) == ["a", "b"] and after >= 2
+            assert [r.vector_id for r in await records.scope_records("idx", resource_id="r2", thread_id=None)] == ["b"]
+            await records.prune_tombstones("idx", 1)
+            assert (await records.sequence("idx"))[1] == 1
+        version = await _sql(pg_dsn, lambda c: c.fetchval(
+            "SELECT value FROM threadmind_meta WHERE key = 'schema_version'"))
+        assert version == str(SCHEMA_VERSION) == "3"
+
     async def test_many_stores_open_an_empty_database_at_once(self, pg_dsn: str) -> None:
         stores = [PostgresStore(pg_dsn, min_size=1, max_size=1) for _ in range(8)]
         try:
@@ -467,6 +488,40 @@ async def _vector_scenario(records: VectorRecords) -> list[Any]:
     out.append([p.message_id for p in await records.take_pending(10)])
     await records.delete_by_thread("t1")
     out.append(await records.pending_count())
+    # the reads a rebuild, a restart and a query from SQL make
+    await records.upsert("idx", [_vector(f"s{i}", f"s{i}", f"t{i % 3}", f"r{i % 2}") for i in range(7)])
+    out.append(sorted(r.vector_id for r in await records.scope_records("idx", resource_id="r1", thread_id=None)))
+    out.append(sorted(r.vector_id for r in await records.scope_records("idx", resource_id=None, thread_id="t2")))
+    out.append(sorted(r.vector_id for r in await records.scope_records("idx", resource_id="r0", thread_id="t2")))
+    out.append(sorted(r.vector_id for r in await records.scope_records("idx", resource_id=None, thread_id=None)))
+    paged: list[list[str]] = []
+    after = 0
+    while True:
+        page, after = await records.load_page("idx", after, 3)
+        if not page:
+            break
+        paged.append([r.vector_id for r in page])
+    out.append(paged)
+    out.append(await records.size_hint("idx") >= 8)
+    since = (await records.sequence("idx"))[0]
+    await records.upsert("idx", [_vector("s1", "s1", "t1", "r1")])
+    await records.move_thread("t0", "r7")
+    await records.delete_by_message_ids("idx", ["s2"])
+    changes: list[list[tuple[str, str]]] = []
+    position = (since, 0)
+    while True:
+        page, position = await records.load_changes("idx", since, position, 2)
+        if not page:
+            break
+        changes.append([(r.vector_id, r.resource_id) for r in page])
+    out.append(changes)
+    current = (await records.sequence("idx"))[0]
+    out.append(await records.load_changes("idx", since, (since, 0), 10, until_seq=since + 1) != ([], (since, 0)))
+    out.append(sorted(await records.deleted_since("idx", since)))
+    out.append((current, await records.sequence("idx")))
+    await records.prune_tombstones("other", current - 1)
+    await records.prune_tombstones("other", 1)  # never moves back
+    out.append(await records.sequence("other"))
     return out
 
 

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import anyio
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from threadmind.codecs import Message, Thread
 from threadmind.embedders._hash import HashEmbedder
 from threadmind.embedders._protocol import Embeddings
+from threadmind.stores import HnswVectorStore, PgVectorStore
 from threadmind.stores._protocol import Store
+from threadmind.stores._vector_protocol import VectorStore, VectorStoreStatistics
 
 WORDS = (
     "agent memory thread resource message search vector index query result context window token budget model "
@@ -91,3 +96,64 @@ def exact_top_k(
     scores = unit @ q
     order = np.argsort(-scores, kind="stable")[:k]
     return [(ids[i], float(scores[i])) for i in order]
+
+
+VectorFactory = Callable[..., VectorStore]
+
+
+async def vector_count(vector: VectorStore, statistics: VectorStoreStatistics) -> int:
+    """Live vectors of the index in use: hnswlib's count, or the rows of a PgVectorStore's table."""
+    if isinstance(vector, PgVectorStore):
+        import asyncpg
+
+        name = vector.index_name
+        if name is None:
+            return 0
+        conn = await asyncpg.connect(vector.dsn)
+        try:
+            return int(await conn.fetchval(f'SELECT count(*) FROM "{name}"'))
+        finally:
+            await conn.close()
+    return statistics.vectors
+
+
+@pytest.fixture(params=[pytest.param("hnsw", id="hnsw"), pytest.param("pgvector", id="pgvector")])
+def vector_kind(request: pytest.FixtureRequest) -> str:
+    """The vector store a test runs over: hnswlib over SQL rows, or pgvector in a real PostgreSQL."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_vector(request: pytest.FixtureRequest, vector_kind: str) -> VectorFactory:
+    """Fresh vector stores of the parametrized kind; every PgVectorStore of a test shares one fresh database (what
+    an HnswVectorStore keeps at ``path``, a PgVectorStore keeps in that database)."""
+    if vector_kind == "hnsw":
+        def _hnsw(path: Path | None = None, **_: Any) -> HnswVectorStore:
+            return HnswVectorStore(path)
+
+        return _hnsw
+    dsn = request.getfixturevalue("pg_dsn")
+
+    def _pg(path: Path | None = None, *, exact_limit: int = 4096) -> PgVectorStore:
+        return PgVectorStore(dsn, exact_limit=exact_limit)
+
+    return _pg
+
+
+async def vector_rows(vector: VectorStore, store: Store,
+                      columns: str = "message_id, thread_id") -> list[tuple[Any, ...]]:
+    """Stored vector rows ordered by message id: ``threadmind_vectors`` of the message store (hnswlib's source of
+    truth), or the pgvector table's metadata; ``columns`` among message_id, thread_id, resource_id, created_at."""
+    names = [c.strip() for c in columns.split(",")]
+    if isinstance(vector, PgVectorStore):
+        import asyncpg
+
+        fields = ", ".join(f"metadata->>'{n}'" for n in names)
+        conn = await asyncpg.connect(vector.dsn)
+        try:
+            rows = await conn.fetch(f'SELECT {fields} FROM "{vector.index_name}" ORDER BY 1')
+        finally:
+            await conn.close()
+        return [tuple(r) for r in rows]
+    records = await store.vector_records().scope_records(vector.index_name or "", resource_id=None, thread_id=None)
+    return sorted(tuple(getattr(r, n) for n in names) for r in records)

@@ -1,4 +1,5 @@
-"""Several OS processes on one SQLite file with HnswVectorStore: each index catches up from the SQL rows."""
+"""Several OS processes on one database: each HnswVectorStore index catches up from the SQL rows (one SQLite file,
+or one PostgreSQL database); with PgVectorStore the database is the index."""
 
 from __future__ import annotations
 
@@ -8,21 +9,23 @@ from pathlib import Path
 
 import anyio
 
-from threadmind import Memory
+from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
-from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore, SQLiteStore
 
 _WRITER = r"""
 import sys
 import anyio
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
-from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore, SQLiteStore
 
 db, vectors, thread, count, persist = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
 
 async def main():
-    memory = Memory(storage=SQLiteStore(db), vector=HnswVectorStore(vectors), embedder=HashEmbedder(dim=32),
+    storage = PostgresStore(db) if db.startswith("postgresql://") else SQLiteStore(db)
+    vector = PgVectorStore(db) if vectors == "pgvector" else HnswVectorStore(vectors)
+    memory = Memory(storage=storage, vector=vector, embedder=HashEmbedder(dim=32),
                     options={"semanticRecall": {"scope": "resource"}})
     async with memory:
         if await memory.get_thread_by_id(thread) is None:
@@ -66,6 +69,49 @@ async def test_another_process_save_is_found_by_the_next_query(tmp_path: Path) -
         before = stats.store.catch_ups
         await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 2 harbour")
         assert memory.actor_system.index.statistics().store.catch_ups == before  # type: ignore[union-attr]  # nothing new
+
+
+async def test_another_process_save_is_found_by_the_next_query_on_postgres(tmp_path: Path, pg_dsn: str) -> None:
+    """Over PostgresStore each query reads the vector change sequence first and replays what others committed."""
+    memory = Memory(storage=PostgresStore(pg_dsn), vector=HnswVectorStore(tmp_path / "b.vectors"),
+                    embedder=HashEmbedder(dim=32),
+                    options={"semanticRecall": {"scope": "resource", "topK": 3, "messageRange": 0}})
+    async with memory:
+        await memory.create_thread(thread_id="tb", resource_id="r1")
+        await memory.save_messages([Message.user("tb note about the tb harbour", id="tb-0", thread_id="tb",
+                                                 resource_id="r1")])
+        first = await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 1 harbour")
+        assert {m.id for m in first.messages} == {"tb-0"}
+        await _wait(_run(pg_dsn, str(tmp_path / "a.vectors"), "ta", "3", "0"))
+        found = await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 1 harbour")
+        assert "ta-1" in {m.id for m in found.messages}
+        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
+        assert stats.store.catch_ups == 1 and stats.vectors == 4
+        await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 2 harbour")
+        assert memory.actor_system.index.statistics().store.catch_ups == 1  # type: ignore[union-attr]
+        await memory.delete_messages(["ta-1"])  # and a delete made here is not replayed back
+        again = await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 1 harbour")
+        assert "ta-1" not in {m.id for m in again.messages}
+
+
+async def test_with_pgvector_another_process_save_is_found_at_the_next_query(pg_dsn: str) -> None:
+    memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn), embedder=HashEmbedder(dim=32),
+                    options={"semanticRecall": {"scope": "resource", "topK": 3, "messageRange": 0}})
+    async with memory:
+        await memory.create_thread(thread_id="tb", resource_id="r1")
+        first = await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 1 harbour")
+        assert first.messages == []
+        writers = [_run(pg_dsn, "pgvector", thread, "20", "0") for thread in ("ta", "tc")]  # two at once
+        for writer in writers:
+            await _wait(writer)
+        for thread in ("ta", "tc"):
+            found = await memory.recall("tb", resource_id="r1", per_page=0,
+                                        vector_search_string=f"{thread} note 13 about the {thread} harbour")
+            assert f"{thread}-13" in {m.id for m in found.messages}
+        index = memory.actor_system.index
+        assert index is not None
+        assert len(await index.vector_store.message_ids_with_vectors()) == 40
+        assert await index.vector_store.pending_count() == 0  # each writer's marks went with its vectors
 
 
 async def test_processes_sharing_one_snapshot_path_never_corrupt_it(tmp_path: Path) -> None:

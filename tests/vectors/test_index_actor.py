@@ -1,4 +1,5 @@
-"""IndexActor with real SQLite and real hnswlib: scope isolation, batching, failures, deletes, restarts."""
+"""IndexActor with real SQLite and real hnswlib (or a real PostgreSQL with pgvector): scope isolation, batching,
+failures, deletes, restarts. Tests taking ``make_vector`` run over both vector stores."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._protocol import Store
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.stores._vector_protocol import VectorStore
 
-from ._support import FlakyEmbedder, exact_top_k, make_message, persist, random_text
+from ._support import FlakyEmbedder, VectorFactory, exact_top_k, make_message, persist, random_text, vector_count
 
 
 @pytest.fixture
@@ -34,11 +36,15 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 
 @asynccontextmanager
 async def running(
-    store: Store, embedder: FlakyEmbedder, vector: HnswVectorStore, **kwargs: Any
+    store: Store, embedder: FlakyEmbedder, vector: VectorStore, **kwargs: Any
 ) -> AsyncIterator[IndexActor]:
     actor = IndexActor(store=store, vector=vector, embedder=embedder, retry_interval=None, **kwargs)
     async with actor:
         yield actor
+
+
+async def _count(actor: IndexActor) -> int:
+    return await vector_count(actor.vector_store, actor.statistics().store)
 
 
 def _corpus(rng: random.Random, resources: int, threads: int, per_thread: tuple[int, int]) -> list[Message]:
@@ -54,17 +60,20 @@ def _corpus(rng: random.Random, resources: int, threads: int, per_thread: tuple[
 class TestScopeIsolation:
     @pytest.mark.parametrize("brute_force_limit", [pytest.param(4096, id="exact"), pytest.param(0, id="hnsw")])
     async def test_random_queries_never_leave_their_scope(
-        self, store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brute_force_limit: int
+        self, store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brute_force_limit: int,
+        make_vector: VectorFactory, vector_kind: str,
     ) -> None:
+        """``hnsw``: resource scopes up to the limit scored exactly (0: always by the ANN structure)."""
         monkeypatch.setattr(_hnsw_index, "BRUTE_FORCE_LIMIT", brute_force_limit)
         rng = random.Random(7)
         messages = _corpus(rng, resources=30, threads=5, per_thread=(1, 6))
         embedder = FlakyEmbedder(dim=64)
         vectors = embedder.vectors([m.text for m in messages])
-        async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
+        async with running(store, embedder, make_vector(tmp_path / "vec", exact_limit=brute_force_limit)) as actor:
             half = len(messages) // 2
             await actor.upsert_messages(messages[:half])
-            assert await actor.flush() == half  # one half in HNSW, the other staged: both searched together
+            if vector_kind == "hnsw":
+                assert await actor.flush() == half  # one half in HNSW, the other staged: both searched together
             await actor.upsert_messages(messages[half:])
             for q in range(200):
                 target = rng.choice(messages)
@@ -84,9 +93,15 @@ class TestScopeIsolation:
                 expected = exact_top_k(
                     embedder.vectors([text])[0], vectors[members], [messages[i].id for i in members], k
                 )
-                if brute_force_limit:  # exact path: identical ids and scores
+                exact = brute_force_limit or scope == "thread" and vector_kind == "pgvector"
+                if exact and vector_kind == "hnsw":  # exact path: identical ids and scores
                     assert [h.message_id for h in hits] == [e[0] for e in expected]
                     assert [h.score for h in hits] == pytest.approx([e[1] for e in expected], abs=1e-5)
+                elif exact:  # the same scores; pgvector sums in float64, so messages tied in float32 may swap
+                    assert [h.score for h in hits] == pytest.approx([e[1] for e in expected], abs=1e-5)
+                    true = dict(exact_top_k(embedder.vectors([text])[0], vectors[members],
+                                            [messages[i].id for i in members], len(members)))
+                    assert [h.score for h in hits] == pytest.approx([true[h.message_id] for h in hits], abs=1e-5)
                 else:  # HNSW path: the scores it reports are the true ones, best first
                     true = dict(exact_top_k(embedder.vectors([text])[0], vectors[members],
                                             [messages[i].id for i in members], len(members)))
@@ -95,15 +110,17 @@ class TestScopeIsolation:
             stats = actor.statistics()
             assert stats.queries == 200
             assert (stats.ann_queries > 0) == (brute_force_limit == 0)
+            if vector_kind == "pgvector":  # threads are always exact; resources by HNSW when the limit is 0
+                assert stats.brute_force_queries == 100 + (100 if brute_force_limit else 0)
 
-    async def test_threshold_and_both_scopes(self, store: SQLiteStore, tmp_path: Path) -> None:
+    async def test_threshold_and_both_scopes(self, store: SQLiteStore, make_vector: VectorFactory) -> None:
         embedder = FlakyEmbedder()
         messages = [
             make_message("a", "t1", "r1", "paris hotel booking"),
             make_message("b", "t2", "r1", "paris hotel booking friday"),
             make_message("c", "t3", "r2", "paris hotel booking"),
         ]
-        async with running(store, embedder, HnswVectorStore()) as actor:
+        async with running(store, embedder, make_vector()) as actor:
             await actor.upsert_messages(messages)
             hits = await actor.query("paris hotel booking", top_k=5, resource_id="r1")
             assert [h.message_id for h in hits] == ["a", "b"] and hits[0].score == pytest.approx(1.0, abs=1e-5)
@@ -118,35 +135,37 @@ class TestScopeIsolation:
 
 
 class TestBatching:
-    async def test_2000_concurrent_upserts_are_coalesced(self, store: SQLiteStore, tmp_path: Path) -> None:
+    async def test_2000_concurrent_upserts_are_coalesced(self, store: SQLiteStore, tmp_path: Path,
+                                                         make_vector: VectorFactory, vector_kind: str) -> None:
         rng = random.Random(3)
         embedder = FlakyEmbedder(dim=32)
         messages = [
             make_message(f"m{t}-{k}", f"t{t}", f"r{t % 20}", random_text(rng), k) for t in range(200) for k in range(10)
         ]
-        async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
+        async with running(store, embedder, make_vector(tmp_path / "vec")) as actor:
             async with anyio.create_task_group() as tg:
                 for message in messages:
                     tg.start_soon(actor.upsert_messages, [message])
             stats = actor.statistics()
-            assert stats.vectors == 2000
+            assert await _count(actor) == 2000
             assert stats.add_items_calls <= 100 and stats.batches <= 100
             assert stats.embed_calls == stats.batches  # the dimension is known: no probe
         assert len(embedder.calls) < 100
-        async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
+        async with running(store, embedder, make_vector(tmp_path / "vec")) as actor:
             for message in rng.sample(messages, 50):
                 hits = await actor.query(message.text, top_k=1, resource_id=message.resource_id)
                 assert [h.message_id for h in hits] == [message.id]
-            assert actor.statistics().vectors == 2000
+            assert await _count(actor) == 2000
 
-    async def test_a_lone_caller_never_waits_for_the_linger(self, store: SQLiteStore) -> None:
+    async def test_a_lone_caller_never_waits_for_the_linger(self, store: SQLiteStore,
+                                                           make_vector: VectorFactory) -> None:
         """The linger only pays when several callers are in flight; one at a time, batches start at once."""
         embedder = FlakyEmbedder()
-        async with running(store, embedder, HnswVectorStore(), linger=4.0) as actor:
+        async with running(store, embedder, make_vector(), linger=4.0) as actor:
             with anyio.fail_after(3):  # the first call alone would wait 4 s if a lone batch lingered
                 for k in range(5):
                     await actor.upsert_messages([make_message(f"m{k}", "t1", "r1", f"text number {k}", k)])
-            assert actor.statistics().vectors == 5
+            assert await _count(actor) == 5
 
     async def test_lone_writes_behind_share_the_next_commit(self, store: SQLiteStore) -> None:
         """Each upsert's write-behind rows ride in the next write's group: about one commit per upsert."""
@@ -178,26 +197,27 @@ class TestBatching:
             assert flushed.store.ann_bytes > staged.store.ann_bytes
             assert flushed.memory_bytes < staged.memory_bytes
 
-    async def test_read_your_writes_and_usage(self, store: SQLiteStore) -> None:
+    async def test_read_your_writes_and_usage(self, store: SQLiteStore, make_vector: VectorFactory) -> None:
         embedder = FlakyEmbedder()
-        async with running(store, embedder, HnswVectorStore()) as actor:
+        async with running(store, embedder, make_vector()) as actor:
             message = make_message("m1", "t1", "r1", "x" * 40)
             assert await actor.upsert_messages([message]) == 10  # ceil(40 / 4) tokens
             assert [h.message_id for h in await actor.query("x" * 40, top_k=3)] == ["m1"]
             assert await actor.upsert_messages([message]) == 0  # cached text costs nothing
             assert await actor.upsert_messages([make_message("m2", "t1", "r1", "y" * 8)], wait=False) == 0
-        async with running(store, embedder, HnswVectorStore()) as actor:
-            assert actor.statistics().vectors == 0  # not loaded yet
+        async with running(store, embedder, make_vector()) as actor:
+            assert actor.statistics().vectors == 0  # not loaded yet (not counted: pgvector)
             assert {h.message_id for h in await actor.query("y" * 8, top_k=3)} == {"m1", "m2"}
 
 
 class TestFailures:
-    async def test_outage_records_pending_and_retry_completes(self, store: SQLiteStore, tmp_path: Path) -> None:
+    async def test_outage_records_pending_and_retry_completes(self, store: SQLiteStore, tmp_path: Path,
+                                                              make_vector: VectorFactory) -> None:
         rng = random.Random(5)
         embedder = FlakyEmbedder()
         messages = [make_message(f"m{i}", "t1", "r1", random_text(rng), i) for i in range(20)]
         await persist(store, messages)
-        async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
+        async with running(store, embedder, make_vector(tmp_path / "vec")) as actor:
             await actor.upsert_messages(messages[:5])
             embedder.fail = True
             with pytest.raises(EmbedderError) as info:
@@ -208,12 +228,11 @@ class TestFailures:
             assert actor.statistics().pending == 15
             embedder.fail = False
             assert await actor.retry_pending() == 15
-            stats = actor.statistics()
-            assert stats.pending == 0 and stats.vectors == 20
+            assert actor.statistics().pending == 0 and await _count(actor) == 20
             for message in messages:
                 assert [h.message_id for h in await actor.query(message.text, top_k=1)] == [message.id]
 
-    async def test_poisoned_text_fails_only_its_caller(self, store: SQLiteStore) -> None:
+    async def test_poisoned_text_fails_only_its_caller(self, store: SQLiteStore, make_vector: VectorFactory) -> None:
         embedder = FlakyEmbedder()
         messages = [make_message(f"m{i}", f"t{i}", "r1", f"message number {i}", i) for i in range(8)]
         embedder.poison = {messages[3].text}
@@ -226,7 +245,7 @@ class TestFailures:
             except EmbedderError:
                 outcome[message.id] = "error"
 
-        async with running(store, embedder, HnswVectorStore(), linger=0) as actor:
+        async with running(store, embedder, make_vector(), linger=0) as actor:
             await actor.dimension()
             embedder.gate = anyio.Event()
             gate = embedder.gate
@@ -241,7 +260,7 @@ class TestFailures:
             batch_call = next(c for c in embedder.calls if len(c) == 8)
             retries = embedder.calls[embedder.calls.index(batch_call) + 1 :]
             assert sorted(batch_call) == sorted(r[0] for r in retries)  # per-text retry of that batch
-            assert actor.statistics().pending == 1 and actor.statistics().vectors == 8
+            assert actor.statistics().pending == 1 and await _count(actor) == 8
 
     async def test_failed_dimension_probe_is_retried(self, store: SQLiteStore, tmp_path: Path) -> None:
         embedder = FlakyEmbedder(dim=24, known_dimension=False)
@@ -276,8 +295,8 @@ class TestFailures:
         async with running(store, FlakyEmbedder(dim=1536), HnswVectorStore()) as actor:
             assert await actor.index_name() == "memory_messages"
 
-    async def test_closed_actor_fails_fast(self, store: SQLiteStore) -> None:
-        actor = IndexActor(store=store, vector=HnswVectorStore(), embedder=FlakyEmbedder())
+    async def test_closed_actor_fails_fast(self, store: SQLiteStore, make_vector: VectorFactory) -> None:
+        actor = IndexActor(store=store, vector=make_vector(), embedder=FlakyEmbedder())
         with pytest.raises(ConfigError, match="new"):
             await actor.query("x", top_k=1)
         async with actor:
@@ -285,8 +304,8 @@ class TestFailures:
         with pytest.raises(ConfigError, match="closed"):
             await actor.upsert_messages([make_message("m", "t", "r", "x")])
 
-    async def test_one_vector_store_has_one_owner(self, store: SQLiteStore) -> None:
-        vector = HnswVectorStore()
+    async def test_one_vector_store_has_one_owner(self, store: SQLiteStore, make_vector: VectorFactory) -> None:
+        vector = make_vector()
         async with running(store, FlakyEmbedder(), vector):
             with pytest.raises(ConfigError, match="already used"):
                 async with running(store, FlakyEmbedder(), vector):
@@ -294,22 +313,23 @@ class TestFailures:
 
 
 class TestChunksAndCopies:
-    async def test_reupsert_replaces_chunks_and_textless_clears(self, store: SQLiteStore) -> None:
+    async def test_reupsert_replaces_chunks_and_textless_clears(self, store: SQLiteStore,
+                                                                make_vector: VectorFactory) -> None:
         embedder = FlakyEmbedder()
-        async with running(store, embedder, HnswVectorStore(), max_chunk_chars=20) as actor:
+        async with running(store, embedder, make_vector(), max_chunk_chars=20) as actor:
             long = make_message("m1", "t1", "r1", "alpha bravo charlie delta echo foxtrot golf india")
             await actor.upsert_messages([long])
-            assert actor.statistics().vectors == 3
+            assert await _count(actor) == 3
             hits = await actor.query("echo foxtrot golf", top_k=5)
             assert [h.message_id for h in hits] == ["m1"]  # one hit per message
             await actor.upsert_messages([make_message("m1", "t1", "r1", "short")])
-            assert actor.statistics().vectors == 1
+            assert await _count(actor) == 1
             await actor.upsert_messages([make_message("m1", "t1", "r1", "")])
-            assert actor.statistics().vectors == 0
+            assert await _count(actor) == 0
 
-    async def test_copy_messages_reuses_vectors(self, store: SQLiteStore) -> None:
+    async def test_copy_messages_reuses_vectors(self, store: SQLiteStore, make_vector: VectorFactory) -> None:
         embedder = FlakyEmbedder()
-        async with running(store, embedder, HnswVectorStore(), max_chunk_chars=20) as actor:
+        async with running(store, embedder, make_vector(), max_chunk_chars=20) as actor:
             await actor.upsert_messages([
                 make_message("a", "t1", "r1", "alpha bravo charlie delta echo foxtrot"),
                 make_message("b", "t1", "r1", "garden music"),
@@ -319,26 +339,26 @@ class TestChunksAndCopies:
             assert len(embedder.calls) == calls
             hits = await actor.query("garden music", top_k=5, resource_id="r9")
             assert [h.message_id for h in hits][:1] == ["b2"] and {h.thread_id for h in hits} == {"t9"}
-            assert actor.statistics().vectors == 6
+            assert await _count(actor) == 6
 
-    async def test_reindex_makes_missing_vectors(self, store: SQLiteStore) -> None:
+    async def test_reindex_makes_missing_vectors(self, store: SQLiteStore, make_vector: VectorFactory) -> None:
         rng = random.Random(9)
         messages = [make_message(f"m{i}", f"t{i % 3}", "r1", random_text(rng), i) for i in range(30)]
         await persist(store, messages)
         seen: list[tuple[int, int]] = []
-        async with running(store, FlakyEmbedder(), HnswVectorStore(), batch_size=8) as actor:
+        async with running(store, FlakyEmbedder(), make_vector(), batch_size=8) as actor:
             await actor.upsert_messages(messages[:10])
             assert await actor.reindex(lambda done, total: seen.append((done, total))) == 20
-            assert actor.statistics().vectors == 30
+            assert await _count(actor) == 30
             assert seen[-1] == (20, 20) and len(seen) == 3
             assert await actor.reindex() == 0
 
 
 class TestDeletes:
-    async def test_delete_racing_upsert_ends_deleted(self, store: SQLiteStore) -> None:
+    async def test_delete_racing_upsert_ends_deleted(self, store: SQLiteStore, make_vector: VectorFactory) -> None:
         rng = random.Random(11)
         messages = [make_message(f"m{i}", f"t{i % 10}", "r1", random_text(rng), i) for i in range(100)]
-        async with running(store, FlakyEmbedder(), HnswVectorStore()) as actor:
+        async with running(store, FlakyEmbedder(), make_vector()) as actor:
 
             async def upsert_then_delete(message: Message) -> None:
                 await actor.upsert_messages([message], wait=False)
@@ -347,7 +367,7 @@ class TestDeletes:
             async with anyio.create_task_group() as tg:
                 for message in messages:
                     tg.start_soon(upsert_then_delete, message)
-            assert actor.statistics().vectors == 0
+            assert await _count(actor) == 0
             assert await actor.query(messages[0].text, top_k=5) == []
 
     async def test_deletes_and_moves_survive_restart_without_snapshot(
@@ -459,10 +479,11 @@ class TestRestart:
                     assert actor.statistics().rebuilds == 1
 
 
-async def test_in_memory_store_gets_in_memory_records() -> None:
+async def test_in_memory_store_gets_in_memory_records(make_vector: VectorFactory) -> None:
+    """The pending marks live with the messages, wherever the vectors are."""
     embedder = FlakyEmbedder()
     messages = [make_message(f"m{i}", "t1", "r1", f"note {i} about paris", i) for i in range(4)]
-    async with InMemoryStore() as store, running(store, embedder, HnswVectorStore()) as actor:
+    async with InMemoryStore() as store, running(store, embedder, make_vector()) as actor:
         await persist(store, messages)
         await actor.upsert_messages(messages[:2])
         embedder.fail = True

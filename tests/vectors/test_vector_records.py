@@ -27,10 +27,18 @@ def _record(vector_id: str, message_id: str, thread_id: str = "t1", resource_id:
     )
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 async def records(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[VectorRecords]:
     if request.param == "memory":
         yield InMemoryVectorRecords()
+        return
+    if request.param == "postgres":
+        from threadmind.stores import PostgresStore
+
+        async with PostgresStore(request.getfixturevalue("pg_dsn")) as pg:
+            chosen_pg = pg.vector_records()
+            assert isinstance(chosen_pg, VectorRecords)
+            yield chosen_pg
         return
     async with SQLiteStore(tmp_path / "v.db") as store:
         chosen = store.vector_records()

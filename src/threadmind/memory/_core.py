@@ -24,7 +24,7 @@ from ..tokens import DefaultTokenCounter, TokenCounter
 if TYPE_CHECKING:
     from ..actors import IndexActor
     from ..embedders import Embedder
-    from ..stores import HnswVectorStore
+    from ..stores import VectorStore
     from ._observational import ObservationalMemoryEngine
 
 __all__ = ("STORAGE_MISSING", "MemoryCore")
@@ -46,7 +46,7 @@ class MemoryCore:
         self,
         *,
         storage: Store | None,
-        vector: HnswVectorStore | None,
+        vector: VectorStore | None,
         embedder: Embedder | None,
         embedding_dimension: int | None,
         options: MemoryConfig,

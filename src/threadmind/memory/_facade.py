@@ -25,7 +25,7 @@ from ..actors import ActorSystem, DeleteThread, UpdateThread
 from ..codecs import Message, Thread, utc_now
 from ..errors import ConfigError, ValidationError
 from ..processors import instruction, persistable, readonly_instruction, template_for
-from ..stores import DateRange, Include, Store, ThreadPage, parse_date_range, parse_include
+from ..stores import DateRange, Include, Store, ThreadPage, as_vector_store, parse_date_range, parse_include
 from ..tokens import TokenCounter
 from ..tools import Tool
 from ..tracing import operation_span
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ..actors import IndexStatistics, VectorHit
     from ..embedders import Embedder
     from ..processors import MemoryAccess
-    from ..stores import HnswVectorStore
+    from ..stores import VectorStore
     from ._observational import ObservationalMemoryEngine
 
 __all__ = ("Memory",)
@@ -64,7 +64,8 @@ class Memory:
 
     :param storage: a ``Store`` (``SQLiteStore``, ``InMemoryStore``, ``PostgresStore`` or your own; checked
         here, ``ConfigError`` naming a missing method); operations without one raise ``ConfigError``.
-    :param vector: an ``HnswVectorStore`` for semantic recall, or None/False for none.
+    :param vector: a vector store for semantic recall (``HnswVectorStore``, ``PgVectorStore`` or any
+        :class:`~threadmind.stores.VectorStore`), or None/False for none.
     :param embedder: an ``Embedder`` or a model-router string such as ``"openai/text-embedding-3-small"``.
     :param embedding_dimension: the expected vector length; a different embedder output raises
         ``EmbeddingDimensionMismatch`` before any index is created.
@@ -82,7 +83,7 @@ class Memory:
         self,
         *,
         storage: Store | None = None,
-        vector: HnswVectorStore | Literal[False] | None = None,
+        vector: VectorStore | Literal[False] | None = None,
         embedder: Embedder | str | None = None,
         embedding_dimension: int | None = None,
         options: MemoryConfig | Mapping[str, Any] | None = None,
@@ -110,7 +111,7 @@ class Memory:
             from ..embedders import resolve_embedder
 
             embedder = resolve_embedder(embedder)
-        vector_store = vector or None
+        vector_store = as_vector_store(vector) if vector else None  # ConfigError naming what is missing
         if parsed.semantic_recall_config is not None:
             if vector_store is None:
                 raise ConfigError("Semantic recall requires a vector store to be configured.",

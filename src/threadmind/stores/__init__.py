@@ -1,4 +1,5 @@
-"""Storage: the ``Store`` contract, the SQLite and in-memory stores, and the hnswlib vector store.
+"""Storage: the ``Store`` contract, the SQLite, PostgreSQL and in-memory stores, and the vector stores (hnswlib,
+pgvector).
 
 Besides the public stores, this package's ``__init__`` is the one way other threadmind packages reach its
 internals (the query checks both ``Memory`` and stores apply, the side-table protocols, Mastra interop).
@@ -17,6 +18,7 @@ from ._om import OMRecord as OMRecord
 from ._om import SQLiteOMStore as SQLiteOMStore
 from ._om import lookup_key as lookup_key
 from ._om import same_record as same_record
+from ._pgvector import PgVectorStore as PgVectorStore
 from ._postgres import PostgresStore as PostgresStore
 from ._protocol import STORE_METHODS as STORE_METHODS
 from ._protocol import DateRange as DateRange
@@ -59,6 +61,7 @@ __all__ = (
     "OMRecord",
     "ObservationalMemoryStore",
     "PendingVector",
+    "PgVectorStore",
     "ResourceChange",
     "SQLiteOMStore",
     "PostgresStore",

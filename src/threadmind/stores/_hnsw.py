@@ -12,8 +12,9 @@ Lifecycle costs stay flat as the data grows: shutdown writes no snapshot of a la
 changed; hnswlib work runs in one worker thread at a time, in chunks.
 
 Several processes may share one database: before answering a query the index compares the database's
-change counter (``PRAGMA data_version`` on a private connection: no SQL read when nothing changed) and, when
-another process committed vector rows, replays them (every change carries a sequence number).
+change counter (SQLite: ``PRAGMA data_version`` on a private connection, no SQL read when nothing changed;
+PostgreSQL: the vector change sequence, one round trip) and, when another process committed vector rows,
+replays them (every change carries a sequence number).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from ._protocol import Store
 from ._scope_blocks import SearchHit, merge, scores, top_messages
 from ._vector_protocol import VectorHit, VectorStoreStatistics
 from ._vector_records import SQLiteVectorRecords, VectorRecord, VectorRecords
+from ._vector_records_memory import InMemoryVectorRecords
 from ._write_behind import CoalescingRecords
 
 if TYPE_CHECKING:
@@ -81,6 +82,9 @@ class Session:
         self.flush_wanted = anyio.Event()
         self.closing = False
         self.watch: sqlite3.Connection | None = None
+        # Records in a database server (PostgreSQL) other processes write: every query reads the change sequence
+        # first (one round trip), the SQLite file has its change counter instead (``watch``).
+        self.server = not self.sql and not isinstance(raw, InMemoryVectorRecords)
         self.seen_version: int | None = None
         self.counters = {"sql_queries": 0, "snapshot_loads": 0, "rebuilds": 0, "snapshot_saves": 0, "catch_ups": 0}
 
@@ -302,7 +306,7 @@ class Session:
     # queries ---------------------------------------------------------------------------------------
     async def query(self, vector: F32, k: int, resource_id: str | None, thread_id: str | None) -> list[VectorHit]:
         index = self.index
-        if index is not None and self._changed_elsewhere(index):
+        if index is not None and await self._changed_elsewhere(index):
             await self.catch_up()
             index = self.index
         if index is None:
@@ -357,9 +361,12 @@ class Session:
         hits = top_messages(scores(metric, unit, query), list(range(len(records))), k, _hit)
         return [VectorHit(h.message_id, h.thread_id, h.resource_id, h.score) for h in hits]
 
-    def _changed_elsewhere(self, index: _HnswIndex) -> bool:
-        """Whether another connection may have committed vector rows this index lacks (no SQL read when the
-        database's change counter did not move)."""
+    async def _changed_elsewhere(self, index: _HnswIndex) -> bool:
+        """Whether another connection may have committed vector rows this index lacks (SQLite: no SQL read when
+        the database's change counter did not move; a database server: its change sequence, one round trip)."""
+        if self.server:
+            current, _ = await self.records.sequence(index.name)
+            return current > index.applied_seq
         watch = self.watch
         if watch is None:
             return False

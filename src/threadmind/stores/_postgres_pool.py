@@ -107,14 +107,21 @@ class PgPool:
     :param max_size: most connections at once.
     :param statement_cache_size: asyncpg's prepared-statement cache per connection (0 behind PgBouncer in
         transaction mode); None keeps asyncpg's default.
+    :param setup: run once on the first connection after the pool opened (default: the store's schema
+        migration); None for nothing.
+    :param init: run on every new connection before it is used (e.g. to register type codecs).
     """
 
-    def __init__(self, dsn: str, *, min_size: int, max_size: int, statement_cache_size: int | None) -> None:
+    def __init__(self, dsn: str, *, min_size: int, max_size: int, statement_cache_size: int | None,
+                 setup: Callable[[Conn], Awaitable[None]] | None = migrate,
+                 init: Callable[[Conn], Awaitable[None]] | None = None) -> None:
         self._asyncpg = import_asyncpg()
         self.dsn = dsn
         self._min_size = min_size
         self._max_size = max_size
         self._cache = statement_cache_size
+        self._setup = setup
+        self._init = init
         self._pool: Any = None
         self._state = _State.NEW
         self._lock = anyio.Lock()
@@ -145,6 +152,8 @@ class PgPool:
                 "min_size": self._min_size, "max_size": self._max_size, "reset": _keep_session,
                 **self._connect_kwargs(),
             }
+            if self._init is not None:
+                kwargs["init"] = self._init
             pool = None
             try:
                 for attempt in range(_TRIES):
@@ -160,8 +169,9 @@ class PgPool:
                             continue
                         raise
                 assert pool is not None
-                async with pool.acquire() as conn:
-                    await migrate(conn)
+                if self._setup is not None:
+                    async with pool.acquire() as conn:
+                        await self._setup(conn)
             except BaseException as exc:
                 if pool is not None:
                     with anyio.CancelScope(shield=True):

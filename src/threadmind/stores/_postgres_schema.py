@@ -9,8 +9,9 @@ data lives in ``threadmind_*`` tables:
 * ``threadmind_meta``: ``schema_version``;
 * ``threadmind_message_seq`` / ``threadmind_thread_seq``: an insertion sequence per message / thread id, so equal
   timestamps keep their save order (Mastra's tables have none; its own rows sort by id on ties, as Mastra does);
-* ``threadmind_vectors``, ``…_vector_tombstones``, ``…_vector_seq``, ``…_vector_pending``: the vector records (the
-  same tables and semantics as the SQLite store's, embeddings as ``bytea``);
+* ``threadmind_vectors``, ``…_vector_tombstones``, ``…_vector_seq``, ``…_vector_pruned``, ``…_vector_pending``: the
+  vector records (the same tables and semantics as the SQLite store's, embeddings as ``bytea``; an identity column
+  ``pos`` plays the part of SQLite's rowid: a row's storage position, kept by an upsert);
 * ``threadmind_leases`` and the ``threadmind_lease_tokens`` sequence: who holds which thread for a turn (see
   ``_postgres_leases``);
 * ``threadmind_fail(text)``: raises, so one statement can abort itself when a check made inside it fails.
@@ -28,7 +29,7 @@ from ..errors import StorageError
 
 __all__ = ("MASTRA_DDL", "SCHEMA_VERSION", "THREADMIND_DDL", "migrate")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of threadmind's own tables; stored in ``threadmind_meta`` under ``schema_version``."""
 
 _LOCK_KEY = "threadmind.schema"  # hashed with hashtextextended into a 64-bit advisory key
@@ -131,11 +132,16 @@ THREADMIND_DDL: tuple[str, ...] = (
     "  created_at TEXT NOT NULL,\n"
     "  embedding BYTEA NOT NULL,\n"
     "  seq BIGINT NOT NULL,\n"
+    "  pos BIGINT GENERATED ALWAYS AS IDENTITY,\n"
     "  PRIMARY KEY (index_name, vector_id)\n"
     ")",
+    # version 2 databases: their rows get positions in storage order
+    "ALTER TABLE threadmind_vectors ADD COLUMN IF NOT EXISTS pos BIGINT GENERATED ALWAYS AS IDENTITY",
     "CREATE INDEX IF NOT EXISTS threadmind_vectors_message ON threadmind_vectors (message_id)",
     "CREATE INDEX IF NOT EXISTS threadmind_vectors_thread ON threadmind_vectors (thread_id)",
+    "CREATE INDEX IF NOT EXISTS threadmind_vectors_resource ON threadmind_vectors (resource_id)",
     "CREATE INDEX IF NOT EXISTS threadmind_vectors_seq ON threadmind_vectors (index_name, seq)",
+    "CREATE INDEX IF NOT EXISTS threadmind_vectors_pos ON threadmind_vectors (index_name, pos)",
     "CREATE TABLE IF NOT EXISTS threadmind_vector_tombstones (\n"
     "  index_name TEXT NOT NULL,\n"
     "  vector_id TEXT NOT NULL,\n"
@@ -148,6 +154,10 @@ THREADMIND_DDL: tuple[str, ...] = (
     "  seq BIGINT NOT NULL\n"
     ")",
     "INSERT INTO threadmind_vector_seq (id, seq) VALUES (0, 0) ON CONFLICT (id) DO NOTHING",
+    "CREATE TABLE IF NOT EXISTS threadmind_vector_pruned (\n"
+    "  index_name TEXT PRIMARY KEY,\n"
+    "  seq BIGINT NOT NULL\n"
+    ")",
     "CREATE TABLE IF NOT EXISTS threadmind_vector_pending (\n"
     "  message_id TEXT PRIMARY KEY,\n"
     "  thread_id TEXT NOT NULL,\n"

@@ -4,7 +4,9 @@ The same tables, columns and semantics as the SQLite store's (``_vector_records`
 Every change takes the next number from the one-row ``threadmind_vector_seq`` counter inside its own statement; the
 row lock that ``UPDATE`` takes is held until commit, so changes from any number of processes get their numbers in
 commit order and a reader that has seen number ``n`` has seen every change up to ``n`` (``load`` replays
-exactly what it missed). Each change is one statement in autocommit: applied whole or not at all.
+exactly what it missed). Each change is one statement in autocommit: applied whole or not at all. The identity
+column ``pos`` is a row's storage position (SQLite's rowid): ``load_page`` pages by it, ``load_changes`` by
+``(seq, pos)``.
 """
 
 from __future__ import annotations
@@ -82,6 +84,24 @@ def _before(before: float | None) -> float:
     return math.inf if before is None else before
 
 
+async def _deleted(conn: Any, index_name: str, since_seq: int) -> list[str]:
+    return [str(row[0]) for row in await conn.fetch(
+        "SELECT t.vector_id FROM threadmind_vector_tombstones t WHERE t.index_name = $1 AND t.seq > $2 "
+        "AND NOT EXISTS (SELECT 1 FROM threadmind_vectors v WHERE v.index_name = t.index_name "
+        "AND v.vector_id = t.vector_id) ORDER BY t.seq, t.vector_id", index_name, since_seq)]
+
+
+def _scope(resource_id: str | None, thread_id: str | None) -> tuple[str, list[str]]:
+    """The WHERE clause (after ``index_name = $1``) and its parameters for one thread and/or resource."""
+    if thread_id is not None and resource_id is not None:
+        return " AND thread_id = $2 AND resource_id = $3", [thread_id, resource_id]
+    if thread_id is not None:
+        return " AND thread_id = $2", [thread_id]
+    if resource_id is not None:
+        return " AND resource_id = $2", [resource_id]
+    return "", []
+
+
 class PostgresVectorRecords:
     """``VectorRecords`` in a ``PostgresStore``'s database (its tables are created when the store opens)."""
 
@@ -128,14 +148,8 @@ class PostgresVectorRecords:
                 current = int(await conn.fetchval("SELECT seq FROM threadmind_vector_seq WHERE id = 0") or 0)
                 records = [_record(row) for row in await conn.fetch(
                     f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE index_name = $1 AND seq > $2 "
-                    "ORDER BY seq, vector_id", index_name, since_seq)]
-                deleted: list[str] = []
-                if since_seq > 0:
-                    deleted = [str(row[0]) for row in await conn.fetch(
-                        "SELECT t.vector_id FROM threadmind_vector_tombstones t WHERE t.index_name = $1 "
-                        "AND t.seq > $2 AND NOT EXISTS (SELECT 1 FROM threadmind_vectors v "
-                        "WHERE v.index_name = t.index_name AND v.vector_id = t.vector_id) ORDER BY t.seq, t.vector_id",
-                        index_name, since_seq)]
+                    "ORDER BY seq, pos", index_name, since_seq)]
+                deleted = await _deleted(conn, index_name, since_seq) if since_seq > 0 else []
             return records, deleted, current
 
         result: tuple[list[VectorRecord], list[str], int] = await self._store.run_read(run, "vector load")
@@ -149,10 +163,62 @@ class PostgresVectorRecords:
         return [_record(row) for row in rows]
 
     async def prune_tombstones(self, index_name: str, upto_seq: int) -> None:
-        """Forget tombstones a saved snapshot already reflects."""
+        """Forget tombstones a saved snapshot already reflects (and remember how far, see :meth:`sequence`)."""
         await self._store.run_write(lambda conn: conn.execute(
-            "DELETE FROM threadmind_vector_tombstones WHERE index_name = $1 AND seq <= $2", index_name, upto_seq),
+            "WITH d AS (DELETE FROM threadmind_vector_tombstones WHERE index_name = $1 AND seq <= $2) "
+            "INSERT INTO threadmind_vector_pruned (index_name, seq) VALUES ($1, $2) ON CONFLICT (index_name) "
+            "DO UPDATE SET seq = GREATEST(threadmind_vector_pruned.seq, EXCLUDED.seq)", index_name, upto_seq),
             "vector prune")
+
+    async def scope_records(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> list[VectorRecord]:
+        """The live records of one thread or resource (both given: the thread's rows of that resource)."""
+        where, params = _scope(resource_id, thread_id)
+        rows = await self._store.run_read(lambda conn: conn.fetch(
+            f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE index_name = $1{where}", index_name, *params),
+            "vector read")
+        return [_record(row) for row in rows]
+
+    async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
+        """Up to ``limit`` live records in storage order after position ``after``, and the last one's position."""
+        rows = await self._store.run_read(lambda conn: conn.fetch(
+            f"SELECT pos, {_COLUMNS} FROM threadmind_vectors WHERE index_name = $1 AND pos > $2 ORDER BY pos LIMIT $3",
+            index_name, after, limit), "vector load")
+        return [_record(row[1:]) for row in rows], (int(rows[-1][0]) if rows else after)
+
+    async def size_hint(self, index_name: str) -> int:
+        """The largest storage position of the index: at least its number of rows, read from an index."""
+        found = await self._store.run_read(lambda conn: conn.fetchval(
+            "SELECT max(pos) FROM threadmind_vectors WHERE index_name = $1", index_name), "vector read")
+        return int(found or 0)
+
+    async def load_changes(
+        self, index_name: str, since_seq: int, after: tuple[int, int], limit: int, until_seq: int | None = None
+    ) -> tuple[list[VectorRecord], tuple[int, int]]:
+        """Up to ``limit`` live records changed after ``since_seq`` (and not after ``until_seq``) in change order,
+        after position ``after`` (start at ``(since_seq, 0)``); and the position to continue from."""
+        until = (1 << 62) if until_seq is None else until_seq
+        rows = await self._store.run_read(lambda conn: conn.fetch(
+            f"SELECT seq, pos, {_COLUMNS} FROM threadmind_vectors WHERE index_name = $1 AND seq > $2 AND seq <= $3 "
+            "AND (seq, pos) > ($4, $5) ORDER BY seq, pos LIMIT $6",
+            index_name, since_seq, until, after[0], after[1], limit), "vector load")
+        if not rows:
+            return [], after
+        return [_record(row[2:]) for row in rows], (int(rows[-1][0]), int(rows[-1][1]))
+
+    async def deleted_since(self, index_name: str, since_seq: int) -> list[str]:
+        """Vector ids deleted after ``since_seq`` and not live again."""
+        found: list[str] = await self._store.run_read(lambda conn: _deleted(conn, index_name, since_seq),
+                                                      "vector load")
+        return found
+
+    async def sequence(self, index_name: str) -> tuple[int, int]:
+        """The current change sequence, and how far tombstones of ``index_name`` were forgotten (one round trip)."""
+        row = await self._store.run_read(lambda conn: conn.fetchrow(
+            "SELECT (SELECT seq FROM threadmind_vector_seq WHERE id = 0), "
+            "(SELECT seq FROM threadmind_vector_pruned WHERE index_name = $1)", index_name), "vector read")
+        return int(row[0] or 0), int(row[1] or 0)
 
     async def add_pending(self, items: Sequence[PendingVector], error: str) -> None:
         """Record messages that need vectors; an existing entry gets ``attempts + 1`` and the new error."""

@@ -1,0 +1,131 @@
+"""One pgvector table, two systems: the real ``@mastra/pg`` ``PgVector`` and threadmind's ``PgVectorStore`` read the
+vectors the other wrote (``interop/pg/mastra_pgvector.mjs`` runs Mastra's package with node, installed by
+``tests/_npm.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from threadmind import Memory, Message
+from threadmind.embedders import HashEmbedder
+from threadmind.stores import PgVectorStore, PostgresStore
+
+from .._npm import install, node_binary
+
+REPO = Path(__file__).resolve().parents[2]
+DIM = 16
+TEXTS = {
+    ("t1", "r1"): ["booking a flight to tokyo in spring", "my grandmother's lasagna recipe", "jazz piano at night"],
+    ("t2", "r1"): ["the quarterly garden invoice", "hiking near the mountain lake", "tokyo hotel near the station"],
+    ("t3", "r2"): ["debugging a database timeout", "lasagna with fresh basil leaves", "a flight delayed in tokyo"],
+}
+QUERIES = ["tokyo flight booking", "lasagna recipe with basil", "mountain lake hike"]
+pytestmark = pytest.mark.timeout(600)  # a cold npm install; warm runs take seconds
+
+
+@pytest.fixture(scope="module")
+def mastra_dir() -> Path:
+    return install(REPO / "interop" / "pg", "mastra-pg")
+
+
+def _mastra(folder: Path, tmp_path: Path, mode: str, dsn: str, request: dict[str, Any]) -> dict[str, Any]:
+    path = tmp_path / f"{mode}.json"
+    path.write_text(json.dumps(request))
+    done = subprocess.run([node_binary(), "mastra_pgvector.mjs", mode, dsn, str(path)], cwd=folder,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _messages() -> list[Message]:
+    return [Message.user(text, id=f"{thread}-{i}", thread_id=thread, resource_id=resource)
+            for (thread, resource), texts in TEXTS.items() for i, text in enumerate(texts)]
+
+
+async def _vectors(texts: list[str]) -> list[list[float]]:
+    return [[float(x) for x in row] for row in (await HashEmbedder(dim=DIM).embed(texts)).vectors]
+
+
+async def _threads(memory: Memory) -> None:
+    for thread, resource in TEXTS:
+        await memory.create_thread(thread_id=thread, resource_id=resource)
+
+
+def _scopes() -> list[tuple[dict[str, str], dict[str, str | None]]]:
+    """(Mastra's filter, threadmind's scope) pairs."""
+    return [({"resource_id": "r1"}, {"resource_id": "r1", "thread_id": None}),
+            ({"thread_id": "t3"}, {"resource_id": None, "thread_id": "t3"})]
+
+
+async def test_mastra_queries_the_vectors_threadmind_wrote(mastra_dir: Path, pg_dsn: str, tmp_path: Path) -> None:
+    memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn), embedder=HashEmbedder(dim=DIM),
+                    options={"semanticRecall": {"scope": "resource"}})
+    mine: list[list[tuple[str, float]]] = []
+    async with memory:
+        await _threads(memory)
+        await memory.save_messages(_messages())
+        index = memory.actor_system.index
+        assert index is not None
+        for text in QUERIES:
+            for _, scope in _scopes():
+                hits = await index.query(text, top_k=3, **scope)  # type: ignore[arg-type]
+                mine.append([(h.message_id, round(h.score, 5)) for h in hits])
+    queries = [{"vector": vector, "topK": 3, "filter": mastra_filter}
+               for vector in await _vectors(QUERIES) for mastra_filter, _ in _scopes()]
+    theirs = _mastra(mastra_dir, tmp_path, "query", pg_dsn, {"indexName": f"memory_messages_{DIM}",
+                                                             "queries": queries})
+    assert [[(r["metadata"]["message_id"], round(r["score"], 5)) for r in result] for result in theirs["results"]] \
+        == mine
+    assert all(len(result) == 3 for result in mine)
+    first = theirs["results"][0][0]
+    assert first["metadata"]["thread_id"] in ("t1", "t2") and first["metadata"]["resource_id"] == "r1"
+    assert first["metadata"]["role"] == "user" and first["metadata"]["created_at"].endswith("Z")
+    describe = theirs["describe"]
+    assert (describe["dimension"], describe["metric"], describe["type"], describe["count"]) == (DIM, "cosine",
+                                                                                                "hnsw", 9)
+
+
+async def test_threadmind_recalls_the_vectors_mastra_wrote(mastra_dir: Path, pg_dsn: str, tmp_path: Path) -> None:
+    messages = _messages()
+    async with Memory(storage=PostgresStore(pg_dsn)) as plain:  # the messages, without vectors
+        await _threads(plain)
+        await plain.save_messages(messages)
+    created = {m.id: m.created_at.isoformat(timespec="milliseconds").replace("+00:00", "Z") for m in messages}
+    upsert = {  # what @mastra/memory upserts for each message (vector ids are PgVector's random uuids)
+        "indexName": f"memory_messages_{DIM}", "dimension": DIM, "vectors": await _vectors([m.text for m in messages]),
+        "metadata": [{"message_id": m.id, "thread_id": m.thread_id, "resource_id": m.resource_id, "role": m.role,
+                      "content": m.text, "created_at": created[m.id]} for m in messages],
+    }
+    written = _mastra(mastra_dir, tmp_path, "upsert", pg_dsn, upsert)
+    assert written["describe"]["type"] == "ivfflat" and len(written["ids"]) == 9  # Mastra's default index
+
+    memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn), embedder=HashEmbedder(dim=DIM),
+                    options={"semanticRecall": {"scope": "resource", "topK": 1, "messageRange": 0}})
+    mine: list[list[tuple[str, float]]] = []
+    async with memory:
+        recalled = await memory.recall("t1", resource_id="r1", per_page=0,
+                                       vector_search_string="the quarterly garden invoice")
+        assert [m.id for m in recalled.messages] == ["t2-0"]  # found through Mastra's row for t2-0
+        index = memory.actor_system.index
+        assert index is not None
+        for text in QUERIES:
+            for _, scope in _scopes():
+                mine.append([(h.message_id, round(h.score, 5))
+                             for h in await index.query(text, top_k=3, **scope)])  # type: ignore[arg-type]
+        await memory.delete_messages(["t3-1"])  # threadmind's delete removes Mastra's row for the message
+    queries = [{"vector": vector, "topK": 3, "filter": mastra_filter}
+               for vector in await _vectors(QUERIES) for mastra_filter, _ in _scopes()]
+    theirs = _mastra(mastra_dir, tmp_path, "query", pg_dsn, {"indexName": f"memory_messages_{DIM}",
+                                                             "queries": queries})
+    assert theirs["describe"]["type"] == "hnsw" and theirs["describe"]["count"] == 8  # threadmind's HNSW index
+    got = [[(r["metadata"]["message_id"], round(r["score"], 5)) for r in result] for result in theirs["results"]]
+    expected = [[hit for hit in hits if hit[0] != "t3-1"] for hits in mine]
+    for ours, mastra in zip(expected, got, strict=True):
+        assert mastra[:len(ours)] == ours
+    assert any(hit[0] == "t3-1" for hits in mine for hit in hits)  # the deleted message was a hit before
