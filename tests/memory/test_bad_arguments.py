@@ -139,3 +139,11 @@ async def test_a_dict_with_snake_case_keys_is_told_the_camel_case_name(memory: M
     assert f"`{camel}`" in info.value.message and f"`{snake}`" in info.value.message
     assert info.value.message.startswith("messages[0]")
     assert await all_ids(memory, "t1") == []
+
+
+def test_a_vector_argument_that_is_no_vector_store_is_refused_naming_what_it_lacks() -> None:
+    from threadmind.errors import ConfigError
+    from threadmind.stores import InMemoryStore
+
+    with pytest.raises(ConfigError, match=r"`vector` must be a vector store; str lacks open, close, use_index"):
+        Memory(storage=InMemoryStore(), vector="memory.vectors")  # type: ignore[arg-type]
