@@ -500,13 +500,15 @@ class _HnswIndex:
             return None
         return sorted(hits.values(), key=lambda h: -h.score)
 
-    def exact(
-        self, query: F32, k: int, scope: set[int] | None, size: int, key: ScopeKey | None = None
-    ) -> list[SearchHit]:
+    def exact(self, query: F32, k: int, scope: set[int] | None, key: ScopeKey | None = None) -> list[SearchHit]:
         """(event loop) Exact top ``k`` messages over the scope's rows; ``key`` names a cacheable scope.
+
+        The size is taken here, not from the caller: a scope set read before an ``await`` may have changed since
+        (a re-upsert empties a resource's set and files its rows under a new one).
 
         :raises IndexBusy: hnswlib is being resized (read the scope elsewhere).
         """
+        size = self.count if scope is None else len(scope)
         if size == 0 or k < 1:
             return []
         cached = self.blocks.get(key, size) if key is not None else None
@@ -565,9 +567,9 @@ class _HnswIndex:
             candidates = self.knn(query, fetch)
             hits = self.ann_hits(candidates, k, scope, size - len(staged)) if candidates is not None else None
             if hits is not None and staged:
-                hits = merge(hits, self.exact(query, k, staged, len(staged)), k)
+                hits = merge(hits, self.exact(query, k, staged), k)
         if hits is None:
-            hits = self.exact(query, k, scope, size, scope_key(resource_id, thread_id))
+            hits = self.exact(query, k, scope, scope_key(resource_id, thread_id))
         if threshold is not None:
             hits = [h for h in hits if h.score >= threshold]
         return hits

@@ -321,7 +321,8 @@ class Session:
         self, index: _HnswIndex, vector: F32, k: int, resource_id: str | None, thread_id: str | None
     ) -> list[SearchHit]:
         """Exact over small scopes on the loop; large scopes ask hnswlib (worker thread) for candidates and
-        filter them here. The maps only change on the loop, so a search always sees one consistent state."""
+        filter them here. The maps only change on the loop, so the scope is read again after every await and a
+        search sees one consistent state."""
         scope, size = index.scope_rows(resource_id, thread_id)
         if size == 0:
             await anyio.lowlevel.checkpoint()
@@ -334,11 +335,12 @@ class Session:
             hits = index.ann_hits(candidates, k, scope, size - len(staged)) if candidates is not None else None
             if hits is not None:
                 if staged:
-                    hits = merge(hits, index.exact(vector, k, staged, len(staged)), k)
+                    hits = merge(hits, index.exact(vector, k, staged), k)
                 return hits
         else:
             await anyio.lowlevel.checkpoint()
-        return index.exact(vector, k, scope, size, index.scope_key(resource_id, thread_id))
+            scope, _ = index.scope_rows(resource_id, thread_id)  # a set read before the await may be orphaned
+        return index.exact(vector, k, scope, index.scope_key(resource_id, thread_id))
 
     async def _query_rows(
         self, vector: F32, k: int, resource_id: str | None, thread_id: str | None
