@@ -1,4 +1,4 @@
-"""The shared deterministic benchmark workload of ``bench/WORKLOAD.md``, ported exactly.
+"""The shared deterministic benchmark workload (a written specification with check values), ported exactly.
 
 Benchmarks, ``threadmind demo`` and the reference measurements of other memory systems all draw their
 messages and queries from here, so their figures compare on identical data.

@@ -69,4 +69,5 @@ def test_bench_machine_times_fsync(capsys: pytest.CaptureFixture[str], tmp_path:
     report = json.loads(capsys.readouterr().out)
     assert report["syncs"] == 5 and report["cpus"] >= 1 and len(report["loadavg"]) == 3
     assert 0 < report["fsync_24k_ms"]["p50"] <= report["fsync_24k_ms"]["p99"]
+    assert report["python_loop_1m_adds_ms"] > 0
     assert list(tmp_path.iterdir()) == []  # the probe file is gone
