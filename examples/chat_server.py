@@ -17,9 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from threadmind import Memory
+from threadmind import Memory, ThreadmindError
 from threadmind.agent import Agent
-from threadmind.errors import ThreadmindError
 from threadmind.models import ModelRequest, ScriptedModel
 from threadmind.stores import SQLiteStore
 from threadmind.ui import messages_from_ui
@@ -39,22 +38,18 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 
 
 async def chat(request: Request) -> Response:
+    user = request.headers.get("x-user-id", "demo-user")  # who is asking: your authentication goes here
     try:
         body = await request.json()
+        stream = request.app.state.agent.stream(messages_from_ui(body), thread_id=body.get("id"), resource_id=user)
+    except ThreadmindError as exc:  # ValidationError 422, ResourceMismatch 403, ThreadNotFound 404, ThreadBusy 409
+        return error_response(exc)
     except ValueError:
         return Response("the body must be JSON", status_code=400)
-    user = request.headers.get("x-user-id", "demo-user")  # who is asking: your authentication goes here
-    stream = request.app.state.agent.stream(messages_from_ui(body), thread_id=body.get("id"), resource_id=user)
     return UIMessageStreamResponse(stream)  # a refusal (another user's thread, a busy one) is its HTTP status
 
 
-async def refused(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ThreadmindError)
-    return error_response(exc)  # ValidationError 422, ResourceMismatch 403, ThreadNotFound 404, ThreadBusy 409
-
-
-app = Starlette(routes=[Route("/api/chat", chat, methods=["POST"])], lifespan=lifespan,
-                exception_handlers={ThreadmindError: refused})
+app = Starlette(routes=[Route("/api/chat", chat, methods=["POST"])], lifespan=lifespan)
 
 if __name__ == "__main__":
     import uvicorn
