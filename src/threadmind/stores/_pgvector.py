@@ -29,7 +29,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
@@ -51,8 +50,8 @@ from ._pgvector_table import (
     table_name,
     vector_codec,
 )
-from ._postgres import PostgresStore, _check_int, _masked
-from ._postgres_pool import PgPool, import_asyncpg, storage_error
+from ._postgres import PostgresStore
+from ._postgres_pool import PgPool, check_connection, check_int, import_asyncpg, masked, storage_error
 from ._protocol import SaveHook, Store
 from ._vector_protocol import F32, Metric, VectorHit, VectorStoreStatistics
 from ._vector_records import PendingVector, VectorRecord, VectorRecords
@@ -103,23 +102,16 @@ class PgVectorStore:
                  metric: Metric = "cosine", exact_limit: int = 10_000,
                  build_hnsw: Literal["at_start", "when_needed"] = "at_start", min_size: int = 1, max_size: int = 10,
                  statement_cache_size: int | None = None) -> None:
-        if not isinstance(dsn, str) or urlsplit(dsn).scheme not in ("postgres", "postgresql"):
-            raise ConfigError(f"dsn must be a postgresql:// URL, got {_masked(dsn) if isinstance(dsn, str) else dsn!r}")
+        check_connection(dsn, min_size, max_size, statement_cache_size)
         if metric not in _METRICS:
             raise ConfigError(f"metric must be one of 'cosine', 'euclidean', 'dotproduct', not {metric!r}")
-        _check_int(m, "m", 2)
-        _check_int(ef_construction, "ef_construction", 1)
+        check_int(m, "m", 2)
+        check_int(ef_construction, "ef_construction", 1)
         if ef_search is not None:
-            _check_int(ef_search, "ef_search", 1)
-        _check_int(exact_limit, "exact_limit", 0)
+            check_int(ef_search, "ef_search", 1)
+        check_int(exact_limit, "exact_limit", 0)
         if build_hnsw not in _BUILDS:
             raise ConfigError(f"build_hnsw must be 'at_start' or 'when_needed', not {build_hnsw!r}")
-        _check_int(min_size, "min_size", 0)
-        _check_int(max_size, "max_size", 1)
-        if min_size > max_size:
-            raise ConfigError(f"min_size ({min_size}) must not exceed max_size ({max_size})")
-        if statement_cache_size is not None:
-            _check_int(statement_cache_size, "statement_cache_size", 0)
         import_asyncpg()  # ConfigError with the pip command now, not at start
         self._dsn = dsn
         self._m = m
@@ -146,7 +138,7 @@ class PgVectorStore:
         self._next_build = 0.0
 
     def __repr__(self) -> str:
-        return (f"PgVectorStore({_masked(self._dsn)!r}, metric={self._metric!r}, m={self._m}, "
+        return (f"PgVectorStore({masked(self._dsn)!r}, metric={self._metric!r}, m={self._m}, "
                 f"ef_construction={self._ef_construction}, ef_search={self._ef_search})")
 
     @property

@@ -23,16 +23,15 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio.lowlevel
 import msgspec
 
 from ..codecs import Message, Resource, Thread, utc_now
-from ..errors import ConfigError, StorageError, ThreadNotFound, ValidationError
+from ..errors import StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._postgres_leases import LeaseListener, PgLeases, check_fence, lease_lost
-from ._postgres_pool import PgPool, storage_error, transaction
+from ._postgres_pool import PgPool, check_connection, masked, storage_error, transaction
 from ._postgres_queries import MessageReads
 from ._postgres_rows import (
     MSG_COLS,
@@ -144,21 +143,6 @@ def _counts_for(dsn: str) -> FileCounts:
     return counts
 
 
-def _masked(dsn: str) -> str:
-    parts = urlsplit(dsn)
-    if parts.password is None:
-        return dsn
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
-
-
-def _check_int(value: Any, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-    return value
-
-
 class PostgresStore:
     """Durable threads, messages and resources in PostgreSQL (Mastra's ``@mastra/pg`` schema).
 
@@ -173,14 +157,7 @@ class PostgresStore:
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10,
                  statement_cache_size: int | None = None) -> None:
-        if not isinstance(dsn, str) or urlsplit(dsn).scheme not in ("postgres", "postgresql"):
-            raise ConfigError(f"dsn must be a postgresql:// URL, got {_masked(dsn) if isinstance(dsn, str) else dsn!r}")
-        _check_int(min_size, "min_size", 0)
-        _check_int(max_size, "max_size", 1)
-        if min_size > max_size:
-            raise ConfigError(f"min_size ({min_size}) must not exceed max_size ({max_size})")
-        if statement_cache_size is not None:
-            _check_int(statement_cache_size, "statement_cache_size", 0)
+        check_connection(dsn, min_size, max_size, statement_cache_size)
         self._dsn = dsn
         self._pool = PgPool(dsn, min_size=min_size, max_size=max_size, statement_cache_size=statement_cache_size)
         self._file_counts = _counts_for(dsn)
@@ -193,7 +170,7 @@ class PostgresStore:
         self._leases = PgLeases(self.run_write, self._listener)
 
     def __repr__(self) -> str:
-        return f"PostgresStore({_masked(self._dsn)!r}, state={self._pool.state})"
+        return f"PostgresStore({masked(self._dsn)!r}, state={self._pool.state})"
 
     # -- lifecycle -----------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from types import ModuleType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import anyio.lowlevel
@@ -35,7 +36,8 @@ from ..errors import ConfigError, StorageError
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from ._postgres_schema import migrate
 
-__all__ = ("IDLE_IN_TRANSACTION", "PgPool", "import_asyncpg", "storage_error", "transaction")
+__all__ = ("IDLE_IN_TRANSACTION", "PgPool", "check_connection", "check_int", "import_asyncpg", "masked",
+           "storage_error", "transaction")
 
 T = TypeVar("T")
 Conn = Any  # an asyncpg connection (asyncpg ships no type information)
@@ -53,6 +55,35 @@ PIP_HINT = "pip install 'threadmind[postgres]'"
 #: it): a client frozen between two statements of a read-modify-write cannot hold a thread's row for ever.
 IDLE_IN_TRANSACTION = "30s"
 _BEGIN = f"BEGIN; SET LOCAL idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}'"
+
+
+def masked(dsn: str) -> str:
+    """The DSN with its password replaced by ``***`` (for errors, logs and reprs)."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def check_int(value: Any, name: str, low: int) -> int:
+    """``value`` when it is an integer (not a bool) of at least ``low``; else ``ConfigError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def check_connection(dsn: Any, min_size: Any, max_size: Any, statement_cache_size: Any) -> None:
+    """Validate what every PostgreSQL component takes to open its pool; ``ConfigError`` names the bad one."""
+    if not isinstance(dsn, str) or urlsplit(dsn).scheme not in ("postgres", "postgresql"):
+        raise ConfigError(f"dsn must be a postgresql:// URL, got {masked(dsn) if isinstance(dsn, str) else dsn!r}")
+    check_int(min_size, "min_size", 0)
+    check_int(max_size, "max_size", 1)
+    if min_size > max_size:
+        raise ConfigError(f"min_size ({min_size}) must not exceed max_size ({max_size})")
+    if statement_cache_size is not None:
+        check_int(statement_cache_size, "statement_cache_size", 0)
 
 
 def import_asyncpg() -> ModuleType:
