@@ -44,7 +44,7 @@ class _Counting:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.added = 0
         self.saves = 0
-        apply, save = _hnsw_index._HnswIndex.apply_flush, _hnsw_session.save_snapshot  # type: ignore[attr-defined]
+        apply, save = _hnsw_index.HnswIndex.apply_flush, _hnsw_session.save_snapshot  # type: ignore[attr-defined]
 
         def _apply(index: Any, plan: Any) -> int:
             self.added += len(plan.labels)
@@ -54,7 +54,7 @@ class _Counting:
             self.saves += 1
             return save(index, view)
 
-        monkeypatch.setattr(_hnsw_index._HnswIndex, "apply_flush", _apply)
+        monkeypatch.setattr(_hnsw_index.HnswIndex, "apply_flush", _apply)
         monkeypatch.setattr(_hnsw_session, "save_snapshot", _save)
 
 

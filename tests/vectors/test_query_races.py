@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from threadmind.stores import HnswVectorStore, InMemoryStore
-from threadmind.stores._hnsw import _Entry, _HnswIndex
+from threadmind.stores._hnsw import HnswIndex, IndexEntry
 from threadmind.stores._vector_records import VectorRecord
 
 
@@ -23,10 +23,10 @@ def _records(vectors: np.ndarray) -> list[VectorRecord]:
 
 
 def test_exact_counts_the_scope_it_is_given_not_the_one_read_before() -> None:
-    index = _HnswIndex(name="memory_messages_8", dim=8, metric="cosine", m=8, ef_construction=32, ef_search=32,
+    index = HnswIndex(name="memory_messages_8", dim=8, metric="cosine", m=8, ef_construction=32, ef_search=32,
                        directory=None)
     vectors = _vectors(5, 7)
-    entries = [_Entry(0, f"m{i}", f"m{i}", "t1", "r1") for i in range(5)]
+    entries = [IndexEntry(0, f"m{i}", f"m{i}", "t1", "r1") for i in range(5)]
     index.upsert(entries, vectors, seq=1)
     before, size = index.scope_rows("r1", None)
     assert size == 5

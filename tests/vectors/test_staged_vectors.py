@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from threadmind.stores._hnsw import BRUTE_FORCE_LIMIT, _Entry, _HnswIndex
+from threadmind.stores._hnsw import BRUTE_FORCE_LIMIT, HnswIndex, IndexEntry
 
 
-def _index() -> _HnswIndex:
-    return _HnswIndex(name="memory_messages_8", dim=8, metric="cosine", m=8, ef_construction=32, ef_search=32,
+def _index() -> HnswIndex:
+    return HnswIndex(name="memory_messages_8", dim=8, metric="cosine", m=8, ef_construction=32, ef_search=32,
                       directory=None)
 
 
-def _entries(prefix: str, n: int, thread: str = "t1", resource: str = "r1") -> list[_Entry]:
-    return [_Entry(0, f"{prefix}{i}", f"{prefix}{i}", thread, resource) for i in range(n)]
+def _entries(prefix: str, n: int, thread: str = "t1", resource: str = "r1") -> list[IndexEntry]:
+    return [IndexEntry(0, f"{prefix}{i}", f"{prefix}{i}", thread, resource) for i in range(n)]
 
 
 def _vectors(n: int, seed: int) -> np.ndarray:

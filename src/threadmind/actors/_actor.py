@@ -31,7 +31,7 @@ from ..errors import ThreadmindError
 from ..tracing import tracing_enabled
 from ._mailbox import Mailbox, MailboxClosed, MailboxStatistics
 
-__all__ = ("NOT_NOW", "Actor", "ActorStatistics")
+__all__ = ("NOT_NOW", "Actor", "ActorStatistics", "Refused")
 
 C = TypeVar("C")
 
@@ -74,7 +74,7 @@ class _Envelope:
         self.depth = depth
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """Raised by ``Actor._ask(..., retryable=True)`` when the mailbox refused the command (never escapes)."""
 
 
@@ -147,7 +147,7 @@ class Actor(abc.ABC, Generic[C]):
 
     async def _ask(self, command: C, retryable: bool) -> Any:
         # ``retryable``: the registry wants to know when the command was refused (never started), so it
-        # can retry on a fresh activation; it gets ``_Refused`` instead of ``MailboxClosed`` then.
+        # can retry on a fresh activation; it gets ``Refused`` instead of ``MailboxClosed`` then.
         mailbox = self._mailbox
         reply: Reply[Any] = new_reply()
         envelope = _Envelope(command, reply, otel_context.get_current(), len(mailbox))
@@ -159,7 +159,7 @@ class Actor(abc.ABC, Generic[C]):
         except MailboxClosed:
             reply.cancel()
             if retryable:
-                raise _Refused from None
+                raise Refused from None
             await checkpoint()  # even a refusal is a checkpoint (the registry retries without one)
             raise MailboxClosed(f"actor {self.key!r} is closed and accepts no more commands") from None
         except BaseException:

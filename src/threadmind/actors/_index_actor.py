@@ -41,7 +41,7 @@ from ..stores import MessageQuery, SaveHook, Store, VectorHit, VectorStore, Vect
 from ..tracing import ATTR_OPERATION, operation_span
 from ._actor import Actor
 from ._index_batch import UpsertBatches
-from ._index_ops import CommitGatedUpsert, IndexCommand, IndexUpsert, _fresh, _Item, _Op, _Stages
+from ._index_ops import BatchStages, CommitGatedUpsert, IndexCommand, IndexOp, IndexUpsert, UpsertItem, fresh_error
 from ._mailbox import MailboxClosed
 
 __all__ = ("CommitGatedUpsert", "IndexActor", "IndexStatistics", "VectorHit", "chunk_text", "message_text")
@@ -89,7 +89,7 @@ class _State(Enum):
     CLOSED = "closed"
 
 
-class IndexActor(Actor[_Op]):
+class IndexActor(Actor[IndexOp]):
     """Owns one message vector index: batched upserts, scoped queries, deletes, snapshots and retries."""
 
     def __init__(
@@ -141,7 +141,7 @@ class IndexActor(Actor[_Op]):
         self._forming_texts = 0
         self._lingered = False
         self._slots = anyio.Semaphore(_PIPELINE)
-        self._previous: _Stages | None = None
+        self._previous: BatchStages | None = None
         # Store reads (retry, reindex) race deletes and moves; changes made after a read make it stale.
         self._change_counter = 0
         self._store_reads = 0
@@ -215,7 +215,7 @@ class IndexActor(Actor[_Op]):
             raise ConfigError(f"the index actor is {self._state.value}; start it (or the Memory) first",
                               code="THREADMIND_INDEX_CLOSED")
 
-    async def _submit(self, op: _Op) -> None:
+    async def _submit(self, op: IndexOp) -> None:
         """Queue ``op`` in the actor's mailbox; callers wait on ``op.done``."""
         self._check_running()
         try:
@@ -223,11 +223,11 @@ class IndexActor(Actor[_Op]):
         except MailboxClosed:
             raise ConfigError("the index actor is closed", code="THREADMIND_INDEX_CLOSED") from None
 
-    async def _call(self, op: _Op) -> None:
+    async def _call(self, op: IndexOp) -> None:
         await self._submit(op)
         await op.done.wait()
         if op.error is not None:
-            raise _fresh(op.error)
+            raise fresh_error(op.error)
 
     def pending_marker(self) -> Callable[[Any, Sequence[Message]], None] | None:
         """A hook for the message save's own transaction that marks its messages as awaiting vectors.
@@ -292,11 +292,11 @@ class IndexActor(Actor[_Op]):
                 self._index_ready = True
 
     # public operations ---------------------------------------------------------------------------
-    def _item(self, message: Message) -> _Item:
+    def _item(self, message: Message) -> UpsertItem:
         if not message.thread_id or not message.resource_id:
             raise ValidationError(f"message {message.id!r} needs `thread_id` and `resource_id` to be indexed")
         text = message_text(message)
-        return _Item(
+        return UpsertItem(
             message_id=message.id,
             thread_id=message.thread_id,
             resource_id=message.resource_id,
@@ -484,7 +484,7 @@ class IndexActor(Actor[_Op]):
         try:
             read_seq = self._change_counter
             have = await self._vector.message_ids_with_vectors()
-            todo: list[_Item] = []
+            todo: list[UpsertItem] = []
             threads = await self._store.list_threads(per_page=False)
             for thread in threads.threads:
                 page = await self._store.list_messages(
@@ -508,7 +508,7 @@ class IndexActor(Actor[_Op]):
             self._end_store_read()
         self._pending = await self._vector.pending_count(self._started_at)
         if first_error is not None:
-            raise _fresh(first_error)
+            raise fresh_error(first_error)
         return made
 
     def _end_store_read(self) -> None:
@@ -542,7 +542,7 @@ class IndexActor(Actor[_Op]):
             self._pending = await self._vector.pending_count(self._started_at)
 
     # the actor loop --------------------------------------------------------------------------------
-    async def handle(self, command: _Op) -> None:
+    async def handle(self, command: IndexOp) -> None:
         """Collect consecutive upserts into a batch; a command first sends the batch on, then runs."""
         if isinstance(command, IndexUpsert):
             self._forming.append(command)
@@ -575,12 +575,12 @@ class IndexActor(Actor[_Op]):
         self._forming, self._forming_texts, self._lingered = [], 0, False
         self._last_batch_ops = max(len(batch), self._last_batch_ops - 1)
         await self._slots.acquire()
-        stages = _Stages(self._slots)
+        stages = BatchStages(self._slots)
         assert self._task_group is not None
         self._task_group.start_soon(self._pipelined, batch, self._previous, stages)
         self._previous = stages
 
-    async def _pipelined(self, batch: list[IndexUpsert], previous: _Stages | None, stages: _Stages) -> None:
+    async def _pipelined(self, batch: list[IndexUpsert], previous: BatchStages | None, stages: BatchStages) -> None:
         try:
             await self._guarded(batch, self._batches.run(batch, previous, stages, self._ensure_index))
         finally:
@@ -593,7 +593,7 @@ class IndexActor(Actor[_Op]):
             stages.durable.set()
             stages.release_slot()
 
-    async def _guarded(self, ops: Sequence[_Op], work: Any) -> None:
+    async def _guarded(self, ops: Sequence[IndexOp], work: Any) -> None:
         """Run one batch or command; an unexpected failure fails its callers, never the writer."""
         try:
             await work
@@ -606,7 +606,7 @@ class IndexActor(Actor[_Op]):
             for op in ops:
                 op.done.set()
 
-    def _stale(self, op: IndexUpsert, item: _Item) -> bool:
+    def _stale(self, op: IndexUpsert, item: UpsertItem) -> bool:
         if op.read_seq is None:
             return False
         changed = max(self._changed_messages.get(item.message_id, -1), self._changed_threads.get(item.thread_id, -1))

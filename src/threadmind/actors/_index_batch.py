@@ -7,7 +7,7 @@ commits and are staged only once it committed; the latest stored version of each
 
 Write-behind: vectors are staged first (searchable at once), callers are answered, and the rows are written
 after; each message's pending mark was written with the message itself, so a crash in between is repaired
-at the next start. Batches run pipelined; ``_Stages`` keep their stagings and SQL writes in batch order.
+at the next start. Batches run pipelined; ``BatchStages`` keep their stagings and SQL writes in batch order.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..embedders import Embedder, EmbeddingCache
 from ..errors import EmbedderError, EmbeddingDimensionMismatch
 from ..stores import PendingVector, VectorRecord, VectorStore
 from ..tracing import ATTR_OPERATION, tracing_enabled
-from ._index_ops import IndexUpsert, _Item, _Prepared, _Stages
+from ._index_ops import BatchStages, IndexUpsert, PreparedVectors, UpsertItem
 
 __all__ = ("UpsertBatches",)
 
@@ -37,7 +37,7 @@ class UpsertBatches:
 
     def __init__(
         self, *, vector: VectorStore, embedder: Embedder, cache: EmbeddingCache,
-        dimension: Callable[[], int | None], is_stale: Callable[[IndexUpsert, _Item], bool],
+        dimension: Callable[[], int | None], is_stale: Callable[[IndexUpsert, UpsertItem], bool],
     ) -> None:
         self._vector = vector
         self._embedder = embedder
@@ -67,7 +67,7 @@ class UpsertBatches:
             raise EmbedderError("the embedder returned non-finite values")
         return vectors, int(result.usage_tokens)
 
-    async def run(self, ops: list[IndexUpsert], previous: _Stages | None, stages: _Stages | None,
+    async def run(self, ops: list[IndexUpsert], previous: BatchStages | None, stages: BatchStages | None,
                   ready: Callable[[], Awaitable[object]]) -> None:
         """Process one batch; ``ready()`` makes sure the index is selected (it may raise)."""
         self.batches += 1
@@ -83,7 +83,7 @@ class UpsertBatches:
                                           attributes=attributes):
             await self._process(ops, previous, stages, ready)
 
-    async def _process(self, ops: list[IndexUpsert], previous: _Stages | None, stages: _Stages | None,
+    async def _process(self, ops: list[IndexUpsert], previous: BatchStages | None, stages: BatchStages | None,
                        ready: Callable[[], Awaitable[object]]) -> None:
         try:
             await ready()
@@ -109,17 +109,17 @@ class UpsertBatches:
                     if when is not None and when != before:  # a re-saved message keeps its stored time
                         item.created_at = to_iso(when)
 
-    async def _apply(self, ops: list[IndexUpsert], previous: _Stages | None, stages: _Stages | None) -> None:
+    async def _apply(self, ops: list[IndexUpsert], previous: BatchStages | None, stages: BatchStages | None) -> None:
         vector = self._vector
         # Embed while gated ops' saves commit; then the latest stored version of each message wins, and
         # stale store reads and failed saves are dropped.
         gated = any(op.gate is not None for op in ops)
-        prepared: _Prepared | None = None
+        prepared: PreparedVectors | None = None
         if gated:
             vectors, usage, failures = await self.embed_texts([c for op in ops for i in op.items for c in i.chunks])
-            prepared = _Prepared(vector, vectors) if vectors else None
+            prepared = PreparedVectors(vector, vectors) if vectors else None
             await self._await_commits(ops)
-        latest: dict[str, tuple[IndexUpsert, _Item]] = {}
+        latest: dict[str, tuple[IndexUpsert, UpsertItem]] = {}
         for op in ops:
             if not _committed(op):
                 continue
@@ -129,11 +129,11 @@ class UpsertBatches:
                     latest[item.message_id] = (op, item)
         if not gated:
             vectors, usage, failures = await self.embed_texts([c for _, item in latest.values() for c in item.chunks])
-            prepared = _Prepared(vector, vectors) if vectors else None
+            prepared = PreparedVectors(vector, vectors) if vectors else None
         records: list[VectorRecord] = []
         positions: list[int] = []
         cleared: list[str] = []
-        failed: list[tuple[_Item, BaseException]] = []
+        failed: list[tuple[UpsertItem, BaseException]] = []
         owners: list[IndexUpsert] = []
         for op, item in latest.values():
             if not item.chunks:
@@ -235,7 +235,7 @@ class UpsertBatches:
                             failures[text] = one
         return vectors, usage, failures
 
-    async def add_pending(self, failed: Sequence[tuple[_Item, BaseException]]) -> None:
+    async def add_pending(self, failed: Sequence[tuple[UpsertItem, BaseException]]) -> None:
         if not failed:
             return
         try:

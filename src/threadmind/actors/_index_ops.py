@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from ..stores import VectorStore
     from ._index_actor import IndexActor
 
-__all__ = ("CommitGatedUpsert", "IndexCommand", "IndexUpsert")
+__all__ = ("BatchStages", "CommitGatedUpsert", "IndexCommand", "IndexOp", "IndexUpsert", "PreparedVectors",
+           "UpsertItem", "fresh_error")
 
 F32 = npt.NDArray[np.float32]
 
@@ -40,7 +41,7 @@ _Event = FastEvent
 _NATIVE_LE = sys.byteorder == "little"
 
 
-class _Item(msgspec.Struct, kw_only=True):
+class UpsertItem(msgspec.Struct, kw_only=True):
     """One message to index: its scope and its chunks (empty: the message has no text any more)."""
 
     message_id: str
@@ -51,7 +52,7 @@ class _Item(msgspec.Struct, kw_only=True):
     chunks: list[str]
 
 
-class _Prepared:
+class PreparedVectors:
     """A batch's vectors in the forms they are stored in: rows for the index, little-endian bytes for SQL.
 
     Built as soon as the batch is embedded, so that for gated saves the numeric work runs while the saves
@@ -75,7 +76,7 @@ class _Prepared:
         return self.unit[positions]
 
 
-class _Op:
+class IndexOp:
     """A queued command with a reply slot and the caller's span context (for batch span links)."""
 
     __slots__ = ("done", "error", "link")
@@ -89,12 +90,12 @@ class _Op:
             self.link = Link(context) if context.is_valid else None
 
 
-class IndexUpsert(_Op):
+class IndexUpsert(IndexOp):
     """Embed and index some messages (batched with the upserts queued next to it)."""
 
     __slots__ = ("committed", "created", "gate", "items", "read_seq", "usage", "vectors")
 
-    def __init__(self, items: list[_Item], read_seq: int | None = None, *, gated: bool = False) -> None:
+    def __init__(self, items: list[UpsertItem], read_seq: int | None = None, *, gated: bool = False) -> None:
         super().__init__()
         self.items = items
         self.read_seq = read_seq  # set when the items were read from the store (retry, reindex)
@@ -110,7 +111,7 @@ class IndexUpsert(_Op):
         return sum(len(i.chunks) for i in self.items) or 1
 
 
-class IndexCommand(_Op):
+class IndexCommand(IndexOp):
     """A delete, move, copy or barrier, run after every upsert queued before it."""
 
     __slots__ = ("args", "kind")
@@ -121,7 +122,7 @@ class IndexCommand(_Op):
         self.args = args
 
 
-class _Stages:
+class BatchStages:
     """Ordering points of one pipelined batch: its SQL writes are queued; its vectors are applied.
 
     It also holds the batch's pipeline slot, given back once the batch needs no more work from the actor:
@@ -143,7 +144,7 @@ class _Stages:
             slot.release()
 
 
-def _fresh(error: BaseException) -> BaseException:
+def fresh_error(error: BaseException) -> BaseException:
     """A new exception object per caller (one failure may reach many tasks), keeping the cause."""
     if type(error) is EmbedderError:
         copy: BaseException = EmbedderError(error.message, code=error.code)
@@ -195,5 +196,5 @@ class CommitGatedUpsert:
         else:
             await anyio.lowlevel.checkpoint()
         if self._op.error is not None:
-            raise _fresh(self._op.error)
+            raise fresh_error(self._op.error)
         return round(self._op.usage)

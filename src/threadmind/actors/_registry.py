@@ -23,7 +23,7 @@ from anyio.lowlevel import checkpoint
 
 from ..errors import ConfigError, ThreadmindError
 from ..tracing import tracing_enabled
-from ._actor import NOT_NOW, Actor, _Refused
+from ._actor import NOT_NOW, Actor, Refused
 from ._mailbox import MailboxClosed
 
 __all__ = ("ActorRegistry", "RegistryStatistics")
@@ -207,7 +207,7 @@ class ActorRegistry(Generic[A]):
                 raise
             try:
                 return await actor._ask(command, True)
-            except _Refused:
+            except Refused:
                 if self._state is not _State.OPEN:
                     await checkpoint()
                     raise self._closed_error() from None

@@ -36,9 +36,9 @@ from ._hnsw_index import (
     MAX_ANN_FETCH,
     SCOPE_CACHE_BYTES,
     SPACES,
+    HnswIndex,
+    IndexEntry,
     Metric,
-    _Entry,
-    _HnswIndex,
 )
 from ._hnsw_session import Session
 from ._hnsw_snapshot import save_snapshot
@@ -48,7 +48,7 @@ from ._vector_protocol import VectorHit, VectorStoreStatistics
 from ._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord
 
 __all__ = (
-    "BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "HnswVectorStore", "Metric", "SearchHit", "_Entry", "_HnswIndex",
+    "BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "HnswVectorStore", "Metric", "SearchHit", "IndexEntry", "HnswIndex",
     "save_snapshot",
 )
 
@@ -144,9 +144,9 @@ class HnswVectorStore:
         if self._owner is owner:
             self._owner = None
 
-    def _open_index(self, name: str, dim: int, capacity: int = 0) -> _HnswIndex:
+    def _open_index(self, name: str, dim: int, capacity: int = 0) -> HnswIndex:
         """A fresh, empty in-memory index object."""
-        return _HnswIndex(
+        return HnswIndex(
             name=name, dim=dim, metric=self._metric, m=self._m, ef_construction=self._ef_construction,
             ef_search=self._ef_search, directory=self._path, scope_cache_bytes=self._scope_cache_bytes,
             capacity=capacity,

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from ._scope_blocks import ScopeBlocks, ScopeKey, SearchHit, merge, scope_key, scores, top_messages
 from ._vector_records import VectorRecord
 
-__all__ = ("BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "SCOPE_CACHE_BYTES", "IndexBusy", "_Entry", "_HnswIndex")
+__all__ = ("BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "SCOPE_CACHE_BYTES", "IndexBusy", "IndexEntry", "HnswIndex")
 
 Metric = Literal["cosine", "euclidean", "dotproduct"]
 SPACES: dict[str, str] = {"cosine": "cosine", "euclidean": "l2", "dotproduct": "ip"}
@@ -59,7 +59,7 @@ class IndexBusy(Exception):
     """hnswlib is being resized this moment: read the scope from the stored rows instead."""
 
 
-class _Entry(msgspec.Struct, array_like=True):
+class IndexEntry(msgspec.Struct, array_like=True):
     """What a row of the index stands for (replaced, never changed, once linked)."""
 
     label: int
@@ -69,12 +69,12 @@ class _Entry(msgspec.Struct, array_like=True):
     resource_id: str
 
 
-def decode_records(records: Sequence[VectorRecord], dim: int) -> tuple[list[_Entry], F32]:
+def decode_records(records: Sequence[VectorRecord], dim: int) -> tuple[list[IndexEntry], F32]:
     """Entries (label 0 until added) and the float32 matrix of ``records``."""
     matrix = np.frombuffer(b"".join(r.embedding for r in records), dtype="<f4").astype(np.float32)
     if matrix.size != len(records) * dim:
         raise ValueError(f"stored embeddings do not all have {dim} dimensions")
-    entries = [_Entry(0, r.vector_id, r.message_id, r.thread_id, r.resource_id) for r in records]
+    entries = [IndexEntry(0, r.vector_id, r.message_id, r.thread_id, r.resource_id) for r in records]
     return entries, matrix.reshape(len(records), dim)
 
 
@@ -89,7 +89,7 @@ class _FlushPlan:
         self.vectors = vectors
 
 
-class _HnswIndex:
+class HnswIndex:
     """See the module docstring."""
 
     def __init__(
@@ -130,7 +130,7 @@ class _HnswIndex:
         self._stage_marks: dict[int, int] = {}
         self._unindexed_rows: set[int] = set()  # rows whose vector hnswlib does not hold (staged or being added)
         self._to_mark: list[int] = []  # labels removed from the maps, still live in hnswlib
-        self._entries: list[_Entry | None] = []
+        self._entries: list[IndexEntry | None] = []
         self._free_rows: list[int] = []
         self._row_of_vector: dict[str, int] = {}
         self._row_of_label: dict[int, int] = {}
@@ -220,7 +220,7 @@ class _HnswIndex:
         self._entries.append(None)
         return len(self._entries) - 1
 
-    def _link(self, row: int, entry: _Entry, vector: F32 | None) -> None:
+    def _link(self, row: int, entry: IndexEntry, vector: F32 | None) -> None:
         if vector is not None:
             self.blocks.grow(row, vector, entry.thread_id, entry.resource_id)
         self._entries[row] = entry
@@ -266,7 +266,7 @@ class _HnswIndex:
         for row in list(self._rows_of_message.get(message_id, ())):
             self._remove_row(row)
 
-    def _stage(self, entries: list[_Entry], vectors: F32) -> None:
+    def _stage(self, entries: list[IndexEntry], vectors: F32) -> None:
         """Give rows fresh labels and make them searchable exactly; hnswlib gets them at a flush."""
         first = self._next_label
         self._next_label += len(entries)
@@ -285,7 +285,7 @@ class _HnswIndex:
 
     # mutations (each records the SQL sequence it reflects) ----------------------------------------
     def upsert(
-        self, entries: list[_Entry], vectors: F32, seq: int = 0, defer: bool = True, *, prepared: bool = False
+        self, entries: list[IndexEntry], vectors: F32, seq: int = 0, defer: bool = True, *, prepared: bool = False
     ) -> None:
         """Replace every vector of the entries' messages with these (staged: exact at once, HNSW at a flush;
         ``defer`` False flushes at once, for callers that own the index outright).
@@ -372,7 +372,7 @@ class _HnswIndex:
                 self._remove_row(old)
             self._link(self._take_row(), entry, None)
 
-    def link_loaded(self, entries: Sequence[_Entry]) -> None:
+    def link_loaded(self, entries: Sequence[IndexEntry]) -> None:
         """(worker thread, index not shared yet) The maps of a loaded snapshot's entries."""
         for row, entry in enumerate(entries):
             if not entry.vector_id:
@@ -585,7 +585,7 @@ class _HnswIndex:
         return 1.0 - distance
 
     # snapshots (see _hnsw_snapshot) ----------------------------------------------------------------
-    def snapshot_view(self) -> tuple[list[_Entry | None], set[int], int, int]:
+    def snapshot_view(self) -> tuple[list[IndexEntry | None], set[int], int, int]:
         """(event loop) What a snapshot saved now holds: the entries (shared, never changed in place), the
         rows to leave out (hnswlib lacks them), the sequence it reflects and the next label."""
         seq = next(iter(self._stage_marks.values()), self.applied_seq)
@@ -596,7 +596,7 @@ class _HnswIndex:
         if capacity > self._index.max_elements:
             self._index.resize_index(capacity)
 
-    def adopt_loaded(self, index: Any, entries: Sequence[_Entry], next_label: int, seq: int) -> None:
+    def adopt_loaded(self, index: Any, entries: Sequence[IndexEntry], next_label: int, seq: int) -> None:
         """(worker thread, index not shared yet) Take a loaded hnswlib index and its entries."""
         self._index = index
         self._index.set_ef(self.ef_search)  # hnswlib resets ef to 10 on load

@@ -18,7 +18,7 @@ import anyio.lowlevel
 import msgspec
 import numpy as np
 
-from ._hnsw_index import F32, FLUSH_CHUNK, IndexBusy, _Entry, _HnswIndex, decode_records
+from ._hnsw_index import F32, FLUSH_CHUNK, HnswIndex, IndexBusy, IndexEntry, decode_records
 from ._hnsw_snapshot import load_snapshot, manifest_count, save_snapshot
 from ._protocol import Store
 from ._scope_blocks import SearchHit, merge, scores, top_messages
@@ -72,7 +72,7 @@ class Session:
         self.records: VectorRecords = self.coalescing if self.coalescing is not None else raw
         self.name: str | None = None
         self.dim = 0
-        self.index: _HnswIndex | None = None
+        self.index: HnswIndex | None = None
         self.limiter = anyio.CapacityLimiter(1)
         self.lock = anyio.Lock()  # a load's final replay and swap against concurrent changes
         self.task_group: anyio.abc.TaskGroup | None = None
@@ -250,7 +250,7 @@ class Session:
             async with self.lock:
                 await self._go_live(index)
 
-    async def _go_live(self, index: _HnswIndex) -> None:
+    async def _go_live(self, index: HnswIndex) -> None:
         """(lock held) Replay what changed since the index was read, then serve queries from it."""
         records, deleted, seq = await self.records.load(index.name, since_seq=index.applied_seq)
         index.replay(records, deleted, seq)
@@ -262,7 +262,7 @@ class Session:
         index = self.index
         if index is None:
             return False
-        entries = [_Entry(0, r.vector_id, r.message_id, r.thread_id, r.resource_id) for r in records]
+        entries = [IndexEntry(0, r.vector_id, r.message_id, r.thread_id, r.resource_id) for r in records]
         index.upsert(entries, rows, prepared=True)
         self.flush_wanted.set()
         return True
@@ -282,7 +282,7 @@ class Session:
                 index.upsert_records(records, seq)
                 self.flush_wanted.set()
 
-    async def change(self, write: Any, apply: Callable[[_HnswIndex, int], None]) -> None:
+    async def change(self, write: Any, apply: Callable[[HnswIndex, int], None]) -> None:
         """Run a delete or move in SQL, then in the index (a load finishing meanwhile replays it itself)."""
         seq: int = await write
         async with self.lock:
@@ -318,7 +318,7 @@ class Session:
         return [VectorHit(h.message_id, h.thread_id, h.resource_id, h.score) for h in hits]
 
     async def _search(
-        self, index: _HnswIndex, vector: F32, k: int, resource_id: str | None, thread_id: str | None
+        self, index: HnswIndex, vector: F32, k: int, resource_id: str | None, thread_id: str | None
     ) -> list[SearchHit]:
         """Exact over small scopes on the loop; large scopes ask hnswlib (worker thread) for candidates and
         filter them here. The maps only change on the loop, so the scope is read again after every await and a
@@ -363,7 +363,7 @@ class Session:
         hits = top_messages(scores(metric, unit, query), list(range(len(records))), k, _hit)
         return [VectorHit(h.message_id, h.thread_id, h.resource_id, h.score) for h in hits]
 
-    async def _changed_elsewhere(self, index: _HnswIndex) -> bool:
+    async def _changed_elsewhere(self, index: HnswIndex) -> bool:
         """Whether another connection may have committed vector rows this index lacks (SQLite: no SQL read when
         the database's change counter did not move; a database server: its change sequence, one round trip)."""
         if self.server:
@@ -434,7 +434,7 @@ class Session:
                 if index._staged and not self.closing:
                     self.flush_wanted.set()  # more to insert
 
-    async def _flush_chunk(self, index: _HnswIndex) -> int:
+    async def _flush_chunk(self, index: HnswIndex) -> int:
         plan = index.take_flush()
         try:
             with anyio.CancelScope(shield=True):
@@ -471,10 +471,10 @@ class Session:
         return await self._save(index, cancellable=not force)
 
     @staticmethod
-    def _snapshot_due(index: _HnswIndex) -> int:
+    def _snapshot_due(index: HnswIndex) -> int:
         return max(SNAPSHOT_EVERY, index.count // 10)
 
-    async def _save(self, index: _HnswIndex, *, cancellable: bool) -> bool:
+    async def _save(self, index: HnswIndex, *, cancellable: bool) -> bool:
         view = index.snapshot_view()
         added = index.added_since_snapshot
         scope = anyio.CancelScope()

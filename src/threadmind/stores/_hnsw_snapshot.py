@@ -20,7 +20,7 @@ from typing import Any
 import hnswlib  # type: ignore[import-untyped]
 import msgspec
 
-from ._hnsw_index import _Entry, _HnswIndex
+from ._hnsw_index import HnswIndex, IndexEntry
 
 __all__ = ("load_snapshot", "manifest_count", "save_snapshot")
 
@@ -95,9 +95,9 @@ def manifest_count(directory: Path | None, name: str) -> int | None:
         return None
 
 
-def save_snapshot(index: _HnswIndex, view: tuple[list[_Entry | None], set[int], int, int]) -> bool:
+def save_snapshot(index: HnswIndex, view: tuple[list[IndexEntry | None], set[int], int, int]) -> bool:
     """(worker thread, the index's only hnswlib user) Write ``index`` as ``view`` (from
-    :meth:`_HnswIndex.snapshot_view`) describes it; False when another process is writing this snapshot."""
+    :meth:`HnswIndex.snapshot_view`) describes it; False when another process is writing this snapshot."""
     directory = index.directory
     assert directory is not None
     directory.mkdir(parents=True, exist_ok=True)
@@ -107,7 +107,7 @@ def save_snapshot(index: _HnswIndex, view: tuple[list[_Entry | None], set[int], 
         if not mine:
             return False
         entries = [
-            e if e.vector_id != e.message_id else _Entry(e.label, "", e.message_id, e.thread_id, e.resource_id)
+            e if e.vector_id != e.message_id else IndexEntry(e.label, "", e.message_id, e.thread_id, e.resource_id)
             for row, e in enumerate(all_entries) if e is not None and row not in unindexed
         ]
         hnsw_tmp = hnsw_path.with_name(hnsw_path.name + ".tmp")
@@ -134,7 +134,7 @@ def save_snapshot(index: _HnswIndex, view: tuple[list[_Entry | None], set[int], 
     return True
 
 
-def load_snapshot(index: _HnswIndex, capacity: int = 0) -> str | None:
+def load_snapshot(index: HnswIndex, capacity: int = 0) -> str | None:
     """(worker thread, index not shared yet) Fill the fresh ``index`` from its snapshot if intact; None on
     success, else why it was not usable. No vector is copied out of hnswlib. ``capacity``: room to allocate at
     once (for the rows a replay will add), so that hnswlib never has to grow by copying itself."""
@@ -160,7 +160,7 @@ def load_snapshot(index: _HnswIndex, capacity: int = 0) -> str | None:
             entries_bytes = entries_path.read_bytes()
             if hashlib.sha256(entries_bytes).hexdigest() != manifest.entries_sha256:
                 return "entries checksum mismatch"
-            entries = msgspec.msgpack.decode(entries_bytes, type=list[_Entry])
+            entries = msgspec.msgpack.decode(entries_bytes, type=list[IndexEntry])
             del entries_bytes
             if len(entries) != manifest.count:
                 return "entry count mismatch"

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ._vector_records import SQLiteVectorRecords, VectorRecord, _SQLExecutor
+from ._vector_records import SQLExecutor, SQLiteVectorRecords, VectorRecord
 
 __all__ = ("MastraVectorTable", "import_mastra_vectors", "mastra_vector_tables", "vector_tables_in")
 
@@ -60,7 +60,7 @@ def vector_tables_in(conn: sqlite3.Connection) -> list[MastraVectorTable]:
 
 async def mastra_vector_tables(store: object) -> list[MastraVectorTable]:
     """The Mastra message vector tables in a SQL store's database (none for other stores)."""
-    if not isinstance(store, _SQLExecutor):
+    if not isinstance(store, SQLExecutor):
         return []
     return await store.execute_read(vector_tables_in)
 
@@ -142,7 +142,7 @@ async def import_mastra_vectors(store: object, *, index_names: Sequence[str] | N
     the same name (so the same dimension) is empty. ``index_names`` limits the import to those indexes.
     Stores without SQL jobs (``InMemoryStore``) have nothing to import.
     """
-    if not isinstance(store, _SQLExecutor):
+    if not isinstance(store, SQLExecutor):
         return 0
     tables = await store.execute_read(vector_tables_in)
     if index_names is not None:

@@ -20,6 +20,7 @@ from ..codecs import Message
 
 __all__ = (
     "PendingVector",
+    "SQLExecutor",
     "SQLiteVectorRecords",
     "VectorRecord",
     "VectorRecords",
@@ -146,7 +147,7 @@ class VectorRecords(Protocol):
 
 
 @runtime_checkable
-class _SQLExecutor(Protocol):
+class SQLExecutor(Protocol):
     """What ``SQLiteStore`` offers to code that keeps its own tables: jobs run in the DB thread."""
 
     async def execute_write(self, fn: Callable[[sqlite3.Connection], T], *, defer: float = 0.0) -> T: ...
@@ -253,7 +254,7 @@ def _tombstone_where(conn: sqlite3.Connection, seq: int, where: str, params: Seq
 class SQLiteVectorRecords:
     """Vector records in our own ``threadmind_*`` tables of a ``SQLiteStore`` (jobs on its DB thread)."""
 
-    def __init__(self, store: _SQLExecutor) -> None:
+    def __init__(self, store: SQLExecutor) -> None:
         self._store = store
         self._ready = False
 
