@@ -24,7 +24,9 @@ import numpy as np
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
-from threadmind.workload import STREAM_RESOURCE_QUERIES, STREAM_THREAD_QUERIES, Workload
+from threadmind.workload import Workload
+
+from ._scoped_queries import scoped_queries
 
 
 def _pcts(samples: Sequence[float]) -> dict[str, float]:
@@ -173,46 +175,9 @@ async def _build_index(memory: Memory) -> dict[str, Any]:
 
 
 async def _queries(memory: Memory, workload: Workload) -> dict[str, Any]:
-    index = memory.actor_system.index
-    assert index is not None
-    embedder = HashEmbedder(dim=384)
-    messages = [m for t in range(workload.threads) for k in range(workload.turns)
-                for m in workload.messages_for_turn(t, k)]
-    vectors = (await embedder.embed([m.text for m in messages])).vectors
-    owners_resource = np.array([m.resource_id for m in messages])
-    owners_thread = np.array([m.thread_id for m in messages])
-    ids = np.array([m.id for m in messages])
-    result: dict[str, Any] = {}
-    for scope, stream in (("resource", STREAM_RESOURCE_QUERIES), ("thread", STREAM_THREAD_QUERIES)):
-        queries = list(workload.iter_queries(stream))
-        # Three passes, so the brute-force oracle (which scans every vector) never runs between timed calls.
-        index_latencies: list[float] = []
-        found_ids: list[set[str]] = []
-        for q in queries:
-            kwargs: dict[str, Any] = (
-                {"resource_id": q.resource_id} if scope == "resource" else {"thread_id": q.thread_id})
-            started = time.perf_counter()
-            hits = await index.query(q.text, top_k=10, **kwargs)
-            index_latencies.append(time.perf_counter() - started)
-            found_ids.append({h.message_id for h in hits})
-        recall_latencies: list[float] = []
-        for q in queries:
-            started = time.perf_counter()
-            await memory.recall(q.thread_id, resource_id=q.resource_id, per_page=0, vector_search_string=q.text,
-                                thread_config={"semanticRecall": {"topK": 4, "messageRange": 1, "scope": scope}})
-            recall_latencies.append(time.perf_counter() - started)
-        query_vectors = (await embedder.embed([q.text for q in queries])).vectors
-        hits_total = found = 0
-        for q, qv, got in zip(queries, query_vectors, found_ids, strict=True):
-            mask = owners_resource == q.resource_id if scope == "resource" else owners_thread == q.thread_id
-            scores = vectors[mask] @ qv
-            exact = set(ids[mask][np.argsort(-scores, kind="stable")[:10]])
-            found += len(exact & got)
-            hits_total += len(exact)
-        result[scope] = {"queries": workload.queries, "index_query": _pcts(index_latencies),
-                         "recall_with_window": _pcts(recall_latencies),
-                         "recall_at_10": round(found / max(1, hits_total), 4)}
-    return result
+    return {scope: {"queries": r["queries"], "index_query": _pcts(r["index_latencies"]),
+                    "recall_with_window": _pcts(r["recall_latencies"]), "recall_at_10": r["recall_at_10"]}
+            for scope, r in (await scoped_queries(memory, workload)).items()}
 
 
 _RAW_SQLITE = r"""

@@ -35,9 +35,10 @@ from threadmind.codecs import encode_content
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore
 from threadmind.stores._postgres_pool import import_asyncpg
-from threadmind.workload import STREAM_RESOURCE_QUERIES, STREAM_THREAD_QUERIES, Workload
+from threadmind.workload import Workload
 
 from ._pgserver import PgCluster
+from ._scoped_queries import scoped_queries
 
 _RAW_SAVE = (
     "WITH m AS (INSERT INTO mastra_messages (id, thread_id, content, role, type, \"createdAt\", \"createdAtZ\", "
@@ -262,50 +263,10 @@ async def _phase_semantic(server: _Server, workload: Workload, turns: Turns, kin
 
 
 async def _semantic_queries(memory: Memory, workload: Workload) -> dict[str, Any]:
-    index = memory.actor_system.index
-    assert index is not None
-    embedder = HashEmbedder(dim=384)
-    messages = [m for t in range(workload.threads) for k in range(workload.turns)
-                for m in workload.messages_for_turn(t, k)]
-    vectors = (await embedder.embed([m.text for m in messages])).vectors
-    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-30)
-    owners = {"resource": np.array([m.resource_id for m in messages]),
-              "thread": np.array([m.thread_id for m in messages])}
-    ids = np.array([m.id for m in messages])
-    result: dict[str, Any] = {}
-    for scope, stream in (("resource", STREAM_RESOURCE_QUERIES), ("thread", STREAM_THREAD_QUERIES)):
-        queries = list(workload.iter_queries(stream))
-        before = index.statistics()
-        index_latencies: list[float] = []
-        found_ids: list[set[str]] = []
-        for q in queries:
-            kwargs: dict[str, Any] = (
-                {"resource_id": q.resource_id} if scope == "resource" else {"thread_id": q.thread_id})
-            started = time.perf_counter()
-            hits = await index.query(q.text, top_k=10, **kwargs)
-            index_latencies.append(time.perf_counter() - started)
-            found_ids.append({h.message_id for h in hits})
-        after = index.statistics()
-        recall_latencies: list[float] = []
-        for q in queries:
-            started = time.perf_counter()
-            await memory.recall(q.thread_id, resource_id=q.resource_id, per_page=0, vector_search_string=q.text,
-                                thread_config={"semanticRecall": {"topK": 4, "messageRange": 1, "scope": scope}})
-            recall_latencies.append(time.perf_counter() - started)
-        query_vectors = (await embedder.embed([q.text for q in queries])).vectors
-        found = total = 0
-        for q, qv, got in zip(queries, query_vectors, found_ids, strict=True):
-            mask = owners[scope] == (q.resource_id if scope == "resource" else q.thread_id)
-            exact = set(ids[mask][np.argsort(-(vectors[mask] @ qv), kind="stable")[:10]])
-            found += len(exact & got)
-            total += len(exact)
-        result[f"{scope}_query"] = {
-            "queries": len(queries), "index_query_top_10": _pcts(index_latencies),
-            "recall_with_window": _pcts(recall_latencies), "recall_at_10": round(found / max(1, total), 4),
-            "answered_exactly": after.brute_force_queries - before.brute_force_queries,
-            "answered_by_ann": after.ann_queries - before.ann_queries,
-        }
-    return result
+    return {f"{scope}_query": {"queries": r["queries"], "index_query_top_10": _pcts(r["index_latencies"]),
+                               "recall_with_window": _pcts(r["recall_latencies"]), "recall_at_10": r["recall_at_10"],
+                               "answered_exactly": r["answered_exactly"], "answered_by_ann": r["answered_by_ann"]}
+            for scope, r in (await scoped_queries(memory, workload)).items()}
 
 
 async def _main(args: argparse.Namespace, admin_dsn: str) -> dict[str, Any]:
