@@ -172,3 +172,39 @@ async def test_a_close_during_a_background_load_returns_at_once(
                 assert (await actor.query(messages[2].text, top_k=1, thread_id="t1"))[0].message_id == "m2"
     finally:
         release.set()
+
+
+@pytest.mark.parametrize("tail_limit", [100, 10_000])
+async def test_a_start_does_not_wait_for_the_rows_a_small_snapshot_lacks(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tail_limit: int
+) -> None:
+    """More rows past the snapshot than ``REPLAY_IN_BACKGROUND_ABOVE`` load in the background (queries read SQL
+    meanwhile); fewer are added before the index answers."""
+    messages = _messages(400)
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages[:100])
+        assert await actor.persist()
+        monkeypatch.setattr(_hnsw_session, "SNAPSHOT_AT_CLOSE_MAX", 0)  # the other 300 only in SQL
+        await actor.upsert_messages(messages[100:])
+    monkeypatch.setattr(_hnsw_session, "REPLAY_IN_BACKGROUND_ABOVE", tail_limit)
+    release = threading.Event()
+    add_now = _hnsw_index.HnswIndex.add_now
+
+    def _slow_add(index: Any, records: Any) -> None:
+        release.wait(20 if tail_limit == 100 else 0)
+        add_now(index, records)
+
+    monkeypatch.setattr(_hnsw_index.HnswIndex, "add_now", _slow_add)
+    async with _running(store, tmp_path / "vec") as actor:
+        hits = await actor.query(messages[250].text, top_k=1, thread_id="t1")
+        assert [h.message_id for h in hits] == ["m250"]
+        stats = actor.statistics().store
+        background = tail_limit == 100
+        assert stats.loading is background and (stats.sql_queries == 1) is background
+        release.set()
+        with anyio.fail_after(20):
+            while actor.statistics().store.loading:  # noqa: ASYNC110 - the loader thread reports by itself
+                await anyio.sleep(0.01)
+        assert actor.statistics().store.vectors == 400
+        assert [h.message_id for h in await actor.query(messages[399].text, top_k=1, thread_id="t1")] == ["m399"]

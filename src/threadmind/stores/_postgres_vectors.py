@@ -180,6 +180,16 @@ class PostgresVectorRecords:
             "vector read")
         return [_record(row) for row in rows]
 
+    async def scope_embeddings(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> dict[str, bytes]:
+        """Vector id → stored embedding of the scope's rows."""
+        where, params = _scope(resource_id, thread_id)
+        rows = await self._store.run_read(lambda conn: conn.fetch(
+            f"SELECT vector_id, embedding FROM threadmind_vectors WHERE index_name = $1{where}", index_name, *params),
+            "vector read")
+        return {str(row[0]): bytes(row[1]) for row in rows}
+
     async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
         """Up to ``limit`` live records in storage order after position ``after``, and the last one's position."""
         rows = await self._store.run_read(lambda conn: conn.fetch(

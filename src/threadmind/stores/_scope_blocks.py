@@ -88,12 +88,13 @@ class ScopeBlocks:
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def get(self, key: ScopeKey, size: int) -> tuple[I64, F32] | None:
-        """The cached block of ``key`` if it holds exactly ``size`` rows (marked recently used)."""
+    def get(self, key: ScopeKey, size: int, *, touch: bool = True) -> tuple[I64, F32] | None:
+        """The cached block of ``key`` if it holds exactly ``size`` rows (``touch``: marked recently used)."""
         block = self._blocks.get(key)
         if block is None or block.size != size:
             return None
-        self._blocks.move_to_end(key)
+        if touch:
+            self._blocks.move_to_end(key)
         return block.view()
 
     def put(self, key: ScopeKey, rows: I64, vectors: F32) -> None:

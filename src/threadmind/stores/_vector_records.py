@@ -119,6 +119,12 @@ class VectorRecords(Protocol):
         """The live records of one thread or resource (both given: the thread's rows of that resource)."""
         ...
 
+    async def scope_embeddings(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> dict[str, bytes]:
+        """Vector id → stored embedding of :meth:`scope_records`' rows (what an exact search reads)."""
+        ...
+
     async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
         """Up to ``limit`` live records in storage order after position ``after``; the last one's position
         (``after`` again when none are left). Start at 0: a rebuild reads the index in pages."""
@@ -211,6 +217,17 @@ CREATE TABLE IF NOT EXISTS threadmind_vector_pending (
 """
 
 _COLUMNS = "vector_id, message_id, thread_id, resource_id, role, created_at, embedding"
+
+
+def _sqlite_scope(resource_id: str | None, thread_id: str | None) -> tuple[str, list[str]]:
+    """The WHERE clause (after ``+index_name = ?``) and its parameters for one thread and/or resource."""
+    if thread_id is not None:
+        if resource_id is not None:
+            return "thread_id = ? AND resource_id = ?", [thread_id, resource_id]
+        return "thread_id = ?", [thread_id]
+    if resource_id is not None:
+        return "resource_id = ?", [resource_id]
+    return "1", []
 
 
 def _next_seq(conn: sqlite3.Connection) -> int:
@@ -441,20 +458,26 @@ class SQLiteVectorRecords:
     async def scope_records(
         self, index_name: str, *, resource_id: str | None, thread_id: str | None
     ) -> list[VectorRecord]:
-        if thread_id is not None:
-            where, params = "thread_id = ?", [thread_id]
-            if resource_id is not None:
-                where, params = "thread_id = ? AND resource_id = ?", [thread_id, resource_id]
-        elif resource_id is not None:
-            where, params = "resource_id = ?", [resource_id]
-        else:
-            where, params = "1", []
+        where, params = _sqlite_scope(resource_id, thread_id)
 
         def _job(conn: sqlite3.Connection) -> list[VectorRecord]:
             # `+index_name`: use the scope's index, not the primary key's prefix
             return [_record(row) for row in conn.execute(
                 f"SELECT {_COLUMNS} FROM threadmind_vectors WHERE +index_name = ? AND {where}", (index_name, *params)
             )]
+
+        return await self._read(_job)
+
+    async def scope_embeddings(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> dict[str, bytes]:
+        where, params = _sqlite_scope(resource_id, thread_id)
+
+        def _job(conn: sqlite3.Connection) -> dict[str, bytes]:
+            return dict(conn.execute(
+                f"SELECT vector_id, embedding FROM threadmind_vectors WHERE +index_name = ? AND {where}",
+                (index_name, *params),
+            ).fetchall())
 
         return await self._read(_job)
 

@@ -122,6 +122,12 @@ class InMemoryVectorRecords:
             and (resource_id is None or row.record.resource_id == resource_id)
         ]
 
+    async def scope_embeddings(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> dict[str, bytes]:
+        found = await self.scope_records(index_name, resource_id=resource_id, thread_id=thread_id)
+        return {record.vector_id: record.embedding for record in found}
+
     async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
         await anyio.lowlevel.checkpoint()
         rows = [row.record for (name, _), row in self._rows.items() if name == index_name][after : after + limit]

@@ -202,6 +202,12 @@ class CoalescingRecords:
         await self.flush()
         return await self.inner.scope_records(index_name, resource_id=resource_id, thread_id=thread_id)
 
+    async def scope_embeddings(
+        self, index_name: str, *, resource_id: str | None, thread_id: str | None
+    ) -> dict[str, bytes]:
+        await self.flush()
+        return await self.inner.scope_embeddings(index_name, resource_id=resource_id, thread_id=thread_id)
+
     async def load_page(self, index_name: str, after: int, limit: int) -> tuple[list[VectorRecord], int]:
         await self.flush()
         return await self.inner.load_page(index_name, after, limit)
