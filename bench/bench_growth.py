@@ -3,7 +3,8 @@
 Each size adds threads of 10 messages (5 turns) under resources of 10 threads, so 1M messages are 100 000
 threads over 10 000 resources. Per size, in fresh processes (so RSS is per process):
 
-- ``write``: save the new threads' turns (16 saves in flight, semantic recall on, HashEmbedder 384-d), then
+- ``write``: save the new threads' turns (16 saves in flight, semantic recall on, HashEmbedder 384-d) with the
+  event loop's longest gaps meanwhile (a 1 ms ticker: how long anything held the loop), then
   recall and semantic-query latency, recall@10 against exact search, steady-state RSS with hnswlib's share,
   the most staged vectors (the not-yet-inserted tail), and ``aclose()`` time;
 - ``restart``: start to the first correct semantic query, to full ANN speed (loaded, nothing staged), the peak
@@ -120,6 +121,31 @@ def _stats(memory: Memory) -> Any:
     return index.statistics()
 
 
+class _LoopGaps:
+    """A 1 ms sleep loop beside the work: its longest gaps are how long the event loop was held (a snapshot
+    written with the GIL held, a collection, a long callback) while saves and queries ran."""
+
+    def __init__(self) -> None:
+        self.gaps: list[float] = []
+        self._stop = anyio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        last = time.perf_counter()
+        while not self._stop.is_set():
+            await anyio.sleep(0.001)
+            now = time.perf_counter()
+            self.gaps.append(now - last)
+            last = now
+
+    def report(self) -> dict[str, float]:
+        arr = np.asarray(self.gaps or [0.0], dtype=np.float64) * 1000.0
+        return {"max_gap_ms": round(float(arr.max()), 1), "p99_gap_ms": round(float(np.percentile(arr, 99)), 2),
+                "gaps_over_50ms": int((arr > 50.0).sum()), "gaps_over_200ms": int((arr > 200.0).sum())}
+
+
 # ------------------------------------------------------------------------------------------------ phases
 
 
@@ -140,13 +166,18 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
                 await memory.save_messages(_turn(workload, t, k))
                 latencies.append(time.perf_counter() - started)
 
+    gaps = _LoopGaps()
     started = time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for t in range(start_threads, threads):
-            tg.start_soon(_thread, t)
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(gaps.run)
+        async with anyio.create_task_group() as tg:
+            for t in range(start_threads, threads):
+                tg.start_soon(_thread, t)
+        gaps.stop()
     seconds = time.perf_counter() - started
     saved = (threads - start_threads) * TURNS * 2
     out["save"] = {"messages": saved, "msgs_per_s": round(saved / seconds), **_pcts(latencies)}
+    out["event_loop_while_saving"] = gaps.report()
     recall: list[float] = []
     for i in range(300):
         t = (i * 7919) % threads

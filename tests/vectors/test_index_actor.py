@@ -16,7 +16,7 @@ from anyio import wait_all_tasks_blocked
 from threadmind.actors._index_actor import IndexActor, VectorHit
 from threadmind.codecs import Message
 from threadmind.errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ValidationError
-from threadmind.stores import _hnsw, _hnsw_index
+from threadmind.stores import _hnsw_index, _hnsw_session, _hnsw_snapshot
 from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._protocol import Store
@@ -383,7 +383,8 @@ class TestDeletes:
         async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
             await actor.upsert_messages(messages)
         with monkeypatch.context() as patch:  # a crash: the second run never saves its snapshot
-            patch.setattr(_hnsw, "save_snapshot", lambda index, view: False)
+            patch.setattr(_hnsw_snapshot, "FORKED_SNAPSHOTS", False)
+            patch.setattr(_hnsw_session, "save_snapshot", lambda index, view: False)
             async with running(store, embedder, HnswVectorStore(tmp_path / "vec")) as actor:
                 await actor.delete_messages(["a"])  # before the index is loaded: SQL only
                 assert len(await actor.query("message", top_k=10)) == 3  # loads the snapshot, replays the delete

@@ -44,7 +44,8 @@ class _Counting:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.added = 0
         self.saves = 0
-        apply, save = _hnsw_index.HnswIndex.apply_flush, _hnsw_session.save_snapshot  # type: ignore[attr-defined]
+        apply = _hnsw_index.HnswIndex.apply_flush
+        save, fork = _hnsw_session.save_snapshot, _hnsw_session.fork_snapshot  # type: ignore[attr-defined]
 
         def _apply(index: Any, plan: Any) -> int:
             self.added += len(plan.labels)
@@ -54,8 +55,13 @@ class _Counting:
             self.saves += 1
             return save(index, view)
 
+        def _fork(index: Any, view: Any) -> int:  # a child process writes it (see _hnsw_snapshot)
+            self.saves += 1
+            return fork(index, view)
+
         monkeypatch.setattr(_hnsw_index.HnswIndex, "apply_flush", _apply)
         monkeypatch.setattr(_hnsw_session, "save_snapshot", _save)
+        monkeypatch.setattr(_hnsw_session, "fork_snapshot", _fork)
 
 
 async def test_close_adds_and_rewrites_nothing_however_many_vectors_are_staged(

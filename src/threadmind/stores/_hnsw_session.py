@@ -18,8 +18,9 @@ import anyio.lowlevel
 import msgspec
 import numpy as np
 
+from . import _hnsw_snapshot
 from ._hnsw_index import F32, FLUSH_CHUNK, HnswIndex, IndexBusy, IndexEntry, decode_records
-from ._hnsw_snapshot import load_snapshot, manifest_count, save_snapshot
+from ._hnsw_snapshot import fork_snapshot, load_snapshot, manifest_count, reap_snapshot, save_snapshot, stop_snapshot
 from ._protocol import Store
 from ._scope_blocks import SearchHit, merge, scores, top_messages
 from ._vector_protocol import VectorHit, VectorStoreStatistics
@@ -529,7 +530,10 @@ class Session:
                 return False
             self.saving = scope
         with scope:
-            saved = await self._thread(save_snapshot, index, view, cancellable=cancellable)
+            if _hnsw_snapshot.FORKED_SNAPSHOTS:
+                saved = await self._save_in_child(index, view)
+            else:
+                saved = await self._thread(save_snapshot, index, view, cancellable=cancellable)
             if not saved:
                 return False
             index.snapshot_seq = view[2]
@@ -539,6 +543,16 @@ class Session:
                 await self.records.prune_tombstones(index.name, view[2] - KEEP_TOMBSTONES)
             return True
         return False  # cancelled: the process is closing
+
+    async def _save_in_child(self, index: HnswIndex, view: Any) -> bool:
+        """Fork the snapshot writer (quick, under the limiter: no hnswlib call runs meanwhile), then wait for it
+        in a thread of its own while hnswlib work goes on; a cancelled wait kills it."""
+        pid = await self._thread(fork_snapshot, index, view)
+        try:
+            return await anyio.to_thread.run_sync(reap_snapshot, pid, abandon_on_cancel=True)
+        except BaseException:
+            stop_snapshot(pid)
+            raise
 
     def statistics(self) -> VectorStoreStatistics:
         index = self.index
