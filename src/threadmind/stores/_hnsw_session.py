@@ -6,7 +6,9 @@ See :mod:`._hnsw` for the design; this module holds the running state of one ope
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -53,9 +55,51 @@ FLUSH_IDLE = 0.5
 LOAD_PAGE = 1024
 #: A search whose scope would copy at least this many vectors out of hnswlib reads the stored rows instead.
 STORED_READ_ABOVE = 8
+#: hnswlib insertion (the flusher's chunks, a load's pages) runs this much nicer than the serving threads: the
+#: graph only speeds up scopes too large for exact search, so it takes the CPU that saves and queries leave.
+BUILD_NICENESS = 10
 #: Tombstones of this many recent changes are kept after a snapshot, for processes that are a little behind.
 KEEP_TOMBSTONES = 10_000
 
+
+
+def _lower_priority() -> None:
+    """Make the calling thread :data:`BUILD_NICENESS` nicer (Linux keeps a nice value per thread, and threads
+    hnswlib starts inherit it); best effort: raising a nice value needs no privilege, failing costs nothing."""
+    if not BUILD_NICENESS or sys.platform != "linux":
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BUILD_NICENESS))
+    except OSError:
+        pass
+
+
+async def _own_thread(fn: Callable[..., T], args: tuple[Any, ...], *, name: str, daemon: bool, nice: bool) -> T:
+    """Run ``fn(*args)`` in a new thread and wait for it without holding a worker thread of anyio's."""
+    done = anyio.Event()
+    token = anyio.lowlevel.current_token()
+    outcome: list[Any] = []
+
+    def _body() -> None:
+        try:
+            if nice:
+                _lower_priority()
+            outcome.append((True, fn(*args)))
+        except BaseException as exc:  # handed to the awaiting task
+            outcome.append((False, exc))
+        try:
+            anyio.from_thread.run_sync(done.set, token=token)
+        except Exception:  # the event loop is gone: nobody waits any more
+            pass
+
+    threading.Thread(target=_body, name=name, daemon=daemon).start()
+    await done.wait()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    result: T = value
+    return result
 
 
 def _database_file(conn: sqlite3.Connection) -> str:
@@ -152,31 +196,17 @@ class Session:
 
     async def _daemon(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn`` in a daemon thread of its own: a load that ``close`` abandons never delays process exit."""
-        done = anyio.Event()
-        token = anyio.lowlevel.current_token()
-        outcome: list[Any] = []
+        return await _own_thread(fn, args, name="threadmind index loader", daemon=True, nice=False)
 
-        def _body() -> None:
-            try:
-                outcome.append((True, fn(*args)))
-            except BaseException as exc:  # handed to the awaiting task
-                outcome.append((False, exc))
-            try:
-                anyio.from_thread.run_sync(done.set, token=token)
-            except Exception:  # the event loop is gone: nobody waits any more
-                pass
-
-        threading.Thread(target=_body, name="threadmind index loader", daemon=True).start()
-        await done.wait()
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        result: T = value
-        return result
+    async def _build(self, fn: Callable[..., T], *args: Any) -> T:
+        """hnswlib insertion in a thread of its own at a lower CPU priority (see :data:`BUILD_NICENESS`); not a
+        daemon: a process exiting lets the chunk being added finish (about half a second)."""
+        return await _own_thread(fn, args, name="threadmind index builder", daemon=False, nice=True)
 
     async def _thread(self, fn: Callable[..., T], *args: Any, cancellable: bool = False) -> T:
         """hnswlib work in a worker thread; the limiter makes it the index's only user."""
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=cancellable)
+
 
     # loading ---------------------------------------------------------------------------------------
     async def use_index(self, name: str, dim: int) -> None:
@@ -217,7 +247,7 @@ class Session:
             if self.closing:
                 raise anyio.get_cancelled_exc_class()()
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(index.add_now, page)
+                await self._build(index.add_now, page)
 
         rows = await self.records.size_hint(name)
         index = self.config._open_index(name, dim)
@@ -485,7 +515,8 @@ class Session:
         plan = index.take_flush()
         try:
             with anyio.CancelScope(shield=True):
-                added = await self._thread(index.apply_flush, plan)
+                async with self.limiter:
+                    added = await self._build(index.apply_flush, plan)
             return added
         except Exception:  # those vectors stay exactly searchable; HNSW misses them until a rebuild
             logger.exception("adding staged vectors to the hnswlib index failed")
