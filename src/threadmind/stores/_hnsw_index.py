@@ -135,7 +135,9 @@ class HnswIndex:
         self._free_rows: list[int] = []
         self._row_of_vector: dict[str, int] = {}
         self._row_of_label: dict[int, int] = {}
-        self._rows_of_message: dict[str, list[int]] = {}
+        # A message's row, or its rows when it has several chunks: one list per message would be a million objects
+        # the garbage collector walks at a million messages (~0.9 s per full collection).
+        self._rows_of_message: dict[str, int | list[int]] = {}
         self._rows_of_thread: dict[str, set[int]] = {}
         self._rows_of_resource: dict[str, set[int]] = {}
         self._names: dict[str, str] = {}  # one string object per thread and resource id
@@ -229,7 +231,9 @@ class HnswIndex:
         self._row_of_label[entry.label] = row
         rows = self._rows_of_message.get(entry.message_id)
         if rows is None:
-            self._rows_of_message[entry.message_id] = [row]
+            self._rows_of_message[entry.message_id] = row
+        elif isinstance(rows, int):
+            self._rows_of_message[entry.message_id] = [rows, row]
         else:
             rows.append(row)
         self._rows_of_thread.setdefault(entry.thread_id, set()).add(row)
@@ -254,9 +258,12 @@ class HnswIndex:
         del self._row_of_vector[entry.vector_id]
         del self._row_of_label[label]
         rows = self._rows_of_message[entry.message_id]
-        rows.remove(row)
-        if not rows:
+        if isinstance(rows, int):
             del self._rows_of_message[entry.message_id]
+        else:
+            rows.remove(row)
+            if len(rows) == 1:
+                self._rows_of_message[entry.message_id] = rows[0]
         for scope, key in ((self._rows_of_thread, entry.thread_id), (self._rows_of_resource, entry.resource_id)):
             members = scope[key]
             members.discard(row)
@@ -264,7 +271,8 @@ class HnswIndex:
                 del scope[key]
 
     def _remove_message(self, message_id: str) -> None:
-        for row in list(self._rows_of_message.get(message_id, ())):
+        rows = self._rows_of_message.get(message_id)
+        for row in [rows] if isinstance(rows, int) else list(rows or ()):
             self._remove_row(row)
 
     def _stage(self, entries: list[IndexEntry], vectors: F32) -> None:
