@@ -9,7 +9,9 @@ loads in the background; until it is ready, every query is answered exactly from
 
 Lifecycle costs stay flat as the data grows: shutdown writes no snapshot of a large index and inserts nothing
 (staged vectors are replayed from SQL at the next start); snapshots are saved in the background once enough
-changed; hnswlib work runs in one worker thread at a time, in chunks.
+changed, by a forked child on Linux (hnswlib's ``save_index`` holds the GIL while it writes); hnswlib work runs
+in one thread at a time, in chunks, insertion at a lower CPU priority than serving. Exact search over a scope
+whose contiguous copy is not cached reads the scope's stored rows rather than copying vectors out of hnswlib.
 
 Several processes may share one database: before answering a query the index compares the database's
 change counter (SQLite: ``PRAGMA data_version`` on a private connection, no SQL read when nothing changed;
