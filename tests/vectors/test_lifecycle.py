@@ -214,3 +214,29 @@ async def test_a_start_does_not_wait_for_the_rows_a_small_snapshot_lacks(
                 await anyio.sleep(0.01)
         assert actor.statistics().store.vectors == 400
         assert [h.message_id for h in await actor.query(messages[399].text, top_k=1, thread_id="t1")] == ["m399"]
+
+
+@pytest.mark.parametrize(("seconds", "later"), [(1e-6, 64), (1e6, 1024)])
+async def test_flusher_chunks_are_sized_to_take_a_bounded_time(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: float, later: int
+) -> None:
+    """A close waits for the chunk being added to hnswlib, and hnswlib slows down as its graph grows: chunks are
+    sized from the time the last one took (``FLUSH_CHUNK_SECONDS``), between 64 and ``FLUSH_CHUNK``."""
+    monkeypatch.setattr(_hnsw_session, "FLUSH_CHUNK_SECONDS", seconds)
+    sizes: list[int] = []
+    apply = _hnsw_index.HnswIndex.apply_flush
+
+    def _apply(index: Any, plan: Any) -> int:
+        sizes.append(len(plan.labels))
+        return apply(index, plan)
+
+    monkeypatch.setattr(_hnsw_index.HnswIndex, "apply_flush", _apply)
+    messages = _messages(3000)
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages)
+        await actor.flush()
+        assert actor.statistics().staged == 0
+    chunks = [size for size in sizes if size]
+    assert chunks[0] == _hnsw_index.FLUSH_CHUNK // 4 and sum(chunks) == 3000
+    assert set(chunks[1:-1]) == {later}

@@ -10,6 +10,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -51,6 +52,8 @@ SNAPSHOT_EVERY = 20_000
 #: Staged vectors wait for ``FLUSH_IDLE`` seconds without upserts before going into hnswlib, unless this many.
 FLUSH_BACKLOG = 16_384
 FLUSH_IDLE = 0.5
+#: The flusher sizes its chunks to take about this long in hnswlib (what a close may wait for).
+FLUSH_CHUNK_SECONDS = 0.25
 #: Rows per page when adding stored rows to an index being loaded (rebuild, or the tail after a snapshot).
 LOAD_PAGE = 1024
 #: A search whose scope would copy at least this many vectors out of hnswlib reads the stored rows instead.
@@ -130,6 +133,7 @@ class Session:
         self.flusher = anyio.CancelScope()
         self.saving = anyio.CancelScope()  # replaced by each background save, cancelled by close
         self.flush_wanted = anyio.Event()
+        self.chunk = FLUSH_CHUNK // 4  # staged vectors per flusher chunk (see _flush_chunk)
         self.closing = False
         self.watch: sqlite3.Connection | None = None
         # Records in a database server (PostgreSQL) other processes write: every query reads the change sequence
@@ -512,11 +516,17 @@ class Session:
                     self.flush_wanted.set()  # more to insert
 
     async def _flush_chunk(self, index: HnswIndex) -> int:
-        plan = index.take_flush()
+        """Add one chunk of staged vectors, sized from the last ones to take about :data:`FLUSH_CHUNK_SECONDS`
+        (a close waits for the chunk being added; hnswlib slows down as the graph grows)."""
+        plan = index.take_flush(self.chunk)
         try:
             with anyio.CancelScope(shield=True):
                 async with self.limiter:
+                    started = time.perf_counter()
                     added = await self._build(index.apply_flush, plan)
+                    elapsed = time.perf_counter() - started
+            if added >= 32 and elapsed > 0:
+                self.chunk = max(64, min(FLUSH_CHUNK, int(FLUSH_CHUNK_SECONDS * added / elapsed)))
             return added
         except Exception:  # those vectors stay exactly searchable; HNSW misses them until a rebuild
             logger.exception("adding staged vectors to the hnswlib index failed")
