@@ -161,6 +161,7 @@ def fork_snapshot(index: HnswIndex, view: tuple[list[IndexEntry | None], set[int
         code = 1
         try:
             gc.disable()
+            os.nice(10)  # background work: serving keeps the CPU it needs
             os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
             code = 0 if save_snapshot(index, view) else _SKIPPED
         except BaseException:
