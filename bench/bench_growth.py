@@ -28,6 +28,7 @@ Usage: ``python -m bench.bench_growth [--max 100000] [--workdir DIR] [--idle N] 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -167,6 +168,8 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
                 latencies.append(time.perf_counter() - started)
 
     gaps = _LoopGaps()
+    pauses = _GcPauses()
+    gc.callbacks.append(pauses)
     started = time.perf_counter()
     async with anyio.create_task_group() as outer:
         outer.start_soon(gaps.run)
@@ -175,9 +178,11 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
                 tg.start_soon(_thread, t)
         gaps.stop()
     seconds = time.perf_counter() - started
+    gc.callbacks.remove(pauses)
     saved = (threads - start_threads) * TURNS * 2
     out["save"] = {"messages": saved, "msgs_per_s": round(saved / seconds), **_pcts(latencies)}
-    out["event_loop_while_saving"] = gaps.report()
+    out["event_loop_while_saving"] = {**gaps.report(), "gc": pauses.report(),
+                                      "live_thread_actors": len(memory.actor_system.threads)}
     recall: list[float] = []
     for i in range(300):
         t = (i * 7919) % threads

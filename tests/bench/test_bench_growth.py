@@ -33,3 +33,16 @@ def test_the_idle_phase_runs_alone_and_passivates_every_thread(
     traced = idle["tracemalloc"]
     assert traced["threads"] == 40 and traced["grew_most"]
     assert idle["retained_per_thread"]["tracemalloc_bytes"] == traced["retained_bytes_per_thread"]
+
+
+def test_the_write_phase_reports_saves_the_event_loop_and_the_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench_growth.main(["--phase", "write", "--db", str(tmp_path / "growth.db"), "--threads", "20"])
+    write = json.loads(capsys.readouterr().out)
+    assert write["save"]["messages"] == 20 * bench_growth.TURNS * 2 and write["save"]["msgs_per_s"] > 0
+    loop = write["event_loop_while_saving"]
+    assert 0 < loop["p99_gap_ms"] <= loop["max_gap_ms"] and loop["live_thread_actors"] == 20
+    assert set(loop["gc"]) == {"collections", "longest_ms", "total_ms"}
+    assert write["index"]["vectors"] == 200 and write["recall_at_10"] == 1.0
+    assert write["aclose_s"] >= 0
