@@ -246,14 +246,16 @@ def _sql_store(memory: Memory) -> SQLiteStore | PostgresStore:
     return store
 
 
-async def _message_counts_of(store: SQLiteStore | PostgresStore) -> dict[str, int]:
+async def _message_counts_of(store: SQLiteStore | PostgresStore, thread_ids: Sequence[str]) -> dict[str, int]:
+    """Messages per listed thread, read through the thread index (not a count over every message)."""
     from .stores import PostgresStore
 
     if isinstance(store, PostgresStore):
         rows = await store.run_read(lambda conn: conn.fetch(
-            "SELECT thread_id, count(*) FROM mastra_messages GROUP BY 1"), "message counts")
+            "SELECT thread_id, count(*) FROM mastra_messages WHERE thread_id = ANY($1::text[]) GROUP BY 1",
+            list(thread_ids)), "message counts")
         return {str(t): int(n) for t, n in rows}
-    return await store.execute_read(_message_counts)
+    return await store.execute_read(lambda conn: _message_counts(conn, thread_ids))
 
 
 # ------------------------------------------------------------------------------------------- demo
@@ -388,8 +390,14 @@ def _plural(n: int, noun: str) -> str:
 # ------------------------------------------------------------------------------------------- inspection
 
 
-def _message_counts(conn: sqlite3.Connection) -> dict[str, int]:
-    return {str(t): int(n) for t, n in conn.execute("SELECT thread_id, count(*) FROM mastra_messages GROUP BY 1")}
+def _message_counts(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for start in range(0, len(thread_ids), 500):  # under SQLite's bound-parameter limit
+        chunk = list(thread_ids[start:start + 500])
+        marks = ", ".join("?" * len(chunk))
+        counts.update((str(t), int(n)) for t, n in conn.execute(
+            f"SELECT thread_id, count(*) FROM mastra_messages WHERE thread_id IN ({marks}) GROUP BY 1", chunk))
+    return counts
 
 
 async def _threads(args: argparse.Namespace) -> int:
@@ -398,7 +406,7 @@ async def _threads(args: argparse.Namespace) -> int:
     _require_db(args.db)
     async with _memory(args, semantic=False) as memory:
         page = await memory.list_threads(resource_id=args.resource, per_page=False)
-        counts = await _message_counts_of(_sql_store(memory))
+        counts = await _message_counts_of(_sql_store(memory), [t.id for t in page.threads])
     if args.json:
         print(json.dumps([thread_to_dict(t) | {"messages": counts.get(t.id, 0)} for t in page.threads],
                          ensure_ascii=False, indent=2))

@@ -426,3 +426,31 @@ class TestDemo:
         assert "workload: 4 threads x 3 turns under 4 resources, concurrency 16" in out
         assert re.search(r"HNSW index: 24 vectors inserted", out)
         assert re.search(r"last-10 recall: p50 [\d.]+ ms", out) and "semantic recall (resource scope)" in out
+
+
+def test_threads_counts_the_messages_of_every_listed_thread_past_one_query_of_ids(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Counts are read for the listed threads only (in chunks of 500 ids), so 1 200 threads need three."""
+    import anyio
+
+    from threadmind import Memory
+    from threadmind.codecs import Message
+    from threadmind.stores import SQLiteStore
+
+    db = tmp_path / "many.db"
+
+    async def fill() -> None:
+        async with Memory(storage=SQLiteStore(db)) as memory:
+            for t in range(1200):
+                await memory.create_thread(thread_id=f"t{t}", resource_id="r1" if t % 2 else "r2")
+                await memory.save_messages([Message.user(f"m{i}", thread_id=f"t{t}", resource_id="r1" if t % 2
+                                                         else "r2") for i in range(t % 3 + 1)])
+
+    anyio.run(fill)
+    code, out, _ = run(capsys, "threads", "--db", str(db), "--json")
+    assert code == 0
+    counts = {t["id"]: t["messages"] for t in json.loads(out)}
+    assert len(counts) == 1200 and all(counts[f"t{t}"] == t % 3 + 1 for t in range(1200))
+    code, out, _ = run(capsys, "threads", "--db", str(db), "--resource", "r1", "--json")
+    assert {t["id"]: t["messages"] for t in json.loads(out)} == {f"t{t}": t % 3 + 1 for t in range(1, 1200, 2)}
