@@ -192,7 +192,7 @@ class UnknownPart(Mapping[str, Any]):
 Part: TypeAlias = Union[KnownPart, UnknownPart]
 
 
-class MessageContent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+class MessageContent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True, gc=False):
     """Content format 2: typed parts plus Mastra's optional mirrors and metadata.
 
     ``experimental_attachments`` keeps its snake_case name on the wire, as Mastra (and the AI SDK) spell it.
@@ -219,8 +219,14 @@ class MessageContent(msgspec.Struct, frozen=True, rename="camel", omit_defaults=
         return " ".join(p.text for p in self.parts if isinstance(p, TextPart))
 
 
-class Message(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
-    """One stored or live message (Mastra's ``MastraDBMessage``)."""
+class Message(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True, gc=False):
+    """One stored or live message (Mastra's ``MastraDBMessage``).
+
+    Messages and their contents are not tracked by the garbage collector (``gc=False``): every live conversation
+    caches its latest messages, and tracking them made full collections walk ~20 objects per conversation.
+    Freed by reference counting as ever; only a cycle through a message (one kept inside its own metadata)
+    would never be freed.
+    """
 
     id: str
     role: Role
