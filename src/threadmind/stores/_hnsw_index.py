@@ -550,10 +550,6 @@ class HnswIndex:
 
     def _gather(self, rows: list[int], stored: Mapping[str, bytes] | None = None) -> F32:
         """The vectors of ``rows``: waiting ones from our copies, then from ``stored``, the rest from hnswlib."""
-        if stored:
-            block = self._gather_stored(rows, stored)
-            if block is not None:
-                return block
         out = np.empty((len(rows), self.dim), dtype=np.float32)
         labels: list[int] = []
         positions: list[int] = []
@@ -588,20 +584,6 @@ class HnswIndex:
             finally:
                 self._resize_lock.release()
         return out
-
-    def _gather_stored(self, rows: list[int], stored: Mapping[str, bytes]) -> F32 | None:
-        """The vectors of ``rows`` when ``stored`` has every one of them and none is waiting, else None."""
-        entries = self._entries
-        chosen = [entries[row] for row in rows]
-        waiting = self._waiting
-        if waiting and any(e is None or e.label in waiting for e in chosen):
-            return None
-        blobs = [stored.get(e.vector_id) if e is not None else None for e in chosen]
-        width = self.dim * 4
-        if not all(blob is not None and len(blob) == width for blob in blobs):
-            return None
-        matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(rows), self.dim)  # type: ignore[arg-type]
-        return self.prepare(matrix)
 
     def _as_query(self, query: F32) -> F32:
         return np.ascontiguousarray(query, dtype=np.float32).reshape(self.dim)

@@ -211,7 +211,6 @@ class Session:
         """hnswlib work in a worker thread; the limiter makes it the index's only user."""
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=cancellable)
 
-
     # loading ---------------------------------------------------------------------------------------
     async def use_index(self, name: str, dim: int) -> None:
         if self.name is not None:
@@ -397,7 +396,6 @@ class Session:
                 if staged:
                     hits = merge(hits, index.exact(vector, k, staged), k)
                 return hits
-            return await self._exact(index, vector, k, resource_id, thread_id)
         return await self._exact(index, vector, k, resource_id, thread_id)
 
     async def _exact(

@@ -162,7 +162,8 @@ def fork_snapshot(index: HnswIndex, view: tuple[list[IndexEntry | None], set[int
         try:
             gc.disable()
             os.nice(10)  # background work: serving keeps the CPU it needs
-            os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
+            limit = os.sysconf("SC_OPEN_MAX")
+            os.closerange(3, limit if limit > 0 else 65536)
             code = 0 if save_snapshot(index, view) else _SKIPPED
         except BaseException:
             code = 1
