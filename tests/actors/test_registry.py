@@ -106,6 +106,8 @@ class TestActivation:
             pytest.param({"idle_timeout": float("nan")}, id="nan-timeout"),
             pytest.param({"max_actors": 0}, id="zero-cap"),
             pytest.param({"sweep_interval": 0.0}, id="zero-interval"),
+            pytest.param({"loop_linger": -0.5}, id="negative-linger"),
+            pytest.param({"loop_linger": float("nan")}, id="nan-linger"),
         ],
     )
     def test_invalid_options(self, kwargs: dict[str, Any]) -> None:
@@ -296,6 +298,96 @@ class TestPassivationRace:
         assert log == [("k", 1)]
 
 
+class TestOnDemandLoops:
+    """An actor's loop task exists only while it has work: cached idle actors hold no task."""
+
+    @staticmethod
+    async def _until_no_loop(registry: ActorRegistry[Worker], keys: list[str]) -> None:
+        with anyio.fail_after(5):
+            while any(registry.get(key).looping for key in keys):  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+
+    async def test_idle_actors_hold_no_task_and_come_back_on_the_next_command(self) -> None:
+        import asyncio
+
+        log: list[tuple[str, int]] = []
+        clock = FakeClock()
+        registry = ActorRegistry(lambda key: Worker(key, log, clock), clock=clock, sweep_interval=None,
+                                 loop_linger=0.05)
+        keys = [f"k{i}" for i in range(300)]
+        async with registry:
+            tasks_before = len(asyncio.all_tasks())
+            async with anyio.create_task_group() as tg:
+                for i, key in enumerate(keys):
+                    tg.start_soon(registry.ask, key, Work(i))
+            assert any(registry.get(key).looping for key in keys)  # a loop lingers for its next command
+            await self._until_no_loop(registry, keys)
+            assert len(asyncio.all_tasks()) == tasks_before  # 300 live actors, no task among them
+            assert len(registry) == 300 and registry.statistics().created == 300
+            assert await registry.ask("k7", Work(1000)) == ("k7", 1000)  # a fresh loop for the same activation
+            assert registry.statistics().created == 300
+        assert sorted(i for _, i in log) == [*range(300), 1000]
+
+    @pytest.mark.parametrize("linger", [0.0, 0.001])
+    async def test_commands_queued_as_the_loop_ends_keep_their_order(self, linger: float) -> None:
+        """With no linger the loop ends after every burst; commands sent meanwhile start a new one, in order."""
+        log: list[tuple[str, int]] = []
+        clock = FakeClock()
+        registry = ActorRegistry(lambda key: Worker(key, log, clock), clock=clock, sweep_interval=None,
+                                 loop_linger=linger)
+
+        async def sender(key: str, base: int) -> None:
+            for i in range(40):
+                if i % 3 == 0:
+                    await registry.get(key).tell(Work(base + i))
+                else:
+                    assert await registry.ask(key, Work(base + i)) == (key, base + i)
+                if i % 5 == 0:
+                    await anyio.sleep(0.002)  # a pause: the loop may end here
+
+        with anyio.fail_after(10):
+            async with registry:
+                async with anyio.create_task_group() as tg:
+                    for n in range(6):
+                        tg.start_soon(sender, f"k{n % 3}", n * 100)
+                await self._until_no_loop(registry, ["k0", "k1", "k2"])
+        for n in range(6):
+            key = f"k{n % 3}"
+            mine = [i for k, i in log if k == key and n * 100 <= i < n * 100 + 40]
+            assert mine == list(range(n * 100, n * 100 + 40))  # every command once, in the order sent
+
+    async def test_aclose_waits_only_for_actors_with_work(self) -> None:
+        registry, log = make_registry(sweep_interval=None)
+        started, release = anyio.Event(), anyio.Event()
+
+        async def release_during_close() -> None:
+            await wait_all_tasks_blocked()  # aclose waits for "busy" alone
+            release.set()
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                await registry.start()
+                for i in range(50):
+                    await registry.ask(f"idle{i}", Work(i))
+                tg.start_soon(registry.ask, "busy", Work(99, started=started, release=release))
+                await started.wait()
+                tg.start_soon(registry.ask, "busy", Work(100))
+                await wait_all_tasks_blocked()
+                tg.start_soon(release_during_close)
+                await registry.aclose()
+        assert log[-2:] == [("busy", 99), ("busy", 100)]
+        assert len(registry) == 0
+
+    async def test_a_served_actor_refuses_a_loop_of_its_own(self) -> None:
+        worker = Worker("w", [], FakeClock())
+        worker.serve(lambda actor: None, 0.1)
+        with pytest.raises(ThreadmindError) as info:
+            await worker.run()
+        assert info.value.code == "THREADMIND_ACTOR_RUNNING"
+        with pytest.raises(ThreadmindError):
+            worker.serve(lambda actor: None, 0.1)
+
+
 class TestLifecycle:
     async def test_aclose_drains_accepted_work_and_then_refuses_promptly(self) -> None:
         registry, log = make_registry(sweep_interval=1000.0)
@@ -455,3 +547,68 @@ async def test_a_thread_actor_makes_its_turn_lock_on_the_first_turn(tmp_path: An
                 async with memory.actor_system.turn("t", "reject"):
                     pass  # pragma: no cover
         assert actor.turn_lock.value == 1 and actor.idle
+
+
+
+_IDLE_PROBE = """
+import asyncio, gc, json, sys
+import anyio
+from threadmind import Memory, Message
+from threadmind.stores import SQLiteStore
+
+async def main(path, n):
+    memory = Memory(storage=SQLiteStore(path), options={"lastMessages": 10})
+    async with memory:
+        threads = memory.actor_system.threads
+
+        async def touch(t):
+            thread, owner = f"t{t}", f"r{t % 20}"
+            await memory.create_thread(thread_id=thread, resource_id=owner)
+            await memory.save_messages([Message.user(f"hello {t}", thread_id=thread, resource_id=owner)])
+            await memory.recall(thread, resource_id=owner)
+
+        async def no_loops_left(keys):
+            with anyio.fail_after(10):
+                while any(threads.get(f"t{t}").looping for t in keys):
+                    await anyio.sleep(0.02)
+
+        for t in range(-50, 0):  # first-use caches of the process itself
+            await touch(t)
+        await no_loops_left(range(-50, 0))
+        gc.collect()
+        tracked, tasks = len(gc.get_objects()), len(asyncio.all_tasks())
+        limiter = anyio.Semaphore(16)
+
+        async def limited(t):
+            async with limiter:
+                await touch(t)
+
+        async with anyio.create_task_group() as tg:
+            for t in range(n):
+                tg.start_soon(limited, t)
+        await no_loops_left(range(n))
+        gc.collect()
+        print(json.dumps({"live": threads.statistics().live, "tasks_before": tasks,
+                          "tasks_after": len(asyncio.all_tasks()),
+                          "tracked_per_thread": (len(gc.get_objects()) - tracked) / n}))
+
+anyio.run(main, sys.argv[1], int(sys.argv[2]))
+"""
+
+
+def test_live_idle_thread_actors_hold_no_task_and_few_collector_objects(tmp_path: Any) -> None:
+    """Cached thread actors of threads touched once: no task each, and few objects for every full collection
+    to walk (a loop task per actor was ~30 of them; the collector's pauses grew with the live actors). In a
+    process of its own: an OpenTelemetry SDK another test installed would keep every span alive here."""
+    import json
+    import subprocess
+    import sys
+
+    n = 400
+    done = subprocess.run([sys.executable, "-c", _IDLE_PROBE, str(tmp_path / "m.db"), str(n)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    probe = json.loads(done.stdout)
+    assert probe["live"] == n + 50
+    assert probe["tasks_after"] == probe["tasks_before"]
+    assert probe["tracked_per_thread"] < 20, f"{probe['tracked_per_thread']:.1f} collector-tracked objects per thread"

@@ -8,6 +8,11 @@ gets a span that is a child of the caller's span, across the mailbox hop.
 Two shortcuts skip the round trip while the actor is idle and no OpenTelemetry SDK is installed (the
 registry takes them): ``answer_now`` for cached reads, and ``run_now``, which runs a command the actor
 marks ``runs_inline`` in the caller's task with the actor busy, so the order is the mailbox's.
+
+An actor's loop runs either for the actor's whole life (:meth:`Actor.run`), or on demand (:meth:`Actor.serve`,
+what a registry uses): a task is started when a command is queued and ends once the mailbox has stayed empty
+for ``linger`` seconds, so an idle actor holds no task, coroutine or timer, only its own state. Thousands of
+cached but idle actors then cost the garbage collector and ``aclose()`` next to nothing.
 """
 
 from __future__ import annotations
@@ -113,6 +118,9 @@ class Actor(abc.ABC, Generic[C]):
         self._inline = False
         self._inline_waiter: Reply[None] | None = None
         self._last_active = clock()
+        # On demand (``serve``): starts a loop task for this actor; None while the loop is run by ``run``.
+        self._spawn: Callable[[Actor[Any]], None] | None = None
+        self._linger = 0.0
         # (provider, tracer): looked up at call time, re-fetched when the global provider changes.
         self._tracer_cache: tuple[object, trace.Tracer] | None = None
 
@@ -143,6 +151,7 @@ class Actor(abc.ABC, Generic[C]):
             await mailbox.put(envelope)
         except MailboxClosed:
             raise MailboxClosed(f"actor {self.key!r} is closed and accepts no more commands") from None
+        self._ensure_loop()
         self._last_active = self._clock()
 
     async def _ask(self, command: C, retryable: bool) -> Any:
@@ -155,7 +164,9 @@ class Actor(abc.ABC, Generic[C]):
             try:
                 mailbox.put_nowait(envelope)  # no yield between lookup and enqueue: no passivation race
             except anyio.WouldBlock:
+                self._ensure_loop()  # full: a loop is running (or claimed) already; this is a no-op then
                 await mailbox.put(envelope)
+            self._ensure_loop()
         except MailboxClosed:
             reply.cancel()
             if retryable:
@@ -274,13 +285,44 @@ class Actor(abc.ABC, Generic[C]):
         If the loop is stopped another way (its scope cancelled), the mailbox is closed and every command
         still queued fails with :class:`MailboxClosed`, so no caller hangs.
 
-        :raises ThreadmindError: the loop is already running.
+        :raises ThreadmindError: the loop is already running, or the actor is served on demand.
         """
-        if self._running:
+        if self._running or self._spawn is not None:
             raise ThreadmindError(f"actor {self.key!r} is already running", code="THREADMIND_ACTOR_RUNNING")
         self._running = True
+        await self._consume(None)
+
+    def serve(self, spawn: Callable[[Actor[Any]], None], linger: float) -> None:
+        """(registry) Run the loop on demand: ``spawn(actor)`` must start a task awaiting :meth:`drain`.
+
+        It is called, synchronously, when a command is queued and no loop is running; that loop ends once the
+        mailbox has been empty for ``linger`` seconds (or the actor is closed and drained).
+        """
+        if self._running or self._spawn is not None:
+            raise ThreadmindError(f"actor {self.key!r} is already running", code="THREADMIND_ACTOR_RUNNING")
+        self._spawn = spawn
+        self._linger = linger
+
+    async def drain(self) -> None:
+        """(registry) The on-demand loop that ``spawn`` starts: handles commands until none came for ``linger``."""
+        await self._consume(self._linger)
+
+    @property
+    def looping(self) -> bool:
+        """Whether a loop task is running (or, on demand, has been asked for and not yet ended)."""
+        return self._running
+
+    def _ensure_loop(self) -> None:
+        # Claimed before the task starts, so a second command queued meanwhile asks for no second loop.
+        spawn = self._spawn
+        if spawn is not None and not self._running:
+            self._running = True
+            spawn(self)
+
+    async def _consume(self, linger: float | None) -> None:
         mailbox = self._mailbox
         streak = 0
+        idle_exit = False
         try:
             # One scope for the loop's life, shielded only while a handler runs: toggling ``shield`` costs
             # far less than entering a fresh shielded scope per command (~10 µs of a ~30 µs round trip).
@@ -299,15 +341,27 @@ class Actor(abc.ABC, Generic[C]):
                     except anyio.WouldBlock:
                         envelope = None  # wait outside the handler: an idle actor keeps no exception alive
                     if envelope is None:
-                        envelope = await mailbox.get()
                         streak = 0
+                        if linger is None:
+                            envelope = await mailbox.get()
+                        else:
+                            with anyio.move_on_after(linger):
+                                envelope = await mailbox.get()
+                            if envelope is None:
+                                if len(mailbox) or mailbox.closed:
+                                    continue  # came as the wait ended: take it (or end) on the next pass
+                                # Empty and open: end without a yield, so a command queued from now on
+                                # finds no loop and asks for a new one.
+                                idle_exit = True
+                                return
                     await self._process(envelope, scope)
                     envelope = None  # nor the last command, its reply or its caller's context
         except anyio.EndOfStream:
             return
         finally:
             self._running = False
-            self._fail_queued()
+            if not idle_exit:
+                self._fail_queued()
 
     def _fail_queued(self) -> None:
         # Reached on every exit; after a normal drain there is nothing left.

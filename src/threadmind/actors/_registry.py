@@ -1,8 +1,10 @@
 """The actor registry: one activation per key, created on demand, passivated when idle, LRU-capped.
 
-The registry owns a task group in which every actor's loop runs, plus an optional sweeper that
-passivates idle actors. ``ask`` survives the race where an actor is passivated between lookup and
-enqueue: a refused command never started, so it is retried on a fresh activation.
+The registry owns a task group in which actors' loops run, on demand: a loop task starts when a command is
+queued for an actor and ends after ``loop_linger`` seconds without one, so a cached idle actor holds no task
+(commands of an idle actor mostly run in their caller's task anyway, see ``Actor.run_now``). An optional
+sweeper passivates actors idle for ``idle_timeout``. ``ask`` survives the race where an actor is passivated
+between lookup and enqueue: a refused command never started, so it is retried on a fresh activation.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ _LOG = logging.getLogger("threadmind.actors")
 _MAX_REFUSALS = 100
 # Actors passivated per step of the background sweeper before it yields to the event loop.
 _SWEEP_SLICE = 512
+# How long an actor's loop task waits for its next command before it ends (a burst keeps one task).
+_LOOP_LINGER = 0.5
 
 
 class RegistryStatistics(msgspec.Struct, frozen=True):
@@ -70,6 +74,7 @@ class ActorRegistry(Generic[A]):
         max_actors: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
         sweep_interval: float | None = 30.0,
+        loop_linger: float = _LOOP_LINGER,
     ) -> None:
         if not idle_timeout >= 0:
             raise ConfigError(f"idle_timeout must be ≥ 0 seconds, got {idle_timeout!r}")
@@ -77,7 +82,10 @@ class ActorRegistry(Generic[A]):
             raise ConfigError(f"max_actors must be an integer ≥ 1, got {max_actors!r}")
         if sweep_interval is not None and not sweep_interval > 0:
             raise ConfigError(f"sweep_interval must be > 0 seconds, or None for no sweeper; got {sweep_interval!r}")
+        if not loop_linger >= 0:
+            raise ConfigError(f"loop_linger must be ≥ 0 seconds, got {loop_linger!r}")
         self._factory = factory
+        self._loop_linger = loop_linger
         self._idle_timeout = idle_timeout
         self._max_actors = max_actors
         self._clock = clock
@@ -173,10 +181,9 @@ class ActorRegistry(Generic[A]):
         actor = self._factory(key)
         if actor.key != key:
             raise ConfigError(f"the actor factory returned an actor with key {actor.key!r} for key {key!r}")
+        actor.serve(self._start_loop, self._loop_linger)
         actors[key] = actor
         self._created += 1
-        assert self._task_group is not None
-        self._task_group.start_soon(self._run_actor, actor, name=f"threadmind actor {key!r}")
         return actor
 
     async def ask(self, key: str, command: Any) -> Any:
@@ -275,11 +282,18 @@ class ActorRegistry(Generic[A]):
                 if over > 0:  # a burst of busy actors went past the cap; bring it back now that some are idle
                     self._evict(over)
 
-    async def _run_actor(self, actor: A) -> None:
+    def _start_loop(self, actor: Actor[Any]) -> None:
+        # Called by the actor as a command is queued and no loop runs. Every actor is closed before the group
+        # goes, and a closed actor queues nothing, so the group is there.
+        assert self._task_group is not None
+        self._task_group.start_soon(self._run_actor, actor, name=f"threadmind actor {actor.key!r}")
+
+    async def _run_actor(self, actor: Actor[Any]) -> None:
         try:
-            await actor.run()
+            await actor.drain()
         except Exception:  # a bug in one actor's loop must not take the others down
             _LOG.exception("actor %r: the loop failed", actor.key)
         finally:
-            if self._actors.get(actor.key) is actor:  # the loop ended on its own: forget the activation
+            # The loop ended with the actor closed (cancelled, or a bug) while still registered: forget it.
+            if actor.closed and self._actors.get(actor.key) is actor:
                 del self._actors[actor.key]
