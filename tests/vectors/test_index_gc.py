@@ -43,3 +43,29 @@ def test_messages_of_several_chunks_keep_every_row_and_lose_them_together() -> N
     assert index.count == 2 and index.message_count() == 2 and not index.has_message("m0")
     assert {h.message_id for h in index.search(vectors[0], 5, resource_id="r1", thread_id=None, threshold=None)} \
         == {"m1", "m2"}
+
+
+def test_scope_maps_add_no_tracked_object_per_thread_resource_or_staged_row() -> None:
+    """A set per thread and per resource (100 000 and 10 000 at a million messages) and the set of staged rows
+    were walked element by element at every full collection; rows are kept in int-only dicts the collector
+    does not track."""
+    index = _index()
+    vectors = np.random.default_rng(3).normal(size=(3000, 8)).astype(np.float32)
+    gc.collect()
+    before = len(gc.get_objects())
+    entries = [IndexEntry(0, f"m{i}", f"m{i}", f"t{i // 2}", f"r{i // 20}") for i in range(3000)]
+    index.upsert(entries, vectors)  # staged: not flushed, so the staged rows are kept too
+    del entries
+    gc.collect()
+    grown = len(gc.get_objects()) - before
+    assert grown < 100, grown  # 1 500 threads, 150 resources, 3 000 staged rows: no container each
+    assert index.staged == 3000
+    hits = index.search(vectors[7], 2, resource_id="r0", thread_id="t3", threshold=None)
+    assert hits[0].message_id == "m7" and {h.message_id for h in hits} == {"m6", "m7"}
+    index.move_thread("t3", "r9")
+    assert {h.message_id for h in index.search(vectors[7], 2, resource_id="r9", thread_id="t3", threshold=None)} \
+        == {"m6", "m7"}
+    index.delete_thread("t3")
+    assert not index.search(vectors[7], 2, resource_id="r9", thread_id="t3", threshold=None)
+    index.flush()
+    assert index.staged == 0 and index.count == 2998
