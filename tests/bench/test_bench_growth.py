@@ -47,3 +47,18 @@ def test_the_write_phase_reports_saves_the_event_loop_and_the_index(
     assert loop["gc_tracked_objects"] > 0
     assert write["index"]["vectors"] == 200 and write["recall_at_10"] == 1.0
     assert write["aclose_s"] >= 0
+
+
+def test_the_restart_phase_reports_the_first_answer_full_speed_and_the_event_loop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "growth.db")
+    bench_growth.main(["--phase", "write", "--db", db, "--threads", "20"])
+    capsys.readouterr()
+    bench_growth.main(["--phase", "restart", "--db", db, "--threads", "20"])
+    restart = json.loads(capsys.readouterr().out)
+    assert restart["first_query_hits"] > 0
+    assert 0 <= restart["start_s"] <= restart["first_semantic_query_s"] <= restart["full_ann_speed_s"]
+    loop = restart["event_loop_until_full_speed"]
+    assert 0 < loop["p99_gap_ms"] <= loop["max_gap_ms"]
+    assert restart["aclose_s"] >= 0 and restart["peak_rss_mb"] > 0
