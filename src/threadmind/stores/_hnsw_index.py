@@ -64,8 +64,11 @@ class IndexBusy(Exception):
     """hnswlib is being resized this moment: read the scope from the stored rows instead."""
 
 
-class IndexEntry(msgspec.Struct, array_like=True):
-    """What a row of the index stands for (replaced, never changed, once linked)."""
+class IndexEntry(msgspec.Struct, array_like=True, gc=False):
+    """What a row of the index stands for (replaced, never changed, once linked).
+
+    Strings and ints only, so never part of a cycle: untracked by the garbage collector (``gc=False``), which lets
+    the dicts holding a million of them stay untracked too."""
 
     label: int
     vector_id: str
@@ -136,7 +139,10 @@ class HnswIndex:
         self._stage_marks: dict[int, int] = {}
         self._unindexed_rows: RowSet = {}  # rows whose vector hnswlib does not hold (staged or being added)
         self._to_mark: list[int] = []  # labels removed from the maps, still live in hnswlib
-        self._entries: list[IndexEntry | None] = []
+        # Row -> entry (None: a free row). A dict of untracked values is not tracked: a list of a million entries
+        # was walked at every full collection (~50 ms each at a million vectors here).
+        self._entries: dict[int, IndexEntry | None] = {}
+        self._next_row = 0
         self._free_rows: list[int] = []
         self._row_of_vector: dict[str, int] = {}
         self._row_of_label: dict[int, int] = {}
@@ -225,8 +231,10 @@ class HnswIndex:
     def _take_row(self) -> int:
         if self._free_rows:
             return self._free_rows.pop()
-        self._entries.append(None)
-        return len(self._entries) - 1
+        row = self._next_row
+        self._next_row += 1
+        self._entries[row] = None
+        return row
 
     def _link(self, row: int, entry: IndexEntry, vector: F32 | None) -> None:
         if vector is not None:
@@ -392,7 +400,8 @@ class HnswIndex:
             if not entry.vector_id:
                 entry.vector_id = entry.message_id
             entry.thread_id, entry.resource_id = self._name(entry.thread_id), self._name(entry.resource_id)
-            self._entries.append(None)
+            self._entries[row] = None
+            self._next_row = row + 1
             self._link(row, entry, None)
 
     # hnswlib work --------------------------------------------------------------------------------
@@ -627,11 +636,11 @@ class HnswIndex:
         return 1.0 - distance
 
     # snapshots (see _hnsw_snapshot) ----------------------------------------------------------------
-    def snapshot_view(self) -> tuple[list[IndexEntry | None], set[int], int, int]:
+    def snapshot_view(self) -> tuple[dict[int, IndexEntry | None], set[int], int, int]:
         """(event loop) What a snapshot saved now holds: the entries (shared, never changed in place), the
         rows to leave out (hnswlib lacks them), the sequence it reflects and the next label."""
         seq = next(iter(self._stage_marks.values()), self.applied_seq)
-        return list(self._entries), set(self._unindexed_rows), seq, self._next_label
+        return dict(self._entries), set(self._unindexed_rows), seq, self._next_label
 
     def reserve(self, capacity: int) -> None:
         """(index not shared yet) Room for ``capacity`` vectors in hnswlib now, so adding them never resizes."""

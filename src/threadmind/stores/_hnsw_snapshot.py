@@ -107,7 +107,7 @@ def manifest_count(directory: Path | None, name: str) -> int | None:
         return None
 
 
-def save_snapshot(index: HnswIndex, view: tuple[list[IndexEntry | None], set[int], int, int]) -> bool:
+def save_snapshot(index: HnswIndex, view: tuple[dict[int, IndexEntry | None], set[int], int, int]) -> bool:
     """(worker thread, the index's only hnswlib user) Write ``index`` as ``view`` (from
     :meth:`HnswIndex.snapshot_view`) describes it; False when another process is writing this snapshot."""
     directory = index.directory
@@ -120,7 +120,7 @@ def save_snapshot(index: HnswIndex, view: tuple[list[IndexEntry | None], set[int
             return False
         entries = [
             e if e.vector_id != e.message_id else IndexEntry(e.label, "", e.message_id, e.thread_id, e.resource_id)
-            for row, e in enumerate(all_entries) if e is not None and row not in unindexed
+            for row, e in all_entries.items() if e is not None and row not in unindexed
         ]
         hnsw_tmp = hnsw_path.with_name(hnsw_path.name + ".tmp")
         index._index.save_index(str(hnsw_tmp))
@@ -146,7 +146,7 @@ def save_snapshot(index: HnswIndex, view: tuple[list[IndexEntry | None], set[int
     return True
 
 
-def fork_snapshot(index: HnswIndex, view: tuple[list[IndexEntry | None], set[int], int, int]) -> int:
+def fork_snapshot(index: HnswIndex, view: tuple[dict[int, IndexEntry | None], set[int], int, int]) -> int:
     """(worker thread, the index's only hnswlib user) Start a child process that writes ``index`` as ``view``
     describes it (see :func:`save_snapshot`) and exits; returns its pid for :func:`reap_snapshot`.
 
