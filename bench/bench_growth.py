@@ -22,7 +22,9 @@ sweep over all actors at once.
 
 Prints JSON: every figure per size and the ratios to the first size's, and ``idle``. ``--max`` stops early
 (quick runs); ``--idle 0`` skips the idle phase, ``--only idle`` runs it alone.
-Usage: ``python -m bench.bench_growth [--max 100000] [--workdir DIR] [--idle N] [--only growth|idle]``.
+``--gc-threshold N`` sets CPython's youngest-generation threshold in every phase (see the README's deployment notes).
+Usage: ``python -m bench.bench_growth [--max 100000] [--workdir DIR] [--idle N] [--only growth|idle]
+[--gc-threshold N]``.
 """
 
 from __future__ import annotations
@@ -189,7 +191,8 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
     out["save"] = {"messages": saved, "msgs_per_s": round(saved / seconds), **_pcts(latencies)}
     out["event_loop_while_saving"] = {**gaps.report(), "gc": pauses.report(),
                                       "live_thread_actors": len(memory.actor_system.threads),
-                                      "gc_tracked_objects": len(gc.get_objects())}
+                                      "gc_tracked_objects": len(gc.get_objects()),
+                                      "gc_thresholds": list(gc.get_threshold())}
     recall: list[float] = []
     for i in range(300):
         t = (i * 7919) % threads
@@ -546,10 +549,13 @@ async def _idle_traced(path: str, threads: int, idle_timeout: float, max_actors:
     return {"threads": threads, "retained_bytes_per_thread": round(retained / threads, 1), "grew_most": top}
 
 
+_PHASE_FLAGS: list[str] = []  # passed on to every phase's process (--gc-threshold)
+
+
 def _phase(args: Sequence[str]) -> dict[str, Any]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where bench/ is a package
-    done = subprocess.run([sys.executable, "-m", "bench.bench_growth", *args], capture_output=True, text=True,
-                          cwd=root)
+    done = subprocess.run([sys.executable, "-m", "bench.bench_growth", *args, *_PHASE_FLAGS], capture_output=True,
+                          text=True, cwd=root)
     if done.returncode != 0:
         raise RuntimeError(f"phase {args} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -604,11 +610,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="the idle phase's Memory max_actors (default: N, at least 10 000, so the idle timeout, "
                              "not the LRU cap, retires the actors)")
     parser.add_argument("--only", choices=("growth", "idle"), help="run only the growth phases or only the idle one")
+    parser.add_argument("--gc-threshold", type=int, metavar="N",
+                        help="gc.set_threshold(N) in every phase (default: CPython's 700): how tuning the collector's "
+                             "youngest generation changes the figures")
     parser.add_argument("--phase", choices=("write", "restart", "idle", "idle-traced"), help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--from-threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.gc_threshold:
+        gc.set_threshold(args.gc_threshold)
+        _PHASE_FLAGS[:] = ["--gc-threshold", str(args.gc_threshold)]
     if args.phase == "write":
         print(json.dumps(anyio.run(_write, args.db, args.from_threads, args.threads)))
         return

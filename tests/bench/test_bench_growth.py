@@ -45,6 +45,7 @@ def test_the_write_phase_reports_saves_the_event_loop_and_the_index(
     assert 0 < loop["p99_gap_ms"] <= loop["max_gap_ms"] and loop["live_thread_actors"] == 20
     assert set(loop["gc"]) == {"collections", "longest_ms", "total_ms"}
     assert loop["gc_tracked_objects"] > 0
+    assert loop["gc_thresholds"][0] > 0
     assert write["index"]["vectors"] == 200 and write["recall_at_10"] == 1.0
     assert write["aclose_s"] >= 0
 
