@@ -96,6 +96,17 @@ def _query(q: int, threads: int) -> tuple[str, str, str]:
     return gen_text(STREAM_RESOURCE_QUERIES, q, 80), f"thread-{t}", _resource(t)
 
 
+async def _recall_latency(memory: Memory, threads: int, n: int = 300, offset: int = 0) -> dict[str, float]:
+    """The last 10 messages of ``n`` threads spread over the database."""
+    times: list[float] = []
+    for i in range(n):
+        t = (i * 7919 + offset) % threads
+        started = time.perf_counter()
+        await memory.recall(f"thread-{t}", resource_id=_resource(t))
+        times.append(time.perf_counter() - started)
+    return _pcts(times)
+
+
 async def _semantic_latency(memory: Memory, threads: int, n: int = 300) -> dict[str, float]:
     times: list[float] = []
     for q in range(n):
@@ -193,13 +204,7 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
                                       "live_thread_actors": len(memory.actor_system.threads),
                                       "gc_tracked_objects": len(gc.get_objects()),
                                       "gc_thresholds": list(gc.get_threshold())}
-    recall: list[float] = []
-    for i in range(300):
-        t = (i * 7919) % threads
-        started = time.perf_counter()
-        await memory.recall(f"thread-{t}", resource_id=_resource(t))
-        recall.append(time.perf_counter() - started)
-    out["recall"] = _pcts(recall)
+    out["recall"] = await _recall_latency(memory, threads)
     out["semantic_query"] = await _semantic_latency(memory, threads)
     out["vector_query"] = await _vector_latency(memory, threads)
     out["recall_at_10"] = await _recall_at_10(memory, path, threads)
@@ -266,6 +271,7 @@ async def _restart(path: str, threads: int) -> dict[str, Any]:
         gaps.stop()
     out["event_loop_until_full_speed"] = gaps.report()
     out["semantic_query_after"] = await _semantic_latency(memory, threads, 200)
+    out["recall_after"] = await _recall_latency(memory, threads, offset=4999)  # threads mostly not cached yet
     out["vector_query_after"] = await _vector_latency(memory, threads, 200)
     out["peak_rss_mb"] = _peak_rss_mb()
     out["rss_after_mb"] = _rss_now_mb()

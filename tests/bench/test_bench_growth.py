@@ -63,3 +63,4 @@ def test_the_restart_phase_reports_the_first_answer_full_speed_and_the_event_loo
     loop = restart["event_loop_until_full_speed"]
     assert 0 < loop["p99_gap_ms"] <= loop["max_gap_ms"]
     assert restart["aclose_s"] >= 0 and restart["peak_rss_mb"] > 0
+    assert 0 < restart["recall_after"]["p50_ms"] <= restart["recall_after"]["p99_ms"]
