@@ -240,3 +240,48 @@ async def test_flusher_chunks_are_sized_to_take_a_bounded_time(
     chunks = [size for size in sizes if size]
     assert chunks[0] == _hnsw_index.FLUSH_CHUNK // 4 and sum(chunks) == 3000
     assert set(chunks[1:-1]) == {later}
+
+
+async def test_rows_written_while_an_index_loads_are_staged_a_page_at_a_time(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saves go on while the index loads, faster than hnswlib adds rows: what they wrote is staged a page at a
+    time with the event loop free between pages, and going live (under the lock) replays at most a page."""
+    messages = _messages(40)
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages[:20])
+        assert await actor.persist()
+        monkeypatch.setattr(_hnsw_session, "SNAPSHOT_AT_CLOSE_MAX", 0)  # the other 20 only in SQL
+        await actor.upsert_messages(messages[20:])
+    monkeypatch.setattr(_hnsw_session, "REPLAY_IN_BACKGROUND_ABOVE", 0)
+    monkeypatch.setattr(_hnsw_session, "LOAD_PAGE", 16)
+    release = threading.Event()
+    add_now = _hnsw_index.HnswIndex.add_now
+    replay = _hnsw_index.HnswIndex.replay
+    replayed: list[int] = []
+
+    def _slow_add(index: Any, records: Any) -> None:
+        release.wait(20)
+        add_now(index, records)
+
+    def _counted_replay(index: Any, records: Any, deleted: Any, seq: int) -> None:
+        replayed.append(len(records))
+        replay(index, records, deleted, seq)
+
+    monkeypatch.setattr(_hnsw_index.HnswIndex, "add_now", _slow_add)
+    monkeypatch.setattr(_hnsw_index.HnswIndex, "replay", _counted_replay)
+    late = _messages(200, thread="t2", resource="r2", prefix="late")
+    await persist(store, late)
+    async with _running(store, tmp_path / "vec") as actor:
+        assert [h.message_id for h in await actor.query(messages[1].text, top_k=1, thread_id="t1")] == ["m1"]
+        assert actor.statistics().store.loading  # answered from SQL: the tail is being added
+        await actor.upsert_messages(late)  # into SQL while the tail of the snapshot is being added
+        release.set()
+        with anyio.fail_after(20):
+            while actor.statistics().store.loading:  # noqa: ASYNC110 - the loader thread reports by itself
+                await anyio.sleep(0.01)
+        assert replayed and max(replayed) <= 16, replayed
+        assert actor.statistics().store.vectors == 240
+        assert [h.message_id for h in await actor.query(late[123].text, top_k=1, thread_id="t2")] == ["late123"]
+        assert [h.message_id for h in await actor.query(messages[33].text, top_k=1, thread_id="t1")] == ["m33"]

@@ -289,11 +289,34 @@ class Session:
             index.applied_seq = since
             index.snapshot_seq = None
             self.counters["rebuilds"] += 1
+        await self._catch_up(index)
         if locked:
             await self._go_live(index)
         else:
             async with self.lock:
                 await self._go_live(index)
+
+    async def _catch_up(self, index: HnswIndex) -> None:
+        """Stage the rows written while the index loaded, a page at a time with the event loop free between pages,
+        until what is left is one page: going live then replays only that under the lock. (Staging the tail of a
+        load during 4 000 saves/s in one go held the loop 0.7 s; hnswlib cannot add rows as fast as they come.)"""
+        name = index.name
+        staged = LOAD_PAGE + 1
+        while staged > LOAD_PAGE and not self.closing:  # a pass that found a page or less leaves it to the replay
+            current, _ = await self.records.sequence(name)
+            since = index.applied_seq
+            if current <= since:
+                return
+            index.drop_vectors(await self.records.deleted_since(name, since))
+            after, staged = (since, 0), 0
+            while True:
+                page, after = await self.records.load_changes(name, since, after, LOAD_PAGE, current)
+                if not page:
+                    break
+                index.upsert_records(page)  # staged: searched exactly at once, added to hnswlib by the flusher
+                staged += len(page)
+                await anyio.lowlevel.checkpoint()
+            index.caught_up(current)
 
     async def _go_live(self, index: HnswIndex) -> None:
         """(lock held) Replay what changed since the index was read, then serve queries from it."""
