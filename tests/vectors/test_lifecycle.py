@@ -38,6 +38,19 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         yield store
 
 
+async def _snapshot_of_the_first(
+    kept: int, messages: list[Message], store: SQLiteStore, vec: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store ``messages`` with vectors; the index snapshot holds the first ``kept`` of them, the rest are in SQL
+    only (closing writes no snapshot for them)."""
+    await persist(store, messages)
+    async with _running(store, vec) as actor:
+        await actor.upsert_messages(messages[:kept])
+        assert await actor.persist()
+        monkeypatch.setattr(_hnsw_session, "SNAPSHOT_AT_CLOSE_MAX", 0)
+        await actor.upsert_messages(messages[kept:])
+
+
 class _Counting:
     """Counts the vectors handed to hnswlib and the snapshots written."""
 
@@ -187,12 +200,7 @@ async def test_a_start_does_not_wait_for_the_rows_a_small_snapshot_lacks(
     """More rows past the snapshot than ``REPLAY_IN_BACKGROUND_ABOVE`` load in the background (queries read SQL
     meanwhile); fewer are added before the index answers."""
     messages = _messages(400)
-    await persist(store, messages)
-    async with _running(store, tmp_path / "vec") as actor:
-        await actor.upsert_messages(messages[:100])
-        assert await actor.persist()
-        monkeypatch.setattr(_hnsw_session, "SNAPSHOT_AT_CLOSE_MAX", 0)  # the other 300 only in SQL
-        await actor.upsert_messages(messages[100:])
+    await _snapshot_of_the_first(100, messages, store, tmp_path / "vec", monkeypatch)
     monkeypatch.setattr(_hnsw_session, "REPLAY_IN_BACKGROUND_ABOVE", tail_limit)
     release = threading.Event()
     add_now = _hnsw_index.HnswIndex.add_now
@@ -248,12 +256,7 @@ async def test_rows_written_while_an_index_loads_are_staged_a_page_at_a_time(
     """Saves go on while the index loads, faster than hnswlib adds rows: what they wrote is staged a page at a
     time with the event loop free between pages, and going live (under the lock) replays at most a page."""
     messages = _messages(40)
-    await persist(store, messages)
-    async with _running(store, tmp_path / "vec") as actor:
-        await actor.upsert_messages(messages[:20])
-        assert await actor.persist()
-        monkeypatch.setattr(_hnsw_session, "SNAPSHOT_AT_CLOSE_MAX", 0)  # the other 20 only in SQL
-        await actor.upsert_messages(messages[20:])
+    await _snapshot_of_the_first(20, messages, store, tmp_path / "vec", monkeypatch)
     monkeypatch.setattr(_hnsw_session, "REPLAY_IN_BACKGROUND_ABOVE", 0)
     monkeypatch.setattr(_hnsw_session, "LOAD_PAGE", 16)
     release = threading.Event()
