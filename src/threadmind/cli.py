@@ -192,9 +192,14 @@ def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
 
 def _vectors_path(db: str) -> str:
     """Where the CLI keeps the HNSW snapshot of ``db``: ``memory.db`` -> ``memory.vectors``, as the README's
-    ``HnswVectorStore("memory.vectors")`` does (a cache: it is rebuilt from the database when missing)."""
+    ``HnswVectorStore("memory.vectors")`` does (a cache: it is rebuilt from the database when missing). A
+    ``memory.db.vectors`` folder (``HnswVectorStore(path + ".vectors")``) is used when only it exists."""
     root, ext = os.path.splitext(db)
-    return (root if ext else db) + ".vectors"
+    path = (root if ext else db) + ".vectors"
+    beside = db + ".vectors"
+    if ext and not os.path.isdir(path) and os.path.isdir(beside):
+        return beside
+    return path
 
 
 def _is_url(db: str) -> bool:

@@ -321,6 +321,20 @@ class TestReindex:
         assert fields["index health"].startswith("no vector index (the messages were saved without semantic recall")
         assert fields["index snapshot"] == "none"
 
+    def test_a_snapshot_folder_named_after_the_whole_file_is_found(
+        self, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        """``HnswVectorStore(path + ".vectors")`` (``m.db.vectors``) is the snapshot when no ``m.vectors`` exists."""
+        db = tmp_path / "m.db"
+        path = _write_jsonl(tmp_path / "in.jsonl", [_message(i) for i in range(20)])
+        assert run(capsys, "import", str(path), "--db", str(db), "--dim", "8")[0] == 0
+        (tmp_path / "m.vectors").rename(tmp_path / "m.db.vectors")
+        code, out, _ = run(capsys, "stats", "--db", str(db))
+        fields = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in out.splitlines()[2:])
+        assert code == 0 and fields["index snapshot"].endswith(f"in {tmp_path / 'm.db.vectors'}"), fields
+        code, out, _ = run(capsys, "search", "rockets", "--resource", "r1", "--db", str(db), "--dim", "8")
+        assert code == 0 and "t1-m" in out and not (tmp_path / "m.vectors").exists()  # no second snapshot
+
     def test_reindex_makes_missing_vectors_with_progress(
         self, capsys: pytest.CaptureFixture[str], tmp_path: Path
     ) -> None:
