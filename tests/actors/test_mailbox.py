@@ -204,3 +204,31 @@ class TestMailbox:
     def test_capacity_must_be_positive_int(self, capacity: object) -> None:
         with pytest.raises(ValidationError, match="capacity"):
             Mailbox(capacity=capacity)  # type: ignore[arg-type]
+
+
+async def test_a_mailbox_nobody_waits_on_holds_no_waiter_queue() -> None:
+    """Waiter queues exist only while a receiver or a sender waits: a registry caches thousands of idle actors,
+    and every object of theirs is one more for each full collection to walk."""
+    import gc
+
+    mailboxes: list[Mailbox[int]] = [Mailbox(capacity=1) for _ in range(500)]
+    for mailbox in mailboxes:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(mailbox.get)  # a receiver waits, then takes the item
+            await wait_all_tasks_blocked()
+            mailbox.put_nowait(1)
+        async with anyio.create_task_group() as tg:
+            mailbox.put_nowait(2)
+            tg.start_soon(mailbox.put, 3)  # a sender waits for room
+            await wait_all_tasks_blocked()
+            assert mailbox.statistics().waiting_senders == 1
+            assert mailbox.get_nowait() == 2
+        assert mailbox.get_nowait() == 3 and mailbox.statistics().waiting_senders == 0
+    gc.collect()
+    waiter_queues = [o for o in gc.get_referrers(*mailboxes) if o is not mailboxes]
+    assert not waiter_queues  # nothing refers to a mailbox but the list
+    held = sum(1 for m in mailboxes for o in gc.get_referents(m) if gc.is_tracked(o) and not isinstance(o, type))
+    assert held == 500, held  # its item deque alone
+    mailboxes[0].close()
+    with pytest.raises(MailboxClosed):
+        mailboxes[0].put_nowait(4)

@@ -59,10 +59,12 @@ class Mailbox(Generic[T]):
         self._items: deque[T] = deque()
         self._closed = False
         # Receivers parked in ``get``; each is woken once, in order, when an item (or the close) arrives.
-        self._getters: deque[Reply[None]] = deque()
+        # Both waiter queues exist only while someone waits: an idle actor's mailbox is one deque and no more
+        # objects for the garbage collector to walk (a registry caches thousands of idle actors).
+        self._getters: deque[Reply[None]] | None = None
         # Senders parked in ``put`` with their item; ``get_nowait`` moves the oldest one into ``_items`` and
         # resolves its future with True; ``close`` resolves the rest with False (not admitted).
-        self._putters: OrderedDict[Reply[bool], T] = OrderedDict()
+        self._putters: OrderedDict[Reply[bool], T] | None = None
 
     @property
     def closed(self) -> bool:
@@ -74,7 +76,8 @@ class Mailbox(Generic[T]):
 
     def statistics(self) -> MailboxStatistics:
         """A frozen snapshot of depth, capacity and waiting senders."""
-        return MailboxStatistics(depth=len(self._items), capacity=self._capacity, waiting_senders=len(self._putters))
+        return MailboxStatistics(depth=len(self._items), capacity=self._capacity,
+                                 waiting_senders=len(self._putters or ()))
 
     def put_nowait(self, item: T) -> None:
         """Enqueue ``item`` without waiting.
@@ -106,12 +109,19 @@ class Mailbox(Generic[T]):
             except anyio.WouldBlock:
                 pass
         event: Reply[bool] = new_reply()
-        self._putters[event] = item
+        putters = self._putters
+        if putters is None:
+            putters = self._putters = OrderedDict()
+        putters[event] = item
         try:
             admitted = await event
         except BaseException:
-            self._putters.pop(event, None)
+            if self._putters is not None:
+                self._putters.pop(event, None)
             raise
+        finally:
+            if not self._putters:
+                self._putters = None
         if not admitted:
             raise MailboxClosed()
 
@@ -149,29 +159,37 @@ class Mailbox(Generic[T]):
             except anyio.WouldBlock:
                 pass
             event: Reply[None] = new_reply()
-            self._getters.append(event)
+            getters = self._getters
+            if getters is None:
+                getters = self._getters = deque()
+            getters.append(event)
             try:
                 await event
             except BaseException:
                 try:
+                    if self._getters is None:
+                        raise ValueError
                     self._getters.remove(event)
                 except ValueError:
                     # We were woken for an item but will not take it: pass the wake-up on.
                     if self._items:
                         self._wake_getter()
                 raise
+            finally:
+                if not self._getters:
+                    self._getters = None
 
     def close(self) -> None:
         """Refuse further puts; already-accepted items stay deliverable. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        putters, self._putters = self._putters, OrderedDict()
-        for putter in putters:
+        putters, self._putters = self._putters, None
+        for putter in putters or ():
             if not putter.done():
                 putter.set_result(False)
-        getters, self._getters = self._getters, deque()
-        for event in getters:
+        getters, self._getters = self._getters, None
+        for event in getters or ():
             if not event.done():
                 event.set_result(None)
 

@@ -86,6 +86,7 @@ class ActorRegistry(Generic[A]):
             raise ConfigError(f"loop_linger must be ≥ 0 seconds, got {loop_linger!r}")
         self._factory = factory
         self._loop_linger = loop_linger
+        self._spawn_loop = self._start_loop  # one bound method for every actor, not one object per actor
         self._idle_timeout = idle_timeout
         self._max_actors = max_actors
         self._clock = clock
@@ -181,7 +182,7 @@ class ActorRegistry(Generic[A]):
         actor = self._factory(key)
         if actor.key != key:
             raise ConfigError(f"the actor factory returned an actor with key {actor.key!r} for key {key!r}")
-        actor.serve(self._start_loop, self._loop_linger)
+        actor.serve(self._spawn_loop, self._loop_linger)
         actors[key] = actor
         self._created += 1
         return actor
