@@ -9,6 +9,10 @@ threads over 10 000 resources. Per size, in fresh processes (so RSS is per proce
   the most staged vectors (the not-yet-inserted tail), and ``aclose()`` time;
 - ``restart``: start to the first correct semantic query, to full ANN speed (loaded, nothing staged), the peak
   RSS of the restarted process, and semantic-query latency after it;
+- ``latency``: the same reads at every size in a fresh process: 300 threads' last 10 and 100 resources' semantic
+  queries (99 at 10k), each the first read of its thread or resource (nothing of it cached), then again
+  (cached); ``write`` and ``restart`` pick threads and resources at random, which at 10k are nearly all cached
+  and at 1M nearly all not;
 - ``cli``: ``threadmind stats / threads / show / search`` wall time, process start included.
 
 Then ``idle``, an idle-thread heavy deployment, in a fresh process on a fresh database (no semantic recall,
@@ -278,6 +282,66 @@ async def _restart(path: str, threads: int) -> dict[str, Any]:
     started = time.perf_counter()
     await memory.aclose()
     out["aclose_s"] = round(time.perf_counter() - started, 3)
+    return out
+
+
+async def _until_full_speed(memory: Memory, threads: int) -> None:
+    """Start the index (the first semantic query opens it) and wait until it is loaded with nothing staged."""
+    text, thread, owner = _query(0, threads)
+    await memory.recall(thread, resource_id=owner, per_page=0, vector_search_string=text)
+    while True:
+        stats = _stats(memory)
+        if not stats.store.loading and stats.staged == 0:
+            return
+        await anyio.sleep(0.05)
+
+
+async def _timed(calls: Sequence[tuple[str, str, str | None]], memory: Memory) -> dict[str, Any]:
+    """Latency of one ``recall`` per (thread, resource, search text or None for the last 10)."""
+    times: list[float] = []
+    for thread, owner, text in calls:
+        started = time.perf_counter()
+        if text is None:
+            await memory.recall(thread, resource_id=owner)
+        else:
+            await memory.recall(thread, resource_id=owner, per_page=0, vector_search_string=text)
+        times.append(time.perf_counter() - started)
+    return {**_pcts(times), "n": len(times)}
+
+
+async def _latency(path: str, threads: int, n: int = 300, scopes: int = 100) -> dict[str, Any]:
+    """The same reads at every size, in a fresh process: each thread's or resource's first read (nothing of it
+    cached: the last 10 from SQL, the resource's vectors gathered from its stored rows), then again (cached).
+
+    ``write`` and ``restart`` time reads of threads and resources picked at random over the database: at 10k all
+    1 000 threads fit the actor cache and all 100 resources the scope-block cache, at 1M most picks miss both, so
+    their ratios compare cached reads with uncached ones. These compare like with like: ``n`` threads, and
+    ``scopes`` resources (as many as a 10k database has; their blocks fit the default 32 MiB scope cache).
+    """
+    out: dict[str, Any] = {}
+    memory = _memory(path)
+    await memory.start()
+    started = time.perf_counter()
+    await _until_full_speed(memory, threads)
+    out["ready_s"] = round(time.perf_counter() - started, 3)
+    resources = -(-threads // THREADS_PER_RESOURCE)
+    _, _, first_owner = _query(0, threads)
+    # 7919 is prime: i * 7919 % size visits distinct values for i < size (every size here is a power of ten).
+    chosen = [r for r in ((i * 7919 + 1) % resources for i in range(min(scopes + 1, resources)))
+              if f"resource-{r}" != first_owner][:scopes]
+    searches = [(f"thread-{r * THREADS_PER_RESOURCE}", f"resource-{r}") for r in chosen]
+    picked = {thread for thread, _ in searches}
+    spread = dict.fromkeys(f"thread-{(i * 7919 + 3) % threads}" for i in range(2 * n))
+    histories = [(thread, _resource(int(thread[7:])), None) for thread in spread if thread not in picked][:n]
+    out["recall_cold"] = await _timed(histories, memory)
+    out["recall_hot"] = await _timed(histories, memory)
+    for name, first_text in (("semantic_cold", 10_000), ("semantic_hot", 20_000)):
+        reads = _stats(memory).store.stored_scope_reads
+        # new texts the second time: a repeated text would skip embedding (the query cache)
+        out[name] = await _timed([(thread, owner, gen_text(STREAM_RESOURCE_QUERIES, first_text + i, 80))
+                                  for i, (thread, owner) in enumerate(searches)], memory)
+        out[name]["scope_reads"] = _stats(memory).store.stored_scope_reads - reads  # blocks read from SQL
+    await memory.aclose()
     return out
 
 
@@ -580,6 +644,14 @@ def _ratios(first: dict[str, Any], other: dict[str, Any]) -> dict[str, float]:
         "recall_at_10": ("write", "recall_at_10"),
         "aclose_s": ("write", "aclose_s"),
         "first_semantic_query_s": ("restart", "first_semantic_query_s"),
+        "recall_cold_p50": ("latency", "recall_cold", "p50_ms"),
+        "recall_cold_p99": ("latency", "recall_cold", "p99_ms"),
+        "recall_hot_p50": ("latency", "recall_hot", "p50_ms"),
+        "recall_hot_p99": ("latency", "recall_hot", "p99_ms"),
+        "semantic_cold_p50": ("latency", "semantic_cold", "p50_ms"),
+        "semantic_cold_p99": ("latency", "semantic_cold", "p99_ms"),
+        "semantic_hot_p50": ("latency", "semantic_hot", "p50_ms"),
+        "semantic_hot_p99": ("latency", "semantic_hot", "p99_ms"),
     }
     out: dict[str, float] = {}
     for name, keys in pairs.items():
@@ -619,7 +691,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--gc-threshold", type=int, metavar="N",
                         help="gc.set_threshold(N) in every phase (default: CPython's 700): how tuning the collector's "
                              "youngest generation changes the figures")
-    parser.add_argument("--phase", choices=("write", "restart", "idle", "idle-traced"), help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=("write", "restart", "latency", "idle", "idle-traced"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--from-threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
@@ -630,8 +703,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.phase == "write":
         print(json.dumps(anyio.run(_write, args.db, args.from_threads, args.threads)))
         return
-    if args.phase == "restart":
-        print(json.dumps(anyio.run(_restart, args.db, args.threads)))
+    if args.phase in ("restart", "latency"):
+        print(json.dumps(anyio.run(_restart if args.phase == "restart" else _latency, args.db, args.threads)))
         return
     if args.phase in ("idle", "idle-traced"):
         phase = _idle if args.phase == "idle" else _idle_traced
@@ -662,6 +735,7 @@ def _growth(workdir: str, largest: int) -> dict[str, Any]:
         entry["restart"] = _phase(["--phase", "restart", "--db", path, "--threads", str(threads)])
         entry["restart"]["peak_rss_vs_writer_steady"] = round(
             entry["restart"]["peak_rss_mb"] / entry["write"]["steady_rss_mb"], 3)
+        entry["latency"] = _phase(["--phase", "latency", "--db", path, "--threads", str(threads)])
         entry["cli"] = _cli(path, threads)
         entry["disk_mb"] = {
             "database": round(sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p)) / 2**20, 1),

@@ -64,3 +64,22 @@ def test_the_restart_phase_reports_the_first_answer_full_speed_and_the_event_loo
     assert 0 < loop["p99_gap_ms"] <= loop["max_gap_ms"]
     assert restart["aclose_s"] >= 0 and restart["peak_rss_mb"] > 0
     assert 0 < restart["recall_after"]["p50_ms"] <= restart["recall_after"]["p99_ms"]
+
+
+def test_the_latency_phase_times_first_reads_then_cached_ones_of_the_same_threads_and_resources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "growth.db")
+    bench_growth.main(["--phase", "write", "--db", db, "--threads", "40"])
+    capsys.readouterr()
+    bench_growth.main(["--phase", "latency", "--db", db, "--threads", "40"])
+    latency = json.loads(capsys.readouterr().out)
+    assert latency["ready_s"] >= 0
+    # 4 resources, one of them searched to open the index: 3 first searches, each gathering its block from
+    # SQL, then 3 searches of the same resources served from the cached blocks
+    assert latency["semantic_cold"]["n"] == latency["semantic_hot"]["n"] == 3
+    assert latency["semantic_cold"]["scope_reads"] == 3 and latency["semantic_hot"]["scope_reads"] == 0
+    # every thread but the 3 the searches use, each read once (no repeats among the first reads)
+    assert latency["recall_cold"]["n"] == latency["recall_hot"]["n"] == 37
+    for name in ("recall_cold", "recall_hot", "semantic_cold", "semantic_hot"):
+        assert 0 < latency[name]["p50_ms"] <= latency[name]["p99_ms"]
