@@ -288,3 +288,34 @@ async def test_rows_written_while_an_index_loads_are_staged_a_page_at_a_time(
         assert actor.statistics().store.vectors == 240
         assert [h.message_id for h in await actor.query(late[123].text, top_k=1, thread_id="t2")] == ["late123"]
         assert [h.message_id for h in await actor.query(messages[33].text, top_k=1, thread_id="t1")] == ["m33"]
+
+
+async def test_a_start_that_added_a_long_tail_saves_a_snapshot_so_the_next_start_adds_none(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows a snapshot lacks are added to hnswlib at the start; once that is more than a snapshot's worth,
+    the started process saves one soon after going live, with no new write: a process restarted again (or
+    crash-looping) does not add the same tail every time (300 000 vectors, ~200 s, at a million messages)."""
+    messages = _messages(400)
+    await _snapshot_of_the_first(100, messages, store, tmp_path / "vec", monkeypatch)
+    monkeypatch.setattr(_hnsw_session, "SNAPSHOT_EVERY", 200)
+    monkeypatch.setattr(_hnsw_session, "FLUSH_IDLE", 0.01)
+    added: list[int] = []
+    add_now = _hnsw_index.HnswIndex.add_now
+
+    def _counted(index: Any, records: Any) -> None:
+        added.append(len(records))
+        add_now(index, records)
+
+    monkeypatch.setattr(_hnsw_index.HnswIndex, "add_now", _counted)
+    async with _running(store, tmp_path / "vec") as actor:
+        assert [h.message_id for h in await actor.query(messages[250].text, top_k=1, thread_id="t1")] == ["m250"]
+        with anyio.fail_after(20):
+            while actor.statistics().store.snapshot_saves == 0:  # noqa: ASYNC110 - the flusher saves by itself
+                await anyio.sleep(0.01)
+    assert sum(added) == 300
+    added.clear()
+    async with _running(store, tmp_path / "vec") as actor:
+        assert [h.message_id for h in await actor.query(messages[399].text, top_k=1, thread_id="t1")] == ["m399"]
+        assert actor.statistics().store.vectors == 400
+    assert sum(added) == 0  # the second start found every vector in the snapshot

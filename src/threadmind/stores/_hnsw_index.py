@@ -375,7 +375,10 @@ class HnswIndex:
 
     def add_now(self, records: Sequence[VectorRecord]) -> None:
         """(worker thread, index not shared yet) Add records straight to hnswlib, replacing older versions of
-        the same vectors: a rebuild's pages, or the tail a snapshot lacks."""
+        the same vectors: a rebuild's pages, or the tail a snapshot lacks.
+
+        They count towards the next snapshot like flushed vectors: a start that added a long tail saves one soon
+        after going live, so the next start does not add the same tail again."""
         if not records:
             return
         entries, vectors = decode_records(records, self.dim)
@@ -384,6 +387,7 @@ class HnswIndex:
         self._next_label += len(entries)
         labels = list(range(first, first + len(entries)))
         self._add_items(vectors, labels, threads=-1)
+        self.added_since_snapshot += len(entries)
         for label, entry in zip(labels, entries, strict=True):
             entry.label = label
             if entry.vector_id == entry.message_id:
