@@ -64,6 +64,7 @@ def test_the_restart_phase_reports_the_first_answer_full_speed_and_the_event_loo
     assert 0 < loop["p99_gap_ms"] <= loop["max_gap_ms"]
     assert restart["aclose_s"] >= 0 and restart["peak_rss_mb"] > 0
     assert 0 < restart["recall_after"]["p50_ms"] <= restart["recall_after"]["p99_ms"]
+    assert restart["snapshot_wait_s"] >= 0.6 and restart["snapshot_saves"] == 0  # 200 vectors: saved at close
 
 
 def test_the_latency_phase_times_first_reads_then_cached_ones_of_the_same_threads_and_resources(
@@ -74,7 +75,7 @@ def test_the_latency_phase_times_first_reads_then_cached_ones_of_the_same_thread
     capsys.readouterr()
     bench_growth.main(["--phase", "latency", "--db", db, "--threads", "40"])
     latency = json.loads(capsys.readouterr().out)
-    assert latency["ready_s"] >= 0
+    assert latency["ready_s"] >= 0 and latency["snapshot_wait_s"] >= 0.6
     # 4 resources, one of them searched to open the index: 3 first searches, each gathering its block from
     # SQL, then 3 searches of the same resources served from the cached blocks
     assert latency["semantic_cold"]["n"] == latency["semantic_hot"]["n"] == 3

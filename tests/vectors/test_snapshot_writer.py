@@ -90,6 +90,7 @@ async def test_a_close_during_a_background_save_kills_the_writer_and_keeps_no_ha
             while not started.exists():  # noqa: ASYNC110 - the child reports through the file
                 await anyio.sleep(0.02)
         pid = int(started.read_text())
+        assert actor.statistics().store.snapshot_saving  # what a deployment watches before stopping
         closing = time.perf_counter()
     assert time.perf_counter() - closing < 10
     with pytest.raises(ProcessLookupError):
@@ -99,6 +100,7 @@ async def test_a_close_during_a_background_save_kills_the_writer_and_keeps_no_ha
     async with _running(store, tmp_path / "vec") as actor:
         assert [h.message_id for h in await actor.query(messages[5].text, top_k=1, thread_id="t1")] == ["m5"]
         assert actor.statistics().store.vectors == 60
+        assert not actor.statistics().store.snapshot_saving
 
 
 async def test_a_failed_writer_is_an_error_of_that_save_only(

@@ -132,6 +132,7 @@ class Session:
         self.loader = anyio.CancelScope()  # replaced by each background load, cancelled by close
         self.flusher = anyio.CancelScope()
         self.saving = anyio.CancelScope()  # replaced by each background save, cancelled by close
+        self.saves_in_flight = 0  # snapshots being written (statistics: snapshot_saving)
         self.flush_wanted = anyio.Event()
         self.chunk = FLUSH_CHUNK // 4  # staged vectors per flusher chunk (see _flush_chunk)
         self.closing = False
@@ -592,10 +593,14 @@ class Session:
                 return False
             self.saving = scope
         with scope:
-            if _hnsw_snapshot.FORKED_SNAPSHOTS:
-                saved = await self._save_in_child(index, view)
-            else:
-                saved = await self._thread(save_snapshot, index, view, cancellable=cancellable)
+            self.saves_in_flight += 1
+            try:
+                if _hnsw_snapshot.FORKED_SNAPSHOTS:
+                    saved = await self._save_in_child(index, view)
+                else:
+                    saved = await self._thread(save_snapshot, index, view, cancellable=cancellable)
+            finally:
+                self.saves_in_flight -= 1
             if not saved:
                 return False
             index.snapshot_seq = view[2]
@@ -637,4 +642,5 @@ class Session:
             stored_scope_reads=counters["stored_scope_reads"],
             ann_vector_copies=index.ann_vector_copies if index else 0,
             loading=self.name is not None and index is None,
+            snapshot_saving=self.saves_in_flight > 0,
         )

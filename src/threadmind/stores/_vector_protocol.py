@@ -71,6 +71,8 @@ class VectorStoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     ann_vector_copies: int = 0
     #: Whether the in-memory index is still loading (queries are answered from the stored rows meanwhile).
     loading: bool = False
+    #: Whether a snapshot of the index is being written now (in the background, or by ``persist``).
+    snapshot_saving: bool = False
 
 
 @runtime_checkable
