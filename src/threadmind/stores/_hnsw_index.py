@@ -34,10 +34,12 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from ._parted import IntParts, StrParts
 from ._scope_blocks import ScopeBlocks, ScopeKey, SearchHit, merge, scope_key, scores, top_messages
 from ._vector_records import VectorRecord
 
-__all__ = ("BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "SCOPE_CACHE_BYTES", "IndexBusy", "IndexEntry", "HnswIndex")
+__all__ = ("BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "SCOPE_CACHE_BYTES", "IndexBusy", "IndexEntry", "HnswIndex",
+           "SnapshotView")
 
 Metric = Literal["cosine", "euclidean", "dotproduct"]
 SPACES: dict[str, str] = {"cosine": "cosine", "euclidean": "l2", "dotproduct": "ip"}
@@ -75,6 +77,10 @@ class IndexEntry(msgspec.Struct, array_like=True, gc=False):
     message_id: str
     thread_id: str
     resource_id: str
+
+
+#: What a snapshot saved now holds (see :meth:`HnswIndex.snapshot_view`).
+SnapshotView = tuple["IntParts[IndexEntry | None]", Collection[int], int, int]
 
 
 def decode_records(records: Sequence[VectorRecord], dim: int) -> tuple[list[IndexEntry], F32]:
@@ -132,23 +138,25 @@ class HnswIndex:
         self._deleted_slots = 0
         self._next_label = 0
         # Vectors hnswlib does not hold yet, by label: staged (not taken) or being added (taken, not finished).
-        self._waiting: dict[int, F32] = {}
-        self._staged: dict[int, int] = {}  # label -> row, not taken yet
+        self._waiting: IntParts[F32] = IntParts()
+        self._staged: IntParts[int] = IntParts()  # label -> row, not taken yet (oldest first: labels only grow)
         # label -> ``applied_seq`` when it was staged, in label order, while hnswlib lacks it: every change up to
         # the first mark is in hnswlib (or deleted), so a snapshot saved now reflects that sequence.
-        self._stage_marks: dict[int, int] = {}
-        self._unindexed_rows: RowSet = {}  # rows whose vector hnswlib does not hold (staged or being added)
+        self._stage_marks: IntParts[int] = IntParts()
+        # rows whose vector hnswlib does not hold (staged or being added)
+        self._unindexed_rows: IntParts[None] = IntParts()
         self._to_mark: list[int] = []  # labels removed from the maps, still live in hnswlib
         # Row -> entry (None: a free row). A dict of untracked values is not tracked: a list of a million entries
-        # was walked at every full collection (~50 ms each at a million vectors here).
-        self._entries: dict[int, IndexEntry | None] = {}
+        # was walked at every full collection (~50 ms each at a million vectors here). The per-vector maps are kept
+        # in parts (see _parted): grown as single dicts, they rehashed a million entries on the same insert.
+        self._entries: IntParts[IndexEntry | None] = IntParts()
         self._next_row = 0
         self._free_rows: list[int] = []
-        self._row_of_vector: dict[str, int] = {}
-        self._row_of_label: dict[int, int] = {}
+        self._row_of_vector: StrParts[int] = StrParts()
+        self._row_of_label: IntParts[int] = IntParts()
         # A message's row, or its rows when it has several chunks: one list per message would be a million objects
         # the garbage collector walks at a million messages (~0.9 s per full collection).
-        self._rows_of_message: dict[str, int | list[int]] = {}
+        self._rows_of_message: StrParts[int | list[int]] = StrParts()
         self._rows_of_thread: dict[str, RowSet] = {}
         self._rows_of_resource: dict[str, RowSet] = {}
         self._names: dict[str, str] = {}  # one string object per thread and resource id
@@ -640,11 +648,19 @@ class HnswIndex:
         return 1.0 - distance
 
     # snapshots (see _hnsw_snapshot) ----------------------------------------------------------------
-    def snapshot_view(self) -> tuple[dict[int, IndexEntry | None], set[int], int, int]:
+    def snapshot_view(self, *, shared: bool = False) -> SnapshotView:
         """(event loop) What a snapshot saved now holds: the entries (shared, never changed in place), the
-        rows to leave out (hnswlib lacks them), the sequence it reflects and the next label."""
+        rows to leave out (hnswlib lacks them), the sequence it reflects and the next label.
+
+        ``shared``: the live maps rather than copies, for a writer that reads them in a forked child. The child's
+        memory is this process's at the fork, which is taken with no hnswlib change running: the maps and hnswlib
+        agree then, and hold every change up to the sequence (later ones are replayed again at load, harmlessly).
+        Copying them held the event loop at every snapshot (a million entries, 600 000 staged rows).
+        """
         seq = next(iter(self._stage_marks.values()), self.applied_seq)
-        return dict(self._entries), set(self._unindexed_rows), seq, self._next_label
+        if shared:
+            return self._entries, self._unindexed_rows, seq, self._next_label
+        return self._entries.copy(), set(self._unindexed_rows), seq, self._next_label
 
     def reserve(self, capacity: int) -> None:
         """(index not shared yet) Room for ``capacity`` vectors in hnswlib now, so adding them never resizes."""

@@ -585,7 +585,7 @@ class Session:
         return max(SNAPSHOT_EVERY, index.count // 10)
 
     async def _save(self, index: HnswIndex, *, cancellable: bool) -> bool:
-        view = index.snapshot_view()
+        view = index.snapshot_view(shared=_hnsw_snapshot.FORKED_SNAPSHOTS)
         added = index.added_since_snapshot
         scope = anyio.CancelScope()
         if cancellable:

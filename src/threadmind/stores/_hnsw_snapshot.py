@@ -24,7 +24,7 @@ from typing import Any
 import hnswlib  # type: ignore[import-untyped]
 import msgspec
 
-from ._hnsw_index import HnswIndex, IndexEntry
+from ._hnsw_index import HnswIndex, IndexEntry, SnapshotView
 
 __all__ = ("FORKED_SNAPSHOTS", "fork_snapshot", "load_snapshot", "manifest_count", "reap_snapshot", "save_snapshot",
            "stop_snapshot")
@@ -107,7 +107,7 @@ def manifest_count(directory: Path | None, name: str) -> int | None:
         return None
 
 
-def save_snapshot(index: HnswIndex, view: tuple[dict[int, IndexEntry | None], set[int], int, int]) -> bool:
+def save_snapshot(index: HnswIndex, view: SnapshotView) -> bool:
     """(worker thread, the index's only hnswlib user) Write ``index`` as ``view`` (from
     :meth:`HnswIndex.snapshot_view`) describes it; False when another process is writing this snapshot."""
     directory = index.directory
@@ -146,7 +146,7 @@ def save_snapshot(index: HnswIndex, view: tuple[dict[int, IndexEntry | None], se
     return True
 
 
-def fork_snapshot(index: HnswIndex, view: tuple[dict[int, IndexEntry | None], set[int], int, int]) -> int:
+def fork_snapshot(index: HnswIndex, view: SnapshotView) -> int:
     """(worker thread, the index's only hnswlib user) Start a child process that writes ``index`` as ``view``
     describes it (see :func:`save_snapshot`) and exits; returns its pid for :func:`reap_snapshot`.
 

@@ -1,0 +1,110 @@
+"""The index's per-vector maps grow a part at a time: no insert rehashes every vector's entry at once (at a million
+vectors four such dicts outgrew their tables on the same insert and held the event loop 270–380 ms)."""
+
+from __future__ import annotations
+
+import gc
+from itertools import islice
+from typing import Any
+
+import numpy as np
+import pytest
+
+from threadmind.stores._hnsw import HnswIndex, IndexEntry
+from threadmind.stores._parted import PART_BITS, STR_PARTS, IntParts, StrParts
+
+
+def _dicts(value: Any) -> list[dict[Any, Any]]:
+    """Every dict an object holds directly, or inside the parts of a parted map."""
+    if isinstance(value, dict):
+        return [value]
+    if isinstance(value, (IntParts, StrParts)):
+        return [part for part in value._parts if isinstance(part, dict)]
+    return []
+
+
+def test_an_index_of_150_000_vectors_holds_no_dict_of_more_than_one_part() -> None:
+    index = HnswIndex(name="memory_messages_8", dim=8, metric="cosine", m=8, ef_construction=32, ef_search=32,
+                      directory=None)
+    n = 150_000
+    index.upsert([IndexEntry(0, f"m{i}", f"m{i}", f"t{i // 10}", f"r{i // 100}") for i in range(n)],
+                 np.ones((n, 8), dtype=np.float32))  # staged: the staged vectors' maps hold them all too
+    assert index.count == n == index.staged and index.message_count() == n and index.has_message("m149999")
+    sizes = [len(d) for name in dir(index) if name.startswith("_") and not name.startswith("__")
+             for d in _dicts(getattr(index, name, None))]
+    assert sum(sizes) >= 8 * n  # rows, labels, vector ids, message ids; staged vectors, labels, marks, rows
+    assert max(sizes) <= 1 << PART_BITS
+    vectors = np.random.default_rng(4).normal(size=(1, 8)).astype(np.float32)
+    index.upsert([IndexEntry(0, "m7", "m7", "t0", "rx")], vectors)  # replaces m7
+    index.delete_messages(["m8"])
+    assert index.count == n - 1 == index.staged and not index.has_message("m8")
+    hits = index.search(vectors[0], 1, resource_id="rx", thread_id=None, threshold=None)
+    assert [h.message_id for h in hits] == ["m7"]
+    index.delete_thread("t1")
+    assert index.count == n - 11 == index.staged
+
+
+@pytest.mark.parametrize("keys", [[0, 1, 65_535, 65_536, 200_001], [f"id-{i}" for i in range(500)]])
+def test_parted_maps_read_and_write_as_a_dict_does(keys: list[Any]) -> None:
+    parts: Any = IntParts() if isinstance(keys[0], int) else StrParts()
+    plain: dict[Any, int] = {}
+    for i, key in enumerate(keys):
+        parts[key] = plain[key] = i
+    parts[keys[0]] = plain[keys[0]] = -1  # overwrite
+    del parts[keys[1]], plain[keys[1]]
+    assert len(parts) == len(plain) and bool(parts)
+    assert sorted(parts, key=str) == sorted(plain, key=str)
+    assert sorted(parts.items(), key=str) == sorted(plain.items(), key=str)
+    assert sorted(parts.values()) == sorted(plain.values())
+    for key in keys:
+        assert (key in parts) is (key in plain) and parts.get(key) == plain.get(key)
+    with pytest.raises(KeyError):
+        parts[keys[1]]
+    with pytest.raises(KeyError):
+        del parts[keys[1]]
+    missing = 10**9 if isinstance(keys[0], int) else "nope"
+    assert parts.get(missing) is None and parts.get(missing, 7) == 7 and missing not in parts
+    with pytest.raises(KeyError):
+        parts[missing]
+    if isinstance(parts, IntParts):
+        assert parts.get(-1) is None and -1 not in parts and "0" not in parts
+        copied = parts.copy()
+        copied[keys[2]] = 99
+        assert parts[keys[2]] == 2 and copied[keys[2]] == 99  # the copy's parts are its own
+    else:
+        assert max(len(part) for part in parts._parts) < len(plain) // (STR_PARTS // 8)  # spread, not one dict
+
+
+def test_parts_of_untracked_values_are_untracked_by_the_collector() -> None:
+    entries: IntParts[IndexEntry | None] = IntParts()
+    ids: StrParts[int] = StrParts()
+    for row in range(70_000):
+        entries[row] = IndexEntry(row, f"m{row}", f"m{row}", "t", "r")
+        ids[f"m{row}"] = row
+    gc.collect()
+    assert not any(gc.is_tracked(part) for part in [*entries._parts, *ids._parts])
+
+
+def test_an_int_map_of_growing_keys_keeps_key_order_and_no_trail_of_emptied_parts() -> None:
+    """Labels only grow and the flusher takes the oldest staged ones first: iteration is in key order, and the
+    parts the oldest keys emptied are dropped (an emptied dict keeps its table)."""
+    labels: IntParts[int] = IntParts()
+    for label in range(300_000):
+        labels[label] = label
+    assert list(islice(labels, 3)) == [0, 1, 2] and len(labels._parts) == 5
+    for label in range(200_000):
+        assert labels.pop(label) == label
+    assert len(labels) == 100_000 and next(iter(labels)) == 200_000 and next(labels.values()) == 200_000
+    assert len(labels._parts) == 2  # parts 0-2 went with their keys
+    assert labels.pop(5) is None and labels.pop(5, -1) == -1 and labels.get(5) is None and 5 not in labels
+    labels[7] = 7  # a key below the first part: parts are added in front
+    assert labels[7] == 7 and list(islice(labels, 2)) == [7, 200_000] and len(labels) == 100_001
+    labels[-3] = -3
+    assert labels[-3] == -3 and next(iter(labels)) == -3
+    del labels[-3], labels[7]
+    assert len(labels) == 100_000 and next(iter(labels)) == 200_000
+    for label in range(200_000, 300_000):
+        del labels[label]
+    assert not labels and len(labels) == 0 and labels._parts == []
+    labels[1] = 1
+    assert list(labels.items()) == [(1, 1)]
