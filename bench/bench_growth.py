@@ -656,6 +656,10 @@ def _phase(args: Sequence[str]) -> dict[str, Any]:
     return result
 
 
+#: The ``latency`` phase's reads, the same at every size (their ratios compare like with like).
+LIKE_FOR_LIKE = ("recall_cold", "recall_hot", "semantic_cold", "semantic_hot")
+
+
 def _ratios(first: dict[str, Any], other: dict[str, Any]) -> dict[str, float]:
     pairs = {
         "save_msgs_per_s": ("write", "save", "msgs_per_s"),
@@ -668,14 +672,7 @@ def _ratios(first: dict[str, Any], other: dict[str, Any]) -> dict[str, float]:
         "recall_at_10": ("write", "recall_at_10"),
         "aclose_s": ("write", "aclose_s"),
         "first_semantic_query_s": ("restart", "first_semantic_query_s"),
-        "recall_cold_p50": ("latency", "recall_cold", "p50_ms"),
-        "recall_cold_p99": ("latency", "recall_cold", "p99_ms"),
-        "recall_hot_p50": ("latency", "recall_hot", "p50_ms"),
-        "recall_hot_p99": ("latency", "recall_hot", "p99_ms"),
-        "semantic_cold_p50": ("latency", "semantic_cold", "p50_ms"),
-        "semantic_cold_p99": ("latency", "semantic_cold", "p99_ms"),
-        "semantic_hot_p50": ("latency", "semantic_hot", "p50_ms"),
-        "semantic_hot_p99": ("latency", "semantic_hot", "p99_ms"),
+        **{f"{read}_{pct}": ("latency", read, f"{pct}_ms") for read in LIKE_FOR_LIKE for pct in ("p50", "p99")},
     }
     out: dict[str, float] = {}
     for name, keys in pairs.items():

@@ -5,12 +5,22 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, where bench/ lives
 
 from bench import bench_growth  # noqa: E402
+
+
+def _after_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str], phase: str, threads: int) -> Any:
+    """Run the write phase for ``threads`` threads, then ``phase`` on the same database; its JSON."""
+    db = str(tmp_path / "growth.db")
+    bench_growth.main(["--phase", "write", "--db", db, "--threads", str(threads)])
+    capsys.readouterr()
+    bench_growth.main(["--phase", phase, "--db", db, "--threads", str(threads)])
+    return json.loads(capsys.readouterr().out)
 
 
 def test_the_idle_phase_runs_alone_and_passivates_every_thread(
@@ -53,11 +63,7 @@ def test_the_write_phase_reports_saves_the_event_loop_and_the_index(
 def test_the_restart_phase_reports_the_first_answer_full_speed_and_the_event_loop(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db = str(tmp_path / "growth.db")
-    bench_growth.main(["--phase", "write", "--db", db, "--threads", "20"])
-    capsys.readouterr()
-    bench_growth.main(["--phase", "restart", "--db", db, "--threads", "20"])
-    restart = json.loads(capsys.readouterr().out)
+    restart = _after_writing(tmp_path, capsys, "restart", 20)
     assert restart["first_query_hits"] > 0
     assert 0 <= restart["start_s"] <= restart["first_semantic_query_s"] <= restart["full_ann_speed_s"]
     loop = restart["event_loop_until_full_speed"]
@@ -70,11 +76,7 @@ def test_the_restart_phase_reports_the_first_answer_full_speed_and_the_event_loo
 def test_the_latency_phase_times_first_reads_then_cached_ones_of_the_same_threads_and_resources(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db = str(tmp_path / "growth.db")
-    bench_growth.main(["--phase", "write", "--db", db, "--threads", "40"])
-    capsys.readouterr()
-    bench_growth.main(["--phase", "latency", "--db", db, "--threads", "40"])
-    latency = json.loads(capsys.readouterr().out)
+    latency = _after_writing(tmp_path, capsys, "latency", 40)
     assert 0 <= latency["first_semantic_query_s"] <= latency["ready_s"] and latency["snapshot_wait_s"] >= 0.6
     assert 0 <= latency["event_loop_until_ready"]["p99_gap_ms"] <= latency["event_loop_until_ready"]["max_gap_ms"]
     # 4 resources, one of them searched to open the index: 3 first searches, each gathering its block from
