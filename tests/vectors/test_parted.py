@@ -108,3 +108,77 @@ def test_an_int_map_of_growing_keys_keeps_key_order_and_no_trail_of_emptied_part
     assert not labels and len(labels) == 0 and labels._parts == []
     labels[1] = 1
     assert list(labels.items()) == [(1, 1)]
+
+
+@pytest.mark.parametrize("keys", [
+    list(range(140_000)),  # dense rows over three parts
+    [5, 70_000, 70_001, 3, 140_000, 4],  # parts out of order: set one by one
+    [1, 2, 1, 65_536, 2],  # repeated keys: the last value wins, as when set one by one
+    [f"id-{i % 900}" for i in range(1_000)],
+])
+def test_filling_a_map_in_bulk_sets_what_setting_each_key_sets(keys: list[Any]) -> None:
+    values: list[Any] = [[i, i] if i % 5 == 0 else i for i in range(len(keys))]  # lists too: rows of chunks
+    filled: Any = IntParts() if isinstance(keys[0], int) else StrParts()
+    one_by_one: Any = IntParts() if isinstance(keys[0], int) else StrParts()
+    filled.fill(keys, values)
+    for key, value in zip(keys, values, strict=True):
+        one_by_one[key] = value
+    assert len(filled) == len(one_by_one) == len(set(keys))
+    assert sorted(filled.items(), key=str) == sorted(one_by_one.items(), key=str)
+    assert all(filled[key] == one_by_one[key] and key in filled for key in set(keys))  # each in the part it hashes to
+    if isinstance(filled, IntParts):
+        assert list(filled) == list(one_by_one)  # part by part in key order
+        filled[keys[-1] + 3] = -1  # still grows as a map set one by one does
+        assert filled[keys[-1] + 3] == -1 and len(filled) == len(set(keys)) + 1
+
+
+def test_filling_needs_an_empty_map_and_a_value_per_key() -> None:
+    ints: IntParts[int] = IntParts()
+    ints[1] = 1
+    with pytest.raises(ValueError, match="empty"):
+        ints.fill([2], [2])
+    with pytest.raises(ValueError, match="2 keys and 1 values"):
+        StrParts[int]().fill(["a", "b"], [1])
+    empty: StrParts[int] = StrParts()
+    empty.fill([], [])
+    assert not empty and len(empty) == 0
+
+
+@pytest.mark.parametrize("shuffled_labels", [False, True])
+def test_a_loaded_snapshot_links_its_entries_as_writing_them_one_by_one_does(shuffled_labels: bool) -> None:
+    """Linking a snapshot fills the maps in bulk; what they hold must be what linking each entry gives: messages of
+    several chunks, ids stored empty (vector id = message id), rows and labels over several parts."""
+    n = 70_000
+    labels = np.arange(n) * 2
+    if shuffled_labels:
+        np.random.default_rng(5).shuffle(labels)
+
+    def entries() -> list[IndexEntry]:
+        out = []
+        for row in range(n):
+            message = f"m{row // 3}" if row % 7 < 3 else f"m-{row}"  # runs of three chunks of one message
+            vector_id = "" if row % 11 == 0 and message == f"m-{row}" else f"v{row}"
+            out.append(IndexEntry(int(labels[row]), vector_id, message, f"t{row // 10}", f"r{row // 100}"))
+        return out
+
+    def index() -> HnswIndex:
+        return HnswIndex(name="memory_messages_8", dim=8, metric="cosine", m=8, ef_construction=32, ef_search=32,
+                         directory=None)
+
+    bulk, reference = index(), index()
+    bulk.link_loaded(entries())
+    for row, entry in enumerate(entries()):  # what a write does, entry by entry
+        entry.vector_id = entry.vector_id or entry.message_id
+        entry.thread_id, entry.resource_id = reference._name(entry.thread_id), reference._name(entry.resource_id)
+        reference._entries[row] = None
+        reference._link(row, entry, None)
+    reference._next_row = n
+    for name in ("_entries", "_row_of_vector", "_row_of_label", "_rows_of_message"):
+        assert sorted(getattr(bulk, name).items(), key=str) == sorted(getattr(reference, name).items(), key=str), name
+    assert bulk._rows_of_thread == reference._rows_of_thread and bulk._rows_of_resource == reference._rows_of_resource
+    assert bulk._next_row == n and bulk.count == n and bulk.message_count() == reference.message_count()
+    first, tenth = bulk._entries[0], bulk._entries[9]
+    assert first is not None and tenth is not None and first.thread_id is tenth.thread_id  # one string per thread
+    assert bulk.has_message("m-3") and bulk.scope_rows("r1", None)[1] == 100
+    bulk.delete_messages(["m0"])  # a message of three chunks leaves as a whole
+    assert not bulk.has_message("m0") and bulk.count == n - 3

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from itertools import islice
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -407,14 +409,39 @@ class HnswIndex:
             self._link(self._take_row(), entry, None)
 
     def link_loaded(self, entries: Sequence[IndexEntry]) -> None:
-        """(worker thread, index not shared yet) The maps of a loaded snapshot's entries."""
+        """(worker thread, index not shared yet) The maps of a loaded snapshot's entries, row ``i`` for
+        ``entries[i]``: the per-vector maps filled in bulk, the thread and resource row sets in one pass (linking a
+        million entries one by one, as a write does, took 5.1–5.9 s here; this, 3.5–3.9 s)."""
+        intern = self._names.setdefault
+        by_thread, by_resource = self._rows_of_thread, self._rows_of_resource
         for row, entry in enumerate(entries):
             if not entry.vector_id:
                 entry.vector_id = entry.message_id
-            entry.thread_id, entry.resource_id = self._name(entry.thread_id), self._name(entry.resource_id)
-            self._entries[row] = None
-            self._next_row = row + 1
-            self._link(row, entry, None)
+            thread_id = entry.thread_id = intern(entry.thread_id, entry.thread_id)
+            resource_id = entry.resource_id = intern(entry.resource_id, entry.resource_id)
+            if (rows := by_thread.get(thread_id)) is None:
+                rows = by_thread[thread_id] = {}
+            rows[row] = None
+            if (rows := by_resource.get(resource_id)) is None:
+                rows = by_resource[resource_id] = {}
+            rows[row] = None
+        count = len(entries)
+        rows_in_order = range(count)
+        self._entries.fill(rows_in_order, entries)
+        self._next_row = count
+        self._row_of_vector.fill(list(map(attrgetter("vector_id"), entries)), rows_in_order)
+        self._row_of_label.fill(list(map(attrgetter("label"), entries)), rows_in_order)
+        message_ids = list(map(attrgetter("message_id"), entries))
+        last_row = dict(zip(message_ids, rows_in_order, strict=True))
+        chunked: dict[str, list[int]] = {}  # messages of several rows (chunks), in row order
+        if len(last_row) < count:
+            for message_id, chunks in Counter(message_ids).items():
+                if chunks > 1:
+                    chunked[message_id] = []
+            for row, message_id in enumerate(message_ids):
+                if (rows_of := chunked.get(message_id)) is not None:
+                    rows_of.append(row)
+        self._rows_of_message.fill(list(last_row), [chunked[m] if m in chunked else r for m, r in last_row.items()])
 
     # hnswlib work --------------------------------------------------------------------------------
     def take_flush(self, limit: int = FLUSH_CHUNK) -> _FlushPlan:

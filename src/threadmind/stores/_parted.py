@@ -9,8 +9,11 @@ collector, as the whole dict was. Only the operations the index uses are offered
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from itertools import pairwise
 from typing import Generic, TypeVar
+
+import numpy as np
 
 __all__ = ("PART_BITS", "STR_PARTS", "IntParts", "StrParts")
 
@@ -130,6 +133,25 @@ class IntParts(_Parts[int, V]):
             del parts[:drop]
             self._base += drop
 
+    def fill(self, keys: Sequence[int], values: Sequence[V]) -> None:
+        """Set every ``keys[i] -> values[i]`` in an empty map, a part per run of keys that falls in it, each built
+        at C speed (a loaded snapshot's million entries: one call per key took seconds). Keys whose parts are not
+        in ascending order are set one by one."""
+        _check_fill(self, keys, values)
+        n = len(keys)
+        if n == 0:
+            return
+        numbers = np.fromiter(keys, dtype=np.int64, count=n) >> PART_BITS
+        if n > 1 and bool((numbers[1:] < numbers[:-1]).any()):
+            for key, value in zip(keys, values, strict=True):
+                self[key] = value
+            return
+        base = int(numbers[0])
+        cuts = np.searchsorted(numbers, np.arange(base, int(numbers[-1]) + 2)).tolist()
+        self._parts = [dict(zip(keys[a:b], values[a:b], strict=True)) for a, b in pairwise(cuts)]
+        self._base = base
+        self._size = sum(map(len, self._parts))
+
     def copy(self) -> IntParts[V]:
         """A copy whose parts are copies (the values are shared)."""
         out: IntParts[V] = IntParts()
@@ -165,3 +187,25 @@ class StrParts(_Parts[str, V]):
     def __delitem__(self, key: str) -> None:
         del self._parts[hash(key) % STR_PARTS][key]
         self._size -= 1
+
+    def fill(self, keys: Sequence[str], values: Sequence[V]) -> None:
+        """Set every ``keys[i] -> values[i]`` in an empty map, each part built at C speed from the pairs that hash
+        to it (a loaded snapshot's million entries: one call per key took seconds)."""
+        _check_fill(self, keys, values)
+        n = len(keys)
+        if n == 0:
+            return
+        hashes = np.fromiter(map(hash, keys), dtype=np.int64, count=n) % STR_PARTS  # as ``hash(key) % STR_PARTS``
+        order = np.argsort(hashes, kind="stable")
+        cuts = np.searchsorted(hashes[order], np.arange(STR_PARTS + 1)).tolist()
+        sorted_keys = np.fromiter(keys, dtype=object, count=n)[order].tolist()
+        sorted_values = np.fromiter(values, dtype=object, count=n)[order].tolist()
+        self._parts = [dict(zip(sorted_keys[a:b], sorted_values[a:b], strict=True)) for a, b in pairwise(cuts)]
+        self._size = sum(map(len, self._parts))
+
+
+def _check_fill(parts: _Parts[K, V], keys: Sequence[K], values: Sequence[V]) -> None:
+    if parts._size:
+        raise ValueError("fill() needs an empty map")
+    if len(keys) != len(values):
+        raise ValueError(f"fill() got {len(keys)} keys and {len(values)} values")
