@@ -419,6 +419,16 @@ class IndexActor(Actor[IndexOp]):
         with operation_span("threadmind.index.copy", "upsert_memory", thread_id=thread_id, resource_id=resource_id):
             await self._call(IndexCommand("copy", dict(id_map), thread_id, resource_id))
 
+    async def load(self) -> int:
+        """Select the index now and wait until the vector store has loaded it; the vectors it holds.
+
+        The index is otherwise selected by the first operation that needs it, and a large one loads in the
+        background while queries read the stored rows (see :meth:`Memory.load_index`).
+        """
+        self._check_running()
+        await self._ensure_index()
+        return await self._vector.wait_loaded()
+
     async def flush(self) -> int:
         """Hand every staged vector to the ANN structure now (normally done when the index is quiet)."""
         self._check_running()

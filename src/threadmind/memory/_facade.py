@@ -499,6 +499,21 @@ class Memory:
             return await index.query(text, top_k=top_k, thread_id=thread_id, resource_id=resource_id,
                                      threshold=threshold)
 
+    async def load_index(self) -> int:
+        """Load the semantic-recall index now and wait for it; the vectors it holds (0 without semantic recall).
+
+        Otherwise the first operation that needs the index selects it, and a large one loads in the background
+        while queries are answered exactly from the stored rows. A server calls this at start, before it takes
+        traffic: hnswlib reads a snapshot holding the GIL, which stalls the event loop (about 1–3 s at a million
+        vectors on a 2-core machine), and until the load ends semantic queries are slower.
+        """
+        self._core.actors()
+        index = self._core.index
+        if index is None:
+            await anyio.lowlevel.checkpoint()
+            return 0
+        return await index.load()
+
     async def flush_index(self) -> int:
         """Wait until every vector queued so far is written and searchable; returns how many were staged.
 

@@ -188,6 +188,11 @@ class HnswVectorStore:
     async def use_index(self, name: str, dimension: int) -> None:
         await self._live().use_index(name, dimension)
 
+    async def wait_loaded(self) -> int:
+        """Until the snapshot is read and the rows it lacked are added (a large index loads in the background);
+        the vectors the index holds."""
+        return await self._live().wait_loaded()
+
     @property
     def index_name(self) -> str | None:
         return self._session.name if self._session is not None else None

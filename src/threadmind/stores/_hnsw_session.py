@@ -133,6 +133,7 @@ class Session:
         self.flusher = anyio.CancelScope()
         self.saving = anyio.CancelScope()  # replaced by each background save, cancelled by close
         self.saves_in_flight = 0  # snapshots being written (statistics: snapshot_saving)
+        self.loaded = anyio.Event()  # set once the index is live, its load failed, or the session closes
         self.added_at_start = 0  # rows the loaded snapshot lacked, added at this start; 0 once a snapshot has them
         self.flush_wanted = anyio.Event()
         self.chunk = FLUSH_CHUNK // 4  # staged vectors per flusher chunk (see _flush_chunk)
@@ -180,6 +181,7 @@ class Session:
 
     async def close(self) -> None:
         self.closing = True
+        self.loaded.set()
         self.loader.cancel()
         self.flusher.cancel()  # a chunk being added to hnswlib finishes first (about half a second)
         self.saving.cancel()
@@ -228,6 +230,16 @@ class Session:
         async with self.lock:
             await self._load(name, dim, locked=True)
 
+    async def wait_loaded(self) -> int:
+        """Until the index selected by :meth:`use_index` is live (or its load failed, or the session closes); the
+        vectors it holds."""
+        if self.name is None:
+            await anyio.lowlevel.checkpoint()
+        else:
+            await self.loaded.wait()
+        index = self.index
+        return index.count if index is not None and not self.closing else 0
+
     async def _load_in_background(self) -> None:
         assert self.name is not None
         if self.closing:
@@ -238,6 +250,8 @@ class Session:
                 await self._load(self.name, self.dim, locked=False)
             except Exception:
                 logger.exception("loading vector index %s failed; queries keep reading SQL", self.name)
+            finally:
+                self.loaded.set()  # nobody waits for a load that will not come
 
     async def _load(self, name: str, dim: int, *, locked: bool) -> None:
         """Load the snapshot (or rebuild from SQL), add the rows changed since straight to hnswlib, page by page,
@@ -326,6 +340,7 @@ class Session:
         records, deleted, seq = await self.records.load(index.name, since_seq=index.applied_seq)
         index.replay(records, deleted, seq)
         self.index = index
+        self.loaded.set()
         self.flush_wanted.set()
 
     # changes ---------------------------------------------------------------------------------------

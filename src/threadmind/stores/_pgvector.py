@@ -264,6 +264,15 @@ class PgVectorStore:
         return None
 
     # the index -----------------------------------------------------------------------------------
+    async def wait_loaded(self) -> int:
+        """Nothing to load (the table serves once :meth:`use_index` returned): the rows of the index's table."""
+        layout = self._layout
+        if layout is None:
+            await anyio.lowlevel.checkpoint()
+            return 0
+        count = await self._read(lambda conn: conn.fetchval(f"SELECT count(*) FROM {layout.table}"), "vector count")
+        return int(count)
+
     async def use_index(self, name: str, dimension: int) -> None:
         """Create (or adopt Mastra's) table of the index and its indexes; idempotent.
 

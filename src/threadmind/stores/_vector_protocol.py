@@ -99,6 +99,12 @@ class VectorStore(Protocol):
     async def use_index(self, name: str, dimension: int) -> None:
         """Select (load, or start loading) the index ``name`` of ``dimension``; idempotent."""
 
+    async def wait_loaded(self) -> int:
+        """Wait until the index selected by :meth:`use_index` is loaded (a store that loads in the background reads
+        its snapshot and adds the rows it lacked; queries meanwhile are answered another way); a store that loads
+        nothing returns at once, and so does every store once it is closing or its load failed. Returns how many
+        vectors the loaded index holds (0 when nothing was loaded)."""
+
     @property
     def index_name(self) -> str | None:
         """The index in use, None before :meth:`use_index`."""
@@ -178,6 +184,6 @@ def as_vector_store(value: Any) -> VectorStore:
 
 
 _REQUIRED = (
-    "open", "close", "use_index", "prepare", "stage", "write", "query", "delete_messages", "delete_thread",
-    "move_thread", "copy_messages", "catch_up", "barrier", "flush", "persist", "statistics",
+    "open", "close", "use_index", "wait_loaded", "prepare", "stage", "write", "query", "delete_messages",
+    "delete_thread", "move_thread", "copy_messages", "catch_up", "barrier", "flush", "persist", "statistics",
 )
