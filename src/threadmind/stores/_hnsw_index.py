@@ -695,10 +695,11 @@ class HnswIndex:
             self._index.resize_index(capacity)
 
     def adopt_loaded(self, index: Any, entries: Sequence[IndexEntry], next_label: int, seq: int) -> None:
-        """(worker thread, index not shared yet) Take a loaded hnswlib index and its entries."""
+        """(worker thread, index not shared yet) Take a loaded hnswlib index and its entries, linked already
+        (:meth:`link_loaded`)."""
         self._index = index
         self._index.set_ef(self.ef_search)  # hnswlib resets ef to 10 on load
-        live = {e.label for e in entries}
+        live = self._row_of_label
         stale = [label for label in index.get_ids_list() if label not in live] if len(live) < index.element_count \
             else []
         for label in stale:  # deleted after the snapshot's flush: not in its entries
@@ -708,5 +709,4 @@ class HnswIndex:
                 pass
         self._deleted_slots = int(index.element_count) - len(entries)
         self._next_label = next_label
-        self.link_loaded(entries)
         self.applied_seq = self.snapshot_seq = seq
