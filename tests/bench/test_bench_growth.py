@@ -77,7 +77,8 @@ def test_the_latency_phase_times_first_reads_then_cached_ones_of_the_same_thread
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     latency = _after_writing(tmp_path, capsys, "latency", 40)
-    assert 0 <= latency["first_semantic_query_s"] <= latency["ready_s"] and latency["snapshot_wait_s"] >= 0.6
+    assert 0 <= latency["load_index_s"] <= latency["ready_s"] and latency["snapshot_wait_s"] >= 0.6
+    assert latency["vectors_loaded"] == 400
     assert 0 <= latency["event_loop_until_ready"]["p99_gap_ms"] <= latency["event_loop_until_ready"]["max_gap_ms"]
     # 4 resources, one of them searched to open the index: 3 first searches, each gathering its block from
     # SQL, then 3 searches of the same resources served from the cached blocks
