@@ -45,6 +45,7 @@ import tempfile
 import time
 from array import array
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import anyio
@@ -178,6 +179,8 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
         await memory.create_thread(thread_id=f"thread-{t}", resource_id=_resource(t), title=f"Thread {t}")
     latencies = array("d")  # 900 000 floats at 1M: not a list the collector walks at every full collection
     next_thread = start_threads
+    tenth = max(1, (threads - start_threads) // 10)
+    marks: list[float] = []  # when each tenth of the threads had been taken: the save rate as the file grows
 
     async def _worker() -> None:
         # 16 workers take the threads in turn: 16 saves in flight, as 16 concurrent requests of a server
@@ -186,6 +189,8 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
         while next_thread < threads:
             t = next_thread
             next_thread += 1
+            if (t - start_threads) % tenth == 0:
+                marks.append(time.perf_counter())
             for k in range(TURNS):
                 started = time.perf_counter()
                 await memory.save_messages(_turn(workload, t, k))
@@ -202,9 +207,11 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
                 tg.start_soon(_worker)
         gaps.stop()
     seconds = time.perf_counter() - started
+    marks.append(started + seconds)
     gc.callbacks.remove(pauses)
     saved = (threads - start_threads) * TURNS * 2
-    out["save"] = {"messages": saved, "msgs_per_s": round(saved / seconds), **_pcts(latencies)}
+    out["save"] = {"messages": saved, "msgs_per_s": round(saved / seconds), **_pcts(latencies),
+                   "msgs_per_s_by_tenth": [round(tenth * TURNS * 2 / (b - a)) for a, b in pairwise(marks)]}
     out["event_loop_while_saving"] = {**gaps.report(), "gc": pauses.report(),
                                       "live_thread_actors": len(memory.actor_system.threads),
                                       "gc_tracked_objects": len(gc.get_objects()),

@@ -51,6 +51,7 @@ def test_the_write_phase_reports_saves_the_event_loop_and_the_index(
     bench_growth.main(["--phase", "write", "--db", str(tmp_path / "growth.db"), "--threads", "20"])
     write = json.loads(capsys.readouterr().out)
     assert write["save"]["messages"] == 20 * bench_growth.TURNS * 2 and write["save"]["msgs_per_s"] > 0
+    assert len(write["save"]["msgs_per_s_by_tenth"]) == 10 and min(write["save"]["msgs_per_s_by_tenth"]) > 0
     loop = write["event_loop_while_saving"]
     assert 0 < loop["p99_gap_ms"] <= loop["max_gap_ms"] and loop["live_thread_actors"] == 20
     assert set(loop["gc"]) == {"collections", "longest_ms", "total_ms"}
