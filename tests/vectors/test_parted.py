@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from threadmind.stores._hnsw import HnswIndex, IndexEntry
-from threadmind.stores._parted import PART_BITS, STR_PARTS, IntParts, StrParts
+from threadmind.stores._parted import MAX_BATCH, PART_BITS, STR_PARTS, IntParts, StrParts
 
 
 def _dicts(value: Any) -> list[dict[Any, Any]]:
@@ -111,43 +111,46 @@ def test_an_int_map_of_growing_keys_keeps_key_order_and_no_trail_of_emptied_part
 
 
 @pytest.mark.parametrize("keys", [
-    list(range(140_000)),  # dense rows over three parts
+    list(range(65_536)),  # a part's worth of rows
     [5, 70_000, 70_001, 3, 140_000, 4],  # parts out of order: set one by one
     [1, 2, 1, 65_536, 2],  # repeated keys: the last value wins, as when set one by one
     [f"id-{i % 900}" for i in range(1_000)],
 ])
-def test_filling_a_map_in_bulk_sets_what_setting_each_key_sets(keys: list[Any]) -> None:
+def test_updating_a_map_in_bulk_sets_what_setting_each_key_sets(keys: list[Any]) -> None:
     values: list[Any] = [[i, i] if i % 5 == 0 else i for i in range(len(keys))]  # lists too: rows of chunks
-    filled: Any = IntParts() if isinstance(keys[0], int) else StrParts()
+    bulk: Any = IntParts() if isinstance(keys[0], int) else StrParts()
     one_by_one: Any = IntParts() if isinstance(keys[0], int) else StrParts()
-    filled.fill(keys, values)
+    for parts in (bulk, one_by_one):  # onto a map that holds keys already, some of them replaced
+        parts[keys[0]] = parts[keys[-1] * 3 if isinstance(keys[0], int) else "other"] = "before"
+    bulk.update(keys, values)
     for key, value in zip(keys, values, strict=True):
         one_by_one[key] = value
-    assert len(filled) == len(one_by_one) == len(set(keys))
-    assert sorted(filled.items(), key=str) == sorted(one_by_one.items(), key=str)
-    assert all(filled[key] == one_by_one[key] and key in filled for key in set(keys))  # each in the part it hashes to
-    if isinstance(filled, IntParts):
-        assert list(filled) == list(one_by_one)  # part by part in key order
-        filled[keys[-1] + 3] = -1  # still grows as a map set one by one does
-        assert filled[keys[-1] + 3] == -1 and len(filled) == len(set(keys)) + 1
+    assert len(bulk) == len(one_by_one) == len(set(keys)) + 1
+    assert sorted(bulk.items(), key=str) == sorted(one_by_one.items(), key=str)
+    assert all(bulk[key] == one_by_one[key] and key in bulk for key in set(keys))  # each in the part it hashes to
+    if isinstance(bulk, IntParts):
+        assert list(bulk) == list(one_by_one)  # part by part in key order
+        bulk[keys[-1] + 3] = -1  # still grows as a map set one by one does
+        assert bulk[keys[-1] + 3] == -1 and len(bulk) == len(set(keys)) + 2
 
 
-def test_filling_needs_an_empty_map_and_a_value_per_key() -> None:
-    ints: IntParts[int] = IntParts()
-    ints[1] = 1
-    with pytest.raises(ValueError, match="empty"):
-        ints.fill([2], [2])
+def test_a_bulk_update_takes_a_bounded_batch_and_a_value_per_key() -> None:
+    """Each step of an update is one C call holding the GIL: batches are bounded so a worker thread linking a
+    million entries never holds the event loop long."""
+    with pytest.raises(ValueError, match="at most 65536 pairs"):
+        IntParts[int]().update(range(MAX_BATCH + 1), range(MAX_BATCH + 1))
     with pytest.raises(ValueError, match="2 keys and 1 values"):
-        StrParts[int]().fill(["a", "b"], [1])
+        StrParts[int]().update(["a", "b"], [1])
     empty: StrParts[int] = StrParts()
-    empty.fill([], [])
+    empty.update([], [])
     assert not empty and len(empty) == 0
 
 
 @pytest.mark.parametrize("shuffled_labels", [False, True])
 def test_a_loaded_snapshot_links_its_entries_as_writing_them_one_by_one_does(shuffled_labels: bool) -> None:
-    """Linking a snapshot fills the maps in bulk; what they hold must be what linking each entry gives: messages of
-    several chunks, ids stored empty (vector id = message id), rows and labels over several parts."""
+    """Linking a snapshot fills the maps in bulk, a slice at a time; what they hold must be what linking each entry
+    gives: messages of several chunks (one across two slices), ids stored empty (vector id = message id), rows and
+    labels over several parts."""
     n = 70_000
     labels = np.arange(n) * 2
     if shuffled_labels:
@@ -179,6 +182,7 @@ def test_a_loaded_snapshot_links_its_entries_as_writing_them_one_by_one_does(shu
     assert bulk._next_row == n and bulk.count == n and bulk.message_count() == reference.message_count()
     first, tenth = bulk._entries[0], bulk._entries[9]
     assert first is not None and tenth is not None and first.thread_id is tenth.thread_id  # one string per thread
+    assert bulk._rows_of_message["m21845"] == [65_535, 65_536]  # its chunks on both sides of a slice's end
     assert bulk.has_message("m-3") and bulk.scope_rows("r1", None)[1] == 100
     bulk.delete_messages(["m0"])  # a message of three chunks leaves as a whole
     assert not bulk.has_message("m0") and bulk.count == n - 3
