@@ -228,7 +228,7 @@ def load_snapshot(index: HnswIndex, capacity: int = 0) -> str | None:
             entries_bytes = entries_path.read_bytes()
             if hashlib.sha256(entries_bytes).hexdigest() != manifest.entries_sha256:
                 return "entries checksum mismatch"
-            entries = msgspec.msgpack.decode(entries_bytes, type=list[IndexEntry])
+            entries = _decode_entries(entries_bytes)
             del entries_bytes
             if len(entries) != manifest.count:
                 return "entry count mismatch"
@@ -243,6 +243,22 @@ def load_snapshot(index: HnswIndex, capacity: int = 0) -> str | None:
             graph_sha256.join()  # never left running, whatever ended the load
     index.adopt_loaded(loaded, entries, manifest.next_label, manifest.max_seq)
     return None
+
+
+_ENTRIES = msgspec.msgpack.Decoder(list[IndexEntry])
+#: Entries decoded per call: msgspec holds the GIL for a whole decode (a million entries, 0.4–0.5 s here).
+_DECODE_BATCH = 1 << 16
+
+
+def _decode_entries(data: bytes) -> list[IndexEntry]:
+    """A snapshot's entries (one msgpack array), decoded a batch at a time: the array is first split into its
+    encoded elements (a million in 0.08 s), then each batch is decoded as an array of its own (~40 ms each)."""
+    elements = msgspec.msgpack.decode(data, type=list[msgspec.Raw])
+    entries: list[IndexEntry] = []
+    for start in range(0, len(elements), _DECODE_BATCH):
+        batch = elements[start:start + _DECODE_BATCH]
+        entries.extend(_ENTRIES.decode(b"\xdd" + len(batch).to_bytes(4, "big") + b"".join(batch)))  # array 32
+    return entries
 
 
 class _Checksum:
