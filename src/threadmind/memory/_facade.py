@@ -504,7 +504,7 @@ class Memory:
 
         Otherwise the first operation that needs the index selects it, and a large one loads in the background
         while queries are answered exactly from the stored rows. A server calls this at start, before it takes
-        traffic: hnswlib reads a snapshot holding the GIL, which stalls the event loop (about 1–3 s at a million
+        traffic: hnswlib reads a snapshot holding the GIL, which stalls the event loop (1–6 s at a million
         vectors on a 2-core machine), and until the load ends semantic queries are slower.
         """
         self._core.actors()
