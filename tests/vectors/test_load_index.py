@@ -117,3 +117,23 @@ async def test_with_pgvector_load_index_returns_the_vectors_at_once(pg_dsn: str)
         await _stored(memory, 20)
     async with _pg() as memory:
         assert await memory.load_index() == 20
+
+
+async def test_a_small_index_whose_load_failed_is_not_waited_for_again(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small index loads before its first operation returns; when that load fails, the failure reaches the
+    caller, and later calls (which do not load again) must not wait for it."""
+    async with _memory(tmp_path) as memory:
+        await _stored(memory, 50)
+
+    def _broken(*args: Any) -> Any:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(_hnsw_session, "load_snapshot", _broken)
+    async with _memory(tmp_path) as memory:
+        with pytest.raises(RuntimeError, match="disk on fire"):
+            await memory.load_index()
+        with anyio.fail_after(10):
+            assert await memory.load_index() == 0
+        found = await memory.recall("t1", resource_id="r1", per_page=0, vector_search_string="note 17 about tram")
+        assert [m.id for m in found.messages] == ["m17"]  # answered from the stored rows

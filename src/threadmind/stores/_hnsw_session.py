@@ -228,7 +228,10 @@ class Session:
             self.task_group.start_soon(self._load_in_background)
             return
         async with self.lock:
-            await self._load(name, dim, locked=True)
+            try:
+                await self._load(name, dim, locked=True)
+            finally:
+                self.loaded.set()  # a failed load is not tried again: queries keep reading SQL
 
     async def wait_loaded(self) -> int:
         """Until the index selected by :meth:`use_index` is live (or its load failed, or the session closes); the
