@@ -36,6 +36,17 @@ async def _stored(memory: Memory, n: int) -> None:
                                 for i in range(n)])
 
 
+async def _stored_then_unreadable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """50 messages with their snapshot saved at close; from then on every snapshot read fails."""
+    async with _memory(tmp_path) as memory:
+        await _stored(memory, 50)
+
+    def _broken(*args: Any) -> Any:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(_hnsw_session, "load_snapshot", _broken)
+
+
 @pytest.fixture
 def slow_snapshot_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every snapshot loads in the background, and reading one takes 0.3 s (a large one, here)."""
@@ -70,13 +81,7 @@ async def test_load_index_waits_for_the_background_load_so_no_query_meets_it(tmp
 @pytest.mark.usefixtures("slow_snapshot_reads")
 async def test_a_failed_load_does_not_leave_load_index_waiting(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    async with _memory(tmp_path) as memory:
-        await _stored(memory, 50)
-
-    def _broken(*args: Any) -> Any:
-        raise RuntimeError("disk on fire")
-
-    monkeypatch.setattr(_hnsw_session, "load_snapshot", _broken)
+    await _stored_then_unreadable(tmp_path, monkeypatch)
     async with _memory(tmp_path) as memory:
         with anyio.fail_after(10):
             assert await memory.load_index() == 0  # nothing loaded: the failure is logged
@@ -123,13 +128,7 @@ async def test_a_small_index_whose_load_failed_is_not_waited_for_again(tmp_path:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A small index loads before its first operation returns; when that load fails, the failure reaches the
     caller, and later calls (which do not load again) must not wait for it."""
-    async with _memory(tmp_path) as memory:
-        await _stored(memory, 50)
-
-    def _broken(*args: Any) -> Any:
-        raise RuntimeError("disk on fire")
-
-    monkeypatch.setattr(_hnsw_session, "load_snapshot", _broken)
+    await _stored_then_unreadable(tmp_path, monkeypatch)
     async with _memory(tmp_path) as memory:
         with pytest.raises(RuntimeError, match="disk on fire"):
             await memory.load_index()

@@ -91,6 +91,10 @@ class MemoryCore:
         """The index actor, when semantic recall has a vector store and an embedder."""
         return self.system.index if self.system is not None else None
 
+    def running_index(self) -> IndexActor | None:
+        """The index actor of the running actor system (None without semantic recall); raises as :meth:`actors`."""
+        return self.actors().index
+
     def _make_index(self) -> IndexActor | None:
         if self.vector is None or self.embedder is None or self.storage is None:
             return None

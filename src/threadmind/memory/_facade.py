@@ -459,8 +459,7 @@ class Memory:
         ``progress(done, total)`` is called as batches complete (by default progress goes to the log).
         """
         with operation_span("threadmind.memory.reindex", "embeddings"):
-            self._core.actors()
-            index = self._core.index
+            index = self._core.running_index()
             if index is None:
                 return 0
 
@@ -491,8 +490,7 @@ class Memory:
             require_id(resource_id, "resource_id")
         with operation_span("threadmind.memory.search_vectors", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            self._core.actors()
-            index = self._core.index
+            index = self._core.running_index()
             if index is None:
                 await anyio.lowlevel.checkpoint()
                 return []
@@ -507,8 +505,7 @@ class Memory:
         traffic: hnswlib reads a snapshot holding the GIL, which stalls the event loop (1–6 s at a million
         vectors on a 2-core machine), and until the load ends semantic queries are slower.
         """
-        self._core.actors()
-        index = self._core.index
+        index = self._core.running_index()
         if index is None:
             await anyio.lowlevel.checkpoint()
             return 0
@@ -520,8 +517,7 @@ class Memory:
         Saves already return once their vectors are queryable; this is for work that opted out (an agent
         turn embeds in the background) and for tools that need a quiescent index.
         """
-        self._core.actors()
-        index = self._core.index
+        index = self._core.running_index()
         if index is None:
             await anyio.lowlevel.checkpoint()
             return 0
