@@ -13,7 +13,8 @@ threads over 10 000 resources. Per size, in fresh processes (so RSS is per proce
 - ``latency``: a second start (first answer, ready, the event loop's longest gap meanwhile), then the same
   reads at every size: 300 threads' last 10 and 100 resources' semantic queries (99 at 10k), each the first
   read of its thread or resource (nothing of it cached), then again (cached); ``write`` and ``restart`` pick
-  threads and resources at random, which at 10k are nearly all cached and at 1M nearly all not;
+  threads and resources at random, which at 10k are nearly all cached and at 1M nearly all not. Then
+  ``raw_sqlite``: the first reads' statements in plain ``sqlite3`` (the part of their growth that is SQLite's);
 - ``cli``: ``threadmind stats / threads / show / search`` wall time, process start included.
 
 Then ``idle``, an idle-thread heavy deployment, in a fresh process on a fresh database (no semantic recall,
@@ -376,7 +377,71 @@ async def _latency(path: str, threads: int, n: int = 300, scopes: int = 100) -> 
                                   for i, (thread, owner) in enumerate(searches)], memory)
         out[name]["scope_reads"] = _stats(memory).store.stored_scope_reads - reads  # blocks read from SQL
     await memory.aclose()
+    # other threads and resources where there are enough (a 10k database has only the 100 resources read above)
+    spare = [thread for thread in dict.fromkeys(f"thread-{(i * 7919 + 5) % threads}" for i in range(3 * n))
+             if thread not in spread and thread not in picked]
+    raw_histories = [*spare, *(thread for thread, _, _ in histories)][:n]
+    unread = [r for r in dict.fromkeys((i * 7919 + 2) % resources for i in range(3 * scopes)) if r not in chosen]
+    raw_scopes = [f"resource-{r}" for r in [*unread, *chosen] if f"resource-{r}" != first_owner][:scopes]
+    out["raw_sqlite"] = await _raw_sqlite(path, raw_histories, raw_scopes)
     return out
+
+
+async def _raw_sqlite(path: str, histories: Sequence[str], scopes: Sequence[str]) -> dict[str, Any]:
+    """The baseline of the ``latency`` phase's first reads: plain ``sqlite3`` on a fresh connection (an empty page
+    cache of the same size as the store's), other threads and resources of the same spread, the same statements.
+
+    ``recall_cold``: the thread row, the message count and the newest 16 messages (what a thread actor reads when
+    nothing of the thread is cached); ``semantic_cold``: the resource's stored vectors, an exact top 4 in numpy,
+    and each hit with one message before and after it (the include windows of ``messageRange: 1``). What grows
+    here with the file is SQLite's, not threadmind's: these ratios are the floor of the like-for-like ones.
+    """
+    import sqlite3
+
+    texts = [gen_text(STREAM_RESOURCE_QUERIES, 30_000 + i, 80) for i in range(len(scopes))]
+    queries = np.asarray((await HashEmbedder(dim=DIM).embed(texts)).vectors, dtype=np.float32)
+    cols = 'id, content, role, type, "createdAt", thread_id, "resourceId", rowid'
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA cache_size = -65536")
+        conn.execute("PRAGMA query_only = ON")
+        row = conn.execute("SELECT index_name FROM threadmind_vectors LIMIT 1").fetchone()
+        index_name = row[0] if row else ""
+        times: list[float] = []
+        read = 0
+        for thread in histories:
+            started = time.perf_counter()
+            conn.execute("BEGIN")
+            conn.execute('SELECT id, "resourceId", title, metadata, "createdAt", "updatedAt" FROM mastra_threads '
+                         "WHERE id = ?", (thread,)).fetchone()
+            conn.execute("SELECT COUNT(*) FROM mastra_messages WHERE thread_id IN (?)", (thread,)).fetchone()
+            read += len(conn.execute(f'SELECT {cols} FROM mastra_messages WHERE thread_id IN (?) ORDER BY '
+                                     '"createdAt" DESC, rowid DESC LIMIT ? OFFSET ?', (thread, 16, 0)).fetchall())
+            conn.execute("COMMIT")
+            times.append(time.perf_counter() - started)
+        out: dict[str, Any] = {"recall_cold": {**_pcts(times), "n": len(times), "messages_read": read}}
+        times = []
+        read = 0
+        for owner, query in zip(scopes, queries, strict=True):
+            started = time.perf_counter()
+            rows = conn.execute("SELECT message_id, embedding FROM threadmind_vectors WHERE +index_name = ? AND "
+                                "resource_id = ?", (index_name, owner)).fetchall()
+            block = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), DIM)
+            best = np.argsort(-(block @ query))[:4]
+            for i in best:
+                target = conn.execute(f"SELECT {cols} FROM mastra_messages WHERE id = ?", (rows[i][0],)).fetchone()
+                read += 1
+                for sign, order in (("<", "DESC"), (">", "ASC")):
+                    read += len(conn.execute(
+                        f'SELECT {cols} FROM mastra_messages WHERE thread_id = ? AND ("createdAt", rowid) {sign} '
+                        f'(?, ?) ORDER BY "createdAt" {order}, rowid {order} LIMIT 1',
+                        (target[5], target[4], target[7]),
+                    ).fetchall())
+            times.append(time.perf_counter() - started)
+        out["semantic_cold"] = {**_pcts(times), "n": len(times), "messages_read": read}
+        return out
+    finally:
+        conn.close()
 
 
 def _cli(path: str, threads: int) -> dict[str, float]:
@@ -683,6 +748,8 @@ def _ratios(first: dict[str, Any], other: dict[str, Any]) -> dict[str, float]:
         "aclose_s": ("write", "aclose_s"),
         "first_semantic_query_s": ("restart", "first_semantic_query_s"),
         **{f"{read}_{pct}": ("latency", read, f"{pct}_ms") for read in LIKE_FOR_LIKE for pct in ("p50", "p99")},
+        **{f"raw_sqlite_{read}_{pct}": ("latency", "raw_sqlite", read, f"{pct}_ms")
+           for read in ("recall_cold", "semantic_cold") for pct in ("p50", "p99")},
     }
     out: dict[str, float] = {}
     for name, keys in pairs.items():

@@ -89,3 +89,10 @@ def test_the_latency_phase_times_first_reads_then_cached_ones_of_the_same_thread
     assert latency["recall_cold"]["n"] == latency["recall_hot"]["n"] == 37
     for name in ("recall_cold", "recall_hot", "semantic_cold", "semantic_hot"):
         assert 0 < latency[name]["p50_ms"] <= latency[name]["p99_ms"]
+    # the baseline: the same first reads' statements in plain sqlite3, as many (other threads where there are any)
+    raw = latency["raw_sqlite"]
+    assert raw["recall_cold"]["n"] == 37 and raw["recall_cold"]["messages_read"] == 37 * 10
+    # 4 hits each, with the message before and after it (one of them when the hit is first or last in its thread)
+    assert raw["semantic_cold"]["n"] == 3 and 3 * 4 * 2 <= raw["semantic_cold"]["messages_read"] <= 3 * 4 * 3
+    for name in ("recall_cold", "semantic_cold"):
+        assert 0 < raw[name]["p50_ms"] <= raw[name]["p99_ms"]
