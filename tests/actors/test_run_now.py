@@ -90,6 +90,35 @@ async def test_an_idle_actor_runs_the_command_in_the_callers_task() -> None:
     assert stats.processed == 3 and stats.failed == 0 and not stats.busy
 
 
+async def test_a_new_actors_first_command_runs_in_the_callers_task_too() -> None:
+    # A first read of a thread not cached (or a save to one evicted) would otherwise start a loop task for it.
+    registry, events, tasks = _registry()
+    async with registry:
+        assert await registry.ask("new", Step("first")) == "first"
+        assert await registry.ask("other", Step("mailbox", inline=False)) == "mailbox"
+        stats = registry.get("new").statistics()
+    assert tasks["first"] is asyncio.current_task()
+    assert tasks["mailbox"] is not asyncio.current_task()
+    assert events == ["start first", "end first", "start mailbox", "end mailbox"]
+    assert stats.processed == 1 and not stats.busy
+
+
+async def test_a_command_for_a_new_actor_busy_with_its_first_queues_behind_it() -> None:
+    registry, events, tasks = _registry()
+    started, release = anyio.Event(), anyio.Event()
+    async with registry:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(registry.ask, "new", Step("first", started=started, release=release))
+            await started.wait()
+            assert not registry.get("new").idle
+            tg.start_soon(registry.ask, "new", Step("second"))
+            await wait_all_tasks_blocked()
+            assert events == ["start first"]
+            release.set()
+    assert events == ["start first", "end first", "start second", "end second"]
+    assert tasks["second"] is not tasks["first"]
+
+
 async def test_commands_arriving_meanwhile_run_after_it_in_arrival_order() -> None:
     registry, events, _ = _registry()
     started, release = anyio.Event(), anyio.Event()

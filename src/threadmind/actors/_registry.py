@@ -194,7 +194,8 @@ class ActorRegistry(Generic[A]):
         :raises MailboxClosed: the actor stopped (its loop was cancelled) before handling the command.
         """
         cached = self._actors.get(key)
-        if cached is not None and not tracing_enabled():  # traced commands keep their span per command
+        inline = not tracing_enabled()  # traced commands keep their span per command
+        if cached is not None and inline:
             try:
                 answer = cached.try_answer_now(command)
             except Exception:
@@ -213,6 +214,10 @@ class ActorRegistry(Generic[A]):
             except ThreadmindError:
                 await checkpoint()  # even a refusal is a checkpoint
                 raise
+            if actor is not cached and inline and actor.can_run_now(command):
+                # Just made, so idle: its first command runs here too (a first read of a thread not cached,
+                # or a save to one evicted, would otherwise start a loop task for one command).
+                return await actor.run_now(command)
             try:
                 return await actor._ask(command, True)
             except Refused:
