@@ -131,6 +131,29 @@ _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 PAGE_CACHE_KIB = 65_536
 
 
+def switch_to_wal(
+    conn: sqlite3.Connection, timeout_ms: int, *, sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> str:
+    """``PRAGMA journal_mode = WAL``, tried again while the file is locked, for up to ``timeout_ms``; the mode.
+
+    Switching a file to WAL takes SQLite's exclusive lock without its busy handler, so when several processes
+    open one new file at once, one of them can get "database is locked" at once, whatever ``busy_timeout`` says.
+    Runs on the connection's own thread (the sleeps block that thread only).
+    """
+    deadline = clock() + timeout_ms / 1000
+    pause = 0.001
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if ("locked" not in text and "busy" not in text) or clock() >= deadline:
+                raise
+        sleep(min(pause, max(0.0, deadline - clock())))
+        pause = min(pause * 2, 0.05)
+
+
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of the writer: committed groups, jobs run, the largest group and jobs waiting now."""
 
@@ -275,8 +298,8 @@ class SQLiteStore(GroupWriter):
     def _setup_writer(self, conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
         conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
+        mode = switch_to_wal(conn, self._busy_timeout_ms)
+        if mode.lower() != "wal":
             raise StorageError(f"could not switch {self._path!r} to WAL mode (got {mode!r})")
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         # Every job runs inside a SAVEPOINT, so SQLite keeps a sub-journal of the pages each one changes; past
