@@ -178,7 +178,8 @@ class SQLiteStore(GroupWriter):
 
     :param path: database file; created if missing. An existing Mastra ``memory.db`` opens unchanged.
     :param synchronous: SQLite ``synchronous`` pragma (``FULL`` default: every commit is durable).
-    :param busy_timeout_ms: how long a statement waits for another process's lock.
+    :param busy_timeout_ms: how long a statement waits for another process's lock (and how long opening keeps
+        trying to switch a new file to WAL, see :func:`switch_to_wal`).
     :param max_batch: most write jobs committed in one group transaction.
     """
 
