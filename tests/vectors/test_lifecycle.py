@@ -250,6 +250,46 @@ async def test_flusher_chunks_are_sized_to_take_a_bounded_time(
     assert set(chunks[1:-1]) == {later}
 
 
+async def test_flush_waits_for_the_chunk_the_background_flusher_is_adding(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flusher's chunk leaves the staged set when taken, not when hnswlib has it: ``flush()`` then found nothing
+    staged and returned while that chunk was still being added."""
+    monkeypatch.setattr(_hnsw_session, "FLUSH_IDLE", 0.01)
+    taken, release = threading.Event(), threading.Event()
+    apply = _hnsw_index.HnswIndex.apply_flush
+
+    def _blocking(index: Any, plan: Any) -> int:
+        if plan.labels and not taken.is_set():
+            taken.set()
+            release.wait(10)
+        return apply(index, plan)
+
+    monkeypatch.setattr(_hnsw_index.HnswIndex, "apply_flush", _blocking)
+    messages = _messages(100)
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages)
+        with anyio.fail_after(10):
+            while not taken.is_set():  # noqa: ASYNC110 - the flusher's worker thread reports by itself
+                await anyio.sleep(0.01)
+        flushed = anyio.Event()
+
+        async def _flush() -> None:
+            await actor.flush()
+            flushed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_flush)
+            await anyio.sleep(0.2)
+            assert not flushed.is_set() and actor.statistics().staged == 100  # the chunk is still in hnswlib's hands
+            release.set()
+            with anyio.fail_after(10):
+                await flushed.wait()
+            assert actor.statistics().staged == 0
+        assert [h.message_id for h in await actor.query(messages[42].text, top_k=1, thread_id="t1")] == ["m42"]
+
+
 async def test_rows_written_while_an_index_loads_are_staged_a_page_at_a_time(
     store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

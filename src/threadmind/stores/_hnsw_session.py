@@ -137,6 +137,9 @@ class Session:
         self.added_at_start = 0  # rows the loaded snapshot lacked, added at this start; 0 once a snapshot has them
         self.flush_wanted = anyio.Event()
         self.chunk = FLUSH_CHUNK // 4  # staged vectors per flusher chunk (see _flush_chunk)
+        # Chunks taken from the staged set and not yet in hnswlib; ``chunk_done`` is set (and replaced) as each ends.
+        self.chunks_in_flight = 0
+        self.chunk_done = anyio.Event()
         self.closing = False
         self.watch: sqlite3.Connection | None = None
         # Records in a database server (PostgreSQL) other processes write: every query reads the change sequence
@@ -561,6 +564,7 @@ class Session:
         """Add one chunk of staged vectors, sized from the last ones to take about :data:`FLUSH_CHUNK_SECONDS`
         (a close waits for the chunk being added; hnswlib slows down as the graph grows)."""
         plan = index.take_flush(self.chunk)
+        self.chunks_in_flight += 1
         try:
             with anyio.CancelScope(shield=True):
                 async with self.limiter:
@@ -575,14 +579,23 @@ class Session:
             return 0
         finally:
             index.finish_flush(plan)
+            self.chunks_in_flight -= 1
+            done, self.chunk_done = self.chunk_done, anyio.Event()
+            done.set()
 
     async def flush_all(self) -> int:
-        """Every staged vector into hnswlib now, chunk by chunk."""
+        """Every staged vector into hnswlib now, chunk by chunk; returns once none is left outside it, also
+        none of a chunk the background flusher had taken (its vectors are no longer staged, nor in hnswlib yet)."""
         await self.barrier()
         index = self.index
         added = 0
-        while index is not None and index is self.index and (index._staged or index.marks):
-            added += await self._flush_chunk(index)
+        while index is not None and index is self.index:
+            if index._staged or index.marks:
+                added += await self._flush_chunk(index)
+            elif self.chunks_in_flight:
+                await self.chunk_done.wait()
+            else:
+                break
         return added
 
     async def barrier(self) -> None:
