@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,17 @@ def _messages(n: int, thread: str = "t1", resource: str = "r1", prefix: str = "m
             for i in range(n)]
 
 
+def _before_each_flush(monkeypatch: pytest.MonkeyPatch, hook: Callable[[Any], object]) -> None:
+    """Call ``hook(plan)`` before hnswlib is handed each flush plan (in its worker thread)."""
+    apply = _hnsw_index.HnswIndex.apply_flush
+
+    def _apply(index: Any, plan: Any) -> int:
+        hook(plan)
+        return apply(index, plan)
+
+    monkeypatch.setattr(_hnsw_index.HnswIndex, "apply_flush", _apply)
+
+
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
     async with SQLiteStore(tmp_path / "m.db") as store:
@@ -57,12 +68,10 @@ class _Counting:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.added = 0
         self.saves = 0
-        apply = _hnsw_index.HnswIndex.apply_flush
         save, fork = _hnsw_session.save_snapshot, _hnsw_session.fork_snapshot  # type: ignore[attr-defined]
 
-        def _apply(index: Any, plan: Any) -> int:
+        def _count(plan: Any) -> None:
             self.added += len(plan.labels)
-            return apply(index, plan)
 
         def _save(index: Any, view: Any) -> bool:
             self.saves += 1
@@ -72,7 +81,7 @@ class _Counting:
             self.saves += 1
             return fork(index, view)
 
-        monkeypatch.setattr(_hnsw_index.HnswIndex, "apply_flush", _apply)
+        _before_each_flush(monkeypatch, _count)
         monkeypatch.setattr(_hnsw_session, "save_snapshot", _save)
         monkeypatch.setattr(_hnsw_session, "fork_snapshot", _fork)
 
@@ -232,13 +241,7 @@ async def test_flusher_chunks_are_sized_to_take_a_bounded_time(
     sized from the time the last one took (``FLUSH_CHUNK_SECONDS``), between 64 and ``FLUSH_CHUNK``."""
     monkeypatch.setattr(_hnsw_session, "FLUSH_CHUNK_SECONDS", seconds)
     sizes: list[int] = []
-    apply = _hnsw_index.HnswIndex.apply_flush
-
-    def _apply(index: Any, plan: Any) -> int:
-        sizes.append(len(plan.labels))
-        return apply(index, plan)
-
-    monkeypatch.setattr(_hnsw_index.HnswIndex, "apply_flush", _apply)
+    _before_each_flush(monkeypatch, lambda plan: sizes.append(len(plan.labels)))
     messages = _messages(3000)
     await persist(store, messages)
     async with _running(store, tmp_path / "vec") as actor:
@@ -257,15 +260,13 @@ async def test_flush_waits_for_the_chunk_the_background_flusher_is_adding(
     staged and returned while that chunk was still being added."""
     monkeypatch.setattr(_hnsw_session, "FLUSH_IDLE", 0.01)
     taken, release = threading.Event(), threading.Event()
-    apply = _hnsw_index.HnswIndex.apply_flush
 
-    def _blocking(index: Any, plan: Any) -> int:
+    def _hold_the_first(plan: Any) -> None:
         if plan.labels and not taken.is_set():
             taken.set()
             release.wait(10)
-        return apply(index, plan)
 
-    monkeypatch.setattr(_hnsw_index.HnswIndex, "apply_flush", _blocking)
+    _before_each_flush(monkeypatch, _hold_the_first)
     messages = _messages(100)
     await persist(store, messages)
     async with _running(store, tmp_path / "vec") as actor:
