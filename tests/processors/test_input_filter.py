@@ -60,12 +60,15 @@ async def test_echo_without_new_user_turn_after_a_stored_assistant_is_not_duplic
         await seed(memory, [u1, a1])
         model = ScriptedModel(["again"])
         await _agent(model, memory).generate([u1, a1], thread_id=THREAD, resource_id=RESOURCE)
-        # The assistant echo is stored: the input shrinks to nothing; the model sees only stored history, and
-        # the response continues the latest (stored) assistant message, as the reference MessageList merges.
+        # The assistant echo is stored: the input shrinks to nothing; the model sees only stored history. The
+        # response is a message of its own: a reply continues a stored assistant message only when the input
+        # completes one of its tool calls (the reference merges it into the latest assistant message, which
+        # appended overlapping chat requests' replies to one message).
         assert [m.id for m in model.requests[0].messages] == ["u1", "a1"]
         rows = await stored(memory)
-        assert [m.id for m in rows] == ["u1", "a1"]
-        assert [p.text for p in rows[1].content.parts if isinstance(p, TextPart)] == ["hi", "again"]
+        assert [m.id for m in rows][:2] == ["u1", "a1"] and len(rows) == 3
+        assert [p.text for p in rows[1].content.parts if isinstance(p, TextPart)] == ["hi"]
+        assert rows[2].role == "assistant" and rows[2].text == "again"
 
 
 async def test_an_assistant_message_that_is_not_stored_is_kept(tmp_path: Path) -> None:

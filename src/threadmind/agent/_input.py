@@ -9,7 +9,7 @@ from ..codecs import Message, checked_message
 from ..errors import ValidationError
 from ..processors import processor_id
 
-__all__ = ("AgentInput", "ConversationItem", "RunCall", "checked_processors", "prepare_input")
+__all__ = ("AgentInput", "ConversationItem", "RunCall", "checked_processors", "client_ids", "prepare_input")
 
 AgentInput = str | Message | Mapping[str, Any] | Sequence[str | Message | Mapping[str, Any]]
 ConversationItem = str | Message | Mapping[str, Any]
@@ -46,6 +46,17 @@ def prepare_input(call: RunCall) -> tuple[list[str], list[ConversationItem]]:
                     for i, item in enumerate(conversation)]
     _check_threads(conversation, call.thread_id, call.resource_id)
     return system, conversation
+
+
+def client_ids(conversation: Sequence[ConversationItem]) -> list[str]:
+    """The message ids the caller chose (a string's id, or a dict's without one, is generated in the run)."""
+    ids: list[str] = []
+    for item in conversation:
+        if isinstance(item, Message):
+            ids.append(item.id)
+        elif isinstance(item, Mapping) and isinstance(item.get("id"), str):
+            ids.append(item["id"])
+    return ids
 
 
 def _split_input(value: AgentInput) -> tuple[list[str], list[ConversationItem]]:

@@ -9,27 +9,32 @@ from typing import Any
 import msgspec
 
 from ..codecs import Message, MessageContent, Part, StepStartPart, TextPart
-from ..processors import MessageList, should_merge
+from ..processors import MessageList, has_client_outcome, should_merge
 
 __all__ = ("final_text", "publish", "stored_id")
 
 
 def stored_id(message_list: MessageList, response_id: str) -> str:
-    """The id the reply will be stored under: the latest assistant message's when the reply merges into it
-    (a client tool's outcome continues that message, reference §4.4 rule 3), else ``response_id``."""
+    """The id the reply will be stored under: ``response_id``, unless this turn's input completes a tool call of
+    the latest assistant message (a client tool's outcome or an approval answer, sent back on that message): the
+    reply then continues that message (reference §4.4 rule 3). Any other stored assistant message is never
+    continued, whatever came before it in the thread."""
     conversation = message_list.get_all()
     if not conversation or conversation[-1].role != "assistant":
         return response_id
     latest = conversation[-1]
+    if "input" not in message_list.sources_of(latest.id) or not has_client_outcome(latest):
+        return response_id
     probe = Message(response_id, "assistant", MessageContent(parts=[StepStartPart()]), latest.created_at,
                     message_list.thread_id, message_list.resource_id)
     return latest.id if should_merge(latest, probe, "response") else response_id
 
 
 def publish(message_list: MessageList, response_id: str, started_at: datetime, parts: Sequence[Part], text: str,
-            metadata: dict[str, Any] | None = None) -> None:
-    """Put the reply so far into the list as the response message ``response_id`` (merged per the list's same-id
-    rules), dated when it started (and always after the turn's input)."""
+            metadata: dict[str, Any] | None = None, *, continues: bool = False) -> None:
+    """Put the reply so far into the list as the response message ``response_id``, dated when it started (and
+    always after the turn's input); with ``continues`` (see :func:`stored_id`) it is merged into the message it
+    continues, per the list's same-id rules."""
     existing = message_list.get(response_id)
     if existing is not None:
         merged = {**(existing.content.metadata or {}), **metadata} if metadata else existing.content.metadata
@@ -42,7 +47,7 @@ def publish(message_list: MessageList, response_id: str, started_at: datetime, p
     if newest is not None and created <= newest:
         created = newest + timedelta(milliseconds=1)  # the response always sorts after the turn's input
     message = Message(response_id, "assistant", content, created, message_list.thread_id, message_list.resource_id)
-    message_list.add(message, "response")
+    message_list.add(message, "response", merge=continues)
 
 
 def final_text(before: list[Message], after: list[Message], text: str) -> str:

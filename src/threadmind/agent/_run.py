@@ -53,7 +53,7 @@ from ..processors import (
 )
 from ..tools import Tool, ToolContext
 from ..tracing import operation_span
-from ._input import RunCall, prepare_input
+from ._input import RunCall, client_ids, prepare_input
 from ._model import model_chunks
 from ._reply import final_text, publish, stored_id
 from ._results import GenerateResult, TripWireInfo
@@ -126,6 +126,8 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
                     message_list.add_system(system_text)
             if conversation:
                 message_list.add(conversation, "input")
+            if turn is not None:
+                await turn.order_input(message_list, client_ids(conversation))
             context = turn.context() if turn is not None else RequestContext(resource_id=resource_id)
             inputs = [*(turn.input_processors if turn is not None else ()), *agent.input_processors]
             outputs = [*agent.output_processors, *(turn.output_processors if turn is not None else ())]
@@ -258,7 +260,8 @@ class _Run:
             if produced:
                 state.parts += produced
                 state.text = step.text or state.text
-                publish(self.message_list, state.response_id, state.started_at, state.parts, state.text)
+                publish(self.message_list, state.response_id, state.started_at, state.parts, state.text,
+                        continues=state.message_id != state.response_id)
             state.step = None
             yield FinishStepEvent()
             if not calls:
@@ -299,7 +302,7 @@ class _Run:
         with anyio.CancelScope(shield=True):
             if parts:
                 publish(self.message_list, state.response_id, state.started_at, parts, text,
-                        metadata={"aborted": True})
+                        metadata={"aborted": True}, continues=state.message_id != state.response_id)
             self.context.finish_reason = "aborted"
             try:
                 self.message_list = await run_output_processors(self.outputs, self.message_list, self.context)

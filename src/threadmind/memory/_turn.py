@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._config import MemoryConfig
 from ..codecs import Thread
-from ..errors import EmbedderError
-from ..processors import MessageList, RequestContext
+from ..errors import EmbedderError, ValidationError
+from ..processors import MemoryAccess, MessageList, RequestContext
 from ..tools import Tool
 from ._threads import ensure_thread
 from ._titles import TITLE_INSTRUCTIONS, generate_title
@@ -48,9 +48,11 @@ _NO_SEMANTIC_RECALL = _Skipped("semantic-recall")
 class Turn:
     """What a runner gets for one turn (see the module docstring). Built by ``Memory.turn``."""
 
-    def __init__(self, core: MemoryCore, thread: Thread, resource_id: str, config: MemoryConfig,
-                 input_processors: list[object], output_processors: list[object], tools: dict[str, Tool]) -> None:
+    def __init__(self, core: MemoryCore, access: MemoryAccess, thread: Thread, resource_id: str,
+                 config: MemoryConfig, input_processors: list[object], output_processors: list[object],
+                 tools: dict[str, Tool]) -> None:
         self._core = core
+        self._access = access
         self.thread = thread
         self.resource_id = resource_id
         #: The memory's options with the per-call ones merged over them.
@@ -61,6 +63,23 @@ class Turn:
         self.output_processors = output_processors
         #: Memory's tools for this run (``updateWorkingMemory`` when working memory is writable).
         self.tools = tools
+
+    async def order_input(self, message_list: MessageList, client_ids: Sequence[str]) -> None:
+        """Date the turn's new input now that the turn holds the thread: after everything stored in it, whatever
+        time a client sent (SPEC §11). An input message already stored in this thread (a client's echo) keeps its
+        stored time; ``client_ids`` are the ids the caller chose (generated ones cannot be stored anywhere).
+
+        :raises ValidationError: an input id belongs to another thread (``THREADMIND_MESSAGE_ID_TAKEN``), before
+            the model is called; the error does not name that thread.
+        """
+        stored_here: set[str] = set()
+        if client_ids:
+            for message in await self._access.get_messages_by_id(list(dict.fromkeys(client_ids))):
+                if message.thread_id != self.thread.id:
+                    raise ValidationError(f"message id {message.id!r} is already used by another conversation; a "
+                                          "new message needs an id of its own", code="THREADMIND_MESSAGE_ID_TAKEN")
+                stored_here.add(message.id)
+        message_list.date_now(m.id for m in message_list.get_input() if m.id not in stored_here)
 
     def context(self) -> RequestContext:
         """A fresh request context for the run's processors."""
@@ -124,7 +143,7 @@ async def open_turn(
         tool = working_memory_tool(core, config)
         if tool is not None:
             tools[tool.name] = tool
-        yield Turn(core, thread, resource_id, config, inputs, outputs, tools)
+        yield Turn(core, pipeline.access, thread, resource_id, config, inputs, outputs, tools)
 
 
 async def _processors(

@@ -19,6 +19,7 @@ from ._hygiene import WM_TOOL_NAME as WM_TOOL_NAME
 from ._hygiene import is_transient_signal as is_transient_signal
 from ._hygiene import persistable as persistable
 from ._input_filter import MemoryInputFilter as MemoryInputFilter
+from ._merge import has_client_outcome as has_client_outcome
 from ._merge import is_system_reminder as is_system_reminder
 from ._merge import should_merge as should_merge
 from ._message_list import MessageList as MessageList
@@ -95,6 +96,7 @@ __all__ = (
     "date_header",
     "deep_merge",
     "drop_optional_nulls",
+    "has_client_outcome",
     "instruction",
     "is_system_reminder",
     "is_transient_signal",

@@ -28,6 +28,7 @@ __all__ = (
     "TOOL_STATE_RANK",
     "advances",
     "after_sealed",
+    "has_client_outcome",
     "is_response_boundary",
     "is_sealed",
     "is_system_reminder",
@@ -180,6 +181,12 @@ def is_response_boundary(message: Message) -> bool:
 def _completion(message: Message) -> bool:
     meta = message.content.metadata or {}
     return bool(meta.get("completionResult") or meta.get("isTaskCompleteResult"))
+
+
+def has_client_outcome(message: Message) -> bool:
+    """Does ``message`` carry a tool call in a state only a client sends back (an outcome or an approval answer)?"""
+    return any(isinstance(p, ToolInvocationPart) and p.tool_invocation.state in CLIENT_UPDATE_STATES
+               for p in message.content.parts)
 
 
 def should_merge(latest: Message, incoming: Message, source: str) -> bool:

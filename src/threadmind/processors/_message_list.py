@@ -222,6 +222,30 @@ class MessageList:
             messages.sort(key=_CREATED_AT)
             self._see(floor)
 
+    def date_now(self, ids: Iterable[str]) -> None:
+        """Give the live messages ``ids`` generated times, in their order in the list, as if they had come
+        without one: now, after every other message of the list, and kept after stored rows added later.
+
+        A turn dates its new input this way once it holds the thread, so a time a client sent (its clock, or the
+        moment its request arrived, before the turn ahead of it finished) never orders a thread. Messages a stored
+        copy took over keep their stored time.
+        """
+        wanted = {i for i in ids if "memory" not in self._sources.get(i, ())}
+        if not wanted:
+            return
+        messages = self._messages
+        # The clock restarts from the messages that keep their times: a client's time in the future must not
+        # carry over into the generated ones.
+        self._watermark = max((m.created_at for m in messages if m.id not in wanted), default=None)
+        for index, message in enumerate(messages):
+            if message.id in wanted:
+                when = self._next_time()
+                messages[index] = msgspec.structs.replace(message, created_at=when)
+                self._generated.add(message.id)
+                if self._generated_floor is None or when < self._generated_floor:
+                    self._generated_floor = when
+        messages.sort(key=_CREATED_AT)
+
     def add_system(self, message: str | Message | Mapping[str, Any], tag: str | None = None) -> MessageList:
         """Add a system text to the untagged bucket or the ``tag`` bucket (de-duplicated within the bucket)."""
         text = _system_text(message)
