@@ -25,10 +25,12 @@ from threadmind import Memory, Message
 from threadmind.agent import Agent
 from threadmind.embedders import HashEmbedder
 from threadmind.errors import ThreadmindError
+from threadmind.events import StartEvent
 from threadmind.memory import MemoryConfig, SemanticRecallConfig, WorkingMemoryConfig
 from threadmind.models import ModelRequest, ModelResponse, ToolCall
 from threadmind.models._scripted import ScriptedModel
 from threadmind.stores import HnswVectorStore, MessageQuery, PostgresStore, SQLiteStore, Store
+from threadmind.ui import messages_from_ui
 
 DATA = re.compile(r"<working_memory_data>\n(.*?)\n</working_memory_data>", re.S)
 SCHEMA = {"type": "object", "properties": {"seen": {"type": "object"}}}
@@ -129,6 +131,31 @@ async def turns(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
     say(event="done", seen=seen)
 
 
+async def chat(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
+    """``turns`` chat requests on one chat (t-chat) as a chat server gets them: ``messages_from_ui`` bodies that echo
+    only what this process's client saw, streamed with ``Agent.stream``. Reports each question's ``start`` id."""
+    proc = config["proc"]
+
+    def reply(request: ModelRequest) -> str:
+        last = request.messages[-1]
+        return f"answer to {last.role}: {last.text}"
+
+    agent = Agent("chat", "Answer.", ScriptedModel(iter(lambda: reply, None)), memory=memory)
+    seen: list[dict[str, Any]] = []
+    starts: dict[str, str] = {}
+    for j in range(config["turns"]):
+        question = {"id": f"p{proc}-q{j}", "role": "user", "parts": [{"type": "text", "text": f"p{proc} q{j}"}]}
+        seen.append(question)
+        body = {"id": "t-chat", "messages": list(seen), "trigger": "submit-message"}
+        async with agent.stream(messages_from_ui(body), thread_id="t-chat", resource_id="r1") as stream:
+            async for event in stream:
+                if isinstance(event, StartEvent) and event.message_id is not None:
+                    starts[question["id"]] = event.message_id
+        result = await stream.result()
+        seen.append({"id": starts[question["id"]], "role": "assistant", "parts": [{"type": "text", "text": result.text}]})
+    say(event="done", starts=starts)
+
+
 async def hold(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
     """One turn whose model call announces itself (``in-model``) and waits for ``go``; then ``after`` more turns.
     Reports each turn's outcome: ``ok`` or the error's class and code."""
@@ -206,7 +233,7 @@ async def opening(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
     say(event="done")
 
 
-SCENARIOS = {"wm": wm, "turns": turns, "hold": hold, "serve": serve, "ties": ties, "opening": opening}
+SCENARIOS = {"wm": wm, "turns": turns, "chat": chat, "hold": hold, "serve": serve, "ties": ties, "opening": opening}
 
 
 async def main(config: dict[str, Any]) -> None:

@@ -73,6 +73,25 @@ async def test_enqueued_turns_from_four_processes_alternate_and_see_every_earlie
     assert switches > 0  # the processes really took turns with each other
 
 
+async def test_overlapping_chat_requests_from_four_processes_each_get_their_own_reply(
+        backend: dict[str, Any]) -> None:
+    """The chat server's door (``messages_from_ui`` + ``Agent.stream``) in four worker processes on one chat id: every
+    question is answered by the reply after it, stored under the id its client got in ``start``."""
+    turns = 4
+    configs = [_config(backend, "chat", p, turns=turns, last_messages=1000) for p in range(PROCS)]
+    async with workers(configs) as running:
+        reports = [await worker.event("done", limit=50) for worker in running]
+    starts = {question: start for report in reports for question, start in report["starts"].items()}
+    async with make_memory({"store": backend, "lease_ttl": 2.0}) as memory:
+        stored = (await memory.recall("t-chat", resource_id="r1", per_page=False)).messages
+    assert [m.role for m in stored] == ["user", "assistant"] * PROCS * turns
+    for question, reply in zip(stored[0::2], stored[1::2], strict=True):
+        assert reply.text == f"answer to user: {question.text}"
+        assert starts[question.id] == reply.id
+    assert sorted(m.id for m in stored[0::2]) == sorted(starts)
+    assert [m.created_at for m in stored] == sorted(m.created_at for m in stored)
+
+
 async def test_a_write_by_one_process_is_seen_by_the_others_next_read(backend: dict[str, Any]) -> None:
     async with make_memory({"store": backend, "lease_ttl": 2.0, "working_memory": {"template": "# Log"}}) as memory:
         await memory.create_thread(thread_id="t-vis", resource_id="r1")
