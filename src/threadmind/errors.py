@@ -1,12 +1,16 @@
 """The threadmind error hierarchy.
 
 Every error carries a machine-readable ``code`` (the reference's identifier where one exists, else an
-upper-snake ``THREADMIND_*`` code) and a human message that names the field and the fix::
+upper-snake ``THREADMIND_*`` code), a human message that names the field and the fix (for logs and the operator),
+and a ``public_message`` that may be shown to whoever sent the request: it never names another resource's ids or
+threads (a browser is not trusted with them)::
 
     ThreadmindError
     ├── ConfigError (also ValueError)        invalid options, missing storage, closed Memory
     ├── ValidationError (also ValueError)    bad arguments or messages
-    │   └── InvalidMessage                   a message that does not decode / validate
+    │   ├── InvalidMessage                   a message that does not decode / validate
+    │   ├── MessageIdTaken                   a message id that already belongs to another thread
+    │   └── PayloadTooLarge                  a request body over the size a chat server accepts
     ├── ThreadNotFound                       the thread does not exist
     ├── ResourceMismatch                     the thread belongs to another resource
     ├── StorageError                         the database failed (wraps sqlite3 errors)
@@ -26,7 +30,9 @@ __all__ = (
     "EmbeddingDimensionMismatch",
     "InvalidMessage",
     "LeaseLost",
+    "MessageIdTaken",
     "ModelError",
+    "PayloadTooLarge",
     "ResourceMismatch",
     "StorageError",
     "ThreadBusy",
@@ -34,6 +40,7 @@ __all__ = (
     "ThreadmindError",
     "TripWire",
     "ValidationError",
+    "error_code",
 )
 
 
@@ -42,8 +49,9 @@ class ThreadmindError(Exception):
 
     default_code = "THREADMIND_ERROR"
 
-    def __init__(self, *args: str, code: str | None = None) -> None:
-        """``ThreadmindError(message, code=...)``, or ``ThreadmindError(code, message)`` as SPEC §7 writes it."""
+    def __init__(self, *args: str, code: str | None = None, public_message: str | None = None) -> None:
+        """``ThreadmindError(message, code=...)``, or ``ThreadmindError(code, message)`` as SPEC §7 writes it;
+        ``public_message``: what a client may be told, when ``message`` names what it must not learn."""
         if len(args) == 2 and code is None:
             code, message = args
         elif len(args) == 1:
@@ -53,6 +61,8 @@ class ThreadmindError(Exception):
         super().__init__(message)
         self.code: str = code or self.default_code
         self.message: str = message
+        #: The message for the client of a request (a browser): ``message`` without other tenants' ids.
+        self.public_message: str = message if public_message is None else public_message
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
@@ -74,6 +84,27 @@ class InvalidMessage(ValidationError):
     """A message failed to decode or validate; the message names the offending field."""
 
     default_code = "INVALID_MESSAGE_CONTENT"
+
+
+class MessageIdTaken(ValidationError):
+    """A message id that already belongs to another thread: a message never moves between threads. The public
+    message does not name the other thread."""
+
+    default_code = "THREADMIND_MESSAGE_ID_TAKEN"
+
+    def __init__(self, message_id: str, other_thread: str, thread_id: str | None = None) -> None:
+        self.message_id = message_id
+        self.other_thread = other_thread
+        detail = f"; a message cannot move to thread {thread_id!r}" if thread_id is not None else ""
+        super().__init__(f"message id {message_id!r} already belongs to thread {other_thread!r}{detail}",
+                         public_message=f"message id {message_id!r} is already used by another conversation; a new "
+                                        "message needs an id of its own")
+
+
+class PayloadTooLarge(ValidationError):
+    """A request body is larger than the chat server accepts (HTTP 413); it was not read further."""
+
+    default_code = "THREADMIND_PAYLOAD_TOO_LARGE"
 
 
 class ThreadNotFound(ThreadmindError, LookupError):
@@ -108,6 +139,7 @@ class ResourceMismatch(ThreadmindError):
             or f"Thread with id {thread_id} is for resource with id {owner} "
             f"but resource {resource_id} was queried.",
             code=code,
+            public_message=f"thread {thread_id!r} belongs to another resource",
         )
 
 
@@ -177,3 +209,9 @@ class TripWire(ThreadmindError):
         self.processor_id = processor_id
         self.retry = retry
         super().__init__(reason)
+
+
+def error_code(exc: BaseException) -> str:
+    """What a log line may say of a failure without its text: a threadmind error's ``code``, else the class name
+    (the text of a failure can quote what a user wrote)."""
+    return exc.code if isinstance(exc, ThreadmindError) else type(exc).__name__

@@ -23,6 +23,7 @@ __all__ = (
     "ATTR_RESOURCE_ID",
     "ATTR_THREAD_ID",
     "get_tracer",
+    "mark_error",
     "operation_span",
     "tracing_enabled",
 )
@@ -74,6 +75,14 @@ def tracing_enabled() -> bool:
         return False
     _cache.enabled = True
     return True
+
+
+def mark_error(exc: BaseException) -> None:
+    """Mark the current span as failed by ``exc`` (a failure that is handled, so no span ends with it)."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
 
 
 def get_tracer() -> trace.Tracer:

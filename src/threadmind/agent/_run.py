@@ -31,7 +31,7 @@ import anyio
 
 from .._results import Usage
 from ..codecs import Part, new_id, utc_now
-from ..errors import TripWire, ValidationError
+from ..errors import TripWire, ValidationError, error_code
 from ..events import (
     ErrorEvent,
     FinishEvent,
@@ -52,7 +52,7 @@ from ..processors import (
     run_output_processors,
 )
 from ..tools import Tool, ToolContext
-from ..tracing import operation_span
+from ..tracing import mark_error, operation_span
 from ._input import RunCall, client_ids, prepare_input
 from ._model import model_chunks
 from ._reply import final_text, publish, stored_id
@@ -110,14 +110,15 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
             turn_scope = nullcontext(None)
         else:
             if not thread_id or not resource_id:
+                # The reference has one code for both; a missing thread (a chat request without its id) is named.
                 raise ValidationError(
                     f'A resourceId and a threadId must be provided when using Memory. Saw threadId "{thread_id}" '
                     f'and resourceId "{resource_id}"',
-                    code="AGENT_MEMORY_MISSING_RESOURCE_ID",
+                    code="AGENT_MEMORY_MISSING_THREAD_ID" if resource_id else "AGENT_MEMORY_MISSING_RESOURCE_ID",
                 )
             turn_scope = memory.turn(thread_id, resource_id, memory_options=call.memory_options,
                                      input_processors=agent.input_processors,
-                                     output_processors=agent.output_processors)
+                                     output_processors=agent.output_processors, input_ids=client_ids(conversation))
         async with turn_scope as turn:
             message_list = MessageList(thread_id=thread_id, resource_id=resource_id)
             # System texts live in the list so processors see them (token budgets count the whole prompt).
@@ -127,7 +128,7 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
             if conversation:
                 message_list.add(conversation, "input")
             if turn is not None:
-                await turn.order_input(message_list, client_ids(conversation))
+                turn.order_input(message_list)
             context = turn.context() if turn is not None else RequestContext(resource_id=resource_id)
             inputs = [*(turn.input_processors if turn is not None else ()), *agent.input_processors]
             outputs = [*agent.output_processors, *(turn.output_processors if turn is not None else ())]
@@ -169,6 +170,9 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
             except BaseException as exc:
                 if not isinstance(exc, Exception):  # closed (GeneratorExit) or cancelled by the consumer
                     await run.aborted(save_on_abort)
+                elif state.message_id is not None:  # a client saw the reply start: it gets an error chunk only
+                    _log.error("agent %r: the run failed after its reply started (thread %s, resource %s): %s",
+                               agent.name, thread_id, resource_id, error_code(exc))
                 raise
 
 
@@ -311,8 +315,10 @@ class _Run:
                                               tripwire=TripWireInfo(reason=trip.reason,
                                                                     processor_id=trip.processor_id))
                 return
-            except Exception:  # the consumer is gone: nobody to raise to; the turn is left unsaved
-                _log.exception("saving the aborted turn failed")
+            except Exception as exc:  # the consumer is gone: nobody to raise to; the turn is left unsaved
+                _log.error("agent %r: saving the aborted turn failed (thread %s, resource %s): %s", self.agent.name,
+                           self.context.thread_id, self.context.resource_id, error_code(exc))
+                mark_error(exc)
                 state.result = GenerateResult(text=text, messages=[], usage=state.usage, finish_reason="aborted")
                 return
         state.result = GenerateResult(text=text, messages=self.message_list.get_response(), usage=state.usage,

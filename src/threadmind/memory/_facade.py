@@ -660,20 +660,25 @@ class Memory:
         memory_options: MemoryConfig | Mapping[str, Any] | None = None,
         input_processors: Sequence[object] = (),
         output_processors: Sequence[object] = (),
+        input_ids: Sequence[str] = (),
     ) -> AbstractAsyncContextManager[Turn]:
         """Hold ``thread_id`` for one agent turn and prepare it (see :class:`~threadmind.memory.Turn`).
 
         The seam agent runners build on: the thread is taken per ``thread_concurrency``, made sure to exist and
         to belong to ``resource_id``, and the memory's processors (skipping the ids in the runner's own
         ``input_processors``/``output_processors``) and tools are built with the per-call ``memory_options``.
+        ``input_ids``: the ids the caller chose for the turn's input messages; one of another thread is refused
+        before anything is written (a missing thread is not created), and those already stored in this thread
+        keep their times when the runner calls :meth:`Turn.order_input`.
 
         :raises ThreadBusy: ``thread_concurrency="reject"`` and another turn holds the thread.
         :raises ResourceMismatch: the thread belongs to another resource.
+        :raises MessageIdTaken: an id of ``input_ids`` belongs to another thread.
         """
         require_id(thread_id, "thread_id")
         require_id(resource_id, "resource_id")
         return open_turn(self._core, self._pipeline, thread_id, resource_id, memory_options, input_processors,
-                         output_processors)
+                         output_processors, input_ids)
 
     # tokens --------------------------------------------------------------------------------------
     def estimate_tokens(self, text: str) -> int:

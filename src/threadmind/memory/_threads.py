@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ..actors import CreateThread, GetThread
@@ -22,10 +23,19 @@ async def create_thread(core: MemoryCore, thread: Thread) -> Thread:
     return created
 
 
-async def ensure_thread(core: MemoryCore, thread_id: str, resource_id: str) -> Thread:
-    """The run's thread, created when missing; a thread of another resource is refused (``ResourceMismatch``)."""
+async def ensure_thread(core: MemoryCore, thread_id: str, resource_id: str,
+                        admit: Callable[[], Awaitable[None]] | None = None) -> Thread:
+    """The run's thread, created when missing; a thread of another resource is refused (``ResourceMismatch``).
+
+    ``admit`` runs once the thread is known to be the resource's (or before a missing one is created), so a
+    request it refuses leaves no thread behind.
+    """
     system = core.actors()
     thread: Thread | None = await system.ask(thread_id, GetThread())
+    if thread is not None:
+        _check_owner(thread, resource_id)
+    if admit is not None:
+        await admit()
     if thread is None:
         now = utc_now()
         try:
@@ -37,10 +47,14 @@ async def ensure_thread(core: MemoryCore, thread_id: str, resource_id: str) -> T
             thread = await core.store().get_thread(thread_id)  # created concurrently by another turn
             if thread is None:
                 raise
+        _check_owner(thread, resource_id)
+    return thread
+
+
+def _check_owner(thread: Thread, resource_id: str) -> None:
     if thread.resource_id and thread.resource_id != resource_id:
         raise ResourceMismatch(
-            thread_id, thread.resource_id, resource_id, code="AGENT_MEMORY_THREAD_RESOURCE_MISMATCH",
-            message=f'Thread "{thread_id}" belongs to resource "{thread.resource_id}" but resource '
+            thread.id, thread.resource_id, resource_id, code="AGENT_MEMORY_THREAD_RESOURCE_MISMATCH",
+            message=f'Thread "{thread.id}" belongs to resource "{thread.resource_id}" but resource '
                     f'"{resource_id}" was provided. A thread can only be used by the resource that owns it.',
         )
-    return thread

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._config import MemoryConfig
 from ..codecs import Thread
-from ..errors import EmbedderError, ValidationError
+from ..errors import EmbedderError, MessageIdTaken
 from ..processors import MemoryAccess, MessageList, RequestContext
 from ..tools import Tool
 from ._threads import ensure_thread
@@ -48,11 +48,11 @@ _NO_SEMANTIC_RECALL = _Skipped("semantic-recall")
 class Turn:
     """What a runner gets for one turn (see the module docstring). Built by ``Memory.turn``."""
 
-    def __init__(self, core: MemoryCore, access: MemoryAccess, thread: Thread, resource_id: str,
-                 config: MemoryConfig, input_processors: list[object], output_processors: list[object],
-                 tools: dict[str, Tool]) -> None:
+    def __init__(self, core: MemoryCore, thread: Thread, resource_id: str, config: MemoryConfig,
+                 input_processors: list[object], output_processors: list[object], tools: dict[str, Tool],
+                 stored_input: frozenset[str] = frozenset()) -> None:
         self._core = core
-        self._access = access
+        self._stored_input = stored_input
         self.thread = thread
         self.resource_id = resource_id
         #: The memory's options with the per-call ones merged over them.
@@ -64,22 +64,12 @@ class Turn:
         #: Memory's tools for this run (``updateWorkingMemory`` when working memory is writable).
         self.tools = tools
 
-    async def order_input(self, message_list: MessageList, client_ids: Sequence[str]) -> None:
+    def order_input(self, message_list: MessageList) -> None:
         """Date the turn's new input now that the turn holds the thread: after everything stored in it, whatever
         time a client sent (SPEC §11). An input message already stored in this thread (a client's echo) keeps its
-        stored time; ``client_ids`` are the ids the caller chose (generated ones cannot be stored anywhere).
-
-        :raises ValidationError: an input id belongs to another thread (``THREADMIND_MESSAGE_ID_TAKEN``), before
-            the model is called; the error does not name that thread.
-        """
-        stored_here: set[str] = set()
-        if client_ids:
-            for message in await self._access.get_messages_by_id(list(dict.fromkeys(client_ids))):
-                if message.thread_id != self.thread.id:
-                    raise ValidationError(f"message id {message.id!r} is already used by another conversation; a "
-                                          "new message needs an id of its own", code="THREADMIND_MESSAGE_ID_TAKEN")
-                stored_here.add(message.id)
-        message_list.date_now(m.id for m in message_list.get_input() if m.id not in stored_here)
+        stored time."""
+        stored = self._stored_input
+        message_list.date_now(m.id for m in message_list.get_input() if m.id not in stored)
 
     def context(self) -> RequestContext:
         """A fresh request context for the run's processors."""
@@ -133,17 +123,37 @@ async def open_turn(
     memory_options: MemoryConfig | Mapping[str, Any] | None,
     input_processors: Sequence[object],
     output_processors: Sequence[object],
+    input_ids: Sequence[str] = (),
 ) -> AsyncIterator[Turn]:
     """Hold the thread for one turn and prepare it (``Memory.turn``)."""
     config = core.call_config(memory_options)
+    stored_input: frozenset[str] = frozenset()
+
+    async def admit() -> None:  # before a missing thread is created: a refused request leaves nothing
+        nonlocal stored_input
+        stored_input = await _stored_input(pipeline.access, thread_id, input_ids)
+
     async with core.actors().turn(thread_id, config.thread_concurrency):
-        thread = await ensure_thread(core, thread_id, resource_id)
+        thread = await ensure_thread(core, thread_id, resource_id, admit if input_ids else None)
         inputs, outputs = await _processors(core, pipeline, config, input_processors, output_processors)
         tools: dict[str, Tool] = {}
         tool = working_memory_tool(core, config)
         if tool is not None:
             tools[tool.name] = tool
-        yield Turn(core, pipeline.access, thread, resource_id, config, inputs, outputs, tools)
+        yield Turn(core, thread, resource_id, config, inputs, outputs, tools, stored_input)
+
+
+async def _stored_input(access: MemoryAccess, thread_id: str, input_ids: Sequence[str]) -> frozenset[str]:
+    """The input ids already stored in ``thread_id`` (a client's echo of its history).
+
+    :raises MessageIdTaken: an id belongs to another thread (its public message does not name that thread).
+    """
+    stored: set[str] = set()
+    for message in await access.get_messages_by_id(list(dict.fromkeys(input_ids))):
+        if message.thread_id != thread_id:
+            raise MessageIdTaken(message.id, message.thread_id or "", thread_id)
+        stored.add(message.id)
+    return frozenset(stored)
 
 
 async def _processors(

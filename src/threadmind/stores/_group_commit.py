@@ -26,7 +26,7 @@ from ..codecs import (
     to_iso,
     utc_now,
 )
-from ..errors import StorageError, ThreadmindError, ThreadNotFound, ValidationError
+from ..errors import MessageIdTaken, StorageError, ThreadmindError, ThreadNotFound
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q
 from ._aiosqlite import (
@@ -186,10 +186,7 @@ def run_saves(conn: sqlite3.Connection, run: list[Job]) -> bool:
                     mid = row[0]
                     prior = local.get(mid) or known.get(mid)
                     if prior is not None and prior[0] != spec.thread_id:
-                        raise ValidationError(
-                            f"message id {mid!r} already belongs to thread {prior[0]!r}; a message cannot move "
-                            f"to thread {spec.thread_id!r}"
-                        )
+                        raise MessageIdTaken(mid, prior[0], spec.thread_id)
                     if prior is None:
                         local[mid] = (spec.thread_id, row[5])
                     elif prior[1] != row[5]:

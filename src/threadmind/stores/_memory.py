@@ -19,7 +19,7 @@ import anyio
 import msgspec
 
 from ..codecs import Message, Resource, Thread, utc_now
-from ..errors import StorageError, ThreadNotFound, ValidationError
+from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._leases import InProcessLeases
 from ._om import InMemoryOMStore
@@ -224,8 +224,7 @@ class InMemoryStore:
         for message in messages:
             existing = self._messages.get(message.id)
             if existing is not None:
-                raise ValidationError(
-                    f"message id {message.id!r} already belongs to thread {existing.message.thread_id!r}")
+                raise MessageIdTaken(message.id, existing.message.thread_id or "")
         self._threads[stored.id] = (stored, next(self._seq))
         self._upsert(stored.id, messages)
         self._versions.bump((stored.id,))
@@ -303,10 +302,7 @@ class InMemoryStore:
             row = self._messages.get(message.id)
             other = row.message.thread_id if row is not None else claimed.setdefault(message.id, thread_id)
             if other != thread_id:
-                raise ValidationError(
-                    f"message id {message.id!r} already belongs to thread {other!r}; a message "
-                    f"cannot move to thread {thread_id!r}"
-                )
+                raise MessageIdTaken(message.id, other or "", thread_id)
             if row is not None:
                 kept[message.id] = row.message.created_at
         return kept

@@ -28,7 +28,7 @@ import anyio.lowlevel
 import msgspec
 
 from ..codecs import Message, Resource, Thread, utc_now
-from ..errors import StorageError, ThreadNotFound, ValidationError
+from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._postgres_leases import LeaseListener, PgLeases, check_fence, lease_lost
 from ._postgres_pool import PgPool, check_connection, masked, storage_error, transaction
@@ -388,7 +388,7 @@ class PostgresStore:
                     return
                 for mid, other in await conn.fetch(
                         "SELECT id, thread_id FROM mastra_messages WHERE id = ANY($1::text[])", [r[0] for r in rows]):
-                    raise ValidationError(f"message id {mid!r} already belongs to thread {other!r}")
+                    raise MessageIdTaken(mid, other)
                 await conn.execute(_INSERT_MESSAGES, *_columns(rows))
 
         await self._counted(run, "create_thread_with_messages", (stored.id,))

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ..codecs import Message
-from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
+from ..errors import MessageIdTaken, ResourceMismatch, ThreadNotFound
 from . import _query as q
 from ._postgres_rows import as_naive, check_text, from_columns
 from ._protocol import Lease
@@ -106,8 +106,7 @@ def parts_of(by_thread: Mapping[str, Sequence[Message]]) -> list[Part]:
         for mid in part.rows:
             other = claimed.setdefault(mid, part.thread_id)
             if other != part.thread_id:
-                raise ValidationError(f"message id {mid!r} already belongs to thread {other!r}; a message cannot "
-                                      f"move to thread {part.thread_id!r}")
+                raise MessageIdTaken(mid, other, part.thread_id)
     return parts
 
 
@@ -140,8 +139,7 @@ def refusal(parts: Sequence[Part], record: Any) -> Exception | None:
         for mid in part.rows:
             home = homes.get(mid)
             if home is not None and home != part.thread_id:
-                return ValidationError(f"message id {mid!r} already belongs to thread {home!r}; a message cannot "
-                                       f"move to thread {part.thread_id!r}")
+                return MessageIdTaken(mid, home, part.thread_id)
     return None
 
 

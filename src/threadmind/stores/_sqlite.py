@@ -56,6 +56,7 @@ from ..codecs import (
 from ..errors import (
     ConfigError,
     LeaseLost,
+    MessageIdTaken,
     StorageError,
     ThreadNotFound,
     ValidationError,
@@ -591,7 +592,7 @@ class SQLiteStore(GroupWriter):
             if conn.execute("SELECT 1 FROM mastra_threads WHERE id = ?", (stored.id,)).fetchone():
                 raise ValidationError(f"Thread with id {stored.id} already exists", code=EXISTS_CODE)
             for mid, other, _ in existing(conn, [row[0] for row in rows]):
-                raise ValidationError(f"message id {mid!r} already belongs to thread {other!r}")
+                raise MessageIdTaken(mid, other)
             conn.execute(
                 f"INSERT INTO mastra_threads ({THREAD_COLS}) VALUES (?,?,?,?,?,?)",
                 (stored.id, stored.resource_id, stored.title, meta, to_iso(stored.created_at),

@@ -24,7 +24,7 @@ from ..codecs import (
     from_iso,
     to_iso,
 )
-from ..errors import InvalidMessage, StorageError, ThreadNotFound, ValidationError
+from ..errors import InvalidMessage, MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._protocol import UnsetType
 
@@ -228,10 +228,7 @@ def save_rows(
     if len(stored) != len(rows):  # an id of another thread was skipped by the upsert's WHERE
         for mid, other, _ in existing(conn, [row[0] for row in rows]):
             if other != thread_id:
-                raise ValidationError(
-                    f"message id {mid!r} already belongs to thread {other!r}; a message cannot move to "
-                    f"thread {thread_id!r}"
-                )
+                raise MessageIdTaken(mid, other, thread_id)
     # Only re-saved ids come back with a createdAt other than the one we wrote.
     written = {row[0]: row[5] for row in rows}
     return {mid: created for mid, created in stored if created != written[mid]}

@@ -274,7 +274,7 @@ def _legacy_invocations(parts: Sequence[Part]) -> list[dict[str, Any]] | None:
     return mirror or None
 
 
-def _message(raw: Any, where: str, now: datetime) -> Message | None:
+def _message(raw: Any, where: str, now: datetime, allow_system: bool) -> Message | None:
     if not isinstance(raw, Mapping):
         raise _fail(where, f"must be an object, got {_kind(raw)}")
     message_id = raw.get("id")
@@ -283,6 +283,9 @@ def _message(raw: Any, where: str, now: datetime) -> Message | None:
     role = raw.get("role")
     if role not in _UI_ROLES:
         raise _fail(f"{where}.role", f"must be one of {', '.join(_UI_ROLES)}, got {role!r}")
+    if role == "system" and not allow_system:
+        raise _fail(f"{where}.role", "is 'system': a client may not send system instructions (the server opts in "
+                    "with allow_system=True)")
     raw_parts = raw.get("parts")
     if not isinstance(raw_parts, (list, tuple)):
         raise _fail(f"{where}.parts", f"must be an array, got {_kind(raw_parts)}")
@@ -310,16 +313,22 @@ def _message(raw: Any, where: str, now: datetime) -> Message | None:
                    resource_id=resource_id)
 
 
-def messages_from_ui(body: Mapping[str, Any]) -> list[Message]:
+def messages_from_ui(body: Mapping[str, Any], *, allow_system: bool = False) -> list[Message]:
     """The messages of a ``useChat`` request body (``{"id", "messages": [UIMessage...], "trigger", "messageId"}``).
 
     A body that sends only the newest message as ``"message"`` is accepted too. Each message keeps its id;
-    ``created_at`` comes from ``metadata.createdAt`` (ISO-8601 or epoch ms) when present, else now;
-    ``metadata.threadId``/``resourceId`` (as :func:`messages_to_ui` writes them) become the message's thread and
-    resource, the rest of ``metadata`` becomes ``content.metadata``. An assistant message without parts (what
-    ``useChat`` keeps of a reply that failed before its first part) is left out.
+    ``created_at`` comes from ``metadata.createdAt`` (ISO-8601 or epoch ms) when present, else now: an agent turn
+    dates its new messages again once it holds the thread (after everything stored in it), so a client's clock
+    never orders a thread; ``Memory.save_messages`` keeps these times. ``metadata.threadId``/``resourceId`` (as
+    :func:`messages_to_ui` writes them) become the message's thread and resource, the rest of ``metadata``
+    becomes ``content.metadata``. An assistant message without parts (what ``useChat`` keeps of a reply that
+    failed before its first part) is left out.
 
-    :raises ValidationError: the body is malformed; the message names the field (``messages[2].parts[0].type``).
+    A browser is not trusted: a ``system`` message (which would reach the model as an instruction) is refused
+    unless ``allow_system=True``, and so is a body with no message.
+
+    :raises ValidationError: the body is malformed, has no message, or carries a system message; the message
+        names the field (``messages[2].parts[0].type``, ``messages[0].role``, ``messages``).
     """
     if not isinstance(body, Mapping):
         raise ValidationError(f"invalid useChat request: the body must be a JSON object, got {_kind(body)}")
@@ -337,10 +346,15 @@ def messages_from_ui(body: Mapping[str, Any]) -> list[Message]:
         if not isinstance(raw, (list, tuple)):
             raise ValidationError(f"invalid useChat request: `messages` must be an array of UI messages, got "
                                   f"{_kind(raw)}")
-        converted = [_message(m, f"messages[{i}]", now) for i, m in enumerate(raw)]
+        converted = [_message(m, f"messages[{i}]", now, allow_system) for i, m in enumerate(raw)]
+        field = "messages"
     elif "message" in body:
-        converted = [_message(body["message"], "message", now)]
+        converted = [_message(body["message"], "message", now, allow_system)]
+        field = "message"
     else:
         raise ValidationError("invalid useChat request: `messages` is missing (the body useChat sends has "
                               "`id`, `messages` and `trigger`)")
-    return [m for m in converted if m is not None]
+    messages = [m for m in converted if m is not None]
+    if not messages:
+        raise ValidationError(f"invalid useChat request: `{field}` holds no message to answer")
+    return messages

@@ -7,16 +7,32 @@ then ``data: [DONE]\\n\\n``) and the headers of ``UI_MESSAGE_STREAM_HEADERS``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import msgspec
 
 from ..errors import ThreadmindError
-from ..events import ErrorEvent, EventStream, FinishEvent, StreamEvent, _Event
+from ..events import (
+    ErrorEvent,
+    EventStream,
+    FinishEvent,
+    StreamEvent,
+    ToolInputAvailableEvent,
+    ToolInputDeltaEvent,
+    ToolInputStartEvent,
+    ToolOutputAvailableEvent,
+    ToolOutputErrorEvent,
+    _Event,
+)
 
-__all__ = ("AI_SDK_FINISH_REASONS", "UI_MESSAGE_STREAM_HEADERS", "ui_finish_reason", "ui_message_stream")
+__all__ = ("AI_SDK_FINISH_REASONS", "MEMORY_TOOLS", "UI_MESSAGE_STREAM_HEADERS", "ui_finish_reason",
+           "ui_message_stream")
+
+MEMORY_TOOLS: frozenset[str] = frozenset({"updateWorkingMemory"})
+"""The tools memory gives an agent: their calls carry the whole working-memory document (what the model remembers
+of the user), which a front end need not see (``ui_message_stream(..., hide_tools=MEMORY_TOOLS)``)."""
 
 UI_MESSAGE_STREAM_HEADERS: Mapping[str, str] = MappingProxyType({
     "content-type": "text/event-stream",
@@ -75,7 +91,7 @@ def _sse(event: StreamEvent) -> bytes:
 def _error_text(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # a task group's single failure
         exc = exc.exceptions[0]
-    text = exc.message if isinstance(exc, ThreadmindError) else str(exc)
+    text = exc.public_message if isinstance(exc, ThreadmindError) else str(exc)
     return text or type(exc).__name__
 
 
@@ -85,8 +101,30 @@ async def _close(events: AsyncIterator[StreamEvent]) -> None:
         await aclose()
 
 
-async def ui_message_stream(stream: EventStream) -> AsyncGenerator[bytes, None]:
+class _Hidden:
+    """Which events belong to a hidden tool's calls (output events name only the call, so the calls are noted)."""
+
+    __slots__ = ("calls", "tools")
+
+    def __init__(self, tools: Collection[str]) -> None:
+        self.tools = frozenset(tools)
+        self.calls: set[str] = set()
+
+    def __call__(self, event: StreamEvent) -> bool:
+        if isinstance(event, (ToolInputStartEvent, ToolInputAvailableEvent)) and event.tool_name in self.tools:
+            self.calls.add(event.tool_call_id)
+            return True
+        if isinstance(event, (ToolInputDeltaEvent, ToolOutputAvailableEvent, ToolOutputErrorEvent)):
+            return event.tool_call_id in self.calls
+        return False
+
+
+async def ui_message_stream(stream: EventStream, *, hide_tools: Collection[str] = ()) -> AsyncGenerator[bytes, None]:
     """The server-sent-event bytes of the AI SDK UI message stream for ``stream`` (an ``AgentStream``).
+
+    Every tool call is streamed to the client (its input and output), memory's own included: the working-memory
+    tool's input is the whole document memory keeps of the user. ``hide_tools`` (``MEMORY_TOOLS``, or any tool
+    names) leaves those calls out of the stream; the run and what is stored are the same.
 
     Enters ``stream`` itself and yields ``data: {json}\\n\\n`` per event (camelCase fields, absent optional
     fields left out, ``finishReason`` mapped onto the AI SDK's values: a tripwire finishes with ``other``),
@@ -95,7 +133,8 @@ async def ui_message_stream(stream: EventStream) -> AsyncGenerator[bytes, None]:
     An error raised while *entering* the stream (a busy thread, a thread of another resource, bad input)
     propagates before any byte is produced, so a server that primes the generator (``await anext(body)``)
     can still answer with an HTTP status. An error raised once the stream is open becomes an ``error`` chunk
-    carrying the error's text (no traceback), then ``finish`` with ``error`` (unless one was sent) and
+    carrying the error's text (a threadmind error's ``public_message``, which names no other resource's ids or
+    threads; no traceback), then ``finish`` with ``error`` (unless one was sent) and
     ``[DONE]``. Closing this generator early (``aclose``, cancellation: an HTTP client that went away)
     closes the stream's iterator and exits the stream with that exception, which stops the run; a server should
     therefore iterate it under ``contextlib.aclosing`` in the task that started it.
@@ -106,6 +145,7 @@ async def ui_message_stream(stream: EventStream) -> AsyncGenerator[bytes, None]:
         raise TypeError(f"ui_message_stream() needs an event stream (such as AgentStream), got {type(stream).__name__}")
     finished = False
     entered = False
+    hidden = _Hidden(hide_tools) if hide_tools else None
     try:
         async with stream:
             entered = True
@@ -113,6 +153,8 @@ async def ui_message_stream(stream: EventStream) -> AsyncGenerator[bytes, None]:
             done = False
             try:
                 async for event in events:
+                    if hidden is not None and hidden(event):
+                        continue
                     chunk = _sse(event)
                     finished = finished or isinstance(event, FinishEvent)
                     yield chunk
