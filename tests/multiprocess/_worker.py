@@ -144,15 +144,15 @@ async def chat(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
     seen: list[dict[str, Any]] = []
     starts: dict[str, str] = {}
     for j in range(config["turns"]):
-        question = {"id": f"p{proc}-q{j}", "role": "user", "parts": [{"type": "text", "text": f"p{proc} q{j}"}]}
-        seen.append(question)
+        question_id = f"p{proc}-q{j}"
+        seen.append({"id": question_id, "role": "user", "parts": [{"type": "text", "text": f"p{proc} q{j}"}]})
         body = {"id": "t-chat", "messages": list(seen), "trigger": "submit-message"}
         async with agent.stream(messages_from_ui(body), thread_id="t-chat", resource_id="r1") as stream:
             async for event in stream:
                 if isinstance(event, StartEvent) and event.message_id is not None:
-                    starts[question["id"]] = event.message_id
+                    starts[question_id] = event.message_id
         result = await stream.result()
-        seen.append({"id": starts[question["id"]], "role": "assistant", "parts": [{"type": "text", "text": result.text}]})
+        seen.append({"id": starts[question_id], "role": "assistant", "parts": [{"type": "text", "text": result.text}]})
     say(event="done", starts=starts)
 
 

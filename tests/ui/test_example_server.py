@@ -20,7 +20,7 @@ from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
 from threadmind import Memory
-from threadmind.stores import SQLiteStore
+from threadmind.stores import PostgresStore, SQLiteStore
 from threadmind.ui import UI_MESSAGE_STREAM_HEADERS
 
 from ._node import node_binary
@@ -217,3 +217,29 @@ async def test_the_ai_sdk_client_talks_to_the_example(tmp_path: Path, ai_client:
     assert [m["id"] for m in shown] == [m.id for m in rows]
     assert ["".join(p["text"] for p in m["parts"] if p["type"] == "text") for m in shown] == [
         "one", "You said: one", "two", "You said: two"]
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+async def test_overlapping_ai_sdk_tabs_on_one_chat_each_get_their_own_replies_with_four_workers(
+        tmp_path: Path, ai_client: Path, request: pytest.FixtureRequest, store: str) -> None:
+    """``uvicorn examples.chat_server:app --workers 4``, and six useChat tabs of one user on one chat id sending at
+    once (each echoing only what it saw): every reply answers its own question and is stored under the id its tab
+    shows."""
+    database, dsn = (tmp_path / "chat.db", None) if store == "sqlite" else (None, request.getfixturevalue("pg_dsn"))
+    tabs = [{"chatId": "shared", "sends": [f"tab {t} says {n}" for n in range(3)]} for t in range(6)]
+    async with running_example(database, workers=4, dsn=dsn) as example:
+        plan = {"api": f"{example.url}/api/chat", "tabs": tabs}
+        done = await anyio.run_process([node_binary(), "tabs_client.mjs", json.dumps(plan)], cwd=ai_client,
+                                       check=False)
+        assert done.returncode == 0, done.stderr.decode()
+    storage = SQLiteStore(str(database)) if database is not None else PostgresStore(str(dsn))
+    async with Memory(storage=storage) as memory:
+        rows = (await memory.recall("shared", resource_id="demo-user", per_page=False)).messages
+    assert [m.role for m in rows] == ["user", "assistant"] * 18
+    for question, reply in zip(rows[0::2], rows[1::2], strict=True):
+        assert reply.text == f"You said: {question.text}"
+    stored = {m.id: m.text for m in rows}
+    for tab in json.loads(done.stdout):
+        assert tab["errors"] == []
+        shown = [(m["id"], "".join(p["text"] for p in m["parts"] if p["type"] == "text")) for m in tab["messages"]]
+        assert len(shown) == 6 and all(stored[mid] == text for mid, text in shown)  # the ids the tab holds are stored
