@@ -446,3 +446,22 @@ class PgBouncer:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
         _release_watchdog(watchdog)
+
+
+def main() -> None:
+    """``python -m bench._pgserver [DATABASE]``: a throwaway durable cluster with a database (``chat`` by default)
+    on 127.0.0.1; prints its URL and runs until Ctrl-C, then removes everything."""
+    name = sys.argv[1] if len(sys.argv) > 1 else "chat"
+    if find_binaries() is None:
+        raise SystemExit(INSTALL_HINT)
+    with PgCluster(durable=True) as cluster:
+        cluster.create_database(name)
+        print(f"DATABASE_URL={cluster.dsn(name)}  (Ctrl-C stops and removes the cluster)", flush=True)
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
