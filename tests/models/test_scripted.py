@@ -22,8 +22,8 @@ from threadmind.models import (
     ToolSpec,
     collect_response,
     stream_model,
+    word_deltas,
 )
-from threadmind.models._scripted import word_deltas
 
 
 def _request(text: str) -> ModelRequest:

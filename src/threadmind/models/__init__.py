@@ -21,6 +21,7 @@ from ._protocol import ToolCall as ToolCall
 from ._protocol import ToolInputDelta as ToolInputDelta
 from ._protocol import ToolSpec as ToolSpec
 from ._scripted import ScriptedModel as ScriptedModel
+from ._scripted import word_deltas as word_deltas
 from ._stream import collect_response as collect_response
 from ._stream import stream_model as stream_model
 
@@ -39,4 +40,5 @@ __all__ = (
     "collect_response",
     "resolve_model",
     "stream_model",
+    "word_deltas",
 )
