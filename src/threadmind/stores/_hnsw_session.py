@@ -352,7 +352,7 @@ class Session:
     # changes ---------------------------------------------------------------------------------------
     def stage(self, records: Sequence[VectorRecord], rows: F32) -> bool:
         index = self.index
-        if index is None:
+        if index is None or self._others_read_rows():
             return False
         entries = [IndexEntry(0, r.vector_id, r.message_id, r.thread_id, r.resource_id) for r in records]
         index.upsert(entries, rows, prepared=True)
@@ -377,6 +377,15 @@ class Session:
             if index is not None:
                 index.upsert_records(records, seq)
                 self.flush_wanted.set()
+
+    def _others_read_rows(self) -> bool:
+        """Whether another process may query these rows now (a database server, or a SQLite file another process
+        has open): then vectors are not answered from memory before their rows are committed, so another
+        process's next query finds what a save acknowledged (SPEC §10)."""
+        if self.server:
+            return True
+        raw = self.raw
+        return isinstance(raw, SQLiteVectorRecords) and raw.shared()
 
     def _settle(self, records: Sequence[VectorRecord]) -> None:
         """Staged rows are stored now (a failed write leaves them unsettled: searched from hnswlib's copy)."""

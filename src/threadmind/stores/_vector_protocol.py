@@ -117,7 +117,9 @@ class VectorStore(Protocol):
 
     def stage(self, records: Sequence[VectorRecord], rows: F32) -> bool:
         """Make ``records`` (their vectors in ``rows``, from :meth:`prepare`) searchable now, replacing each
-        message's older vectors; False when the store can search them only once :meth:`write` returned."""
+        message's older vectors; False when the store can search them only once :meth:`write` returned, or when
+        other processes query the stored rows (a save is then acknowledged once its rows are committed, so every
+        process's next query finds it)."""
 
     async def write(self, records: Sequence[VectorRecord], *, background: bool = False, staged: bool = True) -> None:
         """Store ``records`` durably (replacing each message's vectors, clearing their pending marks), and

@@ -160,6 +160,8 @@ class SQLExecutor(Protocol):
 
     async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
+    def caches_trusted(self) -> bool: ...
+
 
 def _chunks(items: Sequence[str], size: int = _IN_CHUNK) -> Iterable[Sequence[str]]:
     for start in range(0, len(items), size):
@@ -298,6 +300,10 @@ class SQLiteVectorRecords:
     async def ensure_tables(self) -> None:
         """Create our tables now (before any message save carries a pending marker)."""
         await self._ensure()
+
+    def shared(self) -> bool:
+        """Whether another process may have the file open (and query these rows) now."""
+        return not self._store.caches_trusted()
 
     @staticmethod
     def pending_marker(conn: sqlite3.Connection, messages: Sequence[Message]) -> None:
