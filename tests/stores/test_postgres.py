@@ -140,6 +140,8 @@ class TestSchema:
         async def downgrade(conn: Any) -> None:  # the tables as version 2 made them
             await conn.execute("DROP TABLE threadmind_vector_pruned; DROP INDEX threadmind_vectors_resource; "
                                "DROP INDEX threadmind_vectors_pos; ALTER TABLE threadmind_vectors DROP COLUMN pos; "
+                               "ALTER TABLE threadmind_leases DROP COLUMN presence; "
+                               "DROP SEQUENCE threadmind_presence_keys; "
                                "UPDATE threadmind_meta SET value = '2' WHERE key = 'schema_version'")
 
         await _sql(pg_dsn, downgrade)
@@ -150,9 +152,11 @@ class TestSchema:
             assert [r.vector_id for r in await records.scope_records("idx", resource_id="r2", thread_id=None)] == ["b"]
             await records.prune_tombstones("idx", 1)
             assert (await records.sequence("idx"))[1] == 1
+            lease = await store.acquire_lease("thread:t1", owner="o", ttl=5, wait=False)  # names its presence
+            await store.release_lease(lease)
         version = await _sql(pg_dsn, lambda c: c.fetchval(
             "SELECT value FROM threadmind_meta WHERE key = 'schema_version'"))
-        assert version == str(SCHEMA_VERSION) == "3"
+        assert version == str(SCHEMA_VERSION) == "4"
 
     async def test_many_stores_open_an_empty_database_at_once(self, pg_dsn: str) -> None:
         stores = [PostgresStore(pg_dsn, min_size=1, max_size=1) for _ in range(8)]

@@ -170,7 +170,7 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
             except BaseException as exc:
                 if not isinstance(exc, Exception):  # closed (GeneratorExit) or cancelled by the consumer
                     await run.aborted(save_on_abort)
-                elif state.message_id is not None:  # a client saw the reply start: it gets an error chunk only
+                elif streaming and state.message_id is not None:  # its client gets an error chunk only
                     _log.error("agent %r: the run failed after its reply started (thread %s, resource %s): %s",
                                agent.name, thread_id, resource_id, error_code(exc))
                 raise

@@ -30,7 +30,7 @@ import msgspec
 from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
-from ._postgres_leases import LeaseListener, PgLeases, check_fence, lease_lost
+from ._postgres_leases import LeaseListener, PgLeases, Presence, check_fence, lease_lost
 from ._postgres_pool import PgPool, check_connection, masked, storage_error, transaction
 from ._postgres_queries import MessageReads
 from ._postgres_rows import (
@@ -167,7 +167,9 @@ class PostgresStore:
         # Behind a transaction pooler (statement_cache_size=0, e.g. PgBouncer) a LISTEN would not stay on its
         # session: lease waiters poll there.
         self._listener = LeaseListener(self._pool.connect) if statement_cache_size != 0 else None
-        self._leases = PgLeases(self.run_write, self._listener)
+        # Likewise a session advisory lock: there, a dead holder's lease ends by expiry only.
+        self._presence = Presence(self._pool.connect) if statement_cache_size != 0 else None
+        self._leases = PgLeases(self.run_write, self._listener, self._presence)
 
     def __repr__(self) -> str:
         return f"PostgresStore({masked(self._dsn)!r}, state={self._pool.state})"
@@ -185,6 +187,8 @@ class PostgresStore:
         """Close every connection; idempotent. Later calls raise ``StorageError``."""
         if self._listener is not None:
             await self._listener.aclose()
+        if self._presence is not None:
+            await self._presence.aclose()
         await self._pool.close()
 
     async def __aenter__(self) -> PostgresStore:

@@ -17,6 +17,15 @@ refuses to write (``LeaseLost``) unless the row still carries its owner and toke
 lock is held until that write commits, so a takeover (which must lock the row to change it) cannot land between
 the check and the commit.
 
+**A holder whose process is gone.** Each process keeps one more connection of its own (outside the pool), its
+*presence*: it draws a key from the ``threadmind_presence_keys`` sequence and holds the session advisory lock on it,
+and every lease it takes names that key. A session ends with its process (a killed process's sockets close; a host
+that vanished is noticed by the TCP keepalives the presence session sets, about two seconds), and PostgreSQL drops
+its advisory locks with it, so a take also succeeds where the holder's key is no longer locked: a dead holder is
+replaced at the next look of a waiter (half a second at most), whatever ``lease_ttl``. A process that is alive but
+frozen keeps its session, and is replaced only once its lease expires. Behind a transaction-pooling PgBouncer a
+session lock cannot be kept: leases there name no presence and end by expiry only.
+
 **Waiting.** A waiter listens on a dedicated connection outside the pool (``LISTEN`` is session state, which a
 pooled or PgBouncer connection cannot keep) and sleeps until a release of its key is announced, never past the
 holder's expiry, and at most a backoff step (the poll that covers a missed notification). Behind a
@@ -38,7 +47,7 @@ from ..errors import LeaseLost
 from ._leases import busy_error
 from ._protocol import Lease
 
-__all__ = ("FENCE_SQL", "LeaseListener", "PgLeases", "check_fence", "lease_lost")
+__all__ = ("FENCE_SQL", "LeaseListener", "PgLeases", "Presence", "check_fence", "lease_lost")
 
 _log = logging.getLogger("threadmind.stores")
 
@@ -50,10 +59,15 @@ _RECONNECT_AFTER = 5.0  # seconds before a failed listener connection is tried a
 
 _TAKE = """
 WITH take AS (
-  INSERT INTO threadmind_leases AS l (key, owner, token, expires_at)
-  VALUES ($1, $2, nextval('threadmind_lease_tokens'), clock_timestamp() + $3 * interval '1 second')
-  ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+  INSERT INTO threadmind_leases AS l (key, owner, token, expires_at, presence)
+  VALUES ($1, $2, nextval('threadmind_lease_tokens'), clock_timestamp() + $3 * interval '1 second', $4)
+  ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at,
+                                  presence = EXCLUDED.presence
   WHERE l.expires_at <= clock_timestamp()
+     OR (l.presence IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM pg_locks k
+           WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 1
+             AND k.classid = (l.presence >> 32)::oid AND k.objid = (l.presence & 4294967295)::oid))
   RETURNING l.token
 )
 SELECT (SELECT token FROM take),
@@ -161,18 +175,81 @@ class LeaseListener:
                 conn.terminate()
 
 
+class Presence:
+    """This process's presence in the database (see the module docstring): a connection of its own holding the
+    session advisory lock on a key drawn for it, opened on the first lease. None when it cannot be had (leases then
+    end by expiry only); opened again, with a new key, if its connection was lost.
+
+    :param connect: opens a new asyncpg connection (outside the pool).
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[Any]]) -> None:
+        self._connect = connect
+        self._conn: Any = None
+        self._key: int | None = None
+        self._lock = anyio.Lock()
+        self._failed_at = -math.inf
+        self._closed = False
+
+    async def key(self) -> int | None:
+        """The key this process's leases name, or None (no presence session)."""
+        conn = self._conn
+        if conn is not None and not conn.is_closed():
+            return self._key
+        if self._closed or time.monotonic() - self._failed_at < _RECONNECT_AFTER:
+            return None
+        async with self._lock:
+            if self._conn is not None and not self._conn.is_closed():
+                return self._key
+            conn = None
+            try:
+                with anyio.fail_after(5.0):
+                    conn = await self._connect()
+                    # A vanished host is noticed by the server in about two seconds (on TCP; ignored on sockets).
+                    await conn.execute("SET tcp_keepalives_idle = 1; SET tcp_keepalives_interval = 1; "
+                                       "SET tcp_keepalives_count = 2")
+                    key = int(await conn.fetchval("SELECT nextval('threadmind_presence_keys')"))
+                    await conn.execute("SELECT pg_advisory_lock($1)", key)
+            except BaseException as exc:
+                if conn is not None:
+                    conn.terminate()
+                if not isinstance(exc, Exception):
+                    raise
+                _log.warning("cannot open the presence session; a lease of this process that it cannot give back "
+                             "ends by expiry only", exc_info=True)
+                self._failed_at = time.monotonic()
+                return None
+            if self._closed:
+                conn.terminate()
+                return None
+            self._conn, self._key = conn, key
+            return key
+
+    async def aclose(self) -> None:
+        """End the session (its lock goes with it)."""
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5.0) as scope:
+                await conn.close()
+            if scope.cancelled_caught:
+                conn.terminate()
+
+
 class PgLeases:
     """The lease operations of one ``PostgresStore``; remembers what each owner holds, so the heartbeat renews
     exactly those rows (a row whose release failed is left to expire instead of being renewed forever).
 
     :param run_write: runs ``fn(conn)`` as one write on a pooled connection (the store's ``run_write``).
     :param listener: wakes waiters on releases; None polls.
+    :param presence: this process's presence session; None: leases end by expiry only.
     """
 
     def __init__(self, run_write: Callable[[Callable[[Any], Awaitable[Any]], str], Awaitable[Any]],
-                 listener: LeaseListener | None) -> None:
+                 listener: LeaseListener | None, presence: Presence | None = None) -> None:
         self._write = run_write
         self._listener = listener
+        self._presence = presence
         self._held: dict[str, dict[str, int]] = {}  # owner -> {key: token}
 
     async def acquire(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
@@ -204,9 +281,10 @@ class PgLeases:
     async def _take(self, key: str, owner: str, ttl: float) -> tuple[int | None, float | None]:
         """One attempt: (the new token, None), or (None, seconds until the holder's lease expires)."""
         taken: list[int] = []
+        presence = await self._presence.key() if self._presence is not None else None
 
         async def run(conn: Any) -> tuple[int | None, float | None]:
-            row = await conn.fetchrow(_TAKE, key, owner, float(ttl))
+            row = await conn.fetchrow(_TAKE, key, owner, float(ttl), presence)
             if row[0] is not None:
                 taken.append(int(row[0]))
                 return int(row[0]), None

@@ -12,8 +12,8 @@ data lives in ``threadmind_*`` tables:
 * ``threadmind_vectors``, ``…_vector_tombstones``, ``…_vector_seq``, ``…_vector_pruned``, ``…_vector_pending``: the
   vector records (the same tables and semantics as the SQLite store's, embeddings as ``bytea``; an identity column
   ``pos`` plays the part of SQLite's rowid: a row's storage position, kept by an upsert);
-* ``threadmind_leases`` and the ``threadmind_lease_tokens`` sequence: who holds which thread for a turn (see
-  ``_postgres_leases``);
+* ``threadmind_leases`` and the ``threadmind_lease_tokens`` and ``threadmind_presence_keys`` sequences: who holds
+  which thread for a turn, and whether that holder's process is still connected (see ``_postgres_leases``);
 * ``threadmind_fail(text)``: raises, so one statement can abort itself when a check made inside it fails.
 
 **Migrations** are idempotent and race-free: a fast unlocked read of the version first; when it is missing or
@@ -29,7 +29,7 @@ from ..errors import StorageError
 
 __all__ = ("MASTRA_DDL", "SCHEMA_VERSION", "THREADMIND_DDL", "migrate")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of threadmind's own tables; stored in ``threadmind_meta`` under ``schema_version``."""
 
 _LOCK_KEY = "threadmind.schema"  # hashed with hashtextextended into a 64-bit advisory key
@@ -174,6 +174,9 @@ THREADMIND_DDL: tuple[str, ...] = (
     "  token BIGINT NOT NULL,\n"
     "  expires_at TIMESTAMPTZ NOT NULL\n"
     ")",
+    # version 3 databases: a lease names its holder's presence (see _postgres_leases)
+    "ALTER TABLE threadmind_leases ADD COLUMN IF NOT EXISTS presence BIGINT",
+    "CREATE SEQUENCE IF NOT EXISTS threadmind_presence_keys",
     "CREATE OR REPLACE FUNCTION threadmind_fail(message TEXT) RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$\n"
     f"BEGIN RAISE EXCEPTION '%', message USING ERRCODE = '{FAIL_SQLSTATE}'; END\n"
     "$$",
