@@ -16,6 +16,7 @@ happens however this process ends (an exception, Ctrl-C, SIGKILL).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import importlib.util
 import os
@@ -30,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 __all__ = ("INSTALL_HINT", "PgBouncer", "PgCluster", "PgClusterError", "find_binaries")
 
@@ -133,6 +134,7 @@ class PgCluster:
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._running = False
+        self._admin: _Admin | Literal[False] | None = None  # None until first used; False: asyncpg is missing
 
     # -- paths -----------------------------------------------------------------------------------------
 
@@ -180,14 +182,32 @@ class PgCluster:
             raise PgClusterError(f"{statement!r} failed: {done.stderr.strip()}")
         return done.stdout
 
+    def execute(self, statement: str) -> None:
+        """Run one statement as the superuser on the cluster's admin connection (one asyncpg connection kept for
+        the cluster's life, in a thread of its own: no process per statement); falls back to :meth:`sql` when
+        asyncpg is not installed.
+
+        :raises PgClusterError: the statement failed.
+        """
+        with self._lock:
+            if not self._running:
+                raise PgClusterError("the cluster is not running")
+            if self._admin is None:
+                self._admin = _Admin.open(self.socket_dsn()) if importlib.util.find_spec("asyncpg") else False
+            admin = self._admin
+        if admin is False:
+            self.sql(statement)
+            return
+        admin.execute(statement)
+
     def create_database(self, name: str) -> str:
         """Create an empty database and return its TCP DSN."""
-        self.sql(f"CREATE DATABASE {_ident(name)}")
+        self.execute(f"CREATE DATABASE {_ident(name)}")
         return self.dsn(name)
 
     def drop_database(self, name: str) -> None:
         """Drop a database, disconnecting whatever still uses it."""
-        self.sql(f"DROP DATABASE IF EXISTS {_ident(name)} WITH (FORCE)")
+        self.execute(f"DROP DATABASE IF EXISTS {_ident(name)} WITH (FORCE)")
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -323,6 +343,9 @@ class PgCluster:
     def _teardown(self) -> None:
         """(under the lock) Stop the postmaster, remove the folders, release the watchdog."""
         self._running = False
+        admin, self._admin = self._admin, None
+        if admin:
+            admin.close()
         base, copy, watchdog = self._base, self._copy, self._watchdog
         self._base = self._copy = self._watchdog = None
         if base is not None and (base / "data" / "postmaster.pid").exists() and self._bin is not None:
@@ -335,6 +358,50 @@ class PgCluster:
                 shutil.rmtree(folder, ignore_errors=True)
         _release_watchdog(watchdog)
         self._bin = None
+
+
+class _Admin:
+    """One asyncpg connection on an event loop in a daemon thread, for blocking callers (fixtures, scripts)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+        self._loop = loop
+        self._thread = thread
+        self._conn: Any = None
+
+    @classmethod
+    def open(cls, dsn: str) -> _Admin:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="pg-admin", daemon=True)
+        thread.start()
+        admin = cls(loop, thread)
+        import asyncpg
+
+        try:
+            admin._conn = admin._call(asyncpg.connect(dsn))
+        except BaseException:
+            admin.close()
+            raise
+        return admin
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=60)
+
+    def execute(self, statement: str) -> None:
+        try:
+            self._call(self._conn.execute(statement))
+        except Exception as exc:
+            raise PgClusterError(f"{statement!r} failed: {exc}") from exc
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._call(self._conn.close(timeout=5))
+            except Exception:  # the server may be gone already
+                pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 def _kill_postmaster(pidfile: Path) -> None:

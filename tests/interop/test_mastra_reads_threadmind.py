@@ -94,9 +94,12 @@ async def test_mastra_reads_what_threadmind_wrote(mastra_dir: Path, tmp_path: Pa
     mine = await _write_with_threadmind(db)
     theirs = _read_with_mastra(mastra_dir, db)
 
-    # threads: every field, metadata type-exact and in key order
-    assert [t["id"] for t in theirs["threads"]] == sorted(mine["threads"], key=lambda i: mine["threads"][i]
-                                                          ["createdAt"])
+    # threads: every field, metadata type-exact and in key order; Mastra lists them by createdAt (threads created
+    # in one millisecond tie, and SQLite may return a tie either way)
+    order = [t["id"] for t in theirs["threads"]]
+    assert sorted(order) == sorted(mine["threads"])
+    created = [mine["threads"][i]["createdAt"] for i in order]
+    assert created == sorted(created)
     for thread in theirs["threads"]:
         expected = mine["threads"][thread["id"]]
         assert set(thread) == set(expected)

@@ -21,8 +21,19 @@ BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 LIBSQL = "MASTRA_STORAGE_LIBSQL_"
 
 
-@pytest.fixture(params=[pytest.param("sqlite", id="sqlite"), pytest.param("memory", id="memory"),
-                        pytest.param("postgres", id="postgres"), pytest.param("pgbouncer", id="pgbouncer")])
+STORES = ["sqlite", "memory", "postgres"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every store for every test; PostgreSQL behind PgBouncer's transaction pooling too for the classes whose
+    operations it can change (``through_pgbouncer``: writes, transactions, their failures), not for single-statement
+    reads, which it passes through unchanged."""
+    if "store" in metafunc.fixturenames:
+        kinds = [*STORES, "pgbouncer"] if getattr(metafunc.cls, "through_pgbouncer", False) else STORES
+        metafunc.parametrize("store", kinds, indirect=True)
+
+
+@pytest.fixture
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     s: Any
     if request.param == "postgres":
@@ -58,6 +69,8 @@ async def ids(store: Store, tid: str | list[str] = "t1", **query: Any) -> list[s
 
 
 class TestThreads:
+    through_pgbouncer = True
+
     async def test_create_get_roundtrip(self, store: Store) -> None:
         created_at = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=timezone(timedelta(hours=2)))
         made = await thread(store, title="Trip", metadata={"a": 1, "nested": {"x": [1, "y"]}}, created_at=created_at)
@@ -230,6 +243,8 @@ class TestThreads:
 
 
 class TestSaveMessages:
+    through_pgbouncer = True
+
     async def test_roundtrip_fields(self, store: Store) -> None:
         await thread(store)
         at = datetime(2025, 3, 1, 9, 0, 0, 123456, tzinfo=UTC)
@@ -304,6 +319,8 @@ class TestSaveMessages:
 
 class TestSaveMessagesMany:
     """One transaction for several threads' parts: all of them or none."""
+
+    through_pgbouncer = True
 
     async def test_every_part_is_written_and_returned(self, store: Any) -> None:
         await thread(store, "t1", updated_at=BASE)
@@ -525,6 +542,8 @@ class TestListMessages:
 
 
 class TestUpdateAndDelete:
+    through_pgbouncer = True
+
     async def test_update_merges_content(self, store: Store) -> None:
         await thread(store, updated_at=BASE)
         original = msg(1, content=MessageContent(parts=[TextPart(text="old")], content="old",
@@ -599,6 +618,8 @@ class TestResources:
 
 
 class TestLifecycle:
+    through_pgbouncer = True
+
     async def test_closed_store_raises(self, store: Store) -> None:
         await store.aclose()
         await store.aclose()
