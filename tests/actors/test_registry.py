@@ -170,6 +170,7 @@ class TestPassivation:
             assert registry.statistics().passivated == 1
 
 
+    @pytest.mark.slow
     async def test_a_sweep_touches_the_stale_actors_and_one_more(self) -> None:
         """Thousands of fresh actors: a sweep stops at the first fresh one instead of scanning them all."""
         clock = FakeClock()
@@ -488,6 +489,7 @@ class TestTracing:
         assert span.attributes is not None and span.attributes["threadmind.actor.key"] == "a"
 
 
+@pytest.mark.slow
 async def test_idle_threads_cost_under_2_kib_each_once_passivated(tmp_path: Any) -> None:
     """Threads touched once and then idle: after passivation nothing of their actors stays in memory."""
     import gc

@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 from bench import bench_growth  # noqa: E402
 
+pytestmark = pytest.mark.bench  # benchmark smoke tests: CI's second step (pytest -m 'slow or bench')
+
 
 def _after_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str], phase: str, threads: int) -> Any:
     """Run the write phase for ``threads`` threads, then ``phase`` on the same database; its JSON."""

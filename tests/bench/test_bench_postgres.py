@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 from bench import bench_postgres  # noqa: E402
 
+pytestmark = pytest.mark.bench  # benchmark smoke tests: CI's second step (pytest -m 'slow or bench')
+
 
 def test_bench_postgres_prints_every_figure(pg_cluster: Any, capsys: pytest.CaptureFixture[str]) -> None:
     bench_postgres.main(["--threads", "4", "--turns", "3", "--recalls", "10", "--queries", "6", "--dsn",

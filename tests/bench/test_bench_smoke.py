@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 
 from bench import bench_actor, bench_agent, bench_machine, bench_memory  # noqa: E402
 
+pytestmark = pytest.mark.bench  # benchmark smoke tests: CI's second step (pytest -m 'slow or bench')
+
 
 def test_bench_memory_prints_every_phase(capsys: pytest.CaptureFixture[str]) -> None:
     bench_memory.main(["--threads", "6", "--turns", "3", "--queries", "8", "--recalls", "12", "--repeat", "2",

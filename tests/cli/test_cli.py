@@ -445,7 +445,7 @@ class TestDemo:
 def test_threads_counts_the_messages_of_every_listed_thread_past_one_query_of_ids(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    """Counts are read for the listed threads only (in chunks of 500 ids), so 1 200 threads need three."""
+    """Counts are read for the listed threads only (in chunks of 500 ids), so 1 001 threads need three."""
     import anyio
 
     from threadmind import Memory
@@ -455,8 +455,8 @@ def test_threads_counts_the_messages_of_every_listed_thread_past_one_query_of_id
     db = tmp_path / "many.db"
 
     async def fill() -> None:
-        async with Memory(storage=SQLiteStore(db)) as memory:
-            for t in range(1200):
+        async with Memory(storage=SQLiteStore(db, synchronous="NORMAL")) as memory:
+            for t in range(1001):
                 await memory.create_thread(thread_id=f"t{t}", resource_id="r1" if t % 2 else "r2")
                 await memory.save_messages([Message.user(f"m{i}", thread_id=f"t{t}", resource_id="r1" if t % 2
                                                          else "r2") for i in range(t % 3 + 1)])
@@ -465,6 +465,6 @@ def test_threads_counts_the_messages_of_every_listed_thread_past_one_query_of_id
     code, out, _ = run(capsys, "threads", "--db", str(db), "--json")
     assert code == 0
     counts = {t["id"]: t["messages"] for t in json.loads(out)}
-    assert len(counts) == 1200 and all(counts[f"t{t}"] == t % 3 + 1 for t in range(1200))
+    assert len(counts) == 1001 and all(counts[f"t{t}"] == t % 3 + 1 for t in range(1001))
     code, out, _ = run(capsys, "threads", "--db", str(db), "--resource", "r1", "--json")
-    assert {t["id"]: t["messages"] for t in json.loads(out)} == {f"t{t}": t % 3 + 1 for t in range(1, 1200, 2)}
+    assert {t["id"]: t["messages"] for t in json.loads(out)} == {f"t{t}": t % 3 + 1 for t in range(1, 1001, 2)}

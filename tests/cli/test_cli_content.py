@@ -62,6 +62,7 @@ def _saved(row: dict[str, Any]) -> bool:
     return bool(row["content"]["parts"] or row["content"].get("content"))  # save_messages drops empty ones
 
 
+@pytest.mark.slow
 @_CLI
 @given(rows=st.lists(messages().filter(_saved), min_size=1, max_size=4, unique_by=lambda r: r["id"]))
 def test_round_trip_property(capsys: pytest.CaptureFixture[str], rows: list[dict[str, Any]]) -> None:
@@ -87,6 +88,7 @@ def test_a_malformed_line_is_a_bad_line(capsys: pytest.CaptureFixture[str], tmp_
     assert [json.loads(x)["id"] for x in _lines(exported)] == ["m1"]  # nothing of the bad line was stored
 
 
+@pytest.mark.slow
 @_CLI
 @given(lines=st.lists(mutated(messages().map(lambda r: json.dumps(r).encode())), min_size=1, max_size=3))
 def test_malformed_lines_are_reported_as_bad_lines(capsys: pytest.CaptureFixture[str], lines: list[bytes]) -> None:

@@ -69,6 +69,7 @@ def _bash_block(name: str) -> str:
     return found.group(1)
 
 
+@pytest.mark.slow
 def test_the_readme_cli_commands_run_as_written(tmp_path: Path) -> None:
     script = _bash_block("cli")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")

@@ -245,6 +245,7 @@ class TestStartAndCloseFromAnyTask:
         async with memory:  # the path is free now: a fresh attempt succeeds
             await memory.create_thread(resource_id="r1", thread_id="t1")
 
+    @pytest.mark.slow
     async def test_the_cap_comes_back_after_a_burst_and_idle_actors_are_passivated(self, tmp_path: Path) -> None:
         # idle_timeout 1 s: the registries sweep every 0.25 s (a quarter of it)
         async with Memory(storage=SQLiteStore(tmp_path / "m.db"), idle_timeout=1.0, max_actors=4) as memory:

@@ -233,6 +233,7 @@ class TestLeases:
         assert (await store.get_thread("t1")).title == ""  # type: ignore[union-attr]
         assert await store.get_resource("r1") is None
 
+    @pytest.mark.slow
     async def test_a_renewed_lease_is_never_taken_over(self, where: Where, store: Store) -> None:
         if where.kind == "memory":
             lease = await store.acquire_lease("thread:t1", owner="a", ttl=TTL, wait=False)

@@ -597,6 +597,7 @@ class TestSideTables:
         assert got is not None and got.id == "om-0"
 
 
+@pytest.mark.slow
 def test_the_cluster_is_stopped_when_pytest_dies(tmp_path: Path) -> None:
     """A session killed with SIGKILL leaves no server behind (the watchdog stops it)."""
     repo = Path(__file__).resolve().parents[2]
