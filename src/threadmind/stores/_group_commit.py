@@ -33,6 +33,7 @@ from ._aiosqlite import (
     in_connection_thread,
     post_to_connection_thread,
 )
+from ._sqlite_keywords import enqueue
 from ._sqlite_rows import (
     Row,
     bump,
@@ -203,6 +204,7 @@ def run_saves(conn: sqlite3.Connection, run: list[Job]) -> bool:
             job.value = kept
         if rows:
             upsert(conn, rows)
+            enqueue(conn, (row[0] for row in rows))
             bump(conn, dict.fromkeys(touched), to_iso(utc_now()))
         by_hook: dict[SaveHook, list[Message]] = {}
         for spec in hooks:  # one call per distinct hook, with every message of the run

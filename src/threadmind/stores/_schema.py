@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 from ..errors import StorageError
+from ._sqlite_keywords import KEYWORD_DDL, fts5_available
 
 __all__ = ("SCHEMA_VERSION", "create_schema")
 
@@ -57,9 +58,15 @@ _DDL = (
 def create_schema(conn: sqlite3.Connection) -> None:
     """Create missing tables and indexes and record the schema version (runs inside a write transaction).
 
-    :raises StorageError: the file was written by a newer threadmind schema.
+    :raises StorageError: the file was written by a newer threadmind schema, or this SQLite lacks FTS5 (the
+        keyword index needs it; every mainstream build of Python's sqlite3 has it).
     """
     for statement in _DDL:
+        conn.execute(statement)
+    if not fts5_available(conn):
+        raise StorageError(f"this SQLite ({sqlite3.sqlite_version}) was built without FTS5, which threadmind's "
+                           "keyword index needs; use a Python whose sqlite3 has it")
+    for statement in KEYWORD_DDL:
         conn.execute(statement)
     row = conn.execute("SELECT value FROM threadmind_meta WHERE key = 'schema_version'").fetchone()
     if row is None:

@@ -75,6 +75,7 @@ from ._group_commit import (
     SaveSpec,
     read_tx,
 )
+from ._keywords import KeywordHit
 from ._leases import busy_error, wait_backoff
 from ._om import ObservationalMemoryStore, SQLiteOMStore
 from ._protocol import (
@@ -88,6 +89,16 @@ from ._protocol import (
     UnsetType,
 )
 from ._schema import create_schema
+from ._sqlite_keywords import (
+    catch_up_batch,
+    delete_keywords_of_ids,
+    delete_keywords_of_thread,
+    enqueue,
+    enqueue_thread,
+    fold,
+    keyword_backlog,
+    search_keywords,
+)
 from ._sqlite_leases import active_owner, check_fence, release_row, renew_rows, take_over
 from ._sqlite_peers import Peers, peers_for
 from ._sqlite_rows import (
@@ -558,6 +569,7 @@ class SQLiteStore(GroupWriter):
         """Delete the thread and its messages in one transaction (no error when missing)."""
 
         def job(conn: sqlite3.Connection) -> None:
+            delete_keywords_of_thread(conn, thread_id)
             conn.execute("DELETE FROM mastra_messages WHERE thread_id = ?", (thread_id,))
             conn.execute("DELETE FROM mastra_threads WHERE id = ?", (thread_id,))
 
@@ -576,6 +588,7 @@ class SQLiteStore(GroupWriter):
             conn.execute('UPDATE mastra_threads SET "resourceId" = ?, "updatedAt" = ? WHERE id = ?',
                          (resource_id, to_iso(now), thread_id))
             conn.execute('UPDATE mastra_messages SET "resourceId" = ? WHERE thread_id = ?', (resource_id, thread_id))
+            enqueue_thread(conn, thread_id)
             return msgspec.structs.replace(thread_from_row(row), resource_id=resource_id, updated_at=now)
 
         return await self._write_counted(job, self._versions, (thread_id,))
@@ -599,6 +612,7 @@ class SQLiteStore(GroupWriter):
                  to_iso(stored.updated_at)),
             )
             upsert(conn, rows)
+            enqueue(conn, (row[0] for row in rows))
             return stored
 
         return await self._write_counted(job, self._versions, (stored.id,))
@@ -624,6 +638,7 @@ class SQLiteStore(GroupWriter):
         def job(conn: sqlite3.Connection) -> dict[str, str]:
             fenced(conn)
             kept = save_rows(conn, thread_id, rows, messages, to_iso(utc_now()))
+            enqueue(conn, (row[0] for row in rows))
             if after is not None:
                 after(conn, messages)
             return kept
@@ -658,6 +673,7 @@ class SQLiteStore(GroupWriter):
             fenced(conn)
             now = to_iso(utc_now())
             kept = [save_rows(conn, thread_id, rows, messages, now) for thread_id, rows, messages in parts]
+            enqueue(conn, (row[0] for _, rows, _ in parts for row in rows))
             if after is not None:
                 after(conn, [m for _, _, messages in parts for m in messages])
             return kept
@@ -674,6 +690,41 @@ class SQLiteStore(GroupWriter):
             return None
         await self.vector_records().ensure_tables()
         return SQLiteVectorRecords.pending_marker
+
+    # -- keyword index -------------------------------------------------------------------------------------
+
+    async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
+                             limit: int) -> list[KeywordHit]:
+        """The best ``limit`` messages of the scope containing any of ``terms`` (see ``_sqlite_keywords``)."""
+        if not terms or limit <= 0:
+            return []
+        hits = await self.execute_read(lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit))
+        if hits is None:  # ids were queued by saves that returned before this search: index them first
+            while await self.execute_write(fold):
+                pass
+            hits = await self.execute_read(lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit,
+                                                                        folded=True))
+        return hits or []
+
+    async def keyword_backlog(self) -> int:
+        """At most how many messages still lack a keyword index row (rows written by Mastra, or by a threadmind
+        older than the index)."""
+        return await self.execute_read(keyword_backlog)
+
+    async def build_keyword_index(self, progress: Callable[[int, int], object] | None = None) -> int:
+        """Index the messages that lack a keyword index row, one short write transaction per batch (the event
+        loop is never held: each batch runs on the writer thread). ``progress(done, total)`` after each batch.
+        Returns the index rows written; 0 when the index was complete."""
+        total = await self.keyword_backlog()
+        seen = written = 0
+        while True:
+            looked, made = await self.execute_write(catch_up_batch)
+            if not looked:
+                return written
+            seen += looked
+            written += made
+            if progress is not None:
+                progress(seen, max(total, seen))
 
     def vector_records(self) -> SQLiteVectorRecords:
         """The vector rows of this file (``threadmind_vectors`` and friends), written on its writer thread."""
@@ -800,6 +851,7 @@ class SQLiteStore(GroupWriter):
                 [(q.encode_content_text(m.content), m.role, m.type or "v2", to_iso(m.created_at), m.resource_id,
                   m.id) for _, m in current.values()],
             )
+            enqueue(conn, current)
             threads = {m.thread_id for _, m in current.values() if m.thread_id}
             touched.extend(threads)
             bump(conn, threads, to_iso(utc_now()))
@@ -821,6 +873,7 @@ class SQLiteStore(GroupWriter):
                 marks = placeholders(len(chunk))
                 threads.update(r[0] for r in conn.execute(
                     f"SELECT DISTINCT thread_id FROM mastra_messages WHERE id IN ({marks})", chunk))
+                delete_keywords_of_ids(conn, chunk)
                 conn.execute(f"DELETE FROM mastra_messages WHERE id IN ({marks})", chunk)
             touched.extend(threads)
             bump(conn, threads, to_iso(utc_now()))
