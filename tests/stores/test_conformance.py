@@ -3,48 +3,24 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from threadmind.codecs import Message, MessageContent, TextPart, Thread
 from threadmind.errors import ResourceMismatch, StorageError, ThreadNotFound, ValidationError
-from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._postgres import PostgresStore
 from threadmind.stores._protocol import DateRange, Include, MessageQuery, Store
-from threadmind.stores._sqlite import SQLiteStore
+
+from ._support import parametrize_stores
 
 BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 LIBSQL = "MASTRA_STORAGE_LIBSQL_"
 
 
-STORES = ["sqlite", "memory", "postgres"]
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every store for every test; PostgreSQL behind PgBouncer's transaction pooling too for the classes whose
-    operations it can change (``through_pgbouncer``: writes, transactions, their failures), not for single-statement
-    reads, which it passes through unchanged."""
-    if "store" in metafunc.fixturenames:
-        kinds = [*STORES, "pgbouncer"] if getattr(metafunc.cls, "through_pgbouncer", False) else STORES
-        metafunc.parametrize("store", kinds, indirect=True)
-
-
-@pytest.fixture
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s: Any
-    if request.param == "postgres":
-        s = PostgresStore(request.getfixturevalue("pg_dsn"), max_size=4)
-    elif request.param == "pgbouncer":  # transaction pooling: no session state survives between statements
-        s = PostgresStore(request.getfixturevalue("pgbouncer_dsn"), max_size=4, statement_cache_size=0)
-    else:
-        s = SQLiteStore(tmp_path / "memory.db", synchronous="NORMAL") if request.param == "sqlite" else InMemoryStore()
-    async with s:
-        assert isinstance(s, Store)
-        yield s
+    parametrize_stores(metafunc)
 
 
 def counts_writes(store: Any) -> bool:

@@ -21,6 +21,7 @@ import msgspec
 from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
+from ._keywords import KeywordHit, bm25_hits, indexed_text, stem, text_tokens
 from ._leases import InProcessLeases
 from ._om import InMemoryOMStore
 from ._protocol import (
@@ -75,6 +76,8 @@ class InMemoryStore:
         self._vector_records = InMemoryVectorRecords()
         self._om_records = InMemoryOMStore()
         self._leases = InProcessLeases()
+        # Each message's words (keyword search), while the stored message is the same object.
+        self._word_cache: dict[str, tuple[Message, dict[str, int], int]] = {}
 
     def __repr__(self) -> str:
         return f"InMemoryStore(threads={len(self._threads)}, messages={len(self._messages)})"
@@ -196,6 +199,7 @@ class InMemoryStore:
         await self._ready()
         for row in self._by_thread.pop(thread_id, ()):
             del self._messages[row.message.id]
+            self._word_cache.pop(row.message.id, None)
         self._threads.pop(thread_id, None)
         self._versions.bump((thread_id,))
 
@@ -389,6 +393,7 @@ class InMemoryStore:
         threads: set[str] = set()
         for mid in wanted:
             row = self._messages.pop(mid, None)
+            self._word_cache.pop(mid, None)
             if row is None:
                 continue
             thread_id = str(row.message.thread_id)
@@ -396,6 +401,55 @@ class InMemoryStore:
             self._by_thread[thread_id].remove(row)
         self._bump(threads)
         return threads
+
+    # -- keyword index -------------------------------------------------------------------------------------
+
+    async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
+                             limit: int) -> list[KeywordHit]:
+        """The best ``limit`` messages of the scope by BM25 over the scope's messages (words cut and stemmed as the
+        SQLite index cuts them; each message's words are kept until the message changes)."""
+        await self._ready()
+        if not terms or limit <= 0 or (resource_id is None and thread_id is None):
+            return []
+        wanted = {stem(t) for t in terms}
+        if thread_id is not None:
+            rows = list(self._by_thread.get(thread_id, ()))
+        else:
+            rows = [row for tid, rows in self._by_thread.items() for row in rows]
+        scoped: list[tuple[Message, str, dict[str, int], int]] = []
+        for row in rows:
+            message = row.message
+            owner = message.resource_id or self._owner(message.thread_id)
+            if resource_id is not None and owner != resource_id:
+                continue
+            counts, length = self._words(message)
+            scoped.append((message, owner, counts, length))
+        return bm25_hits(wanted, scoped, limit)
+
+    async def keyword_backlog(self) -> int:
+        """Always 0: every message is searchable by its words as stored."""
+        await self._ready()
+        return 0
+
+    async def build_keyword_index(self, progress: Callable[[int, int], object] | None = None) -> int:
+        """Nothing to build (words are read from the messages themselves): 0."""
+        await self._ready()
+        return 0
+
+    def _owner(self, thread_id: str | None) -> str:
+        entry = self._threads.get(thread_id or "")
+        return entry[0].resource_id if entry is not None else ""
+
+    def _words(self, message: Message) -> tuple[dict[str, int], int]:
+        cached = self._word_cache.get(message.id)
+        if cached is not None and cached[0] is message:
+            return cached[1], cached[2]
+        tokens = text_tokens(indexed_text(message))
+        counts: dict[str, int] = {}
+        for token in tokens:
+            counts[token] = counts.get(token, 0) + 1
+        self._word_cache[message.id] = (message, counts, len(tokens))
+        return counts, len(tokens)
 
     # -- resources ---------------------------------------------------------------------------------------
 

@@ -30,6 +30,17 @@ import msgspec
 from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
+from ._keywords import KeywordHit
+from ._postgres_keywords import (
+    CATCH_UP_SQL,
+    DELETE_IDS_SQL,
+    DELETE_THREAD_SQL,
+    MOVE_THREAD_SQL,
+    SEARCH_SQL,
+    UPSERT_SQL,
+    keyword_rows,
+    tsquery_literal,
+)
 from ._postgres_leases import LeaseListener, PgLeases, Presence, check_fence, lease_lost
 from ._postgres_pool import PgPool, check_connection, masked, storage_error, transaction
 from ._postgres_queries import MessageReads
@@ -239,6 +250,47 @@ class PostgresStore:
 
     # -- side tables -----------------------------------------------------------------------------------
 
+    # -- keyword index -------------------------------------------------------------------------------------
+
+    async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
+                             limit: int) -> list[KeywordHit]:
+        """The best ``limit`` messages of the scope by BM25 over its keyword rows (see ``_postgres_keywords``)."""
+        query, lexemes = tsquery_literal(terms)
+        if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
+            await self._idle()
+            return []
+        rows = await self._read(lambda conn: conn.fetch(SEARCH_SQL, query, lexemes, resource_id, thread_id, limit),
+                                "keyword_search")
+        return [KeywordHit(mid, tid, rid, float(score)) for mid, tid, rid, score in rows]
+
+    async def keyword_backlog(self) -> int:
+        """How many messages have no keyword row yet (written by Mastra, or by a threadmind older than the index)."""
+        count: int = await self._read(lambda conn: conn.fetchval(
+            "SELECT count(*) FROM mastra_messages m WHERE NOT EXISTS "
+            "(SELECT 1 FROM threadmind_keywords k WHERE k.message_id = m.id)"), "keyword_backlog")
+        return count
+
+    async def build_keyword_index(self, progress: Callable[[int, int], object] | None = None) -> int:
+        """Index the messages that have no keyword row, 500 per transaction; ``progress(done, total)`` after each
+        batch. Returns the rows written (0: the index was complete)."""
+        total = await self.keyword_backlog()
+        written = 0
+        while True:
+            async def batch(conn: Any) -> int:
+                async with transaction(conn):
+                    rows = await conn.fetch(CATCH_UP_SQL, 500)
+                    if rows:
+                        await conn.execute(UPSERT_SQL, *keyword_rows(
+                            [(message_from_row(row), row[7] or "") for row in rows]))
+                    return len(rows)
+
+            made = await self._write(batch, "build_keyword_index")
+            if not made:
+                return written
+            written += made
+            if progress is not None:
+                progress(written, max(total, written))
+
     def vector_records(self) -> PostgresVectorRecords:
         """The vector records (``VectorRecords``) in this database's ``threadmind_vector*`` tables."""
         from ._postgres_vectors import PostgresVectorRecords
@@ -349,6 +401,7 @@ class PostgresStore:
                 await conn.execute(
                     "WITH d AS (DELETE FROM mastra_messages WHERE thread_id = $1 RETURNING id) "
                     "DELETE FROM threadmind_message_seq WHERE message_id IN (SELECT id FROM d)", thread_id)
+                await conn.execute(DELETE_THREAD_SQL, thread_id)
                 await conn.execute(
                     "WITH d AS (DELETE FROM mastra_threads WHERE id = $1) "
                     "DELETE FROM threadmind_thread_seq WHERE thread_id = $1", thread_id)
@@ -372,6 +425,7 @@ class PostgresStore:
                     'WITH t AS (UPDATE mastra_threads SET "resourceId" = $2, "updatedAt" = $3, "updatedAtZ" = $4 '
                     'WHERE id = $1) UPDATE mastra_messages SET "resourceId" = $2 WHERE thread_id = $1',
                     thread_id, resource_id, as_naive(now), now)
+                await conn.execute(MOVE_THREAD_SQL, thread_id, resource_id)
             return msgspec.structs.replace(thread_from_row(row), resource_id=resource_id, updated_at=now)
 
         return await self._counted(run, "update_thread_resource_id", (thread_id,))
@@ -394,6 +448,8 @@ class PostgresStore:
                         "SELECT id, thread_id FROM mastra_messages WHERE id = ANY($1::text[])", [r[0] for r in rows]):
                     raise MessageIdTaken(mid, other)
                 await conn.execute(_INSERT_MESSAGES, *_columns(rows))
+                await conn.execute(UPSERT_SQL, *keyword_rows(
+                    [(m, m.resource_id or stored.resource_id) for part in parts for m in part.messages]))
 
         await self._counted(run, "create_thread_with_messages", (stored.id,))
         return stored
@@ -490,6 +546,8 @@ class PostgresStore:
                     _UPDATE_MESSAGES, [m.id for m in new], [q.encode_content_text(m.content) for m in new],
                     [m.role for m in new], [m.type or "v2" for m in new], [as_naive(m.created_at) for m in new],
                     [m.created_at for m in new], [m.resource_id for m in new], as_naive(now), now, threads)
+                await conn.execute(UPSERT_SQL, *keyword_rows([(m, m.resource_id or row[7] or "")
+                                                              for row, m in changed.values()]))
             return q.assemble((((as_naive(m.created_at), row[8], m.id), m) for row, m in changed.values()), (), False)
 
         return await self._counted(run, "update_messages", touched)
@@ -504,7 +562,9 @@ class PostgresStore:
         touched: list[str] = []
 
         async def run(conn: Any) -> set[str]:
-            threads = {row[0] for row in await conn.fetch(_DELETE_MESSAGES, wanted, as_naive(now), now)}
+            async with transaction(conn):
+                threads = {row[0] for row in await conn.fetch(_DELETE_MESSAGES, wanted, as_naive(now), now)}
+                await conn.execute(DELETE_IDS_SQL, wanted)
             touched.extend(threads)
             return threads
 

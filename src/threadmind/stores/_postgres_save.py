@@ -3,7 +3,8 @@
 The statement bumps each thread's ``updatedAt`` where the thread exists and is owned by the messages' resource
 (that ``UPDATE`` locks the rows, and re-checks them once a concurrent writer commits); only when every thread was
 bumped does it upsert the messages (a re-saved id keeps its ``createdAt`` and position; an id of another thread is
-skipped by the upsert's ``WHERE``), record new ids' insertion sequence and, when asked, the pending-vector marks.
+skipped by the upsert's ``WHERE``), record new ids' insertion sequence, their keyword index rows (see
+``_postgres_keywords``) and, when asked, the pending-vector marks.
 A fenced save also reads its lease row ``FOR SHARE`` (see ``_postgres_leases``): when the lease
 was lost, the statement aborts itself with ``threadmind_fail('lease lost')`` and the store raises ``LeaseLost``.
 When a thread was missed or an id skipped, ``threadmind_fail`` aborts the whole statement (SQLSTATE ``TM001``): it
@@ -22,6 +23,7 @@ from typing import Any
 from ..codecs import Message
 from ..errors import MessageIdTaken, ResourceMismatch, ThreadNotFound
 from . import _query as q
+from ._postgres_keywords import keyword_rows
 from ._postgres_rows import as_naive, check_text, from_columns
 from ._protocol import Lease
 
@@ -62,6 +64,15 @@ WITH input AS (
   SELECT i.id, i.thread_id, i.resource_id, 0, NULL, $13::float8, $13::float8
   FROM input i, go WHERE go.ok AND $14::boolean
   ON CONFLICT (message_id) DO NOTHING
+), words AS (
+  INSERT INTO threadmind_keywords AS k (message_id, thread_id, resource_id, len, tsv)
+  SELECT u.id, u.thread_id, u.resource_id, u.len, u.tsv::tsvector
+  FROM unnest($18::text[], $19::text[], $20::text[], $21::int[], $22::text[]) AS u(id, thread_id, resource_id, len,
+                                                                                     tsv), go
+  WHERE go.ok AND go.fenced
+  ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, resource_id = EXCLUDED.resource_id,
+    len = EXCLUDED.len, tsv = EXCLUDED.tsv
+  WHERE k.thread_id = EXCLUDED.thread_id
 )
 SELECT CASE WHEN NOT go.fenced THEN threadmind_fail('lease lost')
             WHEN NOT go.ok OR (SELECT count(*) FROM saved) <> cardinality($1::text[])
@@ -121,6 +132,7 @@ def save_params(parts: Sequence[Part], now: datetime, mark_pending: bool, fence:
         as_naive(now), now, time.time(), mark_pending,
         None if fence is None else fence.key, None if fence is None else fence.owner,
         None if fence is None else fence.token,
+        *keyword_rows([(m, m.resource_id or part.resource or "") for part in parts for m in part.messages]),
     ]
 
 

@@ -177,6 +177,18 @@ THREADMIND_DDL: tuple[str, ...] = (
     # version 3 databases: a lease names its holder's presence (see _postgres_leases)
     "ALTER TABLE threadmind_leases ADD COLUMN IF NOT EXISTS presence BIGINT",
     "CREATE SEQUENCE IF NOT EXISTS threadmind_presence_keys",
+    # version 3 databases: the keyword index (see _postgres_keywords); messages written before it are indexed by
+    # PostgresStore.build_keyword_index
+    "CREATE TABLE IF NOT EXISTS threadmind_keywords (\n"
+    "  message_id TEXT PRIMARY KEY,\n"
+    "  thread_id TEXT NOT NULL,\n"
+    "  resource_id TEXT NOT NULL,\n"
+    "  len INTEGER NOT NULL,\n"
+    "  tsv TSVECTOR NOT NULL\n"
+    ")",
+    "CREATE INDEX IF NOT EXISTS threadmind_keywords_tsv ON threadmind_keywords USING gin (tsv)",
+    "CREATE INDEX IF NOT EXISTS threadmind_keywords_resource ON threadmind_keywords (resource_id)",
+    "CREATE INDEX IF NOT EXISTS threadmind_keywords_thread ON threadmind_keywords (thread_id)",
     "CREATE OR REPLACE FUNCTION threadmind_fail(message TEXT) RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$\n"
     f"BEGIN RAISE EXCEPTION '%', message USING ERRCODE = '{FAIL_SQLSTATE}'; END\n"
     "$$",

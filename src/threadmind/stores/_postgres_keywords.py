@@ -1,0 +1,103 @@
+"""The PostgreSQL keyword index: ``threadmind_keywords`` (a ``tsvector`` per message, GIN-indexed), written in the
+statement that saves the message rows, and ranked by BM25 in SQL.
+
+The words are cut in Python exactly as the SQLite index's FTS5 tokenizer cuts them (``text_tokens``: letters and
+digits, lower case, accents dropped, Porter stems) and sent as a ``tsvector`` literal with their positions, so
+PostgreSQL's own parser and dictionaries never change them and a query matches the same words on every store. A
+query is a ``tsquery`` literal of quoted lexemes joined by ``|``; lexemes are letters and digits only, so nothing a
+user types can become ``tsquery`` syntax.
+
+A search matches the scope's rows (``resource_id`` or ``thread_id``, each indexed) with the GIN index, and ranks them
+by Okapi BM25 (k1 1.2, b 0.75) with the scope's own statistics: its number of messages, their average length, and
+each word's document frequency among them. Rows are deleted with their messages, follow a thread moved to another
+resource, and are re-made when a message is updated; messages Mastra wrote are indexed by :data:`CATCH_UP_SQL` in
+batches (a message without words gets an empty row, so it is not picked again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..codecs import Message
+from ._keywords import indexed_text, stem, text_tokens
+
+__all__ = ("CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "KEYWORD_COLUMNS", "MOVE_THREAD_SQL", "SEARCH_SQL",
+           "UPSERT_SQL", "keyword_rows", "tsquery_literal", "tsvector_literal")
+
+_MAX_POSITION = 16383  # tsvector positions stop here
+_MAX_LEXEME = 255  # longer "words" (a base64 blob, a long URL) are not words anyone searches for
+
+#: Parameters of :data:`UPSERT_SQL` after the first: ids, threads, resources, lengths, tsvector literals.
+KEYWORD_COLUMNS = 5
+
+UPSERT_SQL = """
+INSERT INTO threadmind_keywords AS k (message_id, thread_id, resource_id, len, tsv)
+SELECT u.id, u.thread_id, u.resource_id, u.len, u.tsv::tsvector
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[]) AS u(id, thread_id, resource_id, len, tsv)
+ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, resource_id = EXCLUDED.resource_id,
+  len = EXCLUDED.len, tsv = EXCLUDED.tsv
+"""
+DELETE_IDS_SQL = "DELETE FROM threadmind_keywords WHERE message_id = ANY($1::text[])"
+DELETE_THREAD_SQL = "DELETE FROM threadmind_keywords WHERE thread_id = $1"
+MOVE_THREAD_SQL = "UPDATE threadmind_keywords SET resource_id = $2 WHERE thread_id = $1"
+
+# $1 the tsquery literal, $2 the query's lexemes, $3 resource (or NULL), $4 thread (or NULL), $5 limit.
+SEARCH_SQL = """
+WITH scope AS (
+  SELECT k.message_id, k.thread_id, k.resource_id, k.len, k.tsv FROM threadmind_keywords k
+  WHERE ($3::text IS NULL OR k.resource_id = $3) AND ($4::text IS NULL OR k.thread_id = $4)
+), stats AS (
+  SELECT count(*)::float8 AS n, GREATEST(COALESCE(avg(len), 1), 1)::float8 AS avgdl FROM scope
+), matched AS (
+  SELECT * FROM scope WHERE tsv @@ $1::tsquery
+), words AS (
+  SELECT m.message_id, m.thread_id, m.resource_id, m.len, w.lexeme, cardinality(w.positions)::float8 AS tf
+  FROM matched m, unnest(m.tsv) AS w(lexeme, positions, weights)
+  WHERE w.lexeme = ANY($2::text[])
+), df AS (
+  SELECT lexeme, count(*)::float8 AS df FROM words GROUP BY lexeme
+)
+SELECT w.message_id, w.thread_id, w.resource_id,
+       sum(GREATEST(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) * w.tf * 2.2
+           / (w.tf + 1.2 * (0.25 + 0.75 * w.len / s.avgdl))) AS score
+FROM words w JOIN df d USING (lexeme) CROSS JOIN stats s
+GROUP BY w.message_id, w.thread_id, w.resource_id
+ORDER BY score DESC, w.message_id
+LIMIT $5
+"""
+
+CATCH_UP_SQL = """
+SELECT m.id, m.content, m.role, m.type, m."createdAt", m."createdAtZ", m.thread_id,
+       COALESCE(m."resourceId", t."resourceId")
+FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id
+WHERE NOT EXISTS (SELECT 1 FROM threadmind_keywords k WHERE k.message_id = m.id)
+LIMIT $1
+"""
+
+
+def tsvector_literal(text: str) -> tuple[str, int]:
+    """The ``tsvector`` literal of ``text``'s words with their positions, and how many words it has."""
+    positions: dict[str, list[int]] = {}
+    tokens = text_tokens(text)
+    for position, token in enumerate(tokens[:_MAX_POSITION], start=1):
+        if len(token) <= _MAX_LEXEME:
+            positions.setdefault(token, []).append(position)
+    literal = " ".join(f"'{token}':{','.join(map(str, spots[:256]))}" for token, spots in positions.items())
+    return literal, len(tokens)
+
+
+def tsquery_literal(terms: Sequence[str]) -> tuple[str, list[str]]:
+    """The ``tsquery`` literal matching any of ``terms`` (stemmed as indexed), and the lexemes."""
+    lexemes = list(dict.fromkeys(stem(t) for t in terms if len(t) <= _MAX_LEXEME))
+    return " | ".join(f"'{lexeme}'" for lexeme in lexemes), lexemes
+
+
+def keyword_rows(messages: Sequence[tuple[Message, str]]) -> list[list[object]]:
+    """The :data:`UPSERT_SQL` parameters for ``(message, resource_id)`` pairs (the last of repeated ids wins)."""
+    latest = {m.id: (m, resource) for m, resource in messages}
+    columns: list[list[object]] = [[] for _ in range(KEYWORD_COLUMNS)]
+    for mid, (message, resource) in latest.items():
+        literal, length = tsvector_literal(indexed_text(message))
+        for column, value in zip(columns, (mid, message.thread_id or "", resource, length, literal), strict=True):
+            column.append(value)
+    return columns
