@@ -1,5 +1,6 @@
-"""Embedders: the protocol, the offline hash embedder, the OpenAI-compatible client, and how message text is
-chunked for them (and the embedding cache the index actor keeps)."""
+"""Embedders: the protocol, the offline hash embedder, the offline WordLlama model (extra ``[local]``), the
+OpenAI-compatible client, and how message text is chunked for them (and the embedding cache the index actor
+keeps)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ._openai import OpenAIEmbedder as OpenAIEmbedder
 from ._protocol import Embedder as Embedder
 from ._protocol import Embeddings as Embeddings
 from ._resolve import resolve_embedder as resolve_embedder
+from ._wordllama import WordLlamaEmbedder as WordLlamaEmbedder
 
 __all__ = (
     "Embedder",
@@ -19,6 +21,7 @@ __all__ = (
     "Embeddings",
     "HashEmbedder",
     "OpenAIEmbedder",
+    "WordLlamaEmbedder",
     "chunk_text",
     "is_blank",
     "message_text",
