@@ -129,8 +129,12 @@ def _default_index() -> IndexConfig:
     return IndexConfig()
 
 
+SearchMode = Literal["hybrid", "vector", "keyword"]
+"""How semantic recall ranks messages: by words and vectors together, by vectors only, by words only."""
+
+
 class SemanticRecallConfig(msgspec.Struct, **_CFG):
-    """Vector recall of older messages (top-k hits plus context windows)."""
+    """Recall of older messages by meaning and by words (top-k hits plus context windows)."""
 
     top_k: int = 4
     message_range: int | MessageRange = 1
@@ -142,10 +146,21 @@ class SemanticRecallConfig(msgspec.Struct, **_CFG):
     # Mastra's does (reference §2); a vector metadata ``filter`` is not supported.
     index_name: str | None = None
     filter: dict[str, Any] | None = None
+    #: How messages are ranked: words and vectors together (``"hybrid"``), vectors only (the reference's recall,
+    #: hit for hit), or words only (needs neither a vector store nor an embedder). See ``threadmind.search``.
+    search: SearchMode = "hybrid"
+    #: The keyword ranking's share of a hybrid score, 0 to 1 (0 behaves as ``"vector"``, 1 as ``"keyword"``);
+    #: None: the library's default (0.9, measured on the development split of LoCoMo).
+    keyword_weight: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
             raise ConfigError("semanticRecall.topK must be a positive integer")
+        _one_of(self.search, ("hybrid", "vector", "keyword"), "semanticRecall.search")
+        weight = self.keyword_weight
+        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
+                                   or not 0.0 <= weight <= 1.0):
+            raise ConfigError(f"semanticRecall.keywordWeight must be a number from 0 to 1 or None, got {weight!r}")
         if isinstance(self.message_range, MessageRange):
             pass
         elif isinstance(self.message_range, int):

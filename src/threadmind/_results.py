@@ -8,7 +8,7 @@ import msgspec
 
 from .codecs import Message, Thread
 
-__all__ = ("CloneResult", "RecallResult", "SaveResult", "Usage", "WorkingMemoryTemplate")
+__all__ = ("CloneResult", "RecallResult", "SaveResult", "SearchHit", "Usage", "WorkingMemoryTemplate")
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,6 +43,16 @@ class RecallResult(msgspec.Struct, frozen=True, kw_only=True):
     has_more: bool
     usage: Usage | None = None
     degraded: bool = False
+
+
+class SearchHit(msgspec.Struct, frozen=True):
+    """One hit of ``Memory.search``: the message, its rank score (higher is better; the fused, smoothed score of
+    hybrid recall), and what each side gave it (None where that side did not find it)."""
+
+    message: Message
+    score: float
+    vector_score: float | None = None
+    keyword_score: float | None = None
 
 
 class CloneResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -457,20 +457,24 @@ async def _search(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise _CliError("--top-k must be a positive integer")
     _require_db(args.db)
-    async with _memory(args, semantic=True, top_k=args.top_k) as memory:
-        if args.thread is not None and await memory.get_thread_by_id(args.thread) is None:
-            raise ThreadNotFound(args.thread)
-        hits = await memory.search_vectors(args.query, top_k=args.top_k, resource_id=args.resource,
-                                           thread_id=args.thread)
-        found = {m.id: m for m in await memory.list_messages_by_id([h.message_id for h in hits])}
-    rows = [
-        (f"{hit.score:.4f}", hit.message_id, hit.thread_id, found[hit.message_id].role,
-         _snippet(found[hit.message_id].text))
-        for hit in hits
-        if hit.message_id in found
-    ]
+    async with _memory(args, semantic=args.search != "keyword", top_k=args.top_k) as memory:
+        resource = args.resource
+        if args.thread is not None:
+            thread = await memory.get_thread_by_id(args.thread)
+            if thread is None:
+                raise ThreadNotFound(args.thread)
+            resource = thread.resource_id
+        hits = await memory.search(args.query, resource_id=resource, thread_id=args.thread, top_k=args.top_k,
+                                   search=args.search)
+
+    def side(score: float | None) -> str:
+        return "-" if score is None else f"{score:.3f}"
+
+    rows = [(f"{hit.score:.4f}", hit.message.id, hit.message.thread_id or "", hit.message.role,
+             side(hit.keyword_score), side(hit.vector_score), _snippet(hit.message.text)) for hit in hits]
     scope = f"resource {args.resource!r}" if args.resource is not None else f"thread {args.thread!r}"
-    _print_table(("score", "message", "thread", "role", "text"), rows, title=f"{len(rows)} hits in {scope}")
+    _print_table(("score", "message", "thread", "role", "words", "vector", "text"), rows,
+                 title=f"{len(rows)} hits in {scope} ({args.search})")
     return 0
 
 
@@ -595,8 +599,8 @@ async def _import(args: argparse.Namespace) -> int:
 async def _reindex(args: argparse.Namespace) -> int:
     _require_db(args.db)
     async with _memory(args, semantic=True) as memory:
-        with _progress("reindex") as progress:
-            made = await memory.reindex(progress=progress)
+        with _progress("reindex: keyword index") as words, _progress("reindex") as progress:
+            made = await memory.reindex(progress=progress, keyword_progress=words)
         name = memory.index_name
         # Inserting into HNSW and writing its snapshot at close take a while at a million vectors: say so.
         print("reindex: inserting into the HNSW index and saving its snapshot...", flush=True)
@@ -766,12 +770,14 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="print JSON (Mastra's thread and message shapes)")
     show.set_defaults(run=_show)
 
-    search = sub.add_parser("search", parents=[common], help="semantic search in a resource or a thread")
+    search = sub.add_parser("search", parents=[common], help="search a resource or a thread by words and meaning")
     search.add_argument("query", metavar="QUERY")
     scope = search.add_mutually_exclusive_group(required=True)
     scope.add_argument("--resource", metavar="R", help="search every thread of this resource")
     scope.add_argument("--thread", metavar="T", help="search this thread only")
     search.add_argument("--top-k", type=int, default=4, metavar="N", help="number of hits (default: 4)")
+    search.add_argument("--search", choices=("hybrid", "vector", "keyword"), default="hybrid",
+                        help="rank by words and vectors (default), by vectors only, or by words only")
     search.set_defaults(run=_search)
 
     export = sub.add_parser("export", parents=[common], help="messages as JSON lines (Mastra's shape) on stdout")
@@ -785,7 +791,8 @@ def _parser() -> argparse.ArgumentParser:
 
     imp.set_defaults(run=_import)
 
-    reindex = sub.add_parser("reindex", parents=[common], help="make vectors for messages that have none")
+    reindex = sub.add_parser("reindex", parents=[common],
+                             help="index the words and make the vectors of messages that have none")
     reindex.set_defaults(run=_reindex)
 
     stats = sub.add_parser("stats", parents=[common], help="threads, messages, vectors, sizes and index health")

@@ -141,7 +141,7 @@ class TestInspection:
     def test_search_thread_scope_matches_mastra(self, capsys: pytest.CaptureFixture[str], mastra_db: str) -> None:
         probe = MANIFEST["semantic_probe"]
         code, out, _ = run(capsys, "search", probe["vectorSearchString"], "--thread", probe["threadId"],
-                           "--db", mastra_db, "--dim", "16", "--top-k", "4")
+                           "--db", mastra_db, "--dim", "16", "--top-k", "4", "--search", "vector")
         assert code == 0
         rows = [line.split() for line in out.splitlines()[2:]]
         assert [r[1] for r in rows] == [h["message_id"] for h in probe["vector_query"]["hits"]]
@@ -164,7 +164,7 @@ class TestInspection:
         search finds Mastra's vectors and reindex fills that index instead of starting a 384-dim one."""
         probe = MANIFEST["semantic_probe"]
         code, out, _ = run(capsys, "search", probe["vectorSearchString"], "--thread", probe["threadId"],
-                           "--db", mastra_db, "--top-k", "4")
+                           "--db", mastra_db, "--top-k", "4", "--search", "vector")
         assert code == 0
         rows = [line.split() for line in out.splitlines()[2:]]
         assert [r[1] for r in rows] == [h["message_id"] for h in probe["vector_query"]["hits"]]
@@ -300,7 +300,9 @@ class TestReindex:
         assert run(capsys, "import", str(path), "--db", str(db), "--no-semantic")[0] == 0
         code, out, _ = run(capsys, "reindex", "--db", str(db), "--dim", "8")
         assert code == 0
-        progress = [line for line in out.splitlines() if line.endswith("%)")]
+        words = [line for line in out.splitlines() if line.startswith("reindex: keyword index: ")]
+        assert words and words[-1].endswith("(100%)")  # the words of the imported messages were indexed too
+        progress = [line for line in out.splitlines() if line.endswith("%)") and line not in words]
         assert progress[-1] == "reindex: 3000/3000 messages (100%)"
         percents = [int(line.rsplit("(", 1)[1][:-2]) for line in progress]
         assert len({p // 10 for p in percents}) == len(percents) <= 11, progress  # 3000 messages, many batches

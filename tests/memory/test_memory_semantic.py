@@ -153,7 +153,12 @@ async def test_embedder_outage_and_recovery(make_memory: MemoryFactory) -> None:
         assert [m.id for m in stored.messages] == [m.id for m in batch]  # the messages were saved anyway
         degraded = await memory.recall("t1", resource_id="r1", vector_search_string="lasagna recipe")
         assert degraded.degraded is True
-        assert [m.id for m in degraded.messages] == ["m4", "m5"]  # history only
+        # Hybrid recall still has its keyword hits (the lasagna message and its window) besides the history ...
+        assert [m.id for m in degraded.messages] == ["m0", "m1", "m2", "m4", "m5"]
+        vector_only = await memory.recall("t1", resource_id="r1", vector_search_string="lasagna recipe",
+                                          thread_config={"semanticRecall": {"search": "vector"}})
+        assert vector_only.degraded is True
+        assert [m.id for m in vector_only.messages] == ["m4", "m5"]  # ... vector recall has history only
         embedder.broken = False
         made = await memory.reindex()
         assert made >= len(batch)

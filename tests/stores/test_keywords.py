@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from threadmind.codecs import Message, Thread, message_to_dict
+from threadmind.search._rank import keyword_scores
 from threadmind.stores._keywords import KeywordSearch, query_terms, stem, text_tokens
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._postgres import PostgresStore
@@ -34,10 +35,15 @@ def say(mid: str, text: str, thread: str = "t1", resource: str = "r1", i: int = 
 
 async def find(store: Store, query: str, *, resource: str | None = "r1", thread: str | None = None,
                limit: int = 10) -> list[str]:
+    """The messages a keyword search of the store ranks first (BM25 with the scope's statistics x coverage)."""
     assert isinstance(store, KeywordSearch)
-    hits = await store.keyword_search(query_terms(query), resource_id=resource, thread_id=thread, limit=limit)
-    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
-    return [h.message_id for h in hits]
+    matches = await store.keyword_search(query_terms(query), resource_id=resource, thread_id=thread, limit=limit)
+    assert len(matches.candidates) <= limit
+    for candidate in matches.candidates:
+        assert candidate.counts and all(matches.frequencies[lexeme] >= 1 for lexeme in candidate.counts)
+        assert (resource is None or candidate.resource_id == resource) and \
+            (thread is None or candidate.thread_id == thread)
+    return [candidate.message_id for candidate, _ in keyword_scores(matches, limit)]
 
 
 async def seeded(store: Store) -> None:

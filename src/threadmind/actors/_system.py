@@ -32,7 +32,8 @@ from anyio.abc import TaskGroup
 from .._lowlevel import HostTask
 from ..codecs import Resource
 from ..errors import ThreadBusy, ThreadmindError
-from ..stores import Lease
+from ..stores import KeywordSearch, Lease, supports_keywords
+from ..tracing import operation_span
 from ._registry import ActorRegistry
 from ._resource_actor import GetResource, ResourceActor
 from ._thread_actor import Exclusive, ThreadActor
@@ -161,6 +162,23 @@ class ActorSystem:
         heartbeat = anyio.CancelScope()
         stack.callback(heartbeat.cancel)  # unwound before the group waits for its tasks
         self._background.start_soon(self._heartbeat, heartbeat, name="threadmind.heartbeat")
+        if supports_keywords(store):
+            keywords = anyio.CancelScope()
+            stack.callback(keywords.cancel)
+            self._background.start_soon(self._catch_up_keywords, store, keywords, name="threadmind.keywords")
+
+    async def _catch_up_keywords(self, store: KeywordSearch, scope: anyio.CancelScope) -> None:
+        """Index the messages the store's keyword index lacks (written by Mastra, or by a threadmind older than the
+        index), in bounded batches on the store's own threads; given up when the system closes (the next start, or
+        ``Memory.reindex``, goes on where it stopped)."""
+        with scope, operation_span("threadmind.memory.keyword_catch_up", "update_memory"):
+            try:
+                if await store.keyword_backlog():
+                    written = await store.build_keyword_index()
+                    if written:
+                        _log.info("keyword index: %d messages indexed that were written without it", written)
+            except Exception:
+                _log.warning("building the keyword index failed; Memory.reindex() tries again", exc_info=True)
 
     async def _heartbeat(self, scope: anyio.CancelScope) -> None:
         """Renew this system's leases (and tell other processes it is alive) every quarter of ``lease_ttl``."""

@@ -17,6 +17,7 @@ from .._config import MessageRange as MessageRange
 from .._config import ObservationalMemoryConfig as ObservationalMemoryConfig
 from .._config import SemanticRecallConfig as SemanticRecallConfig
 from .._config import WorkingMemoryConfig as WorkingMemoryConfig
+from .._results import SearchHit as SearchHit
 from ._facade import Memory as Memory
 from ._observational import ObservationalMemoryEngine as ObservationalMemoryEngine
 from ._turn import Turn as Turn
@@ -30,6 +31,7 @@ __all__ = (
     "MessageRange",
     "ObservationalMemoryConfig",
     "ObservationalMemoryEngine",
+    "SearchHit",
     "SemanticRecallConfig",
     "Turn",
     "WorkingMemoryConfig",

@@ -18,7 +18,8 @@ import msgspec
 from .._config import MemoryConfig, SemanticRecallConfig, memory_config_from, merge_config
 from ..actors import ActorSystem
 from ..errors import ConfigError, EmbeddingDimensionMismatch, ThreadmindError
-from ..stores import Store, check_store
+from ..search import Searcher
+from ..stores import Store, check_store, supports_keywords
 from ..tokens import DefaultTokenCounter, TokenCounter
 
 if TYPE_CHECKING:
@@ -94,6 +95,14 @@ class MemoryCore:
     def running_index(self) -> IndexActor | None:
         """The index actor of the running actor system (None without semantic recall); raises as :meth:`actors`."""
         return self.actors().index
+
+    def searcher(self) -> Searcher:
+        """The retrieval pipeline over this memory's store (its keyword index, when it keeps one) and its index
+        actor (when there is a vector store and an embedder); raises as :meth:`actors`."""
+        store = self.store()
+        index = self.actors().index
+        recall = self.options.semantic_recall_config or SemanticRecallConfig()
+        return Searcher(store if supports_keywords(store) else None, index, max_chunk_chars=recall.max_chunk_chars)
 
     def _make_index(self) -> IndexActor | None:
         if self.vector is None or self.embedder is None or self.storage is None:

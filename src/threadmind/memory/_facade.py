@@ -19,13 +19,23 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 
 import anyio
 
-from .._config import MemoryConfig
-from .._results import CloneResult, RecallResult, SaveResult, WorkingMemoryTemplate
+from .._config import MemoryConfig, SearchMode
+from .._results import CloneResult, RecallResult, SaveResult, SearchHit, WorkingMemoryTemplate
 from ..actors import ActorSystem, DeleteThread, UpdateThread
 from ..codecs import Message, Thread, utc_now
 from ..errors import ConfigError, ValidationError
 from ..processors import instruction, persistable, readonly_instruction, template_for
-from ..stores import DateRange, Include, Store, ThreadPage, as_vector_store, parse_date_range, parse_include
+from ..search import SEARCH_MODES
+from ..stores import (
+    DateRange,
+    Include,
+    Store,
+    ThreadPage,
+    as_vector_store,
+    parse_date_range,
+    parse_include,
+    supports_keywords,
+)
 from ..tokens import TokenCounter
 from ..tools import Tool
 from ..tracing import operation_span
@@ -33,7 +43,7 @@ from ._clone import clone_thread
 from ._core import MemoryCore, parse_options, ttl_seconds
 from ._messages import delete_messages, save_batch, update_messages
 from ._pipeline import Pipeline
-from ._recall import recall
+from ._recall import recall, search_messages
 from ._threads import create_thread
 from ._turn import Turn, open_turn
 from ._validation import check_ids, check_list, check_metadata, check_title, coerce_message, require_id
@@ -112,16 +122,28 @@ class Memory:
 
             embedder = resolve_embedder(embedder)
         vector_store = as_vector_store(vector) if vector else None  # ConfigError naming what is missing
-        if parsed.semantic_recall_config is not None:
+        recall = parsed.semantic_recall_config
+        if recall is not None and recall.search == "keyword":
+            if storage is not None and not supports_keywords(storage):
+                raise ConfigError(f"semanticRecall.search 'keyword' needs a store with a keyword index; "
+                                  f"{type(storage).__name__} has none (SQLiteStore, PostgresStore and InMemoryStore "
+                                  "have one)", code="THREADMIND_CONFIG_KEYWORDS")
+        elif recall is not None:
             if vector_store is None:
-                raise ConfigError("Semantic recall requires a vector store to be configured.",
+                raise ConfigError("Semantic recall requires a vector store to be configured (or "
+                                  "semanticRecall.search: 'keyword', which needs none).",
                                   code="THREADMIND_CONFIG_VECTOR")
             if embedder is None:
-                raise ConfigError("Semantic recall requires an embedder to be configured.",
+                raise ConfigError("Semantic recall requires an embedder to be configured (or "
+                                  "semanticRecall.search: 'keyword', which needs none).",
                                   code="THREADMIND_CONFIG_EMBEDDER")
+            if recall.search == "hybrid" and storage is not None and not supports_keywords(storage):
+                _log.warning("%s keeps no keyword index: hybrid recall ranks by vectors only",
+                             type(storage).__name__)
+        if recall is not None and vector_store is not None:
             # The HNSW parameters come from the vector store, or from semanticRecall.indexConfig where the
             # store was left at its defaults (per-call configs cannot rebuild the index).
-            wanted = parsed.semantic_recall_config.index_config
+            wanted = recall.index_config
             vector_store.adopt(wanted.metric, wanted.m, wanted.ef_construction, wanted.ef_search)
         self._core = MemoryCore(storage=storage, vector=vector_store, embedder=embedder,
                                 embedding_dimension=embedding_dimension, options=parsed, idle_timeout=idle_timeout,
@@ -453,12 +475,22 @@ class Memory:
                                       message_limit=message_limit)
 
     # vectors -------------------------------------------------------------------------------------
-    async def reindex(self, *, progress: Any = None) -> int:
-        """Make vectors for every message that has none (including ones that failed to embed).
+    async def reindex(self, *, progress: Any = None, keyword_progress: Any = None) -> int:
+        """Index the words of every message the store's keyword index lacks (written by Mastra, or by an older
+        threadmind), then make vectors for every message that has none (including ones that failed to embed);
+        returns the vectors made.
 
-        ``progress(done, total)`` is called as batches complete (by default progress goes to the log).
+        ``progress(done, total)`` and ``keyword_progress(done, total)`` are called as batches complete (by
+        default progress goes to the log).
         """
         with operation_span("threadmind.memory.reindex", "embeddings"):
+            store = self._core.store()
+            self._core.actors()
+            if supports_keywords(store):
+                def _log_words(done: int, total: int) -> None:
+                    _log.info("reindex: %d/%d messages indexed by their words", done, total)
+
+                await store.build_keyword_index(keyword_progress if keyword_progress is not None else _log_words)
             index = self._core.running_index()
             if index is None:
                 return 0
@@ -467,6 +499,43 @@ class Memory:
                 _log.info("reindex: %d/%d messages embedded", done, total)
 
             return await index.reindex(progress if progress is not None else _log_progress)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        resource_id: str,
+        thread_id: str | None = None,
+        top_k: int = 10,
+        search: SearchMode | None = None,
+        threshold: float | None = None,
+        date_range: Mapping[str, Any] | DateRange | None = None,
+    ) -> list[SearchHit]:
+        """The ``top_k`` messages best matching ``query``, best first, each with its score and what the keyword and
+        vector rankings gave it: within the thread when ``thread_id`` is given (which must be the resource's),
+        else within the resource. ``search`` overrides the configured mode (``"hybrid"``, ``"vector"``,
+        ``"keyword"``); ``threshold`` drops vector candidates below that similarity (never a keyword hit);
+        ``date_range`` keeps messages created within it. The same pipeline as recall (``threadmind.search``).
+
+        :raises ValidationError: a bad argument, or ``"vector"`` without a vector store and an embedder.
+        :raises ResourceMismatch: the thread belongs to another resource.
+        """
+        if not isinstance(query, str):
+            raise ValidationError(f"`query` must be a string, got {type(query).__name__}")
+        require_id(resource_id, "resource_id")
+        if thread_id is not None:
+            require_id(thread_id, "thread_id")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
+            raise ValidationError(f"`top_k` must be an integer from 1 to 1000, got {top_k!r}")
+        if search is not None and search not in SEARCH_MODES:
+            raise ValidationError(f"`search` must be one of {', '.join(SEARCH_MODES)} or None, got {search!r}")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+            raise ValidationError(f"`threshold` must be a number or None, got {threshold!r}")
+        window = parse_date_range(date_range) if date_range is not None else None
+        with operation_span("threadmind.memory.search", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            return await search_messages(self._core, query, resource_id=resource_id, thread_id=thread_id,
+                                         top_k=top_k, mode=search, threshold=threshold, window=window)
 
     async def search_vectors(
         self,

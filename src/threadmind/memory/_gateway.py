@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from .._config import SearchMode
 from ..actors import TAIL_MAX, CreateThread, LoadMessages, LoadWindow, SaveMessages, current_fence
 from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
 from ..processors import AccessBase
+from ..search import as_vector_hits
 from ..stores import MessagePage, MessageQuery, ThreadPage
 from ..tracing import operation_span
 
@@ -109,9 +111,18 @@ class RoutedIndex:
         return index
 
     async def query(self, text: str, *, top_k: int, resource_id: str | None = None, thread_id: str | None = None,
-                    threshold: float | None = None) -> list[VectorHit]:
-        return await self._actor().query(text, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
-                                         threshold=threshold)
+                    threshold: float | None = None, search: SearchMode = "vector",
+                    keyword_weight: float | None = None) -> list[VectorHit]:
+        """The ``top_k`` best messages of the scope by ``search`` (``threadmind.search``: the same pipeline as
+        ``Memory.recall`` and ``Memory.search``)."""
+        found = await self._core.searcher().search(text, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
+                                                   mode=search, keyword_weight=keyword_weight, threshold=threshold)
+        return as_vector_hits(found.ranked, top_k)
+
+    @property
+    def embeds(self) -> bool:
+        """Whether the turn's messages get vectors (there is an index)."""
+        return self._core.index is not None
 
     async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int:
         return await self._actor().upsert_messages(messages, wait=wait)

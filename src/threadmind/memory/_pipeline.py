@@ -93,12 +93,13 @@ class Pipeline:
         core = self._core
         recall = config.semantic_recall_config
         assert recall is not None
-        if core.vector is None:
+        keyword_only = recall.search == "keyword"
+        if core.vector is None and not keyword_only:
             raise ConfigError("semantic recall needs a vector store", code="SEMANTIC_RECALL_MISSING_VECTOR_ADAPTER")
-        if core.embedder is None:
+        if core.embedder is None and not keyword_only:
             raise ConfigError("semantic recall needs an embedder", code="SEMANTIC_RECALL_MISSING_EMBEDDER")
         name = core.declared_index_name()
-        if name is None:
+        if name is None and core.index is not None:
             raise EmbedderError(
                 "Failed to determine the embedder's output dimension. Semantic recall cannot safely select a "
                 "vector index until the embedder returns a usable embedding. Check that the embedder is "
@@ -106,7 +107,8 @@ class Pipeline:
                 code="MASTRA_MEMORY_GET_EMBEDDING_DIMENSION_FAILED",
             )
         return SemanticRecall(self.access, self._index, top_k=recall.top_k, message_range=recall.message_range,
-                              scope=recall.scope, threshold=recall.threshold, index_name=name)
+                              scope=recall.scope, threshold=recall.threshold, index_name=name,
+                              search=recall.search, keyword_weight=recall.keyword_weight)
 
     def _observational(self, om: ObservationalMemoryConfig) -> ObservationalMemory:
         """The ``observational-memory`` processor; its engine (records, in-flight observations) lives per memory."""

@@ -1,8 +1,9 @@
 """``Memory.recall``: the configured history window, a page, or semantic hits merged with their context.
 
 The default window (the last N) is served by the thread's actor from its in-memory tail; a token budget
-walks pages newest-first; semantic recall chunks the query like stored text and merges each hit's context
-window (reference §1.1, §5.3, §6.2). During an embedder outage the result is history only, ``degraded``.
+walks pages newest-first; semantic recall ranks the scope through ``threadmind.search`` (words and vectors, as
+configured) and merges each hit's context window (reference §1.1, §5.3). During an embedder outage the result is
+history plus keyword hits, ``degraded``.
 """
 
 from __future__ import annotations
@@ -10,19 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
-from .._config import MemoryConfig, SemanticRecallConfig
-from .._results import RecallResult
+from .._config import MemoryConfig, SearchMode, SemanticRecallConfig
+from .._results import RecallResult, SearchHit
 from ..actors import LoadMessages, LoadWindow
 from ..codecs import Message
-from ..embedders import chunk_text
-from ..errors import EmbedderError, ResourceMismatch, ThreadNotFound, ValidationError
+from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors import is_system_reminder, load_token_window
-from ..stores import DateRange, Include, MessagePage, MessageQuery
+from ..stores import DateRange, Include, MessagePage, MessageQuery, supports_keywords
 
 if TYPE_CHECKING:
     from ._core import MemoryCore
 
-__all__ = ("recall", "visible")
+__all__ = ("recall", "search_messages", "visible")
 
 
 async def recall(
@@ -41,7 +41,7 @@ async def recall(
     """The messages of one recall call (arguments already validated)."""
     system = core.actors()
     store = core.store()
-    semantic = config.semantic_recall_config if (vector_search_string and core.index is not None) else None
+    semantic = config.semantic_recall_config if vector_search_string and _can_search(core, config) else None
     if not config.history_enabled and per_page is None and semantic is None:
         # Reference §1.1 step 2: no history asked for and no search to run (``include`` or not).
         return RecallResult(messages=[], total=0, page=page, per_page=0, has_more=False)
@@ -91,33 +91,21 @@ async def recall(
 async def _semantic_includes(
     core: MemoryCore, text: str, semantic: SemanticRecallConfig, *, thread_id: str, resource_id: str | None
 ) -> tuple[list[Include], bool]:
-    index = core.index
-    assert index is not None
     if semantic.scope == "resource" and resource_id is None:
         raise ValidationError(
             "Memory error: Resource-scoped semantic recall is enabled but no resourceId was provided. "
             "Either provide a resourceId or explicitly set semanticRecall.scope to 'thread'."
         )
-    # The query is chunked as stored texts are (whitespace runs become one space; reference §6.2), and
-    # each chunk runs its own top-k query; a message found by several chunks comes once.
-    found: dict[str, None] = {}
-    try:
-        for chunk in chunk_text(text, semantic.max_chunk_chars):
-            hits = await index.query(
-                chunk,
-                top_k=semantic.top_k,
-                resource_id=resource_id if semantic.scope == "resource" else None,
-                thread_id=thread_id if semantic.scope == "thread" else None,
-                threshold=semantic.threshold,
-            )
-            found.update(dict.fromkeys(hit.message_id for hit in hits))
-    except EmbedderError:
-        return [], True
+    # The one retrieval pipeline (threadmind.search): the processor and Memory.search rank the same way.
+    found = await core.searcher().search(
+        text, top_k=semantic.top_k, resource_id=resource_id if semantic.scope == "resource" else None,
+        thread_id=thread_id if semantic.scope == "thread" else None, mode=semantic.search,
+        keyword_weight=semantic.keyword_weight, threshold=semantic.threshold)
     window = semantic.range
     return [
-        Include(id=message_id, with_previous_messages=window.before, with_next_messages=window.after)
-        for message_id in found
-    ], False
+        Include(id=hit.message_id, with_previous_messages=window.before, with_next_messages=window.after)
+        for hit in found.ranked[:semantic.top_k]
+    ], found.degraded
 
 
 async def _token_window(
@@ -138,6 +126,57 @@ async def _token_window(
                         degraded=degraded)
 
 
+def _can_search(core: MemoryCore, config: MemoryConfig) -> bool:
+    """Whether a search string can be answered: an index, or words only and a store with a keyword index."""
+    semantic = config.semantic_recall_config
+    if semantic is None:
+        return False
+    return core.index is not None or (semantic.search != "vector" and supports_keywords(core.store()))
+
+
 def visible(messages: Iterable[Message]) -> list[Message]:
     """Drop system rows and system reminders, as ``recall`` does by default (reference §4.6)."""
     return [m for m in messages if m.role != "system" and not is_system_reminder(m)]
+
+
+async def search_messages(core: MemoryCore, query: str, *, resource_id: str, thread_id: str | None, top_k: int,
+                          mode: SearchMode | None, threshold: float | None,
+                          window: DateRange | None) -> list[SearchHit]:
+    """``Memory.search`` (arguments already validated)."""
+    store = core.store()
+    configured = core.options.semantic_recall_config or SemanticRecallConfig()
+    mode = mode or configured.search
+    if mode == "vector" and core.actors().index is None:
+        raise ValidationError("search 'vector' needs a vector store and an embedder")
+    if thread_id is not None:
+        thread = await store.get_thread(thread_id)
+        if thread is None:
+            raise ThreadNotFound(thread_id, message=f"No thread found with id {thread_id}")
+        if thread.resource_id != resource_id:
+            raise ResourceMismatch(thread_id, thread.resource_id, resource_id)
+    found = await core.searcher().search(query, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
+                                         mode=mode, keyword_weight=configured.keyword_weight, threshold=threshold)
+    ranked = found.ranked
+    hits: list[SearchHit] = []
+    start = 0
+    while len(hits) < top_k and start < len(ranked):  # messages outside the date range, or hidden, make room
+        batch = ranked[start:start + max(top_k, 16)]
+        start += len(batch)
+        messages = {m.id: m for m in visible(await store.get_messages_by_id([r.message_id for r in batch]))}
+        for entry in batch:
+            message = messages.get(entry.message_id)
+            if message is None or (window is not None and not _within(message, window)):
+                continue
+            if message.resource_id not in (None, resource_id) or (thread_id and message.thread_id != thread_id):
+                continue  # never outside the scope, whatever a store returned
+            hits.append(SearchHit(message, entry.score, entry.vector_score, entry.keyword_score))
+            if len(hits) == top_k:
+                break
+    return hits
+
+
+def _within(message: Message, window: DateRange) -> bool:
+    at = message.created_at
+    if window.start is not None and (at < window.start or (window.start_exclusive and at == window.start)):
+        return False
+    return not (window.end is not None and (at > window.end or (window.end_exclusive and at == window.end)))

@@ -1,7 +1,8 @@
 """SemanticRecall: bring similar older messages into context, and embed the turn's new messages.
 
 Reference §3.6. Same-thread hits (with their context windows) join the list as remembered messages;
-hits from other threads of the resource are rendered into one system message. Errors never break a turn.
+hits from other threads of the resource are rendered into one system message. Errors never break a turn. The hits
+come from the retrieval pipeline ``Memory.recall`` uses (``threadmind.search``), in the configured ``search`` mode.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from .._config import MessageRange
+from .._config import MessageRange, SearchMode
 from ..codecs import Message, TextPart
 from ..stores import Include, MessageQuery, Store
 from ._access import MemoryAccess, as_access
@@ -21,12 +22,19 @@ if TYPE_CHECKING:
 
 
 class RecallIndex(Protocol):
-    """What the processor needs of the index (an ``IndexActor``, or Memory's handle to its own)."""
+    """What the processor needs of the retrieval pipeline (Memory's handle to its own: ``threadmind.search``) and
+    of the index that embeds the turn's messages."""
 
     async def query(self, text: str, *, top_k: int, resource_id: str | None = None, thread_id: str | None = None,
-                    threshold: float | None = None) -> list[VectorHit]: ...
+                    threshold: float | None = None, search: SearchMode = "vector",
+                    keyword_weight: float | None = None) -> list[VectorHit]: ...
 
     async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int: ...
+
+    @property
+    def embeds(self) -> bool:
+        """Whether messages get vectors (False: keyword recall without a vector store)."""
+        ...
 
 __all__ = ("SemanticRecall", "render_remembered")
 
@@ -92,8 +100,12 @@ class SemanticRecall:
         scope: str = "resource",
         threshold: float | None = None,
         index_name: str | None = None,
+        search: SearchMode = "hybrid",
+        keyword_weight: float | None = None,
     ) -> None:
         self.storage = as_access(storage)
+        self.search = search
+        self.keyword_weight = keyword_weight
         self.index = index
         self.top_k = top_k
         self.message_range = (
@@ -121,6 +133,8 @@ class SemanticRecall:
                 resource_id=resource_id if resource_scope else None,
                 thread_id=None if resource_scope else thread_id,
                 threshold=self.threshold,
+                search=self.search,
+                keyword_weight=self.keyword_weight,
             )
             if not hits:
                 return None
@@ -161,6 +175,8 @@ class SemanticRecall:
         """
         context = args.context
         if context.memory_config.read_only or not (context.thread_id or args.message_list.thread_id):
+            return None
+        if not self.index.embeds:  # keyword recall without a vector store: the save's keyword rows are enough
             return None
         if context.persisted is None:
             context.mark_pending = True

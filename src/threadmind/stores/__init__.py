@@ -11,6 +11,14 @@ from ._hnsw import HnswVectorStore as HnswVectorStore
 from ._interop import import_mastra_vectors as import_mastra_vectors
 from ._interop import mastra_vector_tables as mastra_vector_tables
 from ._interop import vector_tables_in as vector_tables_in
+from ._keywords import NO_MATCHES as NO_MATCHES
+from ._keywords import KeywordCandidate as KeywordCandidate
+from ._keywords import KeywordMatches as KeywordMatches
+from ._keywords import KeywordSearch as KeywordSearch
+from ._keywords import bm25 as bm25
+from ._keywords import idf as idf
+from ._keywords import query_terms as query_terms
+from ._keywords import supports_keywords as supports_keywords
 from ._memory import InMemoryStore as InMemoryStore
 from ._om import InMemoryOMStore as InMemoryOMStore
 from ._om import ObservationalMemoryStore as ObservationalMemoryStore
@@ -47,6 +55,7 @@ from ._vector_records_memory import InMemoryVectorRecords as InMemoryVectorRecor
 from ._write_behind import CoalescingRecords as CoalescingRecords
 
 __all__ = (
+    "NO_MATCHES",
     "STORE_METHODS",
     "CoalescingRecords",
     "DateRange",
@@ -55,6 +64,9 @@ __all__ = (
     "InMemoryStore",
     "InMemoryVectorRecords",
     "Include",
+    "KeywordCandidate",
+    "KeywordMatches",
+    "KeywordSearch",
     "Lease",
     "MessagePage",
     "MessageQuery",
@@ -77,12 +89,16 @@ __all__ = (
     "VectorStore",
     "VectorStoreStatistics",
     "as_vector_store",
+    "bm25",
     "check_store",
+    "idf",
     "import_mastra_vectors",
     "lookup_key",
     "mastra_vector_tables",
     "parse_date_range",
     "parse_include",
+    "query_terms",
     "same_record",
+    "supports_keywords",
     "vector_tables_in",
 )

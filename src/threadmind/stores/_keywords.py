@@ -1,12 +1,20 @@
-"""What every store's keyword index shares: the text a message is indexed by, the words of a query, and the
-``KeywordSearch`` capability.
+"""What every store's keyword index shares: the text a message is indexed by, how texts and queries are cut into
+words, and the ``KeywordSearch`` capability.
 
 A message is indexed by the text it is embedded by (``message_text``), so the keyword and vector rankings see the
-same words. A query is text, never query syntax: it is cut into words (letters and digits of any script), folded
-to lower case, common English function words dropped, repeats removed and the rest capped, and each store builds
-its own query from those words (SQLite FTS5 quotes each one, PostgreSQL passes them to ``websearch_to_tsquery``).
-Quotes, ``NEAR(``, ``*``, ``-``, ``:``, ``OR``, parentheses, NUL bytes or lone surrogates therefore never reach a
-query parser as syntax.
+same words. Words are cut as SQLite's FTS5 ``porter unicode61 remove_diacritics 2`` tokenizer cuts them (letters and
+digits of any script, lower case, accents dropped, English suffixes stemmed by Porter's algorithm); the in-memory and
+PostgreSQL indexes cut them in Python with :func:`text_tokens`, which agrees with FTS5 word for word.
+
+A query is text, never query syntax: it is cut into words, common English function words and repeats dropped
+(:func:`query_terms`), and each store builds its own query from those words (SQLite quotes each one for FTS5,
+PostgreSQL writes a ``tsquery`` literal of lexemes), so quotes, ``NEAR(``, ``*``, ``-``, ``:``, ``OR``,
+parentheses, NUL bytes or lone surrogates never reach a query parser as syntax.
+
+A store answers a keyword search with :class:`KeywordMatches`: the scope's statistics (its number of messages, their
+average length in words, each query word's document frequency among them) and its best candidates with their word
+counts. The ranking itself (BM25 with the scope's statistics, and more) is computed once, in ``threadmind.search``,
+for every store alike.
 """
 
 from __future__ import annotations
@@ -15,41 +23,58 @@ import functools
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeGuard, runtime_checkable
 
 import msgspec
 
 from ..codecs import Message
 from ..embedders import message_text
 
-__all__ = ("MAX_QUERY_TERMS", "STOP_WORDS", "KeywordHit", "KeywordSearch", "bm25_hits", "indexed_text",
-           "query_terms", "stem", "supports_keywords", "text_tokens")
+__all__ = ("MAX_QUERY_TERMS", "NO_MATCHES", "STOP_WORDS", "KeywordCandidate", "KeywordMatches", "KeywordSearch",
+           "bm25", "count_words", "idf", "indexed_text", "lexemes_of", "query_terms", "stem", "supports_keywords",
+           "text_tokens")
 
 MAX_QUERY_TERMS = 32
 """Words of a query that are searched at most (the first ones, after stop words and repeats are dropped)."""
 
-# Generic English function words: they match nearly every message and carry no topic. Not tuned to any data set.
+# Generic English function words (pronouns, auxiliaries, determiners, prepositions, conjunctions, wh-words, and the
+# pieces the tokenizer makes of "don't", "I'm", "we'll"): they match nearly every message and carry no topic.
+# Written down before any measurement; not tuned to any data set.
 STOP_WORDS: frozenset[str] = frozenset("""
-a about above after again against all am an and any are as at be because been before being below between both but
-by can could did do does doing down during each few for from further had has have having he her here hers herself
-him himself his how i if in into is it its itself just me more most my myself no nor not now of off on once only or
-other our ours ourselves out over own same she should so some such than that the their theirs them themselves then
-there these they this those through to too under until up very was we were what when where which while who whom why
-will with would you your yours yourself yourselves
+a about above after again against all am an and any are as at be because been before being below between both but by
+can could d did do does doing down during each few for from further had has have having he her here hers herself him
+himself his how i if in into is it its itself just ll m me more most my myself no nor not now of off on once only or
+other our ours ourselves out over own re s same she should so some such t than that the their theirs them themselves
+then there these they this those through to too under until up ve very was we were what when where which while who
+whom why will with would you your yours yourself yourselves
 """.split())
 
 _WORD = re.compile(r"[^\W_]+")  # letters and digits of any script; no underscores, no surrogates, no NUL
 
 
-class KeywordHit(msgspec.Struct, frozen=True):
-    """A message matched by words: higher ``score`` ranks first (each store's own scale: FTS5's bm25 negated,
-    PostgreSQL's ts_rank, the in-memory store's BM25)."""
+class KeywordCandidate(msgspec.Struct, frozen=True):
+    """A message of the scope matching some of the query's words: its length in words, and how many times it holds
+    each of the query's lexemes (stems)."""
 
     message_id: str
     thread_id: str
     resource_id: str
-    score: float
+    length: int
+    counts: dict[str, int]
+
+
+class KeywordMatches(msgspec.Struct, frozen=True):
+    """A keyword search's answer: the scope's statistics and its best candidates (best first by the store's own
+    cheap ranking; the final ranking is ``threadmind.search``'s)."""
+
+    docs: int  # messages of the scope with words
+    average_length: float  # their average length in words
+    frequencies: dict[str, int]  # per query lexeme: how many of the scope's messages hold it
+    candidates: list[KeywordCandidate]
+
+
+NO_MATCHES = KeywordMatches(0, 0.0, {}, [])
 
 
 @runtime_checkable
@@ -57,9 +82,15 @@ class KeywordSearch(Protocol):
     """A store that keeps a keyword index of its messages, written with the message rows."""
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int) -> list[KeywordHit]:
-        """The best ``limit`` messages of the scope (the thread when ``thread_id`` is given, else the resource)
-        containing any of ``terms`` (from :func:`query_terms`), best first; never a message outside the scope."""
+                             limit: int) -> KeywordMatches:
+        """The scope's statistics for ``terms`` (from :func:`query_terms`; keyed by their stems) and its best
+        ``limit`` messages holding any of them. The scope is the thread when ``thread_id`` is given, else the
+        resource; a message outside it is never returned or counted."""
+        ...
+
+    async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """For each message, the ids of the messages just before and just after it in its thread (None at an end);
+        unknown ids are left out."""
         ...
 
     async def keyword_backlog(self) -> int:
@@ -71,32 +102,27 @@ class KeywordSearch(Protocol):
         ...
 
 
-def supports_keywords(store: object) -> bool:
+def supports_keywords(store: object) -> TypeGuard[KeywordSearch]:
     """Whether ``store`` keeps a keyword index (``KeywordSearch``)."""
     return isinstance(store, KeywordSearch)
 
 
-def bm25_hits(terms: set[str], docs: Sequence[tuple[Message, str, dict[str, int], int]],
-              limit: int) -> list[KeywordHit]:
-    """Okapi BM25 (k1 1.2, b 0.75, FTS5's) of ``docs`` (message, its resource, word counts, length) for the stemmed
-    ``terms``, the best ``limit`` with any of them; statistics over ``docs`` (the scope)."""
-    if not docs:
-        return []
-    n = len(docs)
-    average = sum(length for *_, length in docs) / n or 1.0
-    df = {t: sum(1 for _, _, counts, _ in docs if t in counts) for t in terms}
-    idf = {t: max(math.log((n - f + 0.5) / (f + 0.5)), 1e-6) for t, f in df.items() if f}
-    scored: list[tuple[float, int, KeywordHit]] = []
-    for order, (message, resource, counts, length) in enumerate(docs):
-        score = 0.0
-        for t, weight in idf.items():
-            tf = counts.get(t, 0)
-            if tf:
-                score += weight * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / average))
-        if score > 0.0:
-            scored.append((-score, order, KeywordHit(message.id, message.thread_id or "", resource, score)))
-    scored.sort(key=lambda item: (item[0], item[1]))
-    return [hit for *_, hit in scored[:limit]]
+def count_words(tokens: Sequence[str], lexemes: Iterable[str]) -> dict[str, int]:
+    """How many times each of ``lexemes`` occurs in ``tokens`` (only those that do)."""
+    wanted = set(lexemes)
+    counts: dict[str, int] = {}
+    for token in tokens:
+        if token in wanted:
+            counts[token] = counts.get(token, 0) + 1
+    return counts
+
+
+def lexemes_of(terms: Sequence[str]) -> dict[str, str]:
+    """The distinct stems of ``terms``, each with the first term that has it (the word a store is asked for)."""
+    out: dict[str, str] = {}
+    for term in terms:
+        out.setdefault(stem(term), term)
+    return out
 
 
 def indexed_text(message: Message) -> str:
@@ -105,9 +131,10 @@ def indexed_text(message: Message) -> str:
 
 
 def query_terms(query: str) -> list[str]:
-    """The words of ``query`` a keyword index is asked for: lower case, stop words and repeats dropped, at most
-    :data:`MAX_QUERY_TERMS`; a query made only of stop words keeps them (``"who is it"`` still finds something)."""
-    words = [w.casefold() for w in _WORD.findall(query)]
+    """The words of ``query`` a keyword index is asked for, cut as texts are (lower case, accents dropped), stop
+    words and repeats dropped, at most :data:`MAX_QUERY_TERMS`; a query made only of stop words keeps them (``"who
+    is it"`` still finds something)."""
+    words = _plain_words(query)
     kept = list(dict.fromkeys(w for w in words if w not in STOP_WORDS))
     if not kept:
         kept = list(dict.fromkeys(words))
@@ -117,12 +144,16 @@ def query_terms(query: str) -> list[str]:
 # -- words of a text, as the SQLite index cuts them (for the stores that index in Python) ---------------------------
 
 
+def _plain_words(text: str) -> list[str]:
+    """Letters and digits of any script, lower case, accents dropped (as FTS5's ``unicode61 remove_diacritics``)."""
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    return _WORD.findall("".join(ch for ch in folded if not unicodedata.combining(ch)))
+
+
 def text_tokens(text: str) -> list[str]:
     """The words a text is indexed by, as FTS5's ``porter unicode61 remove_diacritics 2`` tokenizer makes them:
     letters and digits, lower case, accents dropped, English suffixes stemmed (Porter)."""
-    folded = unicodedata.normalize("NFKD", text.casefold())
-    plain = "".join(ch for ch in folded if not unicodedata.combining(ch))
-    return [stem(word) for word in _WORD.findall(plain)]
+    return [stem(word) for word in _plain_words(text)]
 
 
 _VOWELS = frozenset("aeiou")
@@ -269,3 +300,15 @@ def stem(word: str) -> str:
     if len(word) < 3 or not (word.isascii() and word.isalpha()):
         return word
     return _Porter(word).stem()
+
+
+def bm25(counts: dict[str, int], length: int, weights: dict[str, float], average_length: float) -> float:
+    """Okapi BM25 (k1 1.2, b 0.75, as FTS5's ``bm25()``) of one message holding ``counts`` of the query's lexemes,
+    ``weights`` being each lexeme's idf."""
+    norm = 1.2 * (0.25 + 0.75 * length / (average_length or 1.0))
+    return sum(weights[lexeme] * tf * 2.2 / (tf + norm) for lexeme, tf in counts.items() if lexeme in weights)
+
+
+def idf(frequency: int, docs: int) -> float:
+    """FTS5's idf: ``ln((N - n + 0.5) / (n + 0.5))``, at least 1e-6 (a word in most messages weighs nearly 0)."""
+    return max(math.log((docs - frequency + 0.5) / (frequency + 0.5)), 1e-6)

@@ -21,7 +21,17 @@ import msgspec
 from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
-from ._keywords import KeywordHit, bm25_hits, indexed_text, stem, text_tokens
+from ._keywords import (
+    NO_MATCHES,
+    KeywordCandidate,
+    KeywordMatches,
+    bm25,
+    count_words,
+    idf,
+    indexed_text,
+    lexemes_of,
+    text_tokens,
+)
 from ._leases import InProcessLeases
 from ._om import InMemoryOMStore
 from ._protocol import (
@@ -77,7 +87,7 @@ class InMemoryStore:
         self._om_records = InMemoryOMStore()
         self._leases = InProcessLeases()
         # Each message's words (keyword search), while the stored message is the same object.
-        self._word_cache: dict[str, tuple[Message, dict[str, int], int]] = {}
+        self._word_cache: dict[str, tuple[Message, list[str]]] = {}
 
     def __repr__(self) -> str:
         return f"InMemoryStore(threads={len(self._threads)}, messages={len(self._messages)})"
@@ -405,26 +415,54 @@ class InMemoryStore:
     # -- keyword index -------------------------------------------------------------------------------------
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int) -> list[KeywordHit]:
-        """The best ``limit`` messages of the scope by BM25 over the scope's messages (words cut and stemmed as the
-        SQLite index cuts them; each message's words are kept until the message changes)."""
+                             limit: int) -> KeywordMatches:
+        """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (see ``KeywordSearch``):
+        every message of the scope is read (its words cut as the SQLite index cuts them, kept until it changes)."""
         await self._ready()
-        if not terms or limit <= 0 or (resource_id is None and thread_id is None):
-            return []
-        wanted = {stem(t) for t in terms}
+        lexemes = lexemes_of(terms)
+        if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
+            return NO_MATCHES
         if thread_id is not None:
             rows = list(self._by_thread.get(thread_id, ()))
         else:
-            rows = [row for tid, rows in self._by_thread.items() for row in rows]
-        scoped: list[tuple[Message, str, dict[str, int], int]] = []
+            rows = [row for rows in self._by_thread.values() for row in rows]
+        docs = words = 0
+        frequencies = dict.fromkeys(lexemes, 0)
+        found: list[KeywordCandidate] = []
         for row in rows:
             message = row.message
             owner = message.resource_id or self._owner(message.thread_id)
             if resource_id is not None and owner != resource_id:
                 continue
-            counts, length = self._words(message)
-            scoped.append((message, owner, counts, length))
-        return bm25_hits(wanted, scoped, limit)
+            tokens = self._tokens(message)
+            if not tokens:
+                continue
+            docs += 1
+            words += len(tokens)
+            counts = count_words(tokens, frequencies.keys())
+            for lexeme in counts:
+                frequencies[lexeme] += 1
+            if counts:
+                found.append(KeywordCandidate(message.id, message.thread_id or "", owner, len(tokens), counts))
+        average = words / docs if docs else 0.0
+        weights = {lexeme: idf(n, docs) for lexeme, n in frequencies.items() if n}
+        found.sort(key=lambda c: -bm25(c.counts, c.length, weights, average))
+        return KeywordMatches(docs, average, frequencies, found[:limit])
+
+    async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """The messages just before and after each one in its thread."""
+        await self._ready()
+        out: dict[str, tuple[str | None, str | None]] = {}
+        for mid in message_ids:
+            row = self._messages.get(mid)
+            if row is None:
+                continue
+            siblings = self._by_thread.get(str(row.message.thread_id), [])
+            at = bisect.bisect_left(siblings, row.key, key=_row_key)
+            before = siblings[at - 1].message.id if at > 0 else None
+            after = siblings[at + 1].message.id if at + 1 < len(siblings) else None
+            out[mid] = (before, after)
+        return out
 
     async def keyword_backlog(self) -> int:
         """Always 0: every message is searchable by its words as stored."""
@@ -440,16 +478,13 @@ class InMemoryStore:
         entry = self._threads.get(thread_id or "")
         return entry[0].resource_id if entry is not None else ""
 
-    def _words(self, message: Message) -> tuple[dict[str, int], int]:
+    def _tokens(self, message: Message) -> list[str]:
         cached = self._word_cache.get(message.id)
         if cached is not None and cached[0] is message:
-            return cached[1], cached[2]
+            return cached[1]
         tokens = text_tokens(indexed_text(message))
-        counts: dict[str, int] = {}
-        for token in tokens:
-            counts[token] = counts.get(token, 0) + 1
-        self._word_cache[message.id] = (message, counts, len(tokens))
-        return counts, len(tokens)
+        self._word_cache[message.id] = (message, tokens)
+        return tokens
 
     # -- resources ---------------------------------------------------------------------------------------
 

@@ -30,15 +30,17 @@ import msgspec
 from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
-from ._keywords import KeywordHit
+from ._keywords import NO_MATCHES, KeywordMatches
 from ._postgres_keywords import (
     CATCH_UP_SQL,
     DELETE_IDS_SQL,
     DELETE_THREAD_SQL,
     MOVE_THREAD_SQL,
+    NEIGHBOURS_SQL,
     SEARCH_SQL,
     UPSERT_SQL,
     keyword_rows,
+    matches_from_rows,
     tsquery_literal,
 )
 from ._postgres_leases import LeaseListener, PgLeases, Presence, check_fence, lease_lost
@@ -253,15 +255,25 @@ class PostgresStore:
     # -- keyword index -------------------------------------------------------------------------------------
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int) -> list[KeywordHit]:
-        """The best ``limit`` messages of the scope by BM25 over its keyword rows (see ``_postgres_keywords``)."""
+                             limit: int) -> KeywordMatches:
+        """The scope's statistics and its best ``limit`` messages holding any of ``terms``, in one statement (see
+        ``_postgres_keywords``)."""
         query, lexemes = tsquery_literal(terms)
         if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
             await self._idle()
-            return []
+            return NO_MATCHES
         rows = await self._read(lambda conn: conn.fetch(SEARCH_SQL, query, lexemes, resource_id, thread_id, limit),
                                 "keyword_search")
-        return [KeywordHit(mid, tid, rid, float(score)) for mid, tid, rid, score in rows]
+        return matches_from_rows(rows, lexemes)
+
+    async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """The messages just before and after each one in its thread, in one statement."""
+        ids = list(dict.fromkeys(message_ids))
+        if not ids:
+            await self._idle()
+            return {}
+        rows = await self._read(lambda conn: conn.fetch(NEIGHBOURS_SQL, ids), "neighbours")
+        return {mid: (before, after) for mid, before, after in rows}
 
     async def keyword_backlog(self) -> int:
         """How many messages have no keyword row yet (written by Mastra, or by a threadmind older than the index)."""

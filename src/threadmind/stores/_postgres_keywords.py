@@ -17,12 +17,14 @@ batches (a message without words gets an empty row, so it is not picked again).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..codecs import Message
-from ._keywords import indexed_text, stem, text_tokens
+from ._keywords import KeywordCandidate, KeywordMatches, indexed_text, stem, text_tokens
 
-__all__ = ("CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "KEYWORD_COLUMNS", "MOVE_THREAD_SQL", "SEARCH_SQL",
-           "UPSERT_SQL", "keyword_rows", "tsquery_literal", "tsvector_literal")
+__all__ = ("CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "KEYWORD_COLUMNS", "MOVE_THREAD_SQL",
+           "NEIGHBOURS_SQL", "SEARCH_SQL", "UPSERT_SQL", "keyword_rows", "matches_from_rows", "tsquery_literal",
+           "tsvector_literal")
 
 _MAX_POSITION = 16383  # tsvector positions stop here
 _MAX_LEXEME = 255  # longer "words" (a base64 blob, a long URL) are not words anyone searches for
@@ -41,29 +43,48 @@ DELETE_IDS_SQL = "DELETE FROM threadmind_keywords WHERE message_id = ANY($1::tex
 DELETE_THREAD_SQL = "DELETE FROM threadmind_keywords WHERE thread_id = $1"
 MOVE_THREAD_SQL = "UPDATE threadmind_keywords SET resource_id = $2 WHERE thread_id = $1"
 
-# $1 the tsquery literal, $2 the query's lexemes, $3 resource (or NULL), $4 thread (or NULL), $5 limit.
+# $1 the tsquery literal, $2 the query's lexemes, $3 resource (or NULL), $4 thread (or NULL), $5 limit. One row per
+# candidate (best first by BM25 with the scope's statistics), each carrying the scope's statistics too; a single row
+# with no candidate when none matches.
 SEARCH_SQL = """
 WITH scope AS (
   SELECT k.message_id, k.thread_id, k.resource_id, k.len, k.tsv FROM threadmind_keywords k
-  WHERE ($3::text IS NULL OR k.resource_id = $3) AND ($4::text IS NULL OR k.thread_id = $4)
+  WHERE ($3::text IS NULL OR k.resource_id = $3) AND ($4::text IS NULL OR k.thread_id = $4) AND k.len > 0
 ), stats AS (
-  SELECT count(*)::float8 AS n, GREATEST(COALESCE(avg(len), 1), 1)::float8 AS avgdl FROM scope
-), matched AS (
-  SELECT * FROM scope WHERE tsv @@ $1::tsquery
+  SELECT count(*)::bigint AS n, COALESCE(sum(len), 0)::bigint AS total FROM scope
 ), words AS (
-  SELECT m.message_id, m.thread_id, m.resource_id, m.len, w.lexeme, cardinality(w.positions)::float8 AS tf
-  FROM matched m, unnest(m.tsv) AS w(lexeme, positions, weights)
-  WHERE w.lexeme = ANY($2::text[])
+  SELECT m.message_id, m.thread_id, m.resource_id, m.len, w.lexeme, cardinality(w.positions) AS tf
+  FROM scope m, unnest(m.tsv) AS w(lexeme, positions, weights)
+  WHERE m.tsv @@ $1::tsquery AND w.lexeme = ANY($2::text[])
 ), df AS (
-  SELECT lexeme, count(*)::float8 AS df FROM words GROUP BY lexeme
+  SELECT lexeme, count(*) AS df FROM words GROUP BY lexeme
+), ranked AS (
+  SELECT w.message_id, w.thread_id, w.resource_id, w.len, array_agg(w.lexeme) AS lexemes, array_agg(w.tf) AS tfs,
+         sum(GREATEST(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) * w.tf * 2.2
+             / (w.tf + 1.2 * (0.25 + 0.75 * w.len / GREATEST(s.total::float8 / GREATEST(s.n, 1), 1)))) AS score
+  FROM words w JOIN df d USING (lexeme) CROSS JOIN stats s
+  GROUP BY w.message_id, w.thread_id, w.resource_id, w.len
+  ORDER BY score DESC, w.message_id
+  LIMIT $5
 )
-SELECT w.message_id, w.thread_id, w.resource_id,
-       sum(GREATEST(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) * w.tf * 2.2
-           / (w.tf + 1.2 * (0.25 + 0.75 * w.len / s.avgdl))) AS score
-FROM words w JOIN df d USING (lexeme) CROSS JOIN stats s
-GROUP BY w.message_id, w.thread_id, w.resource_id
-ORDER BY score DESC, w.message_id
-LIMIT $5
+SELECT s.n, s.total, ARRAY(SELECT lexeme FROM df), ARRAY(SELECT df FROM df),
+       r.message_id, r.thread_id, r.resource_id, r.len, r.lexemes, r.tfs
+FROM stats s LEFT JOIN ranked r ON true
+"""
+
+# $1 message ids: the messages just before and after each one in its thread (by createdAt, then sequence).
+NEIGHBOURS_SQL = """
+SELECT c.id,
+  (SELECT p.id FROM mastra_messages p LEFT JOIN threadmind_message_seq ps ON ps.message_id = p.id
+   WHERE p.thread_id = c.thread_id AND (p."createdAt", COALESCE(ps.seq, -1), p.id COLLATE "C")
+         < (c."createdAt", COALESCE(cs.seq, -1), c.id COLLATE "C")
+   ORDER BY p."createdAt" DESC, COALESCE(ps.seq, -1) DESC, p.id COLLATE "C" DESC LIMIT 1),
+  (SELECT n.id FROM mastra_messages n LEFT JOIN threadmind_message_seq ns ON ns.message_id = n.id
+   WHERE n.thread_id = c.thread_id AND (n."createdAt", COALESCE(ns.seq, -1), n.id COLLATE "C")
+         > (c."createdAt", COALESCE(cs.seq, -1), c.id COLLATE "C")
+   ORDER BY n."createdAt", COALESCE(ns.seq, -1), n.id COLLATE "C" LIMIT 1)
+FROM mastra_messages c LEFT JOIN threadmind_message_seq cs ON cs.message_id = c.id
+WHERE c.id = ANY($1::text[])
 """
 
 CATCH_UP_SQL = """
@@ -101,3 +122,15 @@ def keyword_rows(messages: Sequence[tuple[Message, str]]) -> list[list[object]]:
         for column, value in zip(columns, (mid, message.thread_id or "", resource, length, literal), strict=True):
             column.append(value)
     return columns
+
+
+def matches_from_rows(rows: Sequence[Any], lexemes: Sequence[str]) -> KeywordMatches:
+    """:class:`KeywordMatches` from the rows of :data:`SEARCH_SQL`."""
+    if not rows:
+        return KeywordMatches(0, 0.0, dict.fromkeys(lexemes, 0), [])
+    docs, total, df_lexemes, df_counts = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
+    frequencies = dict.fromkeys(lexemes, 0)
+    frequencies.update(zip(df_lexemes, (int(n) for n in df_counts), strict=True))
+    candidates = [KeywordCandidate(r[4], r[5], r[6], int(r[7]), dict(zip(r[8], (int(t) for t in r[9]), strict=True)))
+                  for r in rows if r[4] is not None]
+    return KeywordMatches(int(docs), int(total) / int(docs) if docs else 0.0, frequencies, candidates)

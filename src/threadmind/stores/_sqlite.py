@@ -75,7 +75,7 @@ from ._group_commit import (
     SaveSpec,
     read_tx,
 )
-from ._keywords import KeywordHit
+from ._keywords import NO_MATCHES, KeywordMatches
 from ._leases import busy_error, wait_backoff
 from ._om import ObservationalMemoryStore, SQLiteOMStore
 from ._protocol import (
@@ -97,6 +97,7 @@ from ._sqlite_keywords import (
     enqueue_thread,
     fold,
     keyword_backlog,
+    neighbour_ids,
     search_keywords,
 )
 from ._sqlite_leases import active_owner, check_fence, release_row, renew_rows, take_over
@@ -694,17 +695,26 @@ class SQLiteStore(GroupWriter):
     # -- keyword index -------------------------------------------------------------------------------------
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int) -> list[KeywordHit]:
-        """The best ``limit`` messages of the scope containing any of ``terms`` (see ``_sqlite_keywords``)."""
+                             limit: int) -> KeywordMatches:
+        """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (see
+        ``_sqlite_keywords``); ids queued by saves that returned before this call are indexed first."""
         if not terms or limit <= 0:
-            return []
-        hits = await self.execute_read(lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit))
-        if hits is None:  # ids were queued by saves that returned before this search: index them first
+            return NO_MATCHES
+
+        def search(folded: bool) -> Callable[[sqlite3.Connection], KeywordMatches | None]:
+            return lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit, folded=folded)
+
+        found = await self.execute_read(search(False))
+        if found is None:
             while await self.execute_write(fold):
                 pass
-            hits = await self.execute_read(lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit,
-                                                                        folded=True))
-        return hits or []
+            found = await self.execute_read(search(True))
+        return found or NO_MATCHES
+
+    async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """The messages just before and after each one in its thread."""
+        ids = list(message_ids)
+        return await self.execute_read(lambda conn: neighbour_ids(conn, ids)) if ids else {}
 
     async def keyword_backlog(self) -> int:
         """At most how many messages still lack a keyword index row (rows written by Mastra, or by a threadmind

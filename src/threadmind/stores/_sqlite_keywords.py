@@ -2,7 +2,10 @@
 
 ``threadmind_keywords`` (FTS5, tokenizer ``porter unicode61 remove_diacritics 2``) holds one row per message with
 words: ``text`` (the message's indexed text), ``scope`` (two number tokens standing for its resource and its
-thread) and ``message_id`` (not indexed). Its rowid is the message's rowid in ``mastra_messages``.
+thread), ``message_id`` and ``words`` (its length in words; neither indexed). Its rowid is the message's rowid in
+``mastra_messages``. ``threadmind_keyword_scopes`` keeps, per scope token, how many indexed messages it has and
+how many words they hold, so a search has its scope's statistics without reading the scope (BM25 is computed with
+the scope's statistics, not the whole file's: one tenant's words do not weigh another's).
 
 **Writes.** An FTS5 write costs most of a small save (every transaction that touches the table flushes a new
 segment: about 100 µs here, against about 35 µs for the whole save of one message). So a save, an update or a
@@ -13,9 +16,10 @@ message is findable by words in every process once its save returned, and the qu
 messages or a thread drops their index rows at once (a queued id whose message is gone is skipped).
 
 **Searches.** The scope token is matched with the query's words (``scope : "1…" AND text : ("w1" OR "w2" …)``), so
-FTS5 scores only messages of the scope; the hits are joined to ``mastra_messages`` by rowid and a row is kept only
-if its id, thread and resource are exactly the scope's, so a collision of two scope numbers, or a row Mastra
-rewrote meanwhile, can never return another resource's message.
+FTS5 visits only messages of the scope: one count per word (its document frequency in the scope), then the best
+candidates by FTS5's own bm25, joined to ``mastra_messages`` by rowid and kept only if their id, thread and resource
+are exactly the scope's (a collision of two scope numbers, or a row Mastra rewrote meanwhile, can never return
+another resource's message); their words are counted in Python from the indexed text.
 
 **Rows Mastra wrote** (it does not know these tables) are indexed by :func:`catch_up_batch`: in bounded batches,
 the messages past a watermark (``threadmind_meta``: ``keywords_through``) that have no index row, one short write
@@ -29,17 +33,27 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ._keywords import KeywordHit, indexed_text
+from ._keywords import (
+    NO_MATCHES,
+    KeywordCandidate,
+    KeywordMatches,
+    count_words,
+    indexed_text,
+    lexemes_of,
+    text_tokens,
+)
 from ._sqlite_rows import chunks, message_from_row, placeholders
 
 __all__ = ("CATCH_UP_BATCH", "FOLD_BATCH", "KEYWORD_DDL", "catch_up_batch", "delete_keywords_of_ids",
            "delete_keywords_of_thread", "enqueue", "enqueue_thread", "fold", "fts5_available", "keyword_backlog",
-           "queued", "search_keywords")
+           "neighbour_ids", "queued", "search_keywords")
 
 KEYWORD_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS threadmind_keywords USING fts5("
-    "text, scope, message_id UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')",
+    "text, scope, message_id UNINDEXED, words UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')",
     "CREATE TABLE IF NOT EXISTS threadmind_keyword_queue (seq INTEGER PRIMARY KEY, message_id TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS threadmind_keyword_scopes (token TEXT PRIMARY KEY, docs INTEGER NOT NULL, "
+    "words INTEGER NOT NULL)",
 )
 CATCH_UP_BATCH = 500
 """Messages read per catch-up batch (one short write transaction each)."""
@@ -85,14 +99,40 @@ def enqueue_thread(conn: sqlite3.Connection, thread_id: str) -> None:
 def delete_keywords_of_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> None:
     """(writer, before the rows are deleted) Drop the index rows of these messages."""
     for chunk in chunks(ids):
-        conn.execute("DELETE FROM threadmind_keywords WHERE rowid IN "
-                     f"(SELECT rowid FROM mastra_messages WHERE id IN ({placeholders(len(chunk))}))", chunk)
+        _drop(conn, f"SELECT rowid FROM mastra_messages WHERE id IN ({placeholders(len(chunk))})", chunk)
 
 
 def delete_keywords_of_thread(conn: sqlite3.Connection, thread_id: str) -> None:
     """(writer, before the thread's rows are deleted) Drop the index rows of the thread's messages."""
-    conn.execute("DELETE FROM threadmind_keywords WHERE rowid IN "
-                 "(SELECT rowid FROM mastra_messages WHERE thread_id = ?)", (thread_id,))
+    _drop(conn, "SELECT rowid FROM mastra_messages WHERE thread_id = ?", (thread_id,))
+
+
+def _drop(conn: sqlite3.Connection, rowids_sql: str, params: Sequence[object]) -> None:
+    """Delete the index rows whose rowids the query selects, taking them out of their scopes' statistics."""
+    old = conn.execute(f"SELECT scope, words FROM threadmind_keywords WHERE rowid IN ({rowids_sql})",
+                       params).fetchall()
+    if not old:
+        return
+    conn.execute(f"DELETE FROM threadmind_keywords WHERE rowid IN ({rowids_sql})", params)
+    deltas: dict[str, list[int]] = {}
+    for scope, words in old:
+        _count(deltas, scope, -1, -int(words))
+    _apply(conn, deltas)
+
+
+def _count(deltas: dict[str, list[int]], scope: str, docs: int, words: int) -> None:
+    for token in scope.split():
+        entry = deltas.setdefault(token, [0, 0])
+        entry[0] += docs
+        entry[1] += words
+
+
+def _apply(conn: sqlite3.Connection, deltas: dict[str, list[int]]) -> None:
+    rows = [(token, docs, words) for token, (docs, words) in deltas.items() if docs or words]
+    for chunk in chunks(rows, 300):
+        conn.execute("INSERT INTO threadmind_keyword_scopes (token, docs, words) VALUES "
+                     + ",".join(["(?,?,?)"] * len(chunk)) + " ON CONFLICT (token) DO UPDATE SET "
+                     "docs = docs + excluded.docs, words = words + excluded.words", [v for r in chunk for v in r])
 
 
 def _owners(conn: sqlite3.Connection, thread_ids: Iterable[str]) -> dict[str, str]:
@@ -104,10 +144,10 @@ def _owners(conn: sqlite3.Connection, thread_ids: Iterable[str]) -> dict[str, st
 
 
 def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> int:
-    """Index message rows (``_MESSAGE_COLS``) as they are now; returns the index rows written."""
+    """Index message rows (``_MESSAGE_COLS``) as they are now, keeping the scopes' statistics; returns the index
+    rows written."""
     owners = _owners(conn, (str(r[5]) for r in rows if not r[6]))
-    fresh: list[tuple[object, ...]] = []
-    empty: list[object] = []
+    fresh: list[tuple[int, str, str, str, int]] = []
     for r in rows:
         try:
             message = message_from_row(r)
@@ -115,15 +155,24 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> in
             continue
         text = indexed_text(message)
         thread_id = message.thread_id or ""
-        if text:
-            fresh.append((r[7], text, _scope(message.resource_id or owners.get(thread_id, ""), thread_id), r[0]))
-        else:
-            empty.append(r[7])
+        words = len(text_tokens(text)) if text else 0
+        if words:
+            fresh.append((r[7], text, _scope(message.resource_id or owners.get(thread_id, ""), thread_id), r[0],
+                          words))
+    rowids = [r[7] for r in rows]
+    deltas: dict[str, list[int]] = {}
+    for chunk in chunks(rowids):  # what the rows held before: out of their scopes' statistics
+        marks = placeholders(len(chunk))
+        for scope, words in conn.execute(f"SELECT scope, words FROM threadmind_keywords WHERE rowid IN ({marks})",
+                                         chunk):
+            _count(deltas, scope, -1, -int(words))
+        conn.execute(f"DELETE FROM threadmind_keywords WHERE rowid IN ({marks})", chunk)
     for chunk in chunks(fresh, 200):
-        conn.execute("INSERT OR REPLACE INTO threadmind_keywords (rowid, text, scope, message_id) VALUES "
-                     + ",".join(["(?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row])
-    for gone in chunks(empty):
-        conn.execute(f"DELETE FROM threadmind_keywords WHERE rowid IN ({placeholders(len(gone))})", gone)
+        conn.execute("INSERT INTO threadmind_keywords (rowid, text, scope, message_id, words) VALUES "
+                     + ",".join(["(?,?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row])
+    for _, _, scope, _, count in fresh:
+        _count(deltas, scope, 1, count)
+    _apply(conn, deltas)
     return len(fresh)
 
 
@@ -152,25 +201,34 @@ def queued(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT 1 FROM threadmind_keyword_queue LIMIT 1").fetchone() is not None
 
 
-def _match(terms: Sequence[str], resource_id: str | None, thread_id: str | None) -> str:
+def _match(scope_token: str, terms: Sequence[str]) -> str:
     words = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
-    scope = _token("2", thread_id) if thread_id is not None else _token("1", resource_id or "")
-    return f'scope : "{scope}" AND text : ({words})'
+    return f'scope : "{scope_token}" AND text : ({words})'
 
 
 def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | None, thread_id: str | None,
-                    limit: int, *, folded: bool = False) -> list[KeywordHit] | None:
-    """(reader) The best ``limit`` messages of the scope by FTS5's bm25 (negated: higher is better); None when ids
-    are queued (fold first; ``folded``: this search folded already, ids queued since are of saves that had not
+                    limit: int, *, folded: bool = False) -> KeywordMatches | None:
+    """(reader) The scope's statistics and its best ``limit`` candidates (see the module docstring); None when ids
+    are queued (fold first; ``folded``: this search folded already, and ids queued since are of saves that had not
     returned when it began)."""
     if not folded and queued(conn):
         return None
-    if not terms or limit <= 0 or (resource_id is None and thread_id is None):
-        return []
-    sql = ('SELECT k.message_id, m.thread_id, m."resourceId", bm25(threadmind_keywords, 1.0, 0.0) AS rank '
+    lexemes = lexemes_of(terms)
+    if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
+        return NO_MATCHES
+    token = _token("2", thread_id) if thread_id is not None else _token("1", resource_id or "")
+    stats = conn.execute("SELECT docs, words FROM threadmind_keyword_scopes WHERE token = ?", (token,)).fetchone()
+    docs, words = (int(stats[0]), int(stats[1])) if stats is not None else (0, 0)
+    frequencies = {lexeme: int(conn.execute("SELECT count(*) FROM threadmind_keywords WHERE threadmind_keywords "
+                                            "MATCH ?", (_match(token, [term]),)).fetchone()[0])
+                   for lexeme, term in lexemes.items()}
+    present = [term for lexeme, term in lexemes.items() if frequencies[lexeme]]
+    if not present:
+        return KeywordMatches(docs, words / docs if docs else 0.0, frequencies, [])
+    sql = ('SELECT k.message_id, m.thread_id, m."resourceId", k.text, k.words '
            "FROM threadmind_keywords AS k JOIN mastra_messages AS m ON m.rowid = k.rowid "
            "WHERE threadmind_keywords MATCH ? AND m.id = k.message_id")
-    params: list[object] = [_match(terms, resource_id, thread_id)]
+    params: list[object] = [_match(token, present)]
     if thread_id is not None:
         sql += " AND m.thread_id = ?"
         params.append(thread_id)
@@ -178,18 +236,37 @@ def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id:
         sql += (' AND (m."resourceId" = ? OR (m."resourceId" IS NULL AND EXISTS (SELECT 1 FROM mastra_threads t '
                 'WHERE t.id = m.thread_id AND t."resourceId" = ?)))')
         params += [resource_id, resource_id]
-    sql += " ORDER BY rank LIMIT ?"
+    sql += " ORDER BY bm25(threadmind_keywords, 1.0, 0.0) LIMIT ?"
     params.append(limit)
-    return [KeywordHit(mid, tid, rid or resource_id or "", -float(rank))
-            for mid, tid, rid, rank in conn.execute(sql, params)]
+    wanted = frozenset(lexemes)
+    candidates = [KeywordCandidate(mid, tid, rid or resource_id or "", int(length), count_words(text_tokens(text),
+                                                                                              wanted))
+                  for mid, tid, rid, text, length in conn.execute(sql, params)]
+    return KeywordMatches(docs, words / docs if docs else 0.0, frequencies, candidates)
+
+
+def neighbour_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    """(reader) The messages just before and after each one in its thread, by (createdAt, rowid)."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for mid in dict.fromkeys(ids):
+        row = conn.execute('SELECT thread_id, "createdAt", rowid FROM mastra_messages WHERE id = ?', (mid,)).fetchone()
+        if row is None:
+            continue
+        before = conn.execute('SELECT id FROM mastra_messages WHERE thread_id = ? AND ("createdAt", rowid) < (?, ?) '
+                              'ORDER BY "createdAt" DESC, rowid DESC LIMIT 1', row).fetchone()
+        after = conn.execute('SELECT id FROM mastra_messages WHERE thread_id = ? AND ("createdAt", rowid) > (?, ?) '
+                             'ORDER BY "createdAt", rowid LIMIT 1', row).fetchone()
+        out[mid] = (before[0] if before else None, after[0] if after else None)
+    return out
 
 
 def keyword_backlog(conn: sqlite3.Connection) -> int:
-    """(reader) At most how many messages still lack an index row: queued ids, and rows past the watermark."""
+    """(reader) About how many messages may still lack an index row: rows past the watermark, or queued ids when
+    more (most queued ids are of rows past it)."""
     row = conn.execute("SELECT value FROM threadmind_meta WHERE key = ?", (_WATERMARK,)).fetchone()
     through = int(row[0]) if row is not None else 0
     past = int(conn.execute("SELECT count(*) FROM mastra_messages WHERE rowid > ?", (through,)).fetchone()[0])
-    return past + int(conn.execute("SELECT count(*) FROM threadmind_keyword_queue").fetchone()[0])
+    return max(past, int(conn.execute("SELECT count(*) FROM threadmind_keyword_queue").fetchone()[0]))
 
 
 def catch_up_batch(conn: sqlite3.Connection, size: int = CATCH_UP_BATCH) -> tuple[int, int]:
