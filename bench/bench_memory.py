@@ -59,10 +59,13 @@ async def _timed(fn: Callable[[], Awaitable[Any]], out: list[float]) -> None:
     out.append(time.perf_counter() - started)
 
 
+SEARCH = {"mode": "hybrid"}  # semanticRecall.search of the semantic phases (--search)
+
+
 def _memory(path: str, semantic: bool) -> Memory:
     options: dict[str, Any] = {"lastMessages": 10}
     if semantic:
-        options["semanticRecall"] = {"topK": 4, "messageRange": 1, "scope": "resource"}
+        options["semanticRecall"] = {"topK": 4, "messageRange": 1, "scope": "resource", "search": SEARCH["mode"]}
     return Memory(
         storage=SQLiteStore(path),
         vector=HnswVectorStore(path + ".vectors") if semantic else None,
@@ -370,10 +373,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="run each save phase this many times on fresh files and report the median run")
     parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--search", choices=("hybrid", "vector", "keyword"), default="hybrid",
+                        help="semanticRecall.search of the semantic phases (c, d)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    SEARCH["mode"] = args.search
     report = anyio.run(_main, args)
+    report["search"] = args.search
     print(json.dumps(report, indent=2))
 
 

@@ -28,14 +28,12 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from ..stores import KeywordCandidate, KeywordMatches, bm25, idf
+from ..stores import KEYWORD_TERMS, KeywordCandidate, KeywordMatches, bm25, idf
 
 __all__ = ("DEFAULT_KEYWORD_WEIGHT", "KEYWORD_TERMS", "POOL", "Ranked", "fuse", "keyword_scores", "smoothed")
 
 DEFAULT_KEYWORD_WEIGHT = 0.9
 """The keyword side's share of a fused score when ``keywordWeight`` is not set."""
-KEYWORD_TERMS = 16
-"""Query words a keyword score uses at most: the rarest in the scope."""
 POOL = 100
 """Candidates taken from each side before fusion."""
 _COVERAGE_POWER = 0.5

@@ -11,6 +11,7 @@ from ._hnsw import HnswVectorStore as HnswVectorStore
 from ._interop import import_mastra_vectors as import_mastra_vectors
 from ._interop import mastra_vector_tables as mastra_vector_tables
 from ._interop import vector_tables_in as vector_tables_in
+from ._keywords import KEYWORD_TERMS as KEYWORD_TERMS
 from ._keywords import NO_MATCHES as NO_MATCHES
 from ._keywords import KeywordCandidate as KeywordCandidate
 from ._keywords import KeywordMatches as KeywordMatches
@@ -55,6 +56,7 @@ from ._vector_records_memory import InMemoryVectorRecords as InMemoryVectorRecor
 from ._write_behind import CoalescingRecords as CoalescingRecords
 
 __all__ = (
+    "KEYWORD_TERMS",
     "NO_MATCHES",
     "STORE_METHODS",
     "CoalescingRecords",

@@ -31,12 +31,14 @@ import msgspec
 from ..codecs import Message
 from ..embedders import message_text
 
-__all__ = ("MAX_QUERY_TERMS", "NO_MATCHES", "STOP_WORDS", "KeywordCandidate", "KeywordMatches", "KeywordSearch",
-           "bm25", "count_words", "idf", "indexed_text", "lexemes_of", "query_terms", "stem", "supports_keywords",
-           "text_tokens")
+__all__ = ("KEYWORD_TERMS", "MAX_QUERY_TERMS", "NO_MATCHES", "STOP_WORDS", "KeywordCandidate", "KeywordMatches",
+           "KeywordSearch", "bm25", "count_words", "idf", "indexed_text", "lexemes_of", "query_terms", "stem",
+           "supports_keywords", "text_tokens")
 
 MAX_QUERY_TERMS = 32
-"""Words of a query that are searched at most (the first ones, after stop words and repeats are dropped)."""
+"""Words of a query that are looked up at most (the first ones, after stop words and repeats are dropped)."""
+KEYWORD_TERMS = 16
+"""Words a keyword score uses at most: the rarest in the scope."""
 
 # Generic English function words (pronouns, auxiliaries, determiners, prepositions, conjunctions, wh-words, and the
 # pieces the tokenizer makes of "don't", "I'm", "we'll"): they match nearly every message and carry no topic.
@@ -51,6 +53,7 @@ whom why will with would you your yours yourself yourselves
 """.split())
 
 _WORD = re.compile(r"[^\W_]+")  # letters and digits of any script; no underscores, no surrogates, no NUL
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 
 class KeywordCandidate(msgspec.Struct, frozen=True):
@@ -109,7 +112,7 @@ def supports_keywords(store: object) -> TypeGuard[KeywordSearch]:
 
 def count_words(tokens: Sequence[str], lexemes: Iterable[str]) -> dict[str, int]:
     """How many times each of ``lexemes`` occurs in ``tokens`` (only those that do)."""
-    wanted = set(lexemes)
+    wanted = lexemes if isinstance(lexemes, (set, frozenset)) else set(lexemes)
     counts: dict[str, int] = {}
     for token in tokens:
         if token in wanted:
@@ -146,8 +149,12 @@ def query_terms(query: str) -> list[str]:
 
 def _plain_words(text: str) -> list[str]:
     """Letters and digits of any script, lower case, accents dropped (as FTS5's ``unicode61 remove_diacritics``)."""
+    if text.isascii():
+        return _ASCII_WORD.findall(text.lower())
     folded = unicodedata.normalize("NFKD", text.casefold())
-    return _WORD.findall("".join(ch for ch in folded if not unicodedata.combining(ch)))
+    if not folded.isascii():
+        folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
+    return _WORD.findall(folded)
 
 
 def text_tokens(text: str) -> list[str]:

@@ -34,12 +34,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ._keywords import (
+    KEYWORD_TERMS,
     NO_MATCHES,
     KeywordCandidate,
     KeywordMatches,
     count_words,
+    idf,
     indexed_text,
     lexemes_of,
+    stem,
     text_tokens,
 )
 from ._sqlite_rows import chunks, message_from_row, placeholders
@@ -50,7 +53,8 @@ __all__ = ("CATCH_UP_BATCH", "FOLD_BATCH", "KEYWORD_DDL", "catch_up_batch", "del
 
 KEYWORD_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS threadmind_keywords USING fts5("
-    "text, scope, message_id UNINDEXED, words UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')",
+    "text, scope, message_id UNINDEXED, words UNINDEXED, tokens UNINDEXED, "
+    "tokenize = 'porter unicode61 remove_diacritics 2')",
     "CREATE TABLE IF NOT EXISTS threadmind_keyword_queue (seq INTEGER PRIMARY KEY, message_id TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS threadmind_keyword_scopes (token TEXT PRIMARY KEY, docs INTEGER NOT NULL, "
     "words INTEGER NOT NULL)",
@@ -59,6 +63,9 @@ CATCH_UP_BATCH = 500
 """Messages read per catch-up batch (one short write transaction each)."""
 FOLD_BATCH = 2000
 """Queued ids indexed per fold transaction."""
+SMALL_SCOPE = 5000
+"""A scope of at most this many messages is searched whole (every match counted here); a larger one is asked for
+its document frequencies first and its best candidates by FTS5's bm25."""
 
 _WATERMARK = "keywords_through"
 _MESSAGE_COLS = 'id, content, role, type, "createdAt", thread_id, "resourceId", rowid'
@@ -147,7 +154,7 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> in
     """Index message rows (``_MESSAGE_COLS``) as they are now, keeping the scopes' statistics; returns the index
     rows written."""
     owners = _owners(conn, (str(r[5]) for r in rows if not r[6]))
-    fresh: list[tuple[int, str, str, str, int]] = []
+    fresh: list[tuple[int, str, str, str, int, str]] = []
     for r in rows:
         try:
             message = message_from_row(r)
@@ -155,10 +162,10 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> in
             continue
         text = indexed_text(message)
         thread_id = message.thread_id or ""
-        words = len(text_tokens(text)) if text else 0
-        if words:
+        tokens = text_tokens(text) if text else []
+        if tokens:
             fresh.append((r[7], text, _scope(message.resource_id or owners.get(thread_id, ""), thread_id), r[0],
-                          words))
+                          len(tokens), " ".join(tokens)))
     rowids = [r[7] for r in rows]
     deltas: dict[str, list[int]] = {}
     for chunk in chunks(rowids):  # what the rows held before: out of their scopes' statistics
@@ -168,9 +175,9 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> in
             _count(deltas, scope, -1, -int(words))
         conn.execute(f"DELETE FROM threadmind_keywords WHERE rowid IN ({marks})", chunk)
     for chunk in chunks(fresh, 200):
-        conn.execute("INSERT INTO threadmind_keywords (rowid, text, scope, message_id, words) VALUES "
-                     + ",".join(["(?,?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row])
-    for _, _, scope, _, count in fresh:
+        conn.execute("INSERT INTO threadmind_keywords (rowid, text, scope, message_id, words, tokens) VALUES "
+                     + ",".join(["(?,?,?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row])
+    for _, _, scope, _, count, _ in fresh:
         _count(deltas, scope, 1, count)
     _apply(conn, deltas)
     return len(fresh)
@@ -219,16 +226,40 @@ def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id:
     token = _token("2", thread_id) if thread_id is not None else _token("1", resource_id or "")
     stats = conn.execute("SELECT docs, words FROM threadmind_keyword_scopes WHERE token = ?", (token,)).fetchone()
     docs, words = (int(stats[0]), int(stats[1])) if stats is not None else (0, 0)
-    frequencies = {lexeme: int(conn.execute("SELECT count(*) FROM threadmind_keywords WHERE threadmind_keywords "
-                                            "MATCH ?", (_match(token, [term]),)).fetchone()[0])
-                   for lexeme, term in lexemes.items()}
+    average = words / docs if docs else 0.0
+    wanted = frozenset(lexemes)
+    if docs <= SMALL_SCOPE:
+        # Every message of the scope holding a query word, counted here: the document frequencies come with them.
+        candidates = _candidates(conn, token, list(lexemes.values()), resource_id, thread_id, wanted, None)
+        frequencies = dict.fromkeys(lexemes, 0)
+        for candidate in candidates:
+            for lexeme in candidate.counts:
+                frequencies[lexeme] += 1
+        return KeywordMatches(docs, average, frequencies, candidates)
+    counts = conn.execute("SELECT " + ", ".join(
+        ["(SELECT count(*) FROM threadmind_keywords WHERE threadmind_keywords MATCH ?)"] * len(lexemes)),
+        [_match(token, [term]) for term in lexemes.values()]).fetchone()  # one statement, a count per word
+    frequencies = {lexeme: int(n) for lexeme, n in zip(lexemes, counts, strict=True)}
     present = [term for lexeme, term in lexemes.items() if frequencies[lexeme]]
+    # A word in half the scope's messages or more weighs nothing in BM25 (idf at its floor) and would make nearly
+    # every message a candidate: it is left out of the match unless no other word is left.
+    weighty = [term for lexeme, term in lexemes.items()
+               if frequencies[lexeme] and idf(frequencies[lexeme], docs) > 1e-6]
+    present = sorted(weighty or present, key=lambda term: frequencies[stem(term)])[:KEYWORD_TERMS]
     if not present:
-        return KeywordMatches(docs, words / docs if docs else 0.0, frequencies, [])
-    sql = ('SELECT k.message_id, m.thread_id, m."resourceId", k.text, k.words '
+        return KeywordMatches(docs, average, frequencies, [])
+    return KeywordMatches(docs, average, frequencies,
+                          _candidates(conn, token, present, resource_id, thread_id, wanted, limit))
+
+
+def _candidates(conn: sqlite3.Connection, token: str, terms: Sequence[str], resource_id: str | None,
+                thread_id: str | None, wanted: frozenset[str], limit: int | None) -> list[KeywordCandidate]:
+    """The scope's messages holding any of ``terms`` (the best ``limit`` by FTS5's bm25, or all), each kept only
+    if its row is exactly of the scope."""
+    sql = ('SELECT k.message_id, m.thread_id, m."resourceId", k.tokens, k.words '
            "FROM threadmind_keywords AS k JOIN mastra_messages AS m ON m.rowid = k.rowid "
            "WHERE threadmind_keywords MATCH ? AND m.id = k.message_id")
-    params: list[object] = [_match(token, present)]
+    params: list[object] = [_match(token, terms)]
     if thread_id is not None:
         sql += " AND m.thread_id = ?"
         params.append(thread_id)
@@ -236,27 +267,28 @@ def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id:
         sql += (' AND (m."resourceId" = ? OR (m."resourceId" IS NULL AND EXISTS (SELECT 1 FROM mastra_threads t '
                 'WHERE t.id = m.thread_id AND t."resourceId" = ?)))')
         params += [resource_id, resource_id]
-    sql += " ORDER BY bm25(threadmind_keywords, 1.0, 0.0) LIMIT ?"
-    params.append(limit)
-    wanted = frozenset(lexemes)
-    candidates = [KeywordCandidate(mid, tid, rid or resource_id or "", int(length), count_words(text_tokens(text),
-                                                                                              wanted))
-                  for mid, tid, rid, text, length in conn.execute(sql, params)]
-    return KeywordMatches(docs, words / docs if docs else 0.0, frequencies, candidates)
+    if limit is not None:
+        sql += " ORDER BY bm25(threadmind_keywords, 1.0, 0.0) LIMIT ?"
+        params.append(limit)
+    found: list[KeywordCandidate] = []
+    for mid, tid, rid, tokens, length in conn.execute(sql, params):
+        counts = count_words(tokens.split(), wanted)
+        if counts:
+            found.append(KeywordCandidate(mid, tid, rid or resource_id or "", int(length), counts))
+    return found
 
 
 def neighbour_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
-    """(reader) The messages just before and after each one in its thread, by (createdAt, rowid)."""
+    """(reader) The messages just before and after each one in its thread, by (createdAt, rowid): one statement."""
     out: dict[str, tuple[str | None, str | None]] = {}
-    for mid in dict.fromkeys(ids):
-        row = conn.execute('SELECT thread_id, "createdAt", rowid FROM mastra_messages WHERE id = ?', (mid,)).fetchone()
-        if row is None:
-            continue
-        before = conn.execute('SELECT id FROM mastra_messages WHERE thread_id = ? AND ("createdAt", rowid) < (?, ?) '
-                              'ORDER BY "createdAt" DESC, rowid DESC LIMIT 1', row).fetchone()
-        after = conn.execute('SELECT id FROM mastra_messages WHERE thread_id = ? AND ("createdAt", rowid) > (?, ?) '
-                             'ORDER BY "createdAt", rowid LIMIT 1', row).fetchone()
-        out[mid] = (before[0] if before else None, after[0] if after else None)
+    for chunk in chunks(list(dict.fromkeys(ids))):
+        out.update((mid, (before, after)) for mid, before, after in conn.execute(
+            "SELECT c.id, "
+            '(SELECT p.id FROM mastra_messages p WHERE p.thread_id = c.thread_id AND ("createdAt", rowid) < '
+            '(c."createdAt", c.rowid) ORDER BY p."createdAt" DESC, p.rowid DESC LIMIT 1), '
+            '(SELECT n.id FROM mastra_messages n WHERE n.thread_id = c.thread_id AND ("createdAt", rowid) > '
+            '(c."createdAt", c.rowid) ORDER BY n."createdAt", n.rowid LIMIT 1) '
+            f"FROM mastra_messages c WHERE c.id IN ({placeholders(len(chunk))})", chunk))
     return out
 
 
