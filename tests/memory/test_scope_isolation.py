@@ -64,8 +64,11 @@ ENTRY_POINTS: list[Any] = [
                  id="recall-page"),
     pytest.param(lambda m: m.recall(THREAD, resource_id=INTRUDER, include=[{"id": "a1", "withNextMessages": 1}]),
                  id="recall-include"),
-    pytest.param(lambda m: m.recall(THREAD, resource_id=INTRUDER, vector_search_string="launch code"),
-                 id="recall-semantic"),
+    *[pytest.param(lambda m, mode=mode: m.recall(THREAD, resource_id=INTRUDER, vector_search_string="launch code",
+                                                 thread_config={"semanticRecall": {"search": mode}}),
+                   id=f"recall-semantic-{mode}") for mode in ("hybrid", "vector", "keyword")],
+    *[pytest.param(lambda m, mode=mode: m.search("launch code", resource_id=INTRUDER, thread_id=THREAD, search=mode),
+                   id=f"search-{mode}") for mode in ("hybrid", "vector", "keyword")],
     pytest.param(lambda m: m.recall(THREAD, resource_id=INTRUDER,
                                     thread_config={"messageHistory": {"maxTokens": 1000}}), id="recall-token-window"),
     pytest.param(lambda m: m.update_working_memory(thread_id=THREAD, resource_id=INTRUDER,
@@ -157,3 +160,17 @@ async def test_owner_still_reads_and_writes(memory: Memory) -> None:
     assert await memory.get_working_memory(thread_id=THREAD, resource_id=OWNER) == "# A v2\n"
     window = await memory.recall(THREAD, resource_id=OWNER)
     assert [m.id for m in window.messages] == ["a1", "a2"]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword"])
+async def test_a_search_of_ones_own_resource_never_finds_anothers_messages(memory: Memory, mode: str) -> None:
+    """B asks its own resource for A's words: no mode (by words, by vectors, both) returns anything of A."""
+    await memory.save_messages([Message.user("B's own note about lunch", id="b1", thread_id="tb",
+                                             resource_id=INTRUDER)])
+    hits = await memory.search("launch code 0000 secret", resource_id=INTRUDER, search=mode, top_k=10)  # type: ignore[arg-type]
+    assert {h.message.id for h in hits} <= {"b1"}
+    recalled = await memory.recall("tb", resource_id=INTRUDER, vector_search_string="launch code 0000", per_page=0,
+                                   thread_config={"semanticRecall": {"search": mode}})
+    assert {m.id for m in recalled.messages} <= {"b1"}
+    mine = await memory.search("launch code", resource_id=OWNER, search=mode, top_k=10)  # type: ignore[arg-type]
+    assert "a1" in {h.message.id for h in mine}  # the words are there to be found, by their owner

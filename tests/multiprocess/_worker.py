@@ -184,7 +184,7 @@ async def hold(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
 
 async def serve(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
     """Commands: ``save ID TEXT`` (a message into t-vis), ``wm TEXT`` (working memory of r1), ``recall``,
-    ``search TEXT`` (semantic), ``quit``. Each answers one line."""
+    ``search TEXT`` (semantic), ``words TEXT`` (by words only), ``quit``. Each answers one line."""
     while True:
         command, _, rest = (await lines.next()).partition(" ")
         if command == "save":
@@ -202,6 +202,9 @@ async def serve(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
         elif command == "search":
             hits = await memory.search_vectors(rest, top_k=3, resource_id="r1")
             say(event="found", ids=[hit.message_id for hit in hits])
+        elif command == "words":
+            found = await memory.search(rest, resource_id="r1", top_k=3, search="keyword")
+            say(event="found", ids=[hit.message.id for hit in found])
         else:
             say(event="done")
             return

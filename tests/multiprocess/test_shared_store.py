@@ -13,6 +13,8 @@ import pytest
 from tests.multiprocess._harness import note, workers
 from tests.multiprocess._worker import make_memory
 
+from threadmind import Message
+
 PROCS = 4
 
 
@@ -168,5 +170,25 @@ async def test_semantic_recall_finds_another_processs_message_at_the_next_query(
                 await child.event("saved")
                 hits = await memory.search_vectors(f"the {topic} on main street", top_k=3, resource_id="r1")
                 assert [hit.message_id for hit in hits][:1] == [f"c{n}"], f"round {n}"
+            await child.send("quit")
+            await child.event("done")
+
+
+
+async def test_a_message_another_process_saved_is_found_by_its_words_at_once(backend: dict[str, Any]) -> None:
+    """The keyword index is written with the rows (SQLite: queued in the save's transaction, folded before any
+    search reads): the very next keyword search of another process finds what a save acknowledged, both ways."""
+    async with make_memory({"store": backend, "lease_ttl": 2.0}) as memory:
+        await memory.create_thread(thread_id="t-vis", resource_id="r1")
+        async with workers([{"store": backend, "scenario": "serve", "proc": 0, "lease_ttl": 2.0}]) as (child,):
+            for n, word in enumerate(["zeppelin", "quokka", "marimba", "fjord"]):
+                await child.send(f"save c{n} a note about the {word} trip")
+                await child.event("saved")
+                hits = await memory.search(f"{word} trip", resource_id="r1", top_k=1, search="keyword")
+                assert [h.message.id for h in hits] == [f"c{n}"], word
+                await memory.save_messages([Message.user(f"parent {word} echo", id=f"p{n}", thread_id="t-vis",
+                                                         resource_id="r1", created_at=datetime.now(UTC))])
+                await child.send(f"words {word} echo")
+                assert (await child.event("found"))["ids"][:1] == [f"p{n}"]
             await child.send("quit")
             await child.event("done")

@@ -102,6 +102,17 @@ class TestWrites:
         assert len(await store.get_messages_by_id(["e1", "e2", "e3"])) == 3
 
 
+class TestNeighbours:
+    async def test_each_message_knows_the_ones_before_and_after_it_in_its_thread(self, store: Store) -> None:
+        await seeded(store)
+        same_time = [say(f"s{i}", f"tie {i}", "t2", i=9) for i in range(3)]  # equal times keep their save order
+        await store.save_messages("t2", same_time)
+        assert isinstance(store, KeywordSearch)
+        found = await store.neighbours(["a", "b", "c", "d", "s0", "s1", "s2", "e", "ghost"])
+        assert found == {"a": (None, "b"), "b": ("a", "c"), "c": ("b", None), "d": (None, "s0"),
+                         "s0": ("d", "s1"), "s1": ("s0", "s2"), "s2": ("s1", None), "e": (None, None)}
+
+
 class TestQueries:
     @pytest.mark.parametrize("query", [
         '"', '"unbalanced', "NEAR(dog harbour, 2)", "dog*", "-dog", "text:dog", "dog OR", "AND NOT", "(dog",
