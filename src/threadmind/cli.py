@@ -10,6 +10,7 @@ clear line on stderr and a non-zero exit status, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -183,11 +184,16 @@ def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
                               f"`threadmind reindex --dim {dim}` first")
         return HashEmbedder(dim=dim), dim
 
+    if spec == "wordllama":
+        from .embedders import WordLlamaEmbedder
+
+        embedder = WordLlamaEmbedder(dim=args.dim or 256)
+        return embedder, embedder.dimension
     if spec.startswith("openai/"):
         from .embedders import resolve_embedder
 
         return resolve_embedder(spec), args.dim
-    raise ConfigError(f"--embedder must be 'hash' or 'openai/<model>', not {spec!r}")
+    raise ConfigError(f"--embedder must be 'hash', 'wordllama' or 'openai/<model>', not {spec!r}")
 
 
 def _vectors_path(db: str) -> str:
@@ -294,6 +300,8 @@ async def _demo(args: argparse.Namespace) -> int:
         options["semanticRecall"] = {"topK": 4, "messageRange": 1, "scope": "resource"}
     if not semantic:
         options.pop("semanticRecall", None)
+    if args.embedder == "auto":  # a real model when its wheel is there, else the hash embedder
+        args.embedder = "wordllama" if importlib.util.find_spec("wordllama") is not None else "hash"
     embedder, dim = _embedder(args) if semantic else (None, None)
     memory = Memory(
         storage=SQLiteStore(db_path),
@@ -303,7 +311,9 @@ async def _demo(args: argparse.Namespace) -> int:
         options=options,
     )
     kept = workdir is None or args.keep
-    print("threadmind demo on the embedded default: SQLite, hnswlib and the offline hash embedder"
+    named = {"hash": "the offline hash embedder", "wordllama": "the offline WordLlama model"}.get(args.embedder,
+                                                                                                   args.embedder)
+    print(f"threadmind demo on the embedded default: SQLite, hnswlib and {named}"
           + ("" if semantic else " (semantic recall off)"))
     print(f"database: {db_path}" + ("" if kept else " (deleted at exit; --keep keeps it)") + "\n")
     try:
@@ -712,9 +722,9 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def _embedder_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--embedder", default="hash", metavar="hash|openai/MODEL",
-                        help="embedder for vectors (default: hash)")
+def _embedder_options(parser: argparse.ArgumentParser, default: str = "hash") -> None:
+    parser.add_argument("--embedder", default=default, metavar="hash|wordllama|openai/MODEL",
+                        help=f"embedder for vectors (default: {default})")
     parser.add_argument("--dim", type=int, default=None, metavar="N",
                         help="embedding dimension (default for hash: the dimension of the database's vectors, "
                              f"else {_DEFAULT_DIM})")
@@ -740,12 +750,13 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo", help="a short conversation showing what memory does, then one throughput line",
-        description="Plays a two-thread conversation on the embedded default (SQLite + hnswlib + the offline "
-                    "hash embedder, scripted models: no network) showing history, working memory, a title and "
-                    "a semantic hit across threads, then saves a deterministic workload and prints its "
-                    "throughput. --bench skips the conversation and prints more figures.")
+        description="Plays a two-thread conversation on the embedded default (SQLite + hnswlib + an offline "
+                    "embedder: WordLlama when installed, else the hash embedder; scripted models: no network) "
+                    "showing history, working memory, a title and a hit across threads found by words and "
+                    "meaning, then saves a deterministic workload and prints its throughput. --bench skips the "
+                    "conversation and prints more figures.")
     demo.add_argument("--db", metavar="PATH", help="database file (default: a fresh temporary file)")
-    _embedder_options(demo)
+    _embedder_options(demo, default="auto")
     demo.add_argument("--bench", action="store_true",
                       help="skip the conversation; also time the HNSW insert, history and semantic recall")
     demo.add_argument("--threads", type=int, default=200, metavar="N",
