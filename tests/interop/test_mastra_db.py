@@ -220,15 +220,23 @@ class TestVectors:
             assert await import_mastra_vectors(store) == 0
 
     async def test_semantic_probe(self, memory: Memory) -> None:
+        """Mastra's recall is by vectors alone: ``search: "vector"`` answers it hit for hit. The default (hybrid)
+        puts the message holding the query's words first."""
         probe = MANIFEST["semantic_probe"]
+        config = probe["threadConfig"]
+        as_mastra = {**config, "semanticRecall": {**config["semanticRecall"], "search": "vector"}}
         result = await memory.recall(
             probe["threadId"],
             resource_id=probe["resourceId"],
             vector_search_string=probe["vectorSearchString"],
-            thread_config=probe["threadConfig"],
+            thread_config=as_mastra,
         )
         assert [m.id for m in result.messages] == probe["recall_message_ids"]
         assert not result.degraded
+        await memory.reindex()  # the keyword index of Mastra's rows, complete
+        hybrid = await memory.search(probe["vectorSearchString"], resource_id=probe["resourceId"],
+                                     thread_id=probe["threadId"], top_k=2)
+        assert hybrid[0].message.id == "msg-basic-03" and hybrid[0].keyword_score is not None
 
     async def test_vector_query_scores(self, memory: Memory) -> None:
         probe = MANIFEST["semantic_probe"]

@@ -183,8 +183,9 @@ async def hold(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
 
 
 async def serve(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
-    """Commands: ``save ID TEXT`` (a message into t-vis), ``wm TEXT`` (working memory of r1), ``recall``,
-    ``search TEXT`` (semantic), ``words TEXT`` (by words only), ``quit``. Each answers one line."""
+    """Commands: ``save ID TEXT`` (a message into t-vis), ``update ID TEXT``, ``delete ID``, ``wm TEXT`` (working
+    memory of r1), ``recall``, ``search TEXT`` (semantic), ``words TEXT`` (by words only), ``quit``. Each answers
+    one line."""
     while True:
         command, _, rest = (await lines.next()).partition(" ")
         if command == "save":
@@ -205,6 +206,13 @@ async def serve(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
         elif command == "words":
             found = await memory.search(rest, resource_id="r1", top_k=3, search="keyword")
             say(event="found", ids=[hit.message.id for hit in found])
+        elif command == "update":
+            mid, _, text = rest.partition(" ")
+            await memory.update_messages([{"id": mid, "content": {"content": text}}])
+            say(event="updated", id=mid)
+        elif command == "delete":
+            await memory.delete_messages([rest])
+            say(event="deleted", id=rest)
         else:
             say(event="done")
             return

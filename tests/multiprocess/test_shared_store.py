@@ -190,5 +190,15 @@ async def test_a_message_another_process_saved_is_found_by_its_words_at_once(bac
                                                          resource_id="r1", created_at=datetime.now(UTC))])
                 await child.send(f"words {word} echo")
                 assert (await child.event("found"))["ids"][:1] == [f"p{n}"]
+            # Changes the other process indexed itself (its search folded them): this one's cached scope is stale.
+            await child.send("update c0 nothing left of that trip")
+            await child.event("updated")
+            await child.send("delete c1")
+            await child.event("deleted")
+            await child.send("words trip")
+            assert (await child.event("found"))["ids"][:1] == ["c0"]
+            for n, gone in enumerate(("zeppelin", "quokka")):  # found by its words: the parent's echo alone
+                hits = await memory.search(gone, resource_id="r1", search="keyword")
+                assert [h.message.id for h in hits if h.keyword_score is not None] == [f"p{n}"], gone
             await child.send("quit")
             await child.event("done")

@@ -13,8 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from threadmind.codecs import Message, Thread, message_to_dict
-from threadmind.search._rank import keyword_scores
-from threadmind.stores._keywords import KeywordSearch, query_terms, stem, text_tokens
+from threadmind.stores._keywords import KeywordSearch, keyword_ranking, query_terms, stem, text_tokens
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._postgres import PostgresStore
 from threadmind.stores._protocol import Store
@@ -43,7 +42,12 @@ async def find(store: Store, query: str, *, resource: str | None = "r1", thread:
         assert candidate.counts and all(matches.frequencies[lexeme] >= 1 for lexeme in candidate.counts)
         assert (resource is None or candidate.resource_id == resource) and \
             (thread is None or candidate.thread_id == thread)
-    return [candidate.message_id for candidate, _ in keyword_scores(matches, limit)]
+    # Every store scores its candidates as keyword_ranking does from their counts, and returns them best first.
+    scores = [candidate.score for candidate in matches.candidates]
+    assert scores == sorted(scores, reverse=True) and all(score >= 0 for score in scores)
+    rescored = {c.message_id: c.score for c in keyword_ranking(matches, len(matches.candidates))}
+    assert rescored == pytest.approx({c.message_id: c.score for c in matches.candidates}, rel=1e-8)
+    return [candidate.message_id for candidate in matches.candidates]
 
 
 async def seeded(store: Store) -> None:
@@ -111,6 +115,22 @@ class TestNeighbours:
         found = await store.neighbours(["a", "b", "c", "d", "s0", "s1", "s2", "e", "ghost"])
         assert found == {"a": (None, "b"), "b": ("a", "c"), "c": ("b", None), "d": (None, "s0"),
                          "s0": ("d", "s1"), "s1": ("s0", "s2"), "s2": ("s1", None), "e": (None, None)}
+
+    async def test_a_search_reads_the_neighbours_of_its_candidates_and_of_the_messages_named(
+            self, store: Store) -> None:
+        """What hybrid recall asks in one trip: the keyword candidates, and the neighbours of those and of the
+        vector side's candidates."""
+        await seeded(store)
+        assert isinstance(store, KeywordSearch)
+        matches = await store.keyword_search(query_terms("dog"), resource_id="r1", thread_id=None, limit=10,
+                                             neighbours_of=["d", "ghost"])
+        assert [c.message_id for c in matches.candidates] == ["c", "a"]
+        assert matches.neighbours == await store.neighbours(["c", "a", "d", "ghost"])
+        assert matches.neighbours == {"a": (None, "b"), "c": ("b", None), "d": (None, None)}
+        plain = await store.keyword_search(query_terms("dog"), resource_id="r1", thread_id=None, limit=10)
+        assert plain.neighbours == {} and plain.candidates == matches.candidates  # not asked: not read
+        words_only = await store.keyword_search([], resource_id="r1", thread_id=None, limit=10, neighbours_of=["b"])
+        assert words_only.candidates == [] and words_only.neighbours == {"b": ("a", "c")}
 
 
 class TestQueries:

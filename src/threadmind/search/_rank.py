@@ -28,15 +28,16 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from ..stores import KEYWORD_TERMS, KeywordCandidate, KeywordMatches, bm25, idf
+from ..stores import KeywordCandidate
 
-__all__ = ("DEFAULT_KEYWORD_WEIGHT", "KEYWORD_TERMS", "POOL", "Ranked", "fuse", "keyword_scores", "smoothed")
+__all__ = ("DEFAULT_KEYWORD_WEIGHT", "KEYWORD_POOL", "VECTOR_POOL", "Ranked", "fuse", "pools", "smoothed")
 
 DEFAULT_KEYWORD_WEIGHT = 0.9
 """The keyword side's share of a fused score when ``keywordWeight`` is not set."""
-POOL = 100
-"""Candidates taken from each side before fusion."""
-_COVERAGE_POWER = 0.5
+KEYWORD_POOL = 32
+"""Keyword candidates taken before fusion for up to 8 hits (4 a hit beyond that)."""
+VECTOR_POOL = 16
+"""Vector candidates taken before fusion for up to 8 hits (2 a hit beyond that)."""
 _PREVIOUS, _NEXT = 0.5, 0.25
 
 
@@ -52,39 +53,21 @@ class Ranked(msgspec.Struct, kw_only=True):
     keyword_score: float | None = None  # BM25 x coverage, before normalisation
 
 
-def keyword_scores(matches: KeywordMatches, limit: int = POOL) -> list[tuple[KeywordCandidate, float]]:
-    """The best ``limit`` candidates by BM25 (the scope's statistics, the query's rarest :data:`KEYWORD_TERMS`
-    words) times the square root of their idf coverage, best first."""
-    docs = matches.docs
-    present = sorted((n, i, lexeme) for i, (lexeme, n) in enumerate(matches.frequencies.items()) if n > 0)
-    kept = [lexeme for _, _, lexeme in present[:KEYWORD_TERMS]]
-    if not kept or not docs:
-        return []
-    weights = {lexeme: idf(matches.frequencies[lexeme], docs) for lexeme in kept}
-    cover = {lexeme: max(0.0, math.log((docs - matches.frequencies[lexeme] + 0.5)
-                                       / (matches.frequencies[lexeme] + 0.5))) for lexeme in kept}
-    total = sum(cover.values())
-    scored: list[tuple[KeywordCandidate, float]] = []
-    for candidate in matches.candidates:
-        base = bm25(candidate.counts, candidate.length, weights, matches.average_length)
-        if base <= 0.0:
-            continue
-        coverage = sum(cover[lexeme] for lexeme in candidate.counts if lexeme in cover) / total if total else 1.0
-        scored.append((candidate, base * coverage ** _COVERAGE_POWER))
-    scored.sort(key=lambda item: -item[1])
-    return scored[:limit]
+def pools(top_k: int) -> tuple[int, int]:
+    """How many candidates each side (keyword, vector) hands the fusion for ``top_k`` hits."""
+    return max(KEYWORD_POOL, 4 * top_k), max(VECTOR_POOL, 2 * top_k)
 
 
-def fuse(keyword: Sequence[tuple[KeywordCandidate, float]], vector: Sequence[tuple[str, str, str, float]],
+def fuse(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str, str, float]],
          weight: float) -> dict[str, Ranked]:
-    """``weight × keyword / best + (1 - weight) × min-max(cosine)`` for every candidate of either pool (``vector``:
-    message id, thread id, resource id, similarity)."""
+    """``weight × keyword / best + (1 - weight) × min-max(cosine)`` for every candidate of either pool (``keyword``:
+    scored candidates, best first; ``vector``: message id, thread id, resource id, similarity)."""
     out: dict[str, Ranked] = {}
-    best = max((score for _, score in keyword), default=0.0)
-    for candidate, score in keyword:
+    best = max((candidate.score for candidate in keyword), default=0.0)
+    for candidate in keyword:
         out[candidate.message_id] = Ranked(message_id=candidate.message_id, thread_id=candidate.thread_id,
-                                           resource_id=candidate.resource_id, keyword_score=score,
-                                           fused=weight * (score / best if best > 0 else 1.0))
+                                           resource_id=candidate.resource_id, keyword_score=candidate.score,
+                                           fused=weight * (candidate.score / best if best > 0 else 1.0))
     if vector:
         low = min(score for *_, score in vector)
         high = max(score for *_, score in vector)
@@ -95,8 +78,6 @@ def fuse(keyword: Sequence[tuple[KeywordCandidate, float]], vector: Sequence[tup
                 entry = out[message_id] = Ranked(message_id=message_id, thread_id=thread_id, resource_id=resource_id)
             entry.vector_score = score
             entry.fused += part
-    for entry in out.values():
-        entry.score = entry.fused
     return out
 
 
@@ -104,29 +85,29 @@ def smoothed(pool: Mapping[str, Ranked], neighbours: Mapping[str, tuple[str | No
     """Every candidate of ``pool`` and each of their neighbours, scored ``f(m) + max(0.5 f(prev), 0.25 f(next))``
     and ordered best first (``neighbours``: the previous and next message ids of each candidate). Ties go to the
     higher similarity, then to the earlier candidate (keyword rank, then vector rank)."""
-    before: dict[str, str] = {}
-    after: dict[str, str] = {}
-    joined: dict[str, Ranked] = {}
+    lift: dict[str, float] = {}
+    joined: dict[str, Ranked] = {}  # neighbours outside the pool, with the thread and resource of who named them
     for message_id, entry in pool.items():
-        previous, following = neighbours.get(message_id, (None, None))
-        if previous is not None:
-            before[message_id] = previous
-            after.setdefault(previous, message_id)
-        if following is not None:
-            after[message_id] = following
-            before.setdefault(following, message_id)
-        for other in (previous, following):
-            if other is not None and other not in pool and other not in joined:
+        previous, following = neighbours.get(message_id, _ENDS)
+        for other, share in ((following, _PREVIOUS), (previous, _NEXT)):  # entry is following's previous, ...
+            if other is None:
+                continue
+            if entry.fused * share > lift.get(other, 0.0):
+                lift[other] = entry.fused * share
+            if other not in pool and other not in joined:
                 joined[other] = Ranked(message_id=other, thread_id=entry.thread_id, resource_id=entry.resource_id)
-    out: list[Ranked] = []
-    for entry in (*pool.values(), *joined.values()):
-        entry = msgspec.structs.replace(entry)
-        previous_entry = pool.get(before.get(entry.message_id, ""))
-        next_entry = pool.get(after.get(entry.message_id, ""))
-        lift = max(_PREVIOUS * previous_entry.fused if previous_entry is not None else 0.0,
-                   _NEXT * next_entry.fused if next_entry is not None else 0.0)
-        entry.score = entry.fused + lift
-        if entry.score > 0.0:
-            out.append(entry)
-    out.sort(key=lambda r: (-r.score, -(r.vector_score if r.vector_score is not None else -math.inf)))
-    return out
+    ordered: list[tuple[float, float, int, Ranked]] = []
+    for position, entry in enumerate((*pool.values(), *joined.values())):
+        score = entry.fused + lift.get(entry.message_id, 0.0)
+        if score > 0.0:
+            similarity = entry.vector_score if entry.vector_score is not None else -math.inf
+            ordered.append((-score, -similarity, position, entry))
+    ordered.sort(key=_first_three)
+    return [msgspec.structs.replace(entry, score=-negative) for negative, _, _, entry in ordered]
+
+
+_ENDS: tuple[None, None] = (None, None)
+
+
+def _first_three(item: tuple[float, float, int, Ranked]) -> tuple[float, float, int]:
+    return item[0], item[1], item[2]

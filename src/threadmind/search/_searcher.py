@@ -24,15 +24,14 @@ import msgspec
 from .._config import SearchMode
 from ..embedders import chunk_text
 from ..errors import EmbedderError
-from ..stores import KeywordCandidate, KeywordSearch, VectorHit, query_terms
-from ._rank import DEFAULT_KEYWORD_WEIGHT, POOL, Ranked, fuse, keyword_scores, smoothed
+from ..stores import KeywordCandidate, KeywordSearch, Neighbours, VectorHit, query_terms
+from ._rank import DEFAULT_KEYWORD_WEIGHT, Ranked, fuse, pools, smoothed
 
 __all__ = ("SEARCH_MODES", "Found", "SearchMode", "Searcher", "VectorQuery", "as_vector_hits")
 
 _log = logging.getLogger("threadmind.search")
 
 SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "vector", "keyword")
-_SMOOTHED_AT_LEAST = 20  # candidates whose neighbours are read, before the exactness check asks for more
 
 
 class VectorQuery(Protocol):
@@ -72,23 +71,27 @@ class Searcher:
         weight = 1.0 if mode == "keyword" else (DEFAULT_KEYWORD_WEIGHT if keyword_weight is None else keyword_weight)
         if mode == "vector" or weight <= 0.0 or (self._keywords is None and mode == "hybrid"):
             return await self._vector_only(query, top_k, resource_id, thread_id, threshold)
-        keyword: list[tuple[KeywordCandidate, float]] = []
-        if self._keywords is not None:
-            matches = await self._keywords.keyword_search(query_terms(query), resource_id=resource_id,
-                                                          thread_id=thread_id, limit=2 * POOL)
-            keyword = keyword_scores(matches)
+        keyword_pool, vector_pool = pools(top_k)
         vector: list[tuple[str, str, str, float]] = []
         degraded = False
         if weight < 1.0 and self._vectors is not None:
             try:
-                vector = await self._nearest(query, POOL, resource_id, thread_id)
+                vector = await self._nearest(query, vector_pool, resource_id, thread_id)
             except EmbedderError:
                 _log.warning("embedder unavailable: recall answers with keyword hits only")
                 degraded = True
             if threshold is not None:
                 vector = [hit for hit in vector if hit[3] >= threshold]
-        pool = fuse(keyword, vector, weight)
-        return Found(await self._smoothed(pool, top_k), degraded)
+        keyword: list[KeywordCandidate] = []
+        neighbours: Neighbours = {}
+        if self._keywords is not None:
+            # One trip to the store: the keyword candidates, and the neighbours of every candidate of the pool.
+            # (After the vector side, not beside it: both are CPU work on two cores, and one trip is cheaper.)
+            matches = await self._keywords.keyword_search(
+                query_terms(query), resource_id=resource_id, thread_id=thread_id, limit=keyword_pool,
+                neighbours_of=[hit[0] for hit in vector])
+            keyword, neighbours = matches.candidates[:keyword_pool], matches.neighbours
+        return Found(smoothed(fuse(keyword, vector, weight), neighbours), degraded)
 
     async def _vector_only(self, query: str, top_k: int, resource_id: str | None, thread_id: str | None,
                            threshold: float | None) -> Found:
@@ -118,29 +121,6 @@ class Searcher:
                 if old is None or hit.score > old[3]:
                     best[hit.message_id] = (hit.message_id, hit.thread_id, hit.resource_id, hit.score)
         return sorted(best.values(), key=lambda hit: -hit[3])[:top_k]
-
-    async def _smoothed(self, pool: dict[str, Ranked], top_k: int) -> list[Ranked]:
-        """Reply smoothing over the best candidates, reading the neighbours of as many as the answer needs.
-
-        A message outside the ``n`` best by fused score (and not next to one of them) scores at most
-        ``1.5 × f(n+1)``: once the ``top_k``-th smoothed score beats that, reading more cannot change the answer.
-        """
-        order = sorted(pool.values(), key=lambda r: -r.fused)
-        if not order:
-            return []
-        keywords = self._keywords
-        n = min(len(order), max(_SMOOTHED_AT_LEAST, 4 * top_k))
-        while True:
-            head = {r.message_id: r for r in order[:n]}
-            neighbours = await keywords.neighbours(list(head)) if keywords is not None else {}
-            ranked = smoothed(head, neighbours)
-            if n >= len(order):
-                return ranked
-            bound = 1.5 * order[n].fused
-            if len(ranked) >= top_k and ranked[top_k - 1].score >= bound:
-                return ranked
-            n = min(len(order), 2 * n)
-
 
 def as_vector_hits(ranked: Sequence[Ranked], top_k: int) -> list[VectorHit]:
     """The first ``top_k`` as the hits the ``semantic-recall`` processor takes (score: the fused, smoothed one)."""

@@ -16,8 +16,8 @@ from ._keywords import NO_MATCHES as NO_MATCHES
 from ._keywords import KeywordCandidate as KeywordCandidate
 from ._keywords import KeywordMatches as KeywordMatches
 from ._keywords import KeywordSearch as KeywordSearch
-from ._keywords import bm25 as bm25
-from ._keywords import idf as idf
+from ._keywords import Neighbours as Neighbours
+from ._keywords import keyword_ranking as keyword_ranking
 from ._keywords import query_terms as query_terms
 from ._keywords import supports_keywords as supports_keywords
 from ._memory import InMemoryStore as InMemoryStore
@@ -69,6 +69,7 @@ __all__ = (
     "KeywordCandidate",
     "KeywordMatches",
     "KeywordSearch",
+    "Neighbours",
     "Lease",
     "MessagePage",
     "MessageQuery",
@@ -91,9 +92,8 @@ __all__ = (
     "VectorStore",
     "VectorStoreStatistics",
     "as_vector_store",
-    "bm25",
     "check_store",
-    "idf",
+    "keyword_ranking",
     "import_mastra_vectors",
     "lookup_key",
     "mastra_vector_tables",

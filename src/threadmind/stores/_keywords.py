@@ -12,9 +12,9 @@ PostgreSQL writes a ``tsquery`` literal of lexemes), so quotes, ``NEAR(``, ``*``
 parentheses, NUL bytes or lone surrogates never reach a query parser as syntax.
 
 A store answers a keyword search with :class:`KeywordMatches`: the scope's statistics (its number of messages, their
-average length in words, each query word's document frequency among them) and its best candidates with their word
-counts. The ranking itself (BM25 with the scope's statistics, and more) is computed once, in ``threadmind.search``,
-for every store alike.
+average length in words, each query word's document frequency among them), its best candidates with their word
+counts (best by :func:`keyword_ranking`, the one keyword score every store and ``threadmind.search`` use), and the
+neighbours of those candidates and of any other messages the search names, read in the same trip to the store.
 """
 
 from __future__ import annotations
@@ -31,14 +31,17 @@ import msgspec
 from ..codecs import Message
 from ..embedders import message_text
 
-__all__ = ("KEYWORD_TERMS", "MAX_QUERY_TERMS", "NO_MATCHES", "STOP_WORDS", "KeywordCandidate", "KeywordMatches",
-           "KeywordSearch", "bm25", "count_words", "idf", "indexed_text", "lexemes_of", "query_terms", "stem",
-           "supports_keywords", "text_tokens")
+__all__ = ("KEYWORD_TERMS", "MAX_QUERY_TERMS", "NO_MATCHES", "SCORE_DIGITS", "STOP_WORDS", "KeywordCandidate",
+           "KeywordMatches", "KeywordSearch", "Neighbours", "bm25", "count_words", "idf", "indexed_text",
+           "keyword_ranking", "lexemes_of", "query_terms", "stem", "supports_keywords", "text_tokens")
 
 MAX_QUERY_TERMS = 32
 """Words of a query that are looked up at most (the first ones, after stop words and repeats are dropped)."""
 KEYWORD_TERMS = 16
 """Words a keyword score uses at most: the rarest in the scope."""
+SCORE_DIGITS = 9
+"""Decimals a keyword score is rounded to, so that messages scoring alike tie in every store (each sums the same
+terms in its own order)."""
 
 # Generic English function words (pronouns, auxiliaries, determiners, prepositions, conjunctions, wh-words, and the
 # pieces the tokenizer makes of "don't", "I'm", "we'll"): they match nearly every message and carry no topic.
@@ -57,24 +60,31 @@ _ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 
 class KeywordCandidate(msgspec.Struct, frozen=True):
-    """A message of the scope matching some of the query's words: its length in words, and how many times it holds
-    each of the query's lexemes (stems)."""
+    """A message of the scope matching some of the query's words: its length in words, how many times it holds
+    each of the query's lexemes (stems), and its keyword score (:func:`keyword_ranking`'s)."""
 
     message_id: str
     thread_id: str
     resource_id: str
     length: int
     counts: dict[str, int]
+    score: float = 0.0
+
+
+Neighbours = dict[str, tuple[str | None, str | None]]
+"""Per message id: the ids of the messages just before and just after it in its thread (None at an end)."""
 
 
 class KeywordMatches(msgspec.Struct, frozen=True):
-    """A keyword search's answer: the scope's statistics and its best candidates (best first by the store's own
-    cheap ranking; the final ranking is ``threadmind.search``'s)."""
+    """A keyword search's answer: the scope's statistics, its best candidates (best first by
+    :func:`keyword_ranking`'s score, which each carries), and, when asked for, the neighbours of the candidates and
+    of other messages."""
 
     docs: int  # messages of the scope with words
     average_length: float  # their average length in words
     frequencies: dict[str, int]  # per query lexeme: how many of the scope's messages hold it
     candidates: list[KeywordCandidate]
+    neighbours: Neighbours = msgspec.field(default_factory=dict)  # of the candidates and the messages named
 
 
 NO_MATCHES = KeywordMatches(0, 0.0, {}, [])
@@ -85,13 +95,14 @@ class KeywordSearch(Protocol):
     """A store that keeps a keyword index of its messages, written with the message rows."""
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int) -> KeywordMatches:
+                             limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
         """The scope's statistics for ``terms`` (from :func:`query_terms`; keyed by their stems) and its best
-        ``limit`` messages holding any of them. The scope is the thread when ``thread_id`` is given, else the
-        resource; a message outside it is never returned or counted."""
+        ``limit`` messages holding any of them, best first. The scope is the thread when ``thread_id`` is given,
+        else the resource; a message outside it is never returned or counted. With ``neighbours_of``, the same
+        trip also reads the neighbours of every candidate and of those messages."""
         ...
 
-    async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    async def neighbours(self, message_ids: Sequence[str]) -> Neighbours:
         """For each message, the ids of the messages just before and just after it in its thread (None at an end);
         unknown ids are left out."""
         ...
@@ -314,6 +325,32 @@ def bm25(counts: dict[str, int], length: int, weights: dict[str, float], average
     ``weights`` being each lexeme's idf."""
     norm = 1.2 * (0.25 + 0.75 * length / (average_length or 1.0))
     return sum(weights[lexeme] * tf * 2.2 / (tf + norm) for lexeme, tf in counts.items() if lexeme in weights)
+
+
+def keyword_ranking(matches: KeywordMatches, limit: int) -> list[KeywordCandidate]:
+    """The best ``limit`` candidates, best first, each with its score: BM25 (the scope's statistics, the query's
+    rarest :data:`KEYWORD_TERMS` words) times the square root of its idf coverage, the share of the query's weight
+    (its words' idf) that the message holds: the classic coordination factor (BM25 alone over-rewards a very short
+    message holding one common query word). A message holding only words in half the scope or more scores 0: still a
+    candidate (its neighbours may lift it), ranked last."""
+    docs = matches.docs
+    present = sorted((n, i, lexeme) for i, (lexeme, n) in enumerate(matches.frequencies.items()) if n > 0)
+    kept = [lexeme for _, _, lexeme in present[:KEYWORD_TERMS]]
+    if not kept or not docs:
+        return []
+    weights = {lexeme: idf(matches.frequencies[lexeme], docs) for lexeme in kept}
+    cover = {lexeme: max(0.0, math.log((docs - matches.frequencies[lexeme] + 0.5)
+                                       / (matches.frequencies[lexeme] + 0.5))) for lexeme in kept}
+    total = sum(cover.values())
+    scored: list[KeywordCandidate] = []
+    for candidate in matches.candidates:
+        base = bm25(candidate.counts, candidate.length, weights, matches.average_length)
+        if base <= 0.0:  # none of the words kept
+            continue
+        coverage = sum(cover[lexeme] for lexeme in candidate.counts if lexeme in cover) / total if total else 1.0
+        scored.append(msgspec.structs.replace(candidate, score=round(base * math.sqrt(coverage), SCORE_DIGITS)))
+    scored.sort(key=lambda candidate: -candidate.score)
+    return scored[:limit]
 
 
 def idf(frequency: int, docs: int) -> float:

@@ -25,10 +25,10 @@ from ._keywords import (
     NO_MATCHES,
     KeywordCandidate,
     KeywordMatches,
-    bm25,
+    Neighbours,
     count_words,
-    idf,
     indexed_text,
+    keyword_ranking,
     lexemes_of,
     text_tokens,
 )
@@ -415,10 +415,18 @@ class InMemoryStore:
     # -- keyword index -------------------------------------------------------------------------------------
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int) -> KeywordMatches:
+                             limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
         """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (see ``KeywordSearch``):
         every message of the scope is read (its words cut as the SQLite index cuts them, kept until it changes)."""
         await self._ready()
+        found = self._keyword_matches(terms, resource_id, thread_id, limit)
+        if neighbours_of is None:
+            return found
+        ids = [candidate.message_id for candidate in found.candidates] + list(neighbours_of)
+        return msgspec.structs.replace(found, neighbours=self._neighbours(ids))
+
+    def _keyword_matches(self, terms: Sequence[str], resource_id: str | None, thread_id: str | None,
+                         limit: int) -> KeywordMatches:
         lexemes = lexemes_of(terms)
         if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
             return NO_MATCHES
@@ -444,15 +452,16 @@ class InMemoryStore:
                 frequencies[lexeme] += 1
             if counts:
                 found.append(KeywordCandidate(message.id, message.thread_id or "", owner, len(tokens), counts))
-        average = words / docs if docs else 0.0
-        weights = {lexeme: idf(n, docs) for lexeme, n in frequencies.items() if n}
-        found.sort(key=lambda c: -bm25(c.counts, c.length, weights, average))
-        return KeywordMatches(docs, average, frequencies, found[:limit])
+        every = KeywordMatches(docs, words / docs if docs else 0.0, frequencies, found)
+        return msgspec.structs.replace(every, candidates=keyword_ranking(every, limit))
 
-    async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    async def neighbours(self, message_ids: Sequence[str]) -> Neighbours:
         """The messages just before and after each one in its thread."""
         await self._ready()
-        out: dict[str, tuple[str | None, str | None]] = {}
+        return self._neighbours(message_ids)
+
+    def _neighbours(self, message_ids: Sequence[str]) -> Neighbours:
+        out: Neighbours = {}
         for mid in message_ids:
             row = self._messages.get(mid)
             if row is None:

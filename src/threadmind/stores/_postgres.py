@@ -255,16 +255,29 @@ class PostgresStore:
     # -- keyword index -------------------------------------------------------------------------------------
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int) -> KeywordMatches:
-        """The scope's statistics and its best ``limit`` messages holding any of ``terms``, in one statement (see
-        ``_postgres_keywords``)."""
+                             limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
+        """The scope's statistics and its best ``limit`` messages holding any of ``terms`` in one statement (see
+        ``_postgres_keywords``); with ``neighbours_of``, the neighbours of those and of these in a second one on
+        the same connection."""
         query, lexemes = tsquery_literal(terms)
-        if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
+        searching = bool(lexemes) and limit > 0 and (resource_id is not None or thread_id is not None)
+        if not searching and neighbours_of is None:
             await self._idle()
             return NO_MATCHES
-        rows = await self._read(lambda conn: conn.fetch(SEARCH_SQL, query, lexemes, resource_id, thread_id, limit),
-                                "keyword_search")
-        return matches_from_rows(rows, lexemes)
+        others = [] if neighbours_of is None else list(neighbours_of)
+
+        async def read(conn: Any) -> KeywordMatches:
+            found = NO_MATCHES
+            if searching:
+                found = matches_from_rows(
+                    await conn.fetch(SEARCH_SQL, query, lexemes, resource_id, thread_id, limit), lexemes)
+            if neighbours_of is None:
+                return found
+            ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + others))
+            rows = await conn.fetch(NEIGHBOURS_SQL, ids) if ids else []
+            return msgspec.structs.replace(found, neighbours={mid: (before, after) for mid, before, after in rows})
+
+        return await self._read(read, "keyword_search")
 
     async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
         """The messages just before and after each one in its thread, in one statement."""

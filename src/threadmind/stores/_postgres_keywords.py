@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..codecs import Message
-from ._keywords import KeywordCandidate, KeywordMatches, indexed_text, stem, text_tokens
+from ._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMatches, indexed_text, stem, text_tokens
 
 __all__ = ("CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "KEYWORD_COLUMNS", "MOVE_THREAD_SQL",
            "NEIGHBOURS_SQL", "SEARCH_SQL", "UPSERT_SQL", "keyword_rows", "matches_from_rows", "tsquery_literal",
@@ -44,9 +44,10 @@ DELETE_THREAD_SQL = "DELETE FROM threadmind_keywords WHERE thread_id = $1"
 MOVE_THREAD_SQL = "UPDATE threadmind_keywords SET resource_id = $2 WHERE thread_id = $1"
 
 # $1 the tsquery literal, $2 the query's lexemes, $3 resource (or NULL), $4 thread (or NULL), $5 limit. One row per
-# candidate (best first by BM25 with the scope's statistics), each carrying the scope's statistics too; a single row
-# with no candidate when none matches.
-SEARCH_SQL = """
+# candidate, best first by the keyword score of ``keyword_ranking`` (BM25 with the scope's statistics over the 16
+# rarest words, times the square root of the idf coverage; counts of those words only), each carrying the scope's
+# statistics too; a single row with no candidate when none matches.
+SEARCH_SQL = f"""
 WITH scope AS (
   SELECT k.message_id, k.thread_id, k.resource_id, k.len, k.tsv FROM threadmind_keywords k
   WHERE ($3::text IS NULL OR k.resource_id = $3) AND ($4::text IS NULL OR k.thread_id = $4) AND k.len > 0
@@ -58,18 +59,28 @@ WITH scope AS (
   WHERE m.tsv @@ $1::tsquery AND w.lexeme = ANY($2::text[])
 ), df AS (
   SELECT lexeme, count(*) AS df FROM words GROUP BY lexeme
+), kept AS (
+  SELECT d.lexeme, GREATEST(ln((s.n - d.df + 0.5) / (d.df + 0.5))::float8, 1e-6) AS weight,
+         GREATEST(ln((s.n - d.df + 0.5) / (d.df + 0.5))::float8, 0) AS cover
+  FROM df d CROSS JOIN stats s
+  ORDER BY d.df, array_position($2::text[], d.lexeme) LIMIT {KEYWORD_TERMS}
+), total AS (
+  SELECT COALESCE(sum(cover), 0) AS cover FROM kept
 ), ranked AS (
   SELECT w.message_id, w.thread_id, w.resource_id, w.len, array_agg(w.lexeme) AS lexemes, array_agg(w.tf) AS tfs,
-         sum(GREATEST(ln((s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) * w.tf * 2.2
-             / (w.tf + 1.2 * (0.25 + 0.75 * w.len / GREATEST(s.total::float8 / GREATEST(s.n, 1), 1)))) AS score
-  FROM words w JOIN df d USING (lexeme) CROSS JOIN stats s
-  GROUP BY w.message_id, w.thread_id, w.resource_id, w.len
-  ORDER BY score DESC, w.message_id
+         sum(k.weight * w.tf * 2.2
+             / (w.tf + 1.2 * (0.25 + 0.75 * w.len / GREATEST(s.total::float8 / GREATEST(s.n, 1), 1))))
+         * CASE WHEN t.cover > 0 THEN sqrt(sum(k.cover) / t.cover) ELSE 1 END AS raw
+  FROM words w JOIN kept k USING (lexeme) CROSS JOIN stats s CROSS JOIN total t
+  GROUP BY w.message_id, w.thread_id, w.resource_id, w.len, t.cover
+), scored AS (
+  SELECT *, round(raw::numeric, {SCORE_DIGITS})::float8 AS score FROM ranked
+  ORDER BY score DESC, message_id
   LIMIT $5
 )
 SELECT s.n, s.total, ARRAY(SELECT lexeme FROM df), ARRAY(SELECT df FROM df),
-       r.message_id, r.thread_id, r.resource_id, r.len, r.lexemes, r.tfs
-FROM stats s LEFT JOIN ranked r ON true
+       r.message_id, r.thread_id, r.resource_id, r.len, r.lexemes, r.tfs, r.score
+FROM stats s LEFT JOIN scored r ON true
 """
 
 # $1 message ids: the messages just before and after each one in its thread (by createdAt, then sequence).
@@ -131,6 +142,6 @@ def matches_from_rows(rows: Sequence[Any], lexemes: Sequence[str]) -> KeywordMat
     docs, total, df_lexemes, df_counts = rows[0][0], rows[0][1], rows[0][2], rows[0][3]
     frequencies = dict.fromkeys(lexemes, 0)
     frequencies.update(zip(df_lexemes, (int(n) for n in df_counts), strict=True))
-    candidates = [KeywordCandidate(r[4], r[5], r[6], int(r[7]), dict(zip(r[8], (int(t) for t in r[9]), strict=True)))
-                  for r in rows if r[4] is not None]
+    candidates = [KeywordCandidate(r[4], r[5], r[6], int(r[7]), dict(zip(r[8], (int(t) for t in r[9]), strict=True)),
+                                   float(r[10])) for r in rows if r[4] is not None]
     return KeywordMatches(int(docs), int(total) / int(docs) if docs else 0.0, frequencies, candidates)

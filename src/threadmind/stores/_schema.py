@@ -68,6 +68,8 @@ def create_schema(conn: sqlite3.Connection) -> None:
                            "keyword index needs; use a Python whose sqlite3 has it")
     for statement in KEYWORD_DDL:
         conn.execute(statement)
+    if "version" not in {row[1] for row in conn.execute("PRAGMA table_info(threadmind_keyword_scopes)")}:
+        conn.execute("ALTER TABLE threadmind_keyword_scopes ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
     row = conn.execute("SELECT value FROM threadmind_meta WHERE key = 'schema_version'").fetchone()
     if row is None:
         conn.execute("INSERT INTO threadmind_meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))

@@ -75,7 +75,8 @@ from ._group_commit import (
     SaveSpec,
     read_tx,
 )
-from ._keywords import NO_MATCHES, KeywordMatches
+from ._keyword_blocks import KeywordBlocks
+from ._keywords import NO_MATCHES, KeywordMatches, Neighbours
 from ._leases import busy_error, wait_backoff
 from ._om import ObservationalMemoryStore, SQLiteOMStore
 from ._protocol import (
@@ -242,6 +243,7 @@ class SQLiteStore(GroupWriter):
         self._checkpointing = False
         self._checked_at = 0
         self._vector_records: SQLiteVectorRecords | None = None
+        self._keyword_blocks = KeywordBlocks()  # scopes searched by words, in memory (see _keyword_blocks)
         self._peers: Peers | None = None
         self._volatile = 0  # counts down: the versions handed out while another process may be writing
         self._row_leases = 0  # leases of this store object held through a takeover row (they need renewing)
@@ -362,6 +364,7 @@ class SQLiteStore(GroupWriter):
                     if conn is not None:
                         await close_connection(conn)
                 self._reader = self._writer = self._checkpointer = None
+                self._keyword_blocks.clear()
                 if self._peers is not None:
                     self._peers.detach()
                 self._closed.set()
@@ -695,23 +698,32 @@ class SQLiteStore(GroupWriter):
     # -- keyword index -------------------------------------------------------------------------------------
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int) -> KeywordMatches:
-        """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (see
-        ``_sqlite_keywords``); ids queued by saves that returned before this call are indexed first."""
+                             limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
+        """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (and with
+        ``neighbours_of`` the neighbours of those and of these) in one read (see ``_sqlite_keywords``); ids queued
+        by saves that returned before this call are indexed first."""
         if not terms or limit <= 0:
-            return NO_MATCHES
+            if neighbours_of is None:
+                return NO_MATCHES
+            return msgspec.structs.replace(NO_MATCHES, neighbours=await self.neighbours(neighbours_of))
+        blocks = self._keyword_blocks
+        others = None if neighbours_of is None else list(neighbours_of)
 
         def search(folded: bool) -> Callable[[sqlite3.Connection], KeywordMatches | None]:
-            return lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit, folded=folded)
+            return lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit, folded=folded,
+                                                blocks=blocks, neighbours_of=others)
 
         found = await self.execute_read(search(False))
         if found is None:
-            while await self.execute_write(fold):
-                pass
+            while True:
+                taken, advances = await self.execute_write(fold)
+                blocks.advance_all(advances)
+                if not taken:
+                    break
             found = await self.execute_read(search(True))
         return found or NO_MATCHES
 
-    async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    async def neighbours(self, message_ids: Sequence[str]) -> Neighbours:
         """The messages just before and after each one in its thread."""
         ids = list(message_ids)
         return await self.execute_read(lambda conn: neighbour_ids(conn, ids)) if ids else {}
@@ -728,7 +740,8 @@ class SQLiteStore(GroupWriter):
         total = await self.keyword_backlog()
         seen = written = 0
         while True:
-            looked, made = await self.execute_write(catch_up_batch)
+            looked, made, advances = await self.execute_write(catch_up_batch)
+            self._keyword_blocks.advance_all(advances)
             if not looked:
                 return written
             seen += looked

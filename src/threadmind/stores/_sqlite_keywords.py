@@ -3,9 +3,10 @@
 ``threadmind_keywords`` (FTS5, tokenizer ``porter unicode61 remove_diacritics 2``) holds one row per message with
 words: ``text`` (the message's indexed text), ``scope`` (two number tokens standing for its resource and its
 thread), ``message_id`` and ``words`` (its length in words; neither indexed). Its rowid is the message's rowid in
-``mastra_messages``. ``threadmind_keyword_scopes`` keeps, per scope token, how many indexed messages it has and
-how many words they hold, so a search has its scope's statistics without reading the scope (BM25 is computed with
-the scope's statistics, not the whole file's: one tenant's words do not weigh another's).
+``mastra_messages``. ``threadmind_keyword_scopes`` keeps, per scope token, how many indexed messages it has, how
+many words they hold and a version (random, new with every change), so a search has its scope's statistics without
+reading the scope (BM25 is computed with the scope's statistics, not the whole file's: one tenant's words do not
+weigh another's) and knows whether a block it holds is current.
 
 **Writes.** An FTS5 write costs most of a small save (every transaction that touches the table flushes a new
 segment: about 100 µs here, against about 35 µs for the whole save of one message). So a save, an update or a
@@ -15,11 +16,15 @@ thread moved to another resource only appends the ids of the messages whose word
 message is findable by words in every process once its save returned, and the queue stays short. Deleting
 messages or a thread drops their index rows at once (a queued id whose message is gone is skipped).
 
-**Searches.** The scope token is matched with the query's words (``scope : "1…" AND text : ("w1" OR "w2" …)``), so
-FTS5 visits only messages of the scope: one count per word (its document frequency in the scope), then the best
-candidates by FTS5's own bm25, joined to ``mastra_messages`` by rowid and kept only if their id, thread and resource
-are exactly the scope's (a collision of two scope numbers, or a row Mastra rewrote meanwhile, can never return
-another resource's message); their words are counted in Python from the indexed text.
+**Searches.** A scope of at most :data:`BLOCK_SCOPE` messages is searched from a :class:`KeywordBlock` (its rows in
+memory, scored with numpy; ``_keyword_blocks``), built from the index at its first search and used while the
+scope's version in ``threadmind_keyword_scopes`` is the one it holds (every write to the scope, in any process,
+gives it a new one). Larger scopes are searched in FTS5: the scope token is matched with the query's words (``scope
+: "1…" AND text : ("w1" OR "w2" …)``), so FTS5 visits only messages of the scope: one count per word (its document
+frequency in the scope), then the best candidates by FTS5's own bm25, ranked again by ``keyword_ranking``. Either
+way a row is kept only if its id, thread and resource are exactly the scope's (a collision of two scope numbers, or
+a row Mastra rewrote meanwhile, can never return another resource's message). The same read can also fetch the
+neighbours of the candidates and of other messages (hybrid recall's reply smoothing needs them): one trip.
 
 **Rows Mastra wrote** (it does not know these tables) are indexed by :func:`catch_up_batch`: in bounded batches,
 the messages past a watermark (``threadmind_meta``: ``keywords_through``) that have no index row, one short write
@@ -29,10 +34,14 @@ transaction each that re-reads the watermark, so processes opening one file at o
 from __future__ import annotations
 
 import hashlib
+import secrets
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
+
+from ._keyword_blocks import RESOURCE, THREAD, KeywordBlock, KeywordBlocks, Owner, Row
 from ._keywords import (
     KEYWORD_TERMS,
     NO_MATCHES,
@@ -41,6 +50,7 @@ from ._keywords import (
     count_words,
     idf,
     indexed_text,
+    keyword_ranking,
     lexemes_of,
     stem,
     text_tokens,
@@ -57,8 +67,13 @@ KEYWORD_DDL = (
     "tokenize = 'porter unicode61 remove_diacritics 2')",
     "CREATE TABLE IF NOT EXISTS threadmind_keyword_queue (seq INTEGER PRIMARY KEY, message_id TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS threadmind_keyword_scopes (token TEXT PRIMARY KEY, docs INTEGER NOT NULL, "
-    "words INTEGER NOT NULL)",
+    "words INTEGER NOT NULL, version INTEGER NOT NULL DEFAULT 0)",
 )
+BLOCK_SCOPE = 20_000
+"""A scope of at most this many messages is searched from a :class:`KeywordBlock` kept in memory (built from
+the index at its first search, about 15 µs a message, and kept up to date by this process's folds)."""
+Advance = tuple[str, int, int, list[Row] | None]
+"""A scope token's version before and after a committed write, and the rows it only added (None: not only)."""
 CATCH_UP_BATCH = 500
 """Messages read per catch-up batch (one short write transaction each)."""
 FOLD_BATCH = 2000
@@ -134,12 +149,22 @@ def _count(deltas: dict[str, list[int]], scope: str, docs: int, words: int) -> N
         entry[1] += words
 
 
-def _apply(conn: sqlite3.Connection, deltas: dict[str, list[int]]) -> None:
-    rows = [(token, docs, words) for token, (docs, words) in deltas.items() if docs or words]
-    for chunk in chunks(rows, 300):
-        conn.execute("INSERT INTO threadmind_keyword_scopes (token, docs, words) VALUES "
-                     + ",".join(["(?,?,?)"] * len(chunk)) + " ON CONFLICT (token) DO UPDATE SET "
-                     "docs = docs + excluded.docs, words = words + excluded.words", [v for r in chunk for v in r])
+def _apply(conn: sqlite3.Connection, deltas: dict[str, list[int]]) -> dict[str, tuple[int, int]]:
+    """Add ``deltas`` to the scopes' statistics and give every touched scope a new version (random: a version
+    rolled back with its transaction is never reused); returns each token's (old, new) version."""
+    tokens = list(deltas)
+    old: dict[str, int] = {}
+    for some in chunks(tokens):
+        old.update(conn.execute("SELECT token, version FROM threadmind_keyword_scopes WHERE token IN "
+                                f"({placeholders(len(some))})", some))
+    versions = {token: (old.get(token, 0), secrets.randbits(62) + 1) for token in tokens}
+    rows = [(token, docs, words, versions[token][1]) for token, (docs, words) in deltas.items()]
+    for part in chunks(rows, 200):
+        conn.execute("INSERT INTO threadmind_keyword_scopes (token, docs, words, version) VALUES "
+                     + ",".join(["(?,?,?,?)"] * len(part)) + " ON CONFLICT (token) DO UPDATE SET "
+                     "docs = docs + excluded.docs, words = words + excluded.words, version = excluded.version",
+                     [v for r in part for v in r])
+    return versions
 
 
 def _owners(conn: sqlite3.Connection, thread_ids: Iterable[str]) -> dict[str, str]:
@@ -150,11 +175,12 @@ def _owners(conn: sqlite3.Connection, thread_ids: Iterable[str]) -> dict[str, st
     return owners
 
 
-def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> int:
+def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tuple[int, list[Advance]]:
     """Index message rows (``_MESSAGE_COLS``) as they are now, keeping the scopes' statistics; returns the index
-    rows written."""
+    rows written and how each touched scope changed."""
     owners = _owners(conn, (str(r[5]) for r in rows if not r[6]))
     fresh: list[tuple[int, str, str, str, int, str]] = []
+    added: dict[str, list[Row]] = {}
     for r in rows:
         try:
             message = message_from_row(r)
@@ -164,8 +190,12 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> in
         thread_id = message.thread_id or ""
         tokens = text_tokens(text) if text else []
         if tokens:
-            fresh.append((r[7], text, _scope(message.resource_id or owners.get(thread_id, ""), thread_id), r[0],
-                          len(tokens), " ".join(tokens)))
+            scope = _scope(message.resource_id or owners.get(thread_id, ""), thread_id)
+            resource_id = r[6] if r[6] is not None else owners.get(thread_id, "")  # as _scope_rows reads it
+            joined = " ".join(tokens)
+            fresh.append((r[7], text, scope, r[0], len(tokens), joined))
+            for token in scope.split():
+                added.setdefault(token, []).append((r[0], thread_id, resource_id, joined))
     rowids = [r[7] for r in rows]
     deltas: dict[str, list[int]] = {}
     for chunk in chunks(rowids):  # what the rows held before: out of their scopes' statistics
@@ -174,30 +204,32 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> in
                                          chunk):
             _count(deltas, scope, -1, -int(words))
         conn.execute(f"DELETE FROM threadmind_keywords WHERE rowid IN ({marks})", chunk)
+    removed = set(deltas)
     for chunk in chunks(fresh, 200):
         conn.execute("INSERT INTO threadmind_keywords (rowid, text, scope, message_id, words, tokens) VALUES "
                      + ",".join(["(?,?,?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row])
     for _, _, scope, _, count, _ in fresh:
         _count(deltas, scope, 1, count)
-    _apply(conn, deltas)
-    return len(fresh)
+    versions = _apply(conn, deltas)
+    return len(fresh), [(token, old, new, None if token in removed else added.get(token))
+                        for token, (old, new) in versions.items()]
 
 
-def fold(conn: sqlite3.Connection, size: int = FOLD_BATCH) -> int:
+def fold(conn: sqlite3.Connection, size: int = FOLD_BATCH) -> tuple[int, list[Advance]]:
     """(writer) Index up to ``size`` queued ids from their rows as they are now; returns the ids taken (0: the
-    queue was empty)."""
+    queue was empty) and how the scopes changed."""
     taken = conn.execute("SELECT seq, message_id FROM threadmind_keyword_queue ORDER BY seq LIMIT ?",
                          (size,)).fetchall()
     if not taken:
-        return 0
+        return 0, []
     ids = list(dict.fromkeys(mid for _, mid in taken))
     rows: list[tuple[Any, ...]] = []
     for chunk in chunks(ids):
         rows.extend(conn.execute(
             f"SELECT {_MESSAGE_COLS} FROM mastra_messages WHERE id IN ({placeholders(len(chunk))})", chunk))
-    _index_rows(conn, rows)
+    _, advances = _index_rows(conn, rows)
     conn.execute("DELETE FROM threadmind_keyword_queue WHERE seq <= ?", (taken[-1][0],))
-    return len(taken)
+    return len(taken), advances
 
 
 # -- reads -----------------------------------------------------------------------------------------------
@@ -214,18 +246,40 @@ def _match(scope_token: str, terms: Sequence[str]) -> str:
 
 
 def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | None, thread_id: str | None,
-                    limit: int, *, folded: bool = False) -> KeywordMatches | None:
-    """(reader) The scope's statistics and its best ``limit`` candidates (see the module docstring); None when ids
-    are queued (fold first; ``folded``: this search folded already, and ids queued since are of saves that had not
-    returned when it began)."""
+                    limit: int, *, folded: bool = False, blocks: KeywordBlocks | None = None,
+                    neighbours_of: Sequence[str] | None = None) -> KeywordMatches | None:
+    """(reader) The scope's statistics and its best ``limit`` candidates, and with ``neighbours_of`` the neighbours
+    of those and of these (see the module docstring); None when ids are queued (fold first; ``folded``: this
+    search folded already, and ids queued since are of saves that had not returned when it began). ``blocks``:
+    the store's cached scopes, used and filled for scopes up to :data:`BLOCK_SCOPE` messages."""
     if not folded and queued(conn):
         return None
+    found = _matches(conn, terms, resource_id, thread_id, limit, blocks)
+    if neighbours_of is None:
+        return found
+    ids = [candidate.message_id for candidate in found.candidates] + list(neighbours_of)
+    return msgspec.structs.replace(found, neighbours=neighbour_ids(conn, ids))
+
+
+def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | None, thread_id: str | None,
+             limit: int, blocks: KeywordBlocks | None) -> KeywordMatches:
     lexemes = lexemes_of(terms)
     if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
         return NO_MATCHES
-    token = _token("2", thread_id) if thread_id is not None else _token("1", resource_id or "")
-    stats = conn.execute("SELECT docs, words FROM threadmind_keyword_scopes WHERE token = ?", (token,)).fetchone()
-    docs, words = (int(stats[0]), int(stats[1])) if stats is not None else (0, 0)
+    owner: Owner = (THREAD, thread_id) if thread_id is not None else (RESOURCE, resource_id or "")
+    token = _token("2", owner[1]) if thread_id is not None else _token("1", owner[1])
+    stats = conn.execute("SELECT docs, words, version FROM threadmind_keyword_scopes WHERE token = ?",
+                         (token,)).fetchone()
+    docs, words, version = (int(stats[0]), int(stats[1]), int(stats[2])) if stats is not None else (0, 0, 0)
+    if blocks is not None and docs <= BLOCK_SCOPE:
+        found = blocks.matches(token, version, owner, terms, limit)
+        if found is None:
+            block = KeywordBlock(owner, _scope_rows(conn, token))
+            blocks.put(token, version, block)
+            found = block.matches(terms, limit)
+        # A thread asked for within a resource: messages of the thread filed under another resource are left out.
+        if thread_id is None or resource_id is None or all(c.resource_id == resource_id for c in found.candidates):
+            return found
     average = words / docs if docs else 0.0
     wanted = frozenset(lexemes)
     if docs <= SMALL_SCOPE:
@@ -235,7 +289,8 @@ def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id:
         for candidate in candidates:
             for lexeme in candidate.counts:
                 frequencies[lexeme] += 1
-        return KeywordMatches(docs, average, frequencies, candidates)
+        every = KeywordMatches(docs, average, frequencies, candidates)
+        return KeywordMatches(docs, average, frequencies, keyword_ranking(every, limit))
     counts = conn.execute("SELECT " + ", ".join(
         ["(SELECT count(*) FROM threadmind_keywords WHERE threadmind_keywords MATCH ?)"] * len(lexemes)),
         [_match(token, [term]) for term in lexemes.values()]).fetchone()  # one statement, a count per word
@@ -248,8 +303,19 @@ def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id:
     present = sorted(weighty or present, key=lambda term: frequencies[stem(term)])[:KEYWORD_TERMS]
     if not present:
         return KeywordMatches(docs, average, frequencies, [])
-    return KeywordMatches(docs, average, frequencies,
+    best = KeywordMatches(docs, average, frequencies,
                           _candidates(conn, token, present, resource_id, thread_id, wanted, limit))
+    return KeywordMatches(docs, average, frequencies, keyword_ranking(best, limit))
+
+
+def _scope_rows(conn: sqlite3.Connection, token: str) -> list[Row]:
+    """Every indexed message filed under the scope ``token``: id, thread, resource (its own, else its thread's)
+    and stems (the block keeps those that are exactly of its scope)."""
+    return conn.execute(
+        'SELECT k.message_id, m.thread_id, coalesce(m."resourceId", t."resourceId", \'\'), k.tokens '
+        "FROM threadmind_keywords AS k JOIN mastra_messages AS m ON m.rowid = k.rowid "
+        "LEFT JOIN mastra_threads AS t ON t.id = m.thread_id "
+        "WHERE threadmind_keywords MATCH ? AND m.id = k.message_id", (f'scope : "{token}"',)).fetchall()
 
 
 def _candidates(conn: sqlite3.Connection, token: str, terms: Sequence[str], resource_id: str | None,
@@ -301,22 +367,23 @@ def keyword_backlog(conn: sqlite3.Connection) -> int:
     return max(past, int(conn.execute("SELECT count(*) FROM threadmind_keyword_queue").fetchone()[0]))
 
 
-def catch_up_batch(conn: sqlite3.Connection, size: int = CATCH_UP_BATCH) -> tuple[int, int]:
+def catch_up_batch(conn: sqlite3.Connection, size: int = CATCH_UP_BATCH) -> tuple[int, int, list[Advance]]:
     """(writer) Index the next ``size`` messages past the watermark that lack an index row (and fold the queue
-    first); returns (messages looked at, rows written). (0, 0): the index is complete."""
-    folded = fold(conn)
+    first); returns (messages looked at, rows written, how the scopes changed). (0, 0, []): the index is
+    complete."""
+    folded, advances = fold(conn)
     if folded:
-        return folded, folded
+        return folded, folded, advances
     row = conn.execute("SELECT value FROM threadmind_meta WHERE key = ?", (_WATERMARK,)).fetchone()
     through = int(row[0]) if row is not None else 0
     rows = conn.execute(f"SELECT {_MESSAGE_COLS} FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
                         (through, size)).fetchall()
     if not rows:
-        return 0, 0
+        return 0, 0, []
     rowids = [r[7] for r in rows]
     present = {r[0] for r in conn.execute(
         f"SELECT rowid FROM threadmind_keywords WHERE rowid IN ({placeholders(len(rowids))})", rowids)}
-    written = _index_rows(conn, [r for r in rows if r[7] not in present])
+    written, advances = _index_rows(conn, [r for r in rows if r[7] not in present])
     conn.execute("INSERT INTO threadmind_meta (key, value) VALUES (?, ?) "
                  "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (_WATERMARK, str(rowids[-1])))
-    return len(rows), written
+    return len(rows), written, advances

@@ -1,0 +1,214 @@
+"""A scope's keyword rows in memory, scored with numpy: a keyword search of a cached scope costs about 0.15 ms
+(500 messages) instead of an FTS5 query and a Python count per matching message (about 4 ms on the shared
+workload, whose common words match nearly every message).
+
+A :class:`KeywordBlock` holds every message of one scope (a resource, or a thread) that has words: its id, thread,
+resource and length, and per word (stem) the messages holding it with their counts. :meth:`KeywordBlock.matches`
+answers what ``KeywordSearch.keyword_search`` answers, scored exactly as ``keyword_ranking`` scores (the tests hold
+the two to the same candidates and scores), so only the best few become Python objects.
+
+:class:`KeywordBlocks` keeps blocks by scope token with the version of the scope they hold. The SQL index gives a
+scope a new random version with every change to it, in the same transaction, in any process: a search uses a block
+only when the versions agree (a version rolled back with its transaction is never reused, so a block can never
+match a state that was not committed). After a fold of new messages commits, :meth:`KeywordBlocks.advance` appends
+them to the blocks of their scopes, so a chat that saves and then searches keeps its block; anything else (an
+update, a deletion, a thread moved, another process's write) leaves the block behind, and the next search builds
+it again. The blocks are shared by the store's reader and writer threads under one lock; their postings stay under a
+budget, least recently used out first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from ._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMatches, lexemes_of
+
+__all__ = ("BLOCK_BUDGET", "RESOURCE", "THREAD", "KeywordBlock", "KeywordBlocks", "Owner", "Row")
+
+BLOCK_BUDGET = 4_000_000
+"""Postings (a word in a message, counted once) the cached blocks of one store hold at most (about 100 MB)."""
+_I32 = np.int32
+_F64 = np.float64
+Row = tuple[str, str, str, str]  # message id, thread id, resource id, its stems joined by spaces
+Owner = tuple[str, str]  # (RESOURCE or THREAD, its id)
+RESOURCE, THREAD = "resource", "thread"
+
+
+class KeywordBlock:
+    """One scope's keyword rows (see the module docstring)."""
+
+    __slots__ = ("_docs", "_lengths", "ids", "owner", "postings", "resources", "size", "threads", "words")
+
+    def __init__(self, owner: Owner, rows: Iterable[Row]) -> None:
+        self.owner = owner
+        self.ids: list[str] = []
+        self.threads: list[str] = []
+        self.resources: list[str] = []
+        self._lengths = np.zeros(0, dtype=_F64)
+        self._docs: dict[str, int] = {}
+        self.words = 0
+        self.size = 0
+        self.postings: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]] = {}
+        self.extend(rows)
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._docs
+
+    def holds(self, row: Row) -> bool:
+        """Whether ``row`` belongs to the block's scope (its resource, or its thread)."""
+        kind, value = self.owner
+        return (row[2] if kind == RESOURCE else row[1]) == value
+
+    def extend(self, rows: Iterable[Row]) -> None:
+        """Add the messages of the scope that are not in the block yet (their postings appended)."""
+        docs: dict[str, list[int]] = {}
+        counts: dict[str, list[float]] = {}
+        lengths: list[float] = []
+        for row in rows:
+            message_id, thread_id, resource_id, tokens = row
+            words = tokens.split()
+            if not words or message_id in self._docs or not self.holds(row):
+                continue
+            doc = len(self.ids)
+            self._docs[message_id] = doc
+            self.ids.append(message_id)
+            self.threads.append(thread_id)
+            self.resources.append(resource_id)
+            lengths.append(float(len(words)))
+            self.words += len(words)
+            tally: dict[str, int] = {}
+            for word in words:
+                tally[word] = tally.get(word, 0) + 1
+            for word, n in tally.items():
+                docs.setdefault(word, []).append(doc)
+                counts.setdefault(word, []).append(float(n))
+        if lengths:
+            self._lengths = np.concatenate((self._lengths, np.asarray(lengths, dtype=_F64)))
+        for word, new in docs.items():
+            old = self.postings.get(word)
+            add_docs, add_counts = np.asarray(new, dtype=_I32), np.asarray(counts[word], dtype=_F64)
+            self.postings[word] = (add_docs, add_counts) if old is None else (
+                np.concatenate((old[0], add_docs)), np.concatenate((old[1], add_counts)))
+            self.size += len(new)
+
+    def matches(self, terms: Sequence[str], limit: int) -> KeywordMatches:
+        """The scope's statistics for ``terms`` and its best ``limit`` candidates by BM25 (k1 1.2, b 0.75) over the
+        rarest :data:`KEYWORD_TERMS` words times the square root of their idf coverage."""
+        lexemes = lexemes_of(terms)
+        table = self.postings
+        n = len(self.ids)
+        frequencies = {lexeme: len(table[lexeme][0]) if lexeme in table else 0 for lexeme in lexemes}
+        if not n:
+            return KeywordMatches(0, 0.0, frequencies, [])
+        average = self.words / n
+        present = sorted((f, i, lexeme) for i, (lexeme, f) in enumerate(frequencies.items()) if f)
+        kept = [lexeme for _, _, lexeme in present[:KEYWORD_TERMS]]
+        if not kept:
+            return KeywordMatches(n, average, frequencies, [])
+        lengths = self._lengths
+        postings = [table[lexeme] for lexeme in kept]
+        sizes = np.fromiter((len(p[0]) for p in postings), dtype=np.int64, count=len(postings))
+        raw = np.log((n - sizes + 0.5) / (sizes + 0.5))
+        which = np.repeat(np.arange(len(kept)), sizes)  # each posting's word
+        docs = np.concatenate([p[0] for p in postings])
+        tf = np.concatenate([p[1] for p in postings])
+        # BM25 (k1 1.2, b 0.75) with FTS5's idf floor, and the idf coverage the classic coordination factor uses.
+        part = np.maximum(raw, 1e-6)[which] * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * lengths[docs] / average))
+        bm25 = np.bincount(docs, weights=part, minlength=n)
+        cover = np.maximum(raw, 0.0)
+        total = float(cover.sum())
+        score = bm25 * np.sqrt(np.bincount(docs, weights=cover[which], minlength=n) / total) if total > 0 else bm25
+        score = np.round(score, SCORE_DIGITS)  # ties stay ties whatever the order of the sums
+        hit = np.flatnonzero(bm25 > 0)  # every message holding a kept word, even one scoring 0
+        if len(hit) > limit:  # the best `limit`, and every message tying with the last of them
+            last = -np.partition(-score[hit], limit - 1)[limit - 1]
+            hit = hit[score[hit] >= last]
+        hit = hit[np.lexsort((hit, -score[hit]))][:limit]  # best first; ties in the order the messages were indexed
+        row_of = np.full(n, -1, dtype=np.int64)
+        row_of[hit] = np.arange(len(hit))
+        rows = row_of[docs]
+        picked = np.flatnonzero(rows >= 0)  # the hits' postings: their counts
+        counts: list[dict[str, int]] = [{} for _ in range(len(hit))]
+        for row, word, value in zip(rows[picked].tolist(), which[picked].tolist(), tf[picked].tolist(),
+                                    strict=True):
+            counts[row][kept[word]] = int(value)
+        ids, threads, resources = self.ids, self.threads, self.resources
+        candidates = [KeywordCandidate(ids[doc], threads[doc], resources[doc], int(lengths[doc]), counts[row], value)
+                      for row, (doc, value) in enumerate(zip(hit.tolist(), score[hit].tolist(), strict=True))]
+        return KeywordMatches(n, average, frequencies, candidates)
+
+
+class KeywordBlocks:
+    """Blocks by scope token with the version they hold (see the module docstring); thread-safe."""
+
+    def __init__(self, budget: int = BLOCK_BUDGET) -> None:
+        self._budget = budget
+        self._blocks: OrderedDict[str, tuple[int, KeywordBlock]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def matches(self, token: str, version: int, owner: Owner, terms: Sequence[str],
+                limit: int) -> KeywordMatches | None:
+        """What the block of ``token`` answers for ``terms`` if it holds ``version`` of ``owner``'s scope."""
+        with self._lock:  # a fold may be extending this very block on the writer thread
+            entry = self._blocks.get(token)
+            if entry is None or entry[0] != version or entry[1].owner != owner:
+                return None
+            self._blocks.move_to_end(token)
+            return entry[1].matches(terms, limit)
+
+    def put(self, token: str, version: int, block: KeywordBlock) -> None:
+        """Keep ``block`` as holding ``version`` (unless it alone is over the budget)."""
+        with self._lock:
+            self._drop(token)
+            if block.size > self._budget:
+                return
+            self._blocks[token] = (version, block)
+            self._size += block.size
+            self._shrink()
+
+    def advance(self, token: str, old: int, new: int, rows: Sequence[Row] | None) -> None:
+        """A committed change took the scope of ``token`` from version ``old`` to ``new``, adding ``rows`` only
+        (None: anything else changed). A block holding ``old`` takes the rows that are of its scope; one holding
+        ``new`` already (a search built it meanwhile) stays; any other is dropped."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            if entry is None or entry[0] == new:
+                return
+            version, block = entry
+            if rows is None or version != old or any(row[0] in block for row in rows):
+                self._drop(token)
+                return
+            before = block.size
+            block.extend(rows)
+            self._blocks[token] = (new, block)
+            self._size += block.size - before
+            self._shrink()
+
+    def advance_all(self, advances: Iterable[tuple[str, int, int, Sequence[Row] | None]]) -> None:
+        """:meth:`advance` for each scope a committed write changed."""
+        for token, old, new, rows in advances:
+            self.advance(token, old, new, rows)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._blocks.clear()
+            self._size = 0
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def _drop(self, token: str) -> None:
+        entry = self._blocks.pop(token, None)
+        if entry is not None:
+            self._size -= entry[1].size
+
+    def _shrink(self) -> None:
+        while self._size > self._budget and self._blocks:
+            _, (_, old) = self._blocks.popitem(last=False)
+            self._size -= old.size

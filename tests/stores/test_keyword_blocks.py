@@ -1,0 +1,173 @@
+"""SQLite's keyword blocks: a scope searched from memory answers exactly what the FTS5 index answers, follows every
+change made through any store object (or process) on the file, and is kept, not rebuilt, when a chat saves and
+then searches."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from threadmind.codecs import Message, Thread
+from threadmind.stores import SQLiteStore, query_terms
+from threadmind.stores import _sqlite_keywords as sql_keywords
+from threadmind.stores._keyword_blocks import RESOURCE, KeywordBlock, KeywordBlocks
+
+BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+WORDS = ("dog cat harbour marathon tokyo parrot garden violin recipe paint sunrise hiking chess bakery train river "
+         "museum festival coffee novel").split()
+
+
+def say(mid: str, text: str, thread: str, resource: str, i: int) -> Message:
+    return Message.user(text, id=mid, thread_id=thread, resource_id=resource, created_at=BASE + timedelta(seconds=i))
+
+
+async def corpus(store: SQLiteStore, seed: int, messages: int = 300) -> list[str]:
+    """Messages of random words over two resources and six threads; returns the queries to ask."""
+    rng = random.Random(seed)
+    threads = [(f"t{i}", f"r{i % 2}") for i in range(6)]
+    for thread_id, resource_id in threads:
+        await store.create_thread(Thread(id=thread_id, resource_id=resource_id))
+    for i in range(messages):
+        thread_id, resource_id = rng.choice(threads)
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
+        await store.save_messages(thread_id, [say(f"m{i}", text, thread_id, resource_id, i)])
+    return [" ".join(rng.sample(WORDS, rng.randint(1, 4))) for _ in range(40)]
+
+
+def searched(path: Path, query: str, scope: tuple[str | None, str | None], blocks: KeywordBlocks | None,
+             limit: int = 25) -> list[tuple[str, float]]:
+    conn = sqlite3.connect(path)
+    try:
+        found = sql_keywords.search_keywords(conn, query_terms(query), scope[0], scope[1], limit, blocks=blocks)
+    finally:
+        conn.close()
+    assert found is not None
+    return [(c.message_id, c.score) for c in found.candidates]
+
+
+async def test_a_block_answers_exactly_what_the_index_answers(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    async with SQLiteStore(path) as store:
+        queries = await corpus(store, seed=7)
+        await store.keyword_search(["dog"], resource_id="r0", thread_id=None, limit=1)  # indexes what is queued
+    blocks = KeywordBlocks()
+    for query in queries:
+        for scope in (("r0", None), ("r1", None), (None, "t3"), ("r1", "t3"), ("r0", "t3")):
+            from_index = searched(path, query, scope, None)
+            assert searched(path, query, scope, blocks) == from_index  # built
+            assert searched(path, query, scope, blocks) == from_index  # cached
+    assert len(blocks) == 3  # r0, r1, t3 (a thread asked within a resource uses the thread's block)
+
+
+async def test_a_scope_larger_than_a_block_is_searched_in_the_index(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "memory.db"
+    async with SQLiteStore(path) as store:
+        queries = await corpus(store, seed=8, messages=120)
+        small = [await store.keyword_search(query_terms(q), resource_id="r0", thread_id=None, limit=10)
+                 for q in queries]
+        monkeypatch.setattr(sql_keywords, "BLOCK_SCOPE", 10)
+        monkeypatch.setattr(sql_keywords, "SMALL_SCOPE", 10)
+        large = [await store.keyword_search(query_terms(q), resource_id="r0", thread_id=None, limit=10)
+                 for q in queries]
+    for a, b in zip(small, large, strict=True):
+        assert (a.docs, a.frequencies) == (b.docs, b.frequencies)
+        # FTS5 picks the large scope's candidates by its own bm25: the best of them agree.
+        assert a.candidates[:1] == b.candidates[:1] or a.candidates[0].score == b.candidates[0].score
+
+
+async def test_every_change_through_another_store_object_is_seen(tmp_path: Path) -> None:
+    """Two store objects on one file keep their blocks apart, as two processes do: the scope's version in the
+    file tells a block it is out of date."""
+    path = tmp_path / "memory.db"
+    async with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
+        await writer.create_thread(Thread(id="t1", resource_id="r1"))
+        await writer.create_thread(Thread(id="t2", resource_id="r1"))
+        await writer.save_messages("t1", [say("a", "the dog in the harbour", "t1", "r1", 1),
+                                          say("b", "a cat asleep", "t1", "r1", 2)])
+
+        async def found(query: str, resource: str = "r1") -> list[str]:
+            matches = await reader.keyword_search(query_terms(query), resource_id=resource, thread_id=None,
+                                                  limit=10)
+            return [c.message_id for c in matches.candidates]
+
+        assert await found("dog") == ["a"]
+        await writer.save_messages("t2", [say("c", "dog show", "t2", "r1", 3)])
+        assert set(await found("dog")) == {"a", "c"}
+        await writer.update_messages([{"id": "b", "content": {"content": "a dog asleep"}}])
+        assert set(await found("dog")) == {"a", "b", "c"} and await found("cat") == []
+        await writer.delete_messages(["a"])
+        assert set(await found("dog")) == {"b", "c"}
+        await writer.update_thread_resource_id("t2", "r2")
+        assert await found("dog") == ["b"] and await found("dog", "r2") == ["c"]
+        await writer.delete_thread("t1")
+        assert await found("dog") == [] and await found("asleep") == []
+        assert len(reader._keyword_blocks) >= 1  # the reader did search from blocks
+
+
+async def test_a_chat_that_saves_then_searches_keeps_its_block(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    builds: list[str] = []
+    scope_rows = sql_keywords._scope_rows
+
+    def counted(conn: sqlite3.Connection, token: str) -> list[tuple[str, str, str, str]]:
+        builds.append(token)
+        return scope_rows(conn, token)
+
+    monkeypatch.setattr(sql_keywords, "_scope_rows", counted)
+    async with SQLiteStore(tmp_path / "memory.db") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        for i in range(20):
+            await store.save_messages("t1", [say(f"m{i}", f"turn {i} about the parrot", "t1", "r1", i)])
+            matches = await store.keyword_search(["parrot"], resource_id="r1", thread_id=None, limit=50)
+            assert {c.message_id for c in matches.candidates} == {f"m{j}" for j in range(i + 1)}
+            assert matches.docs == i + 1
+        assert len(builds) == 1  # built once, then each fold appended the turn's message
+        await store.update_messages([{"id": "m3", "content": {"content": "no bird here"}}])
+        matches = await store.keyword_search(["parrot"], resource_id="r1", thread_id=None, limit=50)
+        assert len(matches.candidates) == 19 and len(builds) == 2  # an update rebuilds
+
+
+async def test_a_file_from_before_scope_versions_opens(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    async with SQLiteStore(path) as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        await store.save_messages("t1", [say("a", "the dog", "t1", "r1", 1)])
+        await store.keyword_search(["dog"], resource_id="r1", thread_id=None, limit=1)
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE threadmind_keyword_scopes DROP COLUMN version")
+    conn.commit()
+    conn.close()
+    async with SQLiteStore(path) as store:
+        await store.save_messages("t1", [say("b", "another dog", "t1", "r1", 2)])
+        matches = await store.keyword_search(["dog"], resource_id="r1", thread_id=None, limit=5)
+        assert {c.message_id for c in matches.candidates} == {"a", "b"}
+
+
+def test_blocks_advance_only_from_the_version_they_hold() -> None:
+    def row(mid: str, text: str, resource: str = "r1") -> tuple[str, str, str, str]:
+        return (mid, "t1", resource, " ".join(text.split()))
+
+    blocks = KeywordBlocks(budget=10)
+    blocks.put("k", 1, KeywordBlock((RESOURCE, "r1"), [row("a", "dog cat")]))
+    blocks.advance("k", 1, 2, [row("b", "dog"), row("x", "dog", resource="r2")])  # r2's row is not of the scope
+    found = blocks.matches("k", 2, (RESOURCE, "r1"), ["dog"], 10)
+    assert found is not None and {c.message_id for c in found.candidates} == {"a", "b"}
+    assert blocks.matches("k", 1, (RESOURCE, "r1"), ["dog"], 10) is None  # the old version is gone
+    assert blocks.matches("k", 2, (RESOURCE, "r2"), ["dog"], 10) is None  # another owner under the same token
+    blocks.advance("k", 2, 3, None)  # not only additions: dropped
+    assert len(blocks) == 0
+    blocks.put("k", 5, KeywordBlock((RESOURCE, "r1"), [row("a", "dog")]))
+    blocks.advance("k", 4, 6, [row("b", "dog")])  # a change it missed: dropped
+    assert len(blocks) == 0
+    blocks.put("k", 7, KeywordBlock((RESOURCE, "r1"), [row("a", "dog")]))
+    blocks.advance("k", 6, 7, [row("a", "dog")])  # a search built the new version meanwhile: kept
+    assert blocks.matches("k", 7, (RESOURCE, "r1"), ["dog"], 10) is not None
+    blocks.put("j", 1, KeywordBlock((RESOURCE, "r2"), [row(f"m{i}", "w1 w2", "r2") for i in range(5)]))  # 10 postings
+    assert blocks.matches("k", 7, (RESOURCE, "r1"), ["dog"], 10) is None  # over the budget: least recent out
+    blocks.put("big", 1, KeywordBlock((RESOURCE, "r1"), [row(f"m{i}", "w1 w2 w3") for i in range(4)]))
+    assert blocks.matches("big", 1, (RESOURCE, "r1"), ["w1"], 10) is None  # alone over the budget: not kept
