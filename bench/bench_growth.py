@@ -28,9 +28,10 @@ sweep over all actors at once.
 
 Prints JSON: every figure per size and the ratios to the first size's, and ``idle``. ``--max`` stops early
 (quick runs); ``--idle 0`` skips the idle phase, ``--only idle`` runs it alone.
-``--gc-threshold N`` sets CPython's youngest-generation threshold in every phase (see the README's deployment notes).
+``--gc-threshold N`` sets CPython's youngest-generation threshold in every phase (see the README's deployment notes);
+``--search vector`` measures the reference's vector-only recall instead of the hybrid default.
 Usage: ``python -m bench.bench_growth [--max 100000] [--workdir DIR] [--idle N] [--only growth|idle]
-[--gc-threshold N]``.
+[--search hybrid|vector|keyword] [--gc-threshold N]``.
 """
 
 from __future__ import annotations
@@ -85,12 +86,16 @@ def _pcts(samples: Sequence[float]) -> dict[str, float]:
     return {"p50_ms": round(float(np.percentile(arr, 50)), 3), "p99_ms": round(float(np.percentile(arr, 99)), 3)}
 
 
+SEARCH = {"mode": "hybrid"}  # semanticRecall.search of every phase (--search)
+
+
 def _memory(path: str) -> Memory:
     return Memory(
         storage=SQLiteStore(path),
         vector=HnswVectorStore(path + ".vectors"),
         embedder=HashEmbedder(dim=DIM),
-        options={"lastMessages": 10, "semanticRecall": {"topK": 4, "messageRange": 1, "scope": "resource"}},
+        options={"lastMessages": 10, "semanticRecall": {"topK": 4, "messageRange": 1, "scope": "resource",
+                                                        "search": SEARCH["mode"]}},
     )
 
 
@@ -718,7 +723,7 @@ async def _idle_traced(path: str, threads: int, idle_timeout: float, max_actors:
     return {"threads": threads, "retained_bytes_per_thread": round(retained / threads, 1), "grew_most": top}
 
 
-_PHASE_FLAGS: list[str] = []  # passed on to every phase's process (--gc-threshold)
+_PHASE_FLAGS: list[str] = []  # passed on to every phase's process (--search, --gc-threshold)
 
 
 def _phase(args: Sequence[str]) -> dict[str, Any]:
@@ -789,15 +794,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--gc-threshold", type=int, metavar="N",
                         help="gc.set_threshold(N) in every phase (default: CPython's 700): how tuning the collector's "
                              "youngest generation changes the figures")
+    parser.add_argument("--search", choices=("hybrid", "vector", "keyword"), default="hybrid",
+                        help="semanticRecall.search of the recalls and searches (default hybrid)")
     parser.add_argument("--phase", choices=("write", "restart", "latency", "idle", "idle-traced"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--from-threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    SEARCH["mode"] = args.search
+    _PHASE_FLAGS[:] = ["--search", args.search]
     if args.gc_threshold:
         gc.set_threshold(args.gc_threshold)
-        _PHASE_FLAGS[:] = ["--gc-threshold", str(args.gc_threshold)]
+        _PHASE_FLAGS.extend(["--gc-threshold", str(args.gc_threshold)])
     if args.phase == "write":
         print(json.dumps(anyio.run(_write, args.db, args.from_threads, args.threads)))
         return
@@ -812,6 +821,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     report: dict[str, Any] = {}
     if args.only != "idle":
         report = _growth(workdir, args.max)
+        report["search"] = args.search
     if args.only != "growth" and args.idle > 0:
         report["idle"] = _run_idle(workdir, args.idle, args.idle_timeout, args.idle_max_actors)
         print(json.dumps({"idle": report["idle"]}), file=sys.stderr, flush=True)

@@ -74,8 +74,10 @@ BLOCK_SCOPE = 20_000
 the index at its first search, about 15 µs a message, and kept up to date by this process's folds)."""
 Advance = tuple[str, int, int, list[Row] | None]
 """A scope token's version before and after a committed write, and the rows it only added (None: not only)."""
-CATCH_UP_BATCH = 500
-"""Messages read per catch-up batch (one short write transaction each)."""
+CATCH_UP_BATCH = 5000
+"""Messages looked at per catch-up batch (one short write transaction each); only those without an index row are
+read whole, at most :data:`CATCH_UP_READS` a batch."""
+CATCH_UP_READS = 500
 FOLD_BATCH = 2000
 """Queued ids indexed per fold transaction."""
 SMALL_SCOPE = 5000
@@ -376,14 +378,25 @@ def catch_up_batch(conn: sqlite3.Connection, size: int = CATCH_UP_BATCH) -> tupl
         return folded, folded, advances
     row = conn.execute("SELECT value FROM threadmind_meta WHERE key = ?", (_WATERMARK,)).fetchone()
     through = int(row[0]) if row is not None else 0
-    rows = conn.execute(f"SELECT {_MESSAGE_COLS} FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                        (through, size)).fetchall()
-    if not rows:
+    rowids = [r[0] for r in conn.execute("SELECT rowid FROM mastra_messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                                         (through, size))]
+    if not rowids:
         return 0, 0, []
-    rowids = [r[7] for r in rows]
-    present = {r[0] for r in conn.execute(
-        f"SELECT rowid FROM threadmind_keywords WHERE rowid IN ({placeholders(len(rowids))})", rowids)}
-    written, advances = _index_rows(conn, [r for r in rows if r[7] not in present])
+    # Most rows past the watermark are threadmind's own, indexed by a fold: only the others are read whole.
+    present = {r[0] for r in conn.execute("SELECT rowid FROM threadmind_keywords WHERE rowid BETWEEN ? AND ?",
+                                          (rowids[0], rowids[-1]))}
+    missing: list[int] = []
+    for at, rowid in enumerate(rowids):
+        if rowid not in present:
+            missing.append(rowid)
+            if len(missing) == CATCH_UP_READS:  # a bounded transaction: the rest is the next batch's
+                rowids = rowids[:at + 1]
+                break
+    rows: list[tuple[Any, ...]] = []
+    for chunk in chunks(missing):
+        rows.extend(conn.execute(
+            f"SELECT {_MESSAGE_COLS} FROM mastra_messages WHERE rowid IN ({placeholders(len(chunk))})", chunk))
+    written, advances = _index_rows(conn, rows)
     conn.execute("INSERT INTO threadmind_meta (key, value) VALUES (?, ?) "
                  "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (_WATERMARK, str(rowids[-1])))
-    return len(rows), written, advances
+    return len(rowids), written, advances
