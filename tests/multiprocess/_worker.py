@@ -29,7 +29,7 @@ from threadmind.events import StartEvent
 from threadmind.memory import MemoryConfig, SemanticRecallConfig, WorkingMemoryConfig
 from threadmind.models import ModelRequest, ModelResponse, ToolCall
 from threadmind.models._scripted import ScriptedModel
-from threadmind.stores import HnswVectorStore, MessageQuery, PostgresStore, SQLiteStore, Store
+from threadmind.stores import HnswVectorStore, MessageQuery, PostgresStore, SQLiteStore, Store, supports_keywords
 from threadmind.ui import messages_from_ui
 
 DATA = re.compile(r"<working_memory_data>\n(.*?)\n</working_memory_data>", re.S)
@@ -247,8 +247,24 @@ async def opening(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
 SCENARIOS = {"wm": wm, "turns": turns, "chat": chat, "hold": hold, "serve": serve, "ties": ties, "opening": opening}
 
 
+async def catch_up(config: dict[str, Any], lines: Lines) -> None:
+    """The store alone is opened after ``go`` (every worker at once) and indexes what its keyword index lacks;
+    reports how many messages this process indexed."""
+    async with make_store(config["store"]) as store:
+        assert supports_keywords(store)
+        written = await store.build_keyword_index()
+        found = await store.keyword_search(["parrot"], resource_id="r1", thread_id=None, limit=5000)
+    say(event="done", written=written, found=len(found.candidates))
+
+
 async def main(config: dict[str, Any]) -> None:
     lines = Lines()
+    if config["scenario"] == "catch_up":
+        say(event="ready", pid=__import__("os").getpid())
+        if await lines.next() != "go":
+            raise SystemExit(2)
+        await catch_up(config, lines)
+        return
     memory = make_memory(config)
     if config["scenario"] != "opening":
         await memory.start()

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.multiprocess._harness import note, workers
-from tests.multiprocess._worker import make_memory
+from tests.multiprocess._worker import make_memory, make_store
+from tests.stores.test_keywords import write_behind_the_index
 
 from threadmind import Message
+from threadmind.codecs import Thread
 
 PROCS = 4
 
@@ -153,6 +155,24 @@ async def test_several_processes_open_a_fresh_store_at_once(backend: dict[str, A
         for p in range(procs):
             assert [m.text for m in (await memory.recall(f"t-open-{p}", resource_id="r1")).messages] == \
                 [f"hello from p{p}"]
+
+
+async def test_processes_opening_a_database_mastra_wrote_index_its_words_once(backend: dict[str, Any]) -> None:
+    """Messages written without the keyword index (by Mastra) are indexed once, whichever of the processes that
+    open the store at once gets each batch."""
+    rows = 2400
+    async with make_store(backend) as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        await write_behind_the_index(store, [
+            Message.user(f"note {i} about a parrot", id=f"m{i}", thread_id="t1", resource_id="r1",
+                         created_at=datetime(2025, 1, 1, tzinfo=UTC) + timedelta(seconds=i)) for i in range(rows)])
+    procs = 3
+    async with workers([_config(backend, "catch_up", p) for p in range(procs)]) as running:
+        reports = [await worker.event("done", limit=60) for worker in running]
+    written = [report["written"] for report in reports]
+    note(test="catch_up", backend=backend["kind"], processes=procs, written=written)
+    assert sum(written) == rows  # each message indexed by one process
+    assert all(report["found"] == rows for report in reports)
 
 
 async def test_semantic_recall_finds_another_processs_message_at_the_next_query(backend: dict[str, Any],

@@ -172,7 +172,7 @@ class TestCatchUp:
         await store.create_thread(Thread(id="t1", resource_id="r1"))
         await store.save_messages("t1", [say("m0", "already indexed parrot", i=0)])
         rows = [say(f"m{i}", f"note {i} about a mastra written parrot", i=i) for i in range(1, 1203)]
-        await _write_behind_the_index(store, rows)
+        await write_behind_the_index(store, rows)
         in_memory = isinstance(store, InMemoryStore)
         assert isinstance(store, KeywordSearch)
         assert in_memory or await store.keyword_backlog() >= 1202
@@ -184,7 +184,7 @@ class TestCatchUp:
             assert len(seen) >= 3 and seen[-1][0] >= 1202  # bounded batches, with progress
 
 
-async def _write_behind_the_index(store: Store, messages: list[Message]) -> None:
+async def write_behind_the_index(store: Store, messages: list[Message]) -> None:
     """Insert message rows as another program would: straight into Mastra's table."""
     rows = [(m.id, m.thread_id, message_to_dict(m)["content"], m.role, m.created_at, m.resource_id) for m in messages]
     if isinstance(store, SQLiteStore):

@@ -296,13 +296,17 @@ class PostgresStore:
         return count
 
     async def build_keyword_index(self, progress: Callable[[int, int], object] | None = None) -> int:
-        """Index the messages that have no keyword row, 500 per transaction; ``progress(done, total)`` after each
-        batch. Returns the rows written (0: the index was complete)."""
+        """Index the messages that have no keyword row, 500 per transaction (one process's batch at a time);
+        ``progress(done, total)`` after each batch. Returns the rows written (0: the index was complete)."""
         total = await self.keyword_backlog()
         written = 0
         while True:
             async def batch(conn: Any) -> int:
                 async with transaction(conn):
+                    # One batch at a time across processes: each reads what the others' batches left, so
+                    # processes opening one database at once index each message once.
+                    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                                       "threadmind.keywords.catch_up")
                     rows = await conn.fetch(CATCH_UP_SQL, 500)
                     if rows:
                         await conn.execute(UPSERT_SQL, *keyword_rows(
