@@ -250,10 +250,15 @@ SCENARIOS = {"wm": wm, "turns": turns, "chat": chat, "hold": hold, "serve": serv
 async def catch_up(config: dict[str, Any], lines: Lines) -> None:
     """The store alone is opened after ``go`` (every worker at once) and indexes what its keyword index lacks;
     reports how many messages this process indexed."""
-    async with make_store(config["store"]) as store:
-        assert supports_keywords(store)
-        written = await store.build_keyword_index()
-        found = await store.keyword_search(["parrot"], resource_id="r1", thread_id=None, limit=5000)
+    store = make_store(config["store"])
+    await store.open()
+    try:
+        keywords = store if supports_keywords(store) else None
+        assert keywords is not None
+        written = await keywords.build_keyword_index()
+        found = await keywords.keyword_search(["parrot"], resource_id="r1", thread_id=None, limit=5000)
+    finally:
+        await store.aclose()
     say(event="done", written=written, found=len(found.candidates))
 
 

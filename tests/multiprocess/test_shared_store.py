@@ -161,11 +161,15 @@ async def test_processes_opening_a_database_mastra_wrote_index_its_words_once(ba
     """Messages written without the keyword index (by Mastra) are indexed once, whichever of the processes that
     open the store at once gets each batch."""
     rows = 2400
-    async with make_store(backend) as store:
+    store = make_store(backend)
+    await store.open()
+    try:
         await store.create_thread(Thread(id="t1", resource_id="r1"))
         await write_behind_the_index(store, [
             Message.user(f"note {i} about a parrot", id=f"m{i}", thread_id="t1", resource_id="r1",
                          created_at=datetime(2025, 1, 1, tzinfo=UTC) + timedelta(seconds=i)) for i in range(rows)])
+    finally:
+        await store.aclose()
     procs = 3
     async with workers([_config(backend, "catch_up", p) for p in range(procs)]) as running:
         reports = [await worker.event("done", limit=60) for worker in running]
