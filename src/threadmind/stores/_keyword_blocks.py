@@ -20,7 +20,7 @@ budget, least recently used out first.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -39,21 +39,42 @@ Owner = tuple[str, str]  # (RESOURCE or THREAD, its id)
 RESOURCE, THREAD = "resource", "thread"
 
 
+class _Postings:
+    """The messages holding one word and its count in each: Python lists that grow, and the numpy arrays a search
+    scores with, made on the first search that needs them (most of a scope's words are never searched for)."""
+
+    __slots__ = ("_arrays", "counts", "docs", "stale")
+
+    def __init__(self) -> None:
+        self.docs: list[int] = []
+        self.counts: list[int] = []
+        self.stale = True
+        self._arrays: tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]] | None = None
+
+    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]:
+        if self.stale or self._arrays is None:
+            self._arrays = (np.asarray(self.docs, dtype=_I32), np.asarray(self.counts, dtype=_F64))
+            self.stale = False
+        return self._arrays
+
+
 class KeywordBlock:
     """One scope's keyword rows (see the module docstring)."""
 
-    __slots__ = ("_docs", "_lengths", "ids", "owner", "postings", "resources", "size", "threads", "words")
+    __slots__ = ("_docs", "_lengths", "_lengths_array", "ids", "owner", "postings", "resources", "size", "threads",
+                 "words")
 
     def __init__(self, owner: Owner, rows: Iterable[Row]) -> None:
         self.owner = owner
         self.ids: list[str] = []
         self.threads: list[str] = []
         self.resources: list[str] = []
-        self._lengths = np.zeros(0, dtype=_F64)
+        self._lengths: list[float] = []
+        self._lengths_array: npt.NDArray[np.float64] | None = None
         self._docs: dict[str, int] = {}
         self.words = 0
         self.size = 0
-        self.postings: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]] = {}
+        self.postings: dict[str, _Postings] = {}
         self.extend(rows)
 
     def __contains__(self, message_id: object) -> bool:
@@ -66,9 +87,7 @@ class KeywordBlock:
 
     def extend(self, rows: Iterable[Row]) -> None:
         """Add the messages of the scope that are not in the block yet (their postings appended)."""
-        docs: dict[str, list[int]] = {}
-        counts: dict[str, list[float]] = {}
-        lengths: list[float] = []
+        postings = self.postings
         for row in rows:
             message_id, thread_id, resource_id, tokens = row
             words = tokens.split()
@@ -79,22 +98,18 @@ class KeywordBlock:
             self.ids.append(message_id)
             self.threads.append(thread_id)
             self.resources.append(resource_id)
-            lengths.append(float(len(words)))
+            self._lengths.append(float(len(words)))
+            self._lengths_array = None
             self.words += len(words)
-            tally: dict[str, int] = {}
-            for word in words:
-                tally[word] = tally.get(word, 0) + 1
+            tally = Counter(words)
             for word, n in tally.items():
-                docs.setdefault(word, []).append(doc)
-                counts.setdefault(word, []).append(float(n))
-        if lengths:
-            self._lengths = np.concatenate((self._lengths, np.asarray(lengths, dtype=_F64)))
-        for word, new in docs.items():
-            old = self.postings.get(word)
-            add_docs, add_counts = np.asarray(new, dtype=_I32), np.asarray(counts[word], dtype=_F64)
-            self.postings[word] = (add_docs, add_counts) if old is None else (
-                np.concatenate((old[0], add_docs)), np.concatenate((old[1], add_counts)))
-            self.size += len(new)
+                entry = postings.get(word)
+                if entry is None:
+                    entry = postings[word] = _Postings()
+                entry.docs.append(doc)
+                entry.counts.append(n)
+                entry.stale = True
+            self.size += len(tally)
 
     def matches(self, terms: Sequence[str], limit: int) -> KeywordMatches:
         """The scope's statistics for ``terms`` and its best ``limit`` candidates by BM25 (k1 1.2, b 0.75) over the
@@ -102,7 +117,7 @@ class KeywordBlock:
         lexemes = lexemes_of(terms)
         table = self.postings
         n = len(self.ids)
-        frequencies = {lexeme: len(table[lexeme][0]) if lexeme in table else 0 for lexeme in lexemes}
+        frequencies = {lexeme: len(table[lexeme].docs) if lexeme in table else 0 for lexeme in lexemes}
         if not n:
             return KeywordMatches(0, 0.0, frequencies, [])
         average = self.words / n
@@ -110,8 +125,10 @@ class KeywordBlock:
         kept = [lexeme for _, _, lexeme in present[:KEYWORD_TERMS]]
         if not kept:
             return KeywordMatches(n, average, frequencies, [])
-        lengths = self._lengths
-        postings = [table[lexeme] for lexeme in kept]
+        if self._lengths_array is None:
+            self._lengths_array = np.asarray(self._lengths, dtype=_F64)
+        lengths = self._lengths_array
+        postings = [table[lexeme].arrays() for lexeme in kept]
         sizes = np.fromiter((len(p[0]) for p in postings), dtype=np.int64, count=len(postings))
         raw = np.log((n - sizes + 0.5) / (sizes + 0.5))
         which = np.repeat(np.arange(len(kept)), sizes)  # each posting's word
