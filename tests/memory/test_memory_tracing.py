@@ -37,9 +37,19 @@ def _threadmind(spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
     return [s for s in spans if s.name.startswith("threadmind.")]
 
 
+async def _started_work_done(exporter: InMemorySpanExporter) -> None:
+    """Wait for the work a start begins in the background (the keyword index's catch-up), whose spans are its own
+    trace's, not a caller's."""
+    with anyio.fail_after(5):
+        while not any(s.name == "threadmind.memory.keyword_catch_up"  # noqa: ASYNC110 - spans are polled
+                      for s in exporter.get_finished_spans()):
+            await anyio.sleep(0.01)
+
+
 async def test_save_spans_descend_from_caller(tmp_path: Path, span_exporter: InMemorySpanExporter) -> None:
     async with Memory(storage=SQLiteStore(tmp_path / "spans.db")) as memory:
         await memory.create_thread(resource_id="r1", thread_id="t1")
+        await _started_work_done(span_exporter)
         span_exporter.clear()
         tracer = trace.get_tracer("test")
         with tracer.start_as_current_span("caller") as caller:
@@ -91,6 +101,7 @@ async def test_concurrent_saves_no_threadmind_root(tmp_path: Path, span_exporter
     async with Memory(storage=SQLiteStore(tmp_path / "spans.db")) as memory:
         for i in range(16):
             await memory.create_thread(resource_id="r1", thread_id=f"t{i}")
+        await _started_work_done(span_exporter)
         span_exporter.clear()
         tracer = trace.get_tracer("test")
         callers: dict[int, int] = {}
@@ -146,6 +157,7 @@ async def test_background_vector_work_never_starts_a_new_root(
     async with Memory(storage=SQLiteStore(tmp_path / "m.db"), vector=HnswVectorStore(tmp_path / "v"),
                       embedder=HashEmbedder(dim=32), options={"semanticRecall": True}) as memory:
         await memory.create_thread(resource_id="r1", thread_id="t1")
+        await _started_work_done(span_exporter)
         span_exporter.clear()
         with trace.get_tracer("test").start_as_current_span("caller") as caller:
             await memory.save_messages([msg("a", text="hello there"), msg("b", text="general kenobi", ms=1)])
