@@ -60,6 +60,7 @@ async def _timed(fn: Callable[[], Awaitable[Any]], out: list[float]) -> None:
 
 
 SEARCH = {"mode": "hybrid"}  # semanticRecall.search of the semantic phases (--search)
+SYNCHRONOUS = {"level": "FULL"}  # the store's and the baselines' synchronous level (--synchronous)
 
 
 def _memory(path: str, semantic: bool) -> Memory:
@@ -67,7 +68,7 @@ def _memory(path: str, semantic: bool) -> Memory:
     if semantic:
         options["semanticRecall"] = {"topK": 4, "messageRange": 1, "scope": "resource", "search": SEARCH["mode"]}
     return Memory(
-        storage=SQLiteStore(path),
+        storage=SQLiteStore(path, synchronous=SYNCHRONOUS["level"]),
         vector=HnswVectorStore(path + ".vectors") if semantic else None,
         embedder=HashEmbedder(dim=384) if semantic else None,
         options=options,
@@ -199,7 +200,7 @@ async def main():
     for mode in ("one_transaction", "commit_per_save"):
         path = os.path.join(sys.argv[1], mode + ".db")
         async with aiosqlite.connect(path, isolation_level=None) as db:
-            await db.execute("PRAGMA journal_mode=WAL"); await db.execute("PRAGMA synchronous=FULL")
+            await db.execute("PRAGMA journal_mode=WAL"); await db.execute("PRAGMA synchronous=" + sys.argv[4])
             await db.execute(SCHEMA)
             started = time.perf_counter()
             if mode == "one_transaction":
@@ -217,7 +218,8 @@ asyncio.run(main())
 
 _RAW_CEILING = r"""
 # The physical ceiling: plain sqlite3 on the calling thread (no event loop, no thread hops, no validation), the
-# same file schema (Mastra's tables + threadmind's vector tables), the same statements a save issues, FULL.
+# same file schema (Mastra's tables + threadmind's vector tables), the same statements a save issues, at the same
+# synchronous level.
 import json, os, sqlite3, sys, time
 import numpy as np
 sys.path.insert(0, os.getcwd())
@@ -239,7 +241,7 @@ VEC = ("INSERT INTO threadmind_vectors (index_name, vector_id, message_id, threa
        "embedding, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 def open_db(name):
     conn = sqlite3.connect(os.path.join(sys.argv[1], name), isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL"); conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA journal_mode=WAL"); conn.execute("PRAGMA synchronous=" + sys.argv[4])
     conn.execute("BEGIN"); create_schema(conn)
     for statement in VECTOR_SCHEMA.split(";"):
         if statement.strip():
@@ -315,7 +317,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "workload": {"threads": workload.threads, "resources": workload.resources, "turns": workload.turns,
                      "messages": workload.message_count, "queries": workload.queries},
-        "synchronous": "FULL",
+        "synchronous": SYNCHRONOUS["level"],
     }
     with tempfile.TemporaryDirectory(prefix="threadmind-bench-") as workdir:
         if "a" in args.phases:
@@ -335,7 +337,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                 report["d_semantic_query"] = semantic["query"]
         report["peak_rss_mb"] = _rss_mb()
         if not args.no_baselines:
-            raw = _run_baseline(_RAW_SQLITE, workdir, str(workload.threads), str(workload.turns))
+            raw = _run_baseline(_RAW_SQLITE, workdir, str(workload.threads), str(workload.turns),
+                                SYNCHRONOUS["level"])
             report["baseline_aiosqlite"] = raw
             if "a_save_concurrency_16" in report and "one_transaction" in raw:
                 report["ratio_c16_to_raw_one_transaction"] = round(
@@ -343,7 +346,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             if "a_save_sequential" in report and "commit_per_save" in raw:
                 report["ratio_sequential_to_raw_commit_per_save"] = round(
                     report["a_save_sequential"]["msgs_per_s"] / raw["commit_per_save"]["msgs_per_s"], 3)
-            ceiling = _run_baseline(_RAW_CEILING, workdir, str(workload.threads), str(workload.turns))
+            ceiling = _run_baseline(_RAW_CEILING, workdir, str(workload.threads), str(workload.turns),
+                                    SYNCHRONOUS["level"])
             report["ceiling_plain_sqlite3_same_schema"] = ceiling
             pairs = (("a_save_sequential", "sequential_commit_per_save", "ratio_sequential_to_ceiling"),
                      ("a_save_concurrency_16", "group_of_16_saves_per_commit", "ratio_c16_to_ceiling"),
@@ -373,12 +377,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="run each save phase this many times on fresh files and report the median run")
     parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--synchronous", choices=("FULL", "NORMAL", "OFF"), default="FULL",
+                        help="SQLite synchronous level of the store and the raw baselines (default FULL)")
     parser.add_argument("--search", choices=("hybrid", "vector", "keyword"), default="hybrid",
                         help="semanticRecall.search of the semantic phases (c, d)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     SEARCH["mode"] = args.search
+    SYNCHRONOUS["level"] = args.synchronous
     report = anyio.run(_main, args)
     report["search"] = args.search
     print(json.dumps(report, indent=2))

@@ -27,7 +27,7 @@ from threadmind.stores import SQLiteStore
 
 async def main() -> None:
     base = datetime(2025, 1, 1, tzinfo=UTC)
-    async with Memory(storage=SQLiteStore(sys.argv[1])) as memory:
+    async with Memory(storage=SQLiteStore(sys.argv[1], synchronous=sys.argv[2])) as memory:
         await memory.create_thread(resource_id="r1", thread_id="t1")
         await memory.create_thread(resource_id="r1", thread_id="t2")
         print("ready", flush=True)
@@ -68,10 +68,11 @@ def _worker_threads() -> list[threading.Thread]:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
-async def test_sigkill_keeps_every_acknowledged_batch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])  # NORMAL: a lone caller's saves commit on the loop
+async def test_sigkill_keeps_every_acknowledged_batch(tmp_path: Path, synchronous: str) -> None:
     db = tmp_path / "killed.db"
     acked: dict[int, int] = {}
-    async with await anyio.open_process([sys.executable, "-c", _WORKLOAD, str(db)],
+    async with await anyio.open_process([sys.executable, "-c", _WORKLOAD, str(db), synchronous],
                                         stderr=subprocess.DEVNULL) as proc:
         assert proc.stdout is not None
         buffer = b""

@@ -34,6 +34,7 @@ from ._aiosqlite import (
     post_to_connection_thread,
 )
 from ._sqlite_keywords import enqueue
+from ._sqlite_peers import Peers
 from ._sqlite_rows import (
     Row,
     bump,
@@ -42,6 +43,7 @@ from ._sqlite_rows import (
     placeholders,
     upsert,
 )
+from ._wal_index import WalIndex
 
 __all__ = (
     "GroupWriter",
@@ -52,6 +54,7 @@ __all__ = (
     "fail_all",
     "read_tx",
     "run_group",
+    "run_inline",
     "run_one",
     "run_saves",
     "run_single",
@@ -63,6 +66,9 @@ T = TypeVar("T")
 _CHECK_EVERY = 16  # commits between WAL size checks
 _WAL_CHECKPOINT_BYTES = 1 << 20  # pre-copy once the WAL holds this much (auto-checkpoint is at ~4 MB)
 _LINGER = 0.0005  # seconds a leader may wait for the callers of the previous group (see _gather)
+_INLINE_ROWS = 32  # messages a save may hold to commit on the event loop's thread
+_AUTOCHECKPOINT = 1000  # SQLite's wal_autocheckpoint (frames), which the store leaves at its default
+_FRAMES_PER_ROW, _FRAMES_MARGIN = 8, 32  # pages a save may write: per message (rows, indexes, queue) and besides
 
 SaveHook = Callable[[sqlite3.Connection, Sequence[Message]], None]
 
@@ -234,6 +240,22 @@ def run_single(conn: sqlite3.Connection, job: Job) -> None:
     except sqlite3.Error as exc:
         fail_all([job], f"could not start a write transaction: {exc}", exc)
         return
+    _run_begun(conn, job)
+
+
+def run_inline(conn: sqlite3.Connection, job: Job) -> bool:
+    """:func:`run_single` on the event loop's thread, for a short job when nothing waits: False, with nothing
+    done, when the write lock is not free at once (another connection holds it; the caller then takes the
+    writer thread, where waiting for it blocks nothing). ``conn``'s busy timeout must be 0."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:
+        return False
+    _run_begun(conn, job)
+    return True
+
+
+def _run_begun(conn: sqlite3.Connection, job: Job) -> None:
     try:
         job.value = job.fn(conn)
     except Exception as exc:
@@ -323,6 +345,13 @@ class GroupWriter:
     _arrival: anyio.Event
     _checkpointing: bool
     _checked_at: int
+    _synchronous: str
+    _busy_timeout_ms: int
+    _peers: Peers | None
+    _wal_index: WalIndex
+    _waits_for_locks: bool
+    _inline_commits: int
+    _saving: int
 
     async def _submit(
         self, fn: Callable[[sqlite3.Connection], T], bulk: SaveSpec | None = None, defer: float = 0.0
@@ -458,6 +487,47 @@ class GroupWriter:
         try:
             if writer is None:
                 raise StorageError(f"{self!r} is closed")
-            await in_connection_thread(writer, lambda conn: run_group(conn, batch))
+            raw = self._inline_connection(writer) if self._inline(batch) else None
+            if raw is not None and run_inline(raw, batch[0]):
+                self._inline_commits += 1
+                return
+            await in_connection_thread(writer, lambda conn: run_group(self._waiting_connection(conn), batch))
         except Exception as exc:
             fail_all(batch, f"the write group failed: {exc}", exc)
+
+    def _inline(self, batch: list[Job]) -> bool:
+        """Whether this group may commit on the event loop's thread: one short save of a lone caller (saves under
+        way at once are committed in groups on the writer thread: 19 000 against 15 000 messages/s with 16 in
+        flight at NORMAL), at a ``synchronous`` level
+        whose commit does not wait for the disk (NORMAL, OFF: WAL commits are not synced), no other process on
+        the file (its lock would be waited for), and the WAL far enough from ``wal_autocheckpoint`` that this
+        commit cannot start SQLite's own checkpoint (which syncs: up to 5 ms measured; the commit that may is left
+        to the writer thread). A save of a lone caller then skips two thread hops (about 70 µs of its 90 here)."""
+        if len(batch) != 1 or self._synchronous == "FULL" or self._saving > 1:
+            return False
+        spec = batch[0].bulk
+        if spec is None or len(spec.rows) > _INLINE_ROWS:
+            return False
+        peers = self._peers
+        if peers is None or not peers.alone():
+            return False
+        frames = self._wal_index.frames()
+        return frames is not None and frames + _FRAMES_PER_ROW * len(spec.rows) + _FRAMES_MARGIN < _AUTOCHECKPOINT
+
+    def _inline_connection(self, writer: aiosqlite.Connection) -> sqlite3.Connection | None:
+        """The writer's sqlite3 connection, set not to wait for locks (a wait would hold the event loop); None
+        when it is closing."""
+        raw: sqlite3.Connection | None = writer._connection  # the writer thread is idle: this leader is its user
+        if raw is None:
+            return None
+        if self._waits_for_locks:
+            raw.execute("PRAGMA busy_timeout = 0")
+            self._waits_for_locks = False
+        return raw
+
+    def _waiting_connection(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        """(writer thread) ``conn`` set to wait ``busy_timeout_ms`` for another connection's lock."""
+        if not self._waits_for_locks:
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            self._waits_for_locks = True
+        return conn

@@ -22,6 +22,14 @@ long-lived task group entered there would be bound to that task's cancel scopes.
 shielded from cancellation; a caller cancelled while its job is still queued removes it (nothing written),
 once the job is in a group it commits fully and only the result is dropped.
 
+**A lone caller's short save** at ``synchronous`` NORMAL or OFF (whose WAL commits do not wait for the disk) commits
+on the event loop's thread instead: no other save under way, no other process on the file, the write lock free at
+once (the writer connection does not wait for it there: a busy lock sends the save to the writer thread, where
+waiting blocks nothing), and the WAL far from SQLite's own checkpoint (read from the wal-index; the commit that may
+start it goes to the writer thread). It skips two thread hops: sequential saves at NORMAL 5 500 -> 8 800
+messages/s here, with the same transaction, the same durability and the same failure semantics. At FULL every
+commit waits for the disk, so it stays on the writer thread.
+
 A ``save_messages`` job is four statements: SAVEPOINT; ``UPDATE mastra_threads ... RETURNING "resourceId"``
 (existence, owner and the ``updatedAt`` bump at once); one multi-row upsert whose ``DO UPDATE ... WHERE`` skips
 ids owned by another thread and whose ``RETURNING`` gives the stored ``createdAt`` of re-saved ids; RELEASE.
@@ -132,6 +140,7 @@ from ._sqlite_rows import (
 )
 from ._vector_records import SQLiteVectorRecords
 from ._versions import FileCounts, WriteCounts, counts_for_file
+from ._wal_index import WalIndex
 
 __all__ = ("SQLiteStore", "StoreStatistics")
 
@@ -169,12 +178,14 @@ def switch_to_wal(
 
 
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of the writer: committed groups, jobs run, the largest group and jobs waiting now."""
+    """A snapshot of the writer: committed groups (of which on the event loop's thread), jobs run, the largest
+    group and jobs waiting now."""
 
     commits: int
     jobs: int
     largest_group: int
     queued: int
+    inline_commits: int = 0
 
 
 class _State(enum.Enum):
@@ -242,6 +253,10 @@ class SQLiteStore(GroupWriter):
         self._checkpointer: aiosqlite.Connection | None = None
         self._checkpointing = False
         self._checked_at = 0
+        self._wal_index = WalIndex(self._path)  # how full the WAL is (see GroupWriter._inline)
+        self._waits_for_locks = True  # the writer connection's busy_timeout is busy_timeout_ms (not 0)
+        self._inline_commits = 0
+        self._saving = 0  # save_messages calls under way (GroupWriter._inline: a lone caller's only)
         self._vector_records: SQLiteVectorRecords | None = None
         self._keyword_blocks = KeywordBlocks()  # scopes searched by words, in memory (see _keyword_blocks)
         self._peers: Peers | None = None
@@ -259,7 +274,7 @@ class SQLiteStore(GroupWriter):
     def statistics(self) -> StoreStatistics:
         """Writer counters (group commits, jobs, largest group, queued now)."""
         return StoreStatistics(commits=self._commits, jobs=self._jobs, largest_group=self._largest,
-                               queued=len(self._queue))
+                               queued=len(self._queue), inline_commits=self._inline_commits)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -278,7 +293,10 @@ class SQLiteStore(GroupWriter):
                 raise StorageError(f"{self!r} is closed")
             writer = reader = checkpointer = None
             try:
-                writer = await connect(self._path, isolation_level=None, cached_statements=256)
+                # check_same_thread off: a short save may commit on the event loop's thread while the writer's is
+                # idle (GroupWriter._inline); the group-commit leader is the connection's one user at any time.
+                writer = await connect(self._path, isolation_level=None, cached_statements=256,
+                                       check_same_thread=False)
                 await in_connection_thread(writer, self._setup_writer)
                 reader = await connect(self._path, isolation_level=None, cached_statements=256)
                 await in_connection_thread(reader, self._setup_reader)
@@ -365,6 +383,7 @@ class SQLiteStore(GroupWriter):
                         await close_connection(conn)
                 self._reader = self._writer = self._checkpointer = None
                 self._keyword_blocks.clear()
+                self._wal_index.close()
                 if self._peers is not None:
                     self._peers.detach()
                 self._closed.set()
@@ -635,6 +654,14 @@ class SQLiteStore(GroupWriter):
         if not messages:
             await self._idle_checkpoint()
             return []
+        self._saving += 1
+        try:
+            return await self._save(thread_id, messages, mark_pending, fence)
+        finally:
+            self._saving -= 1
+
+    async def _save(self, thread_id: str, messages: list[Message], mark_pending: bool,
+                    fence: Lease | None) -> list[Message]:
         rows = [message_row(m) for m in messages]
         after = await self._pending_hook(mark_pending)
         fenced = self._fence_check(fence)

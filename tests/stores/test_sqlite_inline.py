@@ -1,0 +1,177 @@
+"""A lone caller's short save at synchronous NORMAL or OFF commits on the event loop's thread (no thread hops); it
+never waits there for a lock, never does with another process on the file, and is as durable as any other."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+import pytest
+
+from threadmind import Memory
+from threadmind.codecs import Message, Thread
+from threadmind.errors import ThreadNotFound
+from threadmind.stores import SQLiteStore
+from threadmind.stores._wal_index import WalIndex
+
+BASE = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def say(mid: str, i: int, thread: str = "t1") -> Message:
+    return Message.user(f"message {i}", id=mid, thread_id=thread, resource_id="r1",
+                        created_at=BASE + timedelta(seconds=i))
+
+
+async def saved_inline(store: SQLiteStore, count: int, first: int = 0) -> int:
+    before = store.statistics().inline_commits
+    for i in range(first, first + count):
+        await store.save_messages("t1", [say(f"m{i}", i)])
+    return store.statistics().inline_commits - before
+
+
+@pytest.mark.parametrize("synchronous", ["NORMAL", "OFF"])
+async def test_a_lone_callers_saves_commit_on_the_loop(tmp_path: Path, synchronous: str) -> None:
+    async with SQLiteStore(tmp_path / "m.db", synchronous=synchronous) as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        assert await saved_inline(store, 20) == 20
+        with pytest.raises(ThreadNotFound):  # a refused save fails as before and leaves nothing
+            await store.save_messages("ghost", [say("g", 99, "ghost")])
+        big = [say(f"b{i}", 100 + i) for i in range(40)]  # more than a short save: the writer thread takes it
+        before = store.statistics().inline_commits
+        await store.save_messages("t1", big)
+        assert store.statistics().inline_commits == before
+        stored = await store.get_messages_by_id([f"m{i}" for i in range(20)] + ["g", "b0", "b39"])
+        assert {m.id for m in stored} == {f"m{i}" for i in range(20)} | {"b0", "b39"}
+
+
+async def test_at_full_every_commit_waits_for_the_disk_on_the_writer_thread(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "m.db") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        assert await saved_inline(store, 10) == 0
+
+
+async def test_saves_under_way_at_once_commit_as_groups_on_the_writer_thread(tmp_path: Path) -> None:
+    """A save that starts while another is under way (both past validation, waiting to commit) is grouped on the
+    writer thread; saves that never overlap (a save yields nowhere before its commit when its thread's actor is
+    idle) commit one by one on the loop. Either way every message is stored."""
+    store = SQLiteStore(tmp_path / "m.db", synchronous="NORMAL")
+    async with Memory(storage=store) as memory:
+        for t in range(8):
+            await memory.create_thread(thread_id=f"t{t}", resource_id="r1")
+
+        async def saves(t: int) -> None:
+            for i in range(20):
+                await memory.save_messages([say(f"t{t}-{i}", i, f"t{t}")])
+
+        async with anyio.create_task_group() as group:
+            for t in range(8):
+                group.start_soon(saves, t)
+        assert len(await store.get_messages_by_id([f"t{t}-{i}" for t in range(8) for i in range(20)])) == 160
+        job = [say("x", 0, "t0")]
+        before = store.statistics()
+        store._saving = 1  # another save under way
+        try:
+            await store.save_messages("t0", job)
+        finally:
+            store._saving = 0
+        assert store.statistics().inline_commits == before.inline_commits  # it went to the writer thread
+        await store.save_messages("t0", [say("y", 1, "t0")])
+        assert store.statistics().inline_commits == before.inline_commits + 1  # a lone one: on the loop
+
+
+async def test_a_lock_held_elsewhere_is_waited_for_off_the_loop(tmp_path: Path) -> None:
+    """Another connection (here a plain sqlite3 one, as another program's would be) holds the write lock: the save
+    waits for it on the writer thread while the event loop keeps running, then commits."""
+    path = tmp_path / "m.db"
+    async with SQLiteStore(path, synchronous="NORMAL") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        await saved_inline(store, 2)
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        gaps: list[float] = []
+        done = anyio.Event()
+
+        async def ticker() -> None:
+            last = time.perf_counter()
+            while not done.is_set():
+                await anyio.sleep(0.005)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        async def release_later() -> None:
+            await anyio.sleep(0.3)
+            other.execute("COMMIT")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ticker)
+            group.start_soon(release_later)
+            started = time.perf_counter()
+            assert await saved_inline(store, 1, first=2) == 0  # it could not commit at once on the loop
+            waited = time.perf_counter() - started
+            done.set()
+        other.close()
+        assert waited >= 0.25  # it did wait for the lock
+        assert max(gaps) < 0.1  # and the loop ran meanwhile
+        assert await saved_inline(store, 3, first=3) == 3  # the lock is free again: back on the loop
+        assert len(await store.get_messages_by_id([f"m{i}" for i in range(6)])) == 6
+
+
+_HOLD_OPEN = """
+import sys, anyio
+from threadmind.stores import SQLiteStore
+from threadmind.stores._wal_index import WalIndex
+
+async def main() -> None:
+    async with SQLiteStore(sys.argv[1], synchronous="NORMAL"):
+        print("open", flush=True)
+        sys.stdin.readline()
+
+anyio.run(main)
+"""
+
+
+async def test_with_another_process_on_the_file_saves_take_the_writer_thread(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    async with SQLiteStore(path, synchronous="NORMAL") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        assert await saved_inline(store, 3) == 3
+        async with await anyio.open_process([sys.executable, "-c", _HOLD_OPEN, str(path)],
+                                            stderr=subprocess.DEVNULL) as other:
+            assert other.stdout is not None and other.stdin is not None
+            with anyio.fail_after(20):
+                assert (await other.stdout.receive()).startswith(b"open")
+            assert await saved_inline(store, 3, first=3) == 0  # its lock would be waited for: never on the loop
+            await other.stdin.send(b"bye\n")
+            await other.wait()
+        assert await saved_inline(store, 3, first=6) == 3  # alone again
+
+
+async def test_the_commit_that_may_start_sqlites_own_checkpoint_takes_the_writer_thread(tmp_path: Path) -> None:
+    """SQLite checkpoints the WAL in the COMMIT that takes it past 1 000 frames, syncing the file (up to 5 ms here):
+    such a commit must not be on the loop. Saves near that mark go to the writer thread, and none on the loop
+    ever finds the WAL past it."""
+    path = tmp_path / "m.db"
+    frames_seen: list[int] = []
+    async with SQLiteStore(path, synchronous="NORMAL") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        index = WalIndex(str(path))
+        threaded = 0
+        for i in range(600):  # ~3 000 frames: SQLite's own checkpoint comes round several times
+            frames = index.frames()
+            assert frames is not None
+            frames_seen.append(frames)
+            before = store.statistics().inline_commits
+            await store.save_messages("t1", [say(f"m{i}", i), say(f"n{i}", i)])
+            if store.statistics().inline_commits == before:
+                threaded += 1
+            else:
+                assert frames + 48 < 1000  # committed on the loop only when far from the mark
+        index.close()
+    assert max(frames_seen) >= 900 and threaded >= 3  # the mark was approached, and those commits left the loop
+    assert threaded < 200
