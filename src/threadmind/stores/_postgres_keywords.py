@@ -83,19 +83,25 @@ SELECT s.n, s.total, ARRAY(SELECT lexeme FROM df), ARRAY(SELECT df FROM df),
 FROM stats s LEFT JOIN scored r ON true
 """
 
-# $1 message ids: the messages just before and after each one in its thread (by createdAt, then sequence).
+# $1 message ids: the messages just before and after each one in its thread (by createdAt, then sequence). The
+# redundant bound on "createdAt" lets the (thread_id, "createdAt") index start each scan at the message itself (an
+# incremental sort then settles ties), instead of walking the thread from its far end.
 NEIGHBOURS_SQL = """
+WITH c AS (
+  SELECT m.id, m.thread_id, m."createdAt" AS at,
+         COALESCE((SELECT s.seq FROM threadmind_message_seq s WHERE s.message_id = m.id), -1) AS q
+  FROM mastra_messages m WHERE m.id = ANY($1::text[])
+)
 SELECT c.id,
   (SELECT p.id FROM mastra_messages p LEFT JOIN threadmind_message_seq ps ON ps.message_id = p.id
-   WHERE p.thread_id = c.thread_id AND (p."createdAt", COALESCE(ps.seq, -1), p.id COLLATE "C")
-         < (c."createdAt", COALESCE(cs.seq, -1), c.id COLLATE "C")
+   WHERE p.thread_id = c.thread_id AND p."createdAt" <= c.at
+     AND (p."createdAt", COALESCE(ps.seq, -1), p.id COLLATE "C") < (c.at, c.q, c.id COLLATE "C")
    ORDER BY p."createdAt" DESC, COALESCE(ps.seq, -1) DESC, p.id COLLATE "C" DESC LIMIT 1),
   (SELECT n.id FROM mastra_messages n LEFT JOIN threadmind_message_seq ns ON ns.message_id = n.id
-   WHERE n.thread_id = c.thread_id AND (n."createdAt", COALESCE(ns.seq, -1), n.id COLLATE "C")
-         > (c."createdAt", COALESCE(cs.seq, -1), c.id COLLATE "C")
+   WHERE n.thread_id = c.thread_id AND n."createdAt" >= c.at
+     AND (n."createdAt", COALESCE(ns.seq, -1), n.id COLLATE "C") > (c.at, c.q, c.id COLLATE "C")
    ORDER BY n."createdAt", COALESCE(ns.seq, -1), n.id COLLATE "C" LIMIT 1)
-FROM mastra_messages c LEFT JOIN threadmind_message_seq cs ON cs.message_id = c.id
-WHERE c.id = ANY($1::text[])
+FROM c
 """
 
 CATCH_UP_SQL = """

@@ -4,7 +4,8 @@ A page is one statement: the rows plus the total as a scalar subquery (``COUNT(*
 a total; without it the page reads one row past its end to tell whether more follow). Include windows are one
 more statement for any number of windows: each target found by id (within the resource when one is given) and
 its ``N`` previous / ``M`` next rows of its own thread by keyset on (``"createdAt"``, sequence, id), through
-``LATERAL`` subqueries the ``(thread_id, "createdAt")`` index serves. The thread-with-tail read is one statement
+``LATERAL`` subqueries the ``(thread_id, "createdAt")`` index serves from the target on (a redundant bound on
+``"createdAt"`` starts the scan there; an incremental sort settles ties). The thread-with-tail read is one statement
 returning the thread row, the newest page and the count together (one snapshot).
 """
 
@@ -40,10 +41,12 @@ SELECT w.* FROM tgt CROSS JOIN LATERAL (
   (SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = tgt.id)
   UNION ALL
   (SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = tgt.thread_id{{resource}}
-     AND {MSG_KEY} < (tgt.c, tgt.q, tgt.id COLLATE "C") ORDER BY {order_by(True)} LIMIT tgt.prev)
+     AND m."createdAt" <= tgt.c AND {MSG_KEY} < (tgt.c, tgt.q, tgt.id COLLATE "C")
+     ORDER BY {order_by(True)} LIMIT tgt.prev)
   UNION ALL
   (SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = tgt.thread_id{{resource}}
-     AND {MSG_KEY} > (tgt.c, tgt.q, tgt.id COLLATE "C") ORDER BY {order_by(False)} LIMIT tgt.next)
+     AND m."createdAt" >= tgt.c AND {MSG_KEY} > (tgt.c, tgt.q, tgt.id COLLATE "C")
+     ORDER BY {order_by(False)} LIMIT tgt.next)
 ) w
 """
 _INCLUDES_ANY = _INCLUDES.replace("{resource}", "")
