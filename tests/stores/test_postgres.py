@@ -156,7 +156,7 @@ class TestSchema:
             await store.release_lease(lease)
         version = await _sql(pg_dsn, lambda c: c.fetchval(
             "SELECT value FROM threadmind_meta WHERE key = 'schema_version'"))
-        assert version == str(SCHEMA_VERSION) == "4"
+        assert version == str(SCHEMA_VERSION) == "5"
 
     async def test_many_stores_open_an_empty_database_at_once(self, pg_dsn: str) -> None:
         stores = [PostgresStore(pg_dsn, min_size=1, max_size=1) for _ in range(8)]

@@ -21,20 +21,23 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from ._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMatches, lexemes_of
 
-__all__ = ("BLOCK_BUDGET", "RESOURCE", "THREAD", "KeywordBlock", "KeywordBlocks", "Owner", "Row")
+__all__ = ("BLOCK_BUDGET", "RESOURCE", "THREAD", "CountedRow", "KeywordBlock", "KeywordBlocks", "Owner", "Row")
 
 BLOCK_BUDGET = 4_000_000
 """Postings (a word in a message, counted once) the cached blocks of one store hold at most (about 100 MB)."""
 _I32 = np.int32
 _F64 = np.float64
 Row = tuple[str, str, str, str]  # message id, thread id, resource id, its stems joined by spaces
+# message id, thread id, resource id, its length in words, and how often each stem occurs in it (PostgreSQL rows, whose
+# stored length counts words the tsvector leaves out)
+CountedRow = tuple[str, str, str, int, dict[str, int]]
 Owner = tuple[str, str]  # (RESOURCE or THREAD, its id)
 RESOURCE, THREAD = "resource", "thread"
 
@@ -64,7 +67,7 @@ class KeywordBlock:
     __slots__ = ("_docs", "_lengths", "_lengths_array", "ids", "owner", "postings", "resources", "size", "threads",
                  "words")
 
-    def __init__(self, owner: Owner, rows: Iterable[Row]) -> None:
+    def __init__(self, owner: Owner, rows: Iterable[Row | CountedRow]) -> None:
         self.owner = owner
         self.ids: list[str] = []
         self.threads: list[str] = []
@@ -80,28 +83,33 @@ class KeywordBlock:
     def __contains__(self, message_id: object) -> bool:
         return message_id in self._docs
 
-    def holds(self, row: Row) -> bool:
+    def holds(self, row: Row | CountedRow) -> bool:
         """Whether ``row`` belongs to the block's scope (its resource, or its thread)."""
         kind, value = self.owner
         return (row[2] if kind == RESOURCE else row[1]) == value
 
-    def extend(self, rows: Iterable[Row]) -> None:
-        """Add the messages of the scope that are not in the block yet (their postings appended)."""
+    def extend(self, rows: Iterable[Row | CountedRow]) -> None:
+        """Add the messages of the scope that are not in the block yet (their postings appended); a message of no
+        words is left out, as the index leaves it out of the scope's statistics."""
         postings = self.postings
         for row in rows:
-            message_id, thread_id, resource_id, tokens = row
-            words = tokens.split()
-            if not words or message_id in self._docs or not self.holds(row):
+            tally: Mapping[str, int]
+            if len(row) == 4:
+                message_id, thread_id, resource_id, tokens = row
+                words = tokens.split()
+                length, tally = len(words), Counter(words)
+            else:
+                message_id, thread_id, resource_id, length, tally = row
+            if length <= 0 or message_id in self._docs or not self.holds(row):
                 continue
             doc = len(self.ids)
             self._docs[message_id] = doc
             self.ids.append(message_id)
             self.threads.append(thread_id)
             self.resources.append(resource_id)
-            self._lengths.append(float(len(words)))
+            self._lengths.append(float(length))
             self._lengths_array = None
-            self.words += len(words)
-            tally = Counter(words)
+            self.words += length
             for word, n in tally.items():
                 entry = postings.get(word)
                 if entry is None:
@@ -189,7 +197,7 @@ class KeywordBlocks:
             self._size += block.size
             self._shrink()
 
-    def advance(self, token: str, old: int, new: int, rows: Sequence[Row] | None) -> None:
+    def advance(self, token: str, old: int, new: int, rows: Sequence[Row | CountedRow] | None) -> None:
         """A committed change took the scope of ``token`` from version ``old`` to ``new``, adding ``rows`` only
         (None: anything else changed). A block holding ``old`` takes the rows that are of its scope; one holding
         ``new`` already (a search built it meanwhile) stays; any other is dropped."""
@@ -207,7 +215,7 @@ class KeywordBlocks:
             self._size += block.size - before
             self._shrink()
 
-    def advance_all(self, advances: Iterable[tuple[str, int, int, Sequence[Row] | None]]) -> None:
+    def advance_all(self, advances: Iterable[tuple[str, int, int, Sequence[Row | CountedRow] | None]]) -> None:
         """:meth:`advance` for each scope a committed write changed."""
         for token, old, new, rows in advances:
             self.advance(token, old, new, rows)

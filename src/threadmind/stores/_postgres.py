@@ -31,16 +31,15 @@ from ..codecs import Message, Resource, Thread, utc_now
 from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._keywords import NO_MATCHES, KeywordMatches
+from ._postgres_keyword_search import KeywordScopes
 from ._postgres_keywords import (
     CATCH_UP_SQL,
     DELETE_IDS_SQL,
     DELETE_THREAD_SQL,
     MOVE_THREAD_SQL,
     NEIGHBOURS_SQL,
-    SEARCH_SQL,
     UPSERT_SQL,
     keyword_rows,
-    matches_from_rows,
     tsquery_literal,
 )
 from ._postgres_leases import LeaseListener, PgLeases, Presence, check_fence, lease_lost
@@ -177,6 +176,7 @@ class PostgresStore:
         self._versions = self._file_counts.threads
         self._resource_versions = self._file_counts.resources
         self._volatile = 0  # counts down: every version handed out is new (other hosts may have written)
+        self._keyword_scopes = KeywordScopes()
         # Behind a transaction pooler (statement_cache_size=0, e.g. PgBouncer) a LISTEN would not stay on its
         # session: lease waiters poll there.
         self._listener = LeaseListener(self._pool.connect) if statement_cache_size != 0 else None
@@ -256,9 +256,9 @@ class PostgresStore:
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
                              limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
-        """The scope's statistics and its best ``limit`` messages holding any of ``terms`` in one statement (see
-        ``_postgres_keywords``); with ``neighbours_of``, the neighbours of those and of these in a second one on
-        the same connection."""
+        """The scope's statistics and its best ``limit`` messages holding any of ``terms``: from the scope's rows
+        kept in memory while its version is unchanged, else by SQL (see ``_postgres_keyword_search``); with
+        ``neighbours_of``, the neighbours of those and of these in one more statement on the same connection."""
         query, lexemes = tsquery_literal(terms)
         searching = bool(lexemes) and limit > 0 and (resource_id is not None or thread_id is not None)
         if not searching and neighbours_of is None:
@@ -269,8 +269,8 @@ class PostgresStore:
         async def read(conn: Any) -> KeywordMatches:
             found = NO_MATCHES
             if searching:
-                found = matches_from_rows(
-                    await conn.fetch(SEARCH_SQL, query, lexemes, resource_id, thread_id, limit), lexemes)
+                found = await self._keyword_scopes.matches(conn, terms, query, lexemes, resource_id=resource_id,
+                                                           thread_id=thread_id, limit=limit)
             if neighbours_of is None:
                 return found
             ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + others))
@@ -287,6 +287,12 @@ class PostgresStore:
             return {}
         rows = await self._read(lambda conn: conn.fetch(NEIGHBOURS_SQL, ids), "neighbours")
         return {mid: (before, after) for mid, before, after in rows}
+
+    def keyword_cache_statistics(self) -> dict[str, int]:
+        """Keyword searches answered from scopes kept in memory (``from_memory``), scopes read to keep
+        (``built``), and scopes kept now (``kept``)."""
+        scopes = self._keyword_scopes
+        return {"from_memory": scopes.hits, "built": scopes.builds, "kept": len(scopes.blocks)}
 
     async def keyword_backlog(self) -> int:
         """How many messages have no keyword row yet (written by Mastra, or by a threadmind older than the index)."""
@@ -502,13 +508,13 @@ class PostgresStore:
         if not parts:
             await self._idle()
             return {thread_id: [] for thread_id in by_thread}
-        params = save_params(parts, utc_now(), bool(mark_pending), fence)
+        params, entries = save_params(parts, utc_now(), bool(mark_pending), fence)
         ids = [mid for part in parts for mid in part.rows]
 
         async def run(conn: Any) -> Any:
             for _ in range(3):
                 try:
-                    return (await conn.fetchrow(SAVE_SQL, *params))[1]
+                    return await conn.fetchrow(SAVE_SQL, *params)
                 except Exception as exc:
                     if getattr(exc, "sqlstate", None) != FAIL_SQLSTATE:
                         raise
@@ -520,7 +526,9 @@ class PostgresStore:
                     raise why
             raise storage_error(failed, "save_messages")  # refused three times, each time for no lasting reason
 
-        saved = await self._counted(run, "save_messages", [part.thread_id for part in parts])
+        row = await self._counted(run, "save_messages", [part.thread_id for part in parts])
+        saved, totals = row[1], row[2]
+        self._keyword_scopes.saved(entries, totals)  # committed: blocks of the scopes may take the new rows
         kept_at = kept(parts, saved)
         stored = {part.thread_id: q.saved(part.messages, kept_at[part.thread_id]) for part in parts}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}

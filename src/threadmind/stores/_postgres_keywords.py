@@ -12,18 +12,27 @@ by Okapi BM25 (k1 1.2, b 0.75) with the scope's own statistics: its number of me
 each word's document frequency among them. Rows are deleted with their messages, follow a thread moved to another
 resource, and are re-made when a message is updated; messages Mastra wrote are indexed by :data:`CATCH_UP_SQL` in
 batches (a message without words gets an empty row, so it is not picked again).
+
+Every statement that writes keyword rows also bumps, in the same statement, the version of each scope its rows left
+or joined (``threadmind_keyword_versions``: a counter per resource and thread slot, :data:`BUMPED`); a scope's
+version is the sum of its counters, which only grow, so any committed change to a scope changes it. A process keeps
+searched scopes in memory while their version stays (``_postgres_keyword_search``). A resource has
+:data:`SCOPE_SLOTS` counters, one picked by the writing thread, so saves to its threads seldom wait on one row.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from ..codecs import Message
+from ._keyword_blocks import RESOURCE, THREAD, CountedRow, Owner
 from ._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMatches, indexed_text, stem, text_tokens
 
-__all__ = ("CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "KEYWORD_COLUMNS", "MOVE_THREAD_SQL",
-           "NEIGHBOURS_SQL", "SEARCH_SQL", "UPSERT_SQL", "keyword_rows", "matches_from_rows", "tsquery_literal",
+__all__ = ("BLOCK_SQL", "BUMPED", "CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "KEYWORD_COLUMNS",
+           "MOVE_THREAD_SQL", "NEIGHBOURS_SQL", "SCOPE_SLOTS", "SEARCH_SQL", "UPSERT_SQL", "VERSION_SQL", "block_rows",
+           "entry_columns", "keyword_entries", "keyword_rows", "matches_from_rows", "scope_key", "tsquery_literal",
            "tsvector_literal")
 
 _MAX_POSITION = 16383  # tsvector positions stop here
@@ -32,16 +41,79 @@ _MAX_LEXEME = 255  # longer "words" (a base64 blob, a long URL) are not words an
 #: Parameters of :data:`UPSERT_SQL` after the first: ids, threads, resources, lengths, tsvector literals.
 KEYWORD_COLUMNS = 5
 
-UPSERT_SQL = """
-INSERT INTO threadmind_keywords AS k (message_id, thread_id, resource_id, len, tsv)
-SELECT u.id, u.thread_id, u.resource_id, u.len, u.tsv::tsvector
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[]) AS u(id, thread_id, resource_id, len, tsv)
-ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, resource_id = EXCLUDED.resource_id,
-  len = EXCLUDED.len, tsv = EXCLUDED.tsv
+#: Version slots of a resource scope: the resource's writers bump the slot of their thread, so saves to different
+#: threads of one resource seldom wait on each other's version row.
+SCOPE_SLOTS = 16
+
+
+def _bumping(touched: str) -> str:
+    """The CTE ``bumped``: one more on the version slot of every scope of the ``touched`` (thread_id,
+    resource_id) rows (its thread's scope, and its resource's slot for its thread), in one order."""
+    return f"""bumped AS (
+  INSERT INTO threadmind_keyword_versions AS v (scope, slot, n)
+  SELECT s.scope, s.slot, 1 FROM (
+    SELECT 'r:' || x.resource_id AS scope, hashtext(x.thread_id) & {SCOPE_SLOTS - 1} AS slot FROM {touched} x
+    UNION SELECT 't:' || x.thread_id, 0 FROM {touched} x
+  ) s ORDER BY s.scope, s.slot
+  ON CONFLICT (scope, slot) DO UPDATE SET n = v.n + 1
+  RETURNING v.scope, v.slot, v.n
+)"""
+
+
+#: The ``bumped`` CTE of a statement whose ``touched`` CTE names the rows it changed, before and after.
+BUMPED = _bumping("touched")
+
+# $1.. the columns of ``keyword_rows``. Writes the rows, and bumps the scopes they left and joined.
+UPSERT_SQL = f"""
+WITH u AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[]) AS u(id, thread_id, resource_id,
+                                                                                      len, tsv)
+), before AS (
+  SELECT k.thread_id, k.resource_id FROM threadmind_keywords k WHERE k.message_id = ANY($1::text[])
+), up AS (
+  INSERT INTO threadmind_keywords AS k (message_id, thread_id, resource_id, len, tsv)
+  SELECT u.id, u.thread_id, u.resource_id, u.len, u.tsv::tsvector FROM u
+  ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, resource_id = EXCLUDED.resource_id,
+    len = EXCLUDED.len, tsv = EXCLUDED.tsv
+  RETURNING k.thread_id, k.resource_id
+), touched AS (
+  SELECT thread_id, resource_id FROM before UNION SELECT thread_id, resource_id FROM up
+), {BUMPED}
+SELECT count(*) FROM bumped
 """
-DELETE_IDS_SQL = "DELETE FROM threadmind_keywords WHERE message_id = ANY($1::text[])"
-DELETE_THREAD_SQL = "DELETE FROM threadmind_keywords WHERE thread_id = $1"
-MOVE_THREAD_SQL = "UPDATE threadmind_keywords SET resource_id = $2 WHERE thread_id = $1"
+DELETE_IDS_SQL = f"""
+WITH touched AS (
+  DELETE FROM threadmind_keywords WHERE message_id = ANY($1::text[]) RETURNING thread_id, resource_id
+), {BUMPED}
+SELECT count(*) FROM bumped
+"""
+DELETE_THREAD_SQL = f"""
+WITH touched AS (
+  DELETE FROM threadmind_keywords WHERE thread_id = $1 RETURNING thread_id, resource_id
+), {BUMPED}
+SELECT count(*) FROM bumped
+"""
+MOVE_THREAD_SQL = f"""
+WITH before AS (
+  SELECT thread_id, resource_id FROM threadmind_keywords WHERE thread_id = $1
+), moved AS (
+  UPDATE threadmind_keywords SET resource_id = $2 WHERE thread_id = $1 RETURNING thread_id, resource_id
+), touched AS (
+  SELECT thread_id, resource_id FROM before UNION SELECT thread_id, resource_id FROM moved
+), {BUMPED}
+SELECT count(*) FROM bumped
+"""
+# $1 a scope key (``scope_key``): its version, the sum of its slots (each only grows, so any committed change to
+# the scope changes it).
+VERSION_SQL = "SELECT COALESCE(sum(n), 0)::bigint FROM threadmind_keyword_versions WHERE scope = $1"
+# $1 a scope key, $2 its resource or thread, $3 the most rows wanted: the scope's version and its rows with words,
+# in one snapshot.
+_BLOCK_SQL = """
+SELECT (SELECT COALESCE(sum(n), 0)::bigint FROM threadmind_keyword_versions WHERE scope = $1),
+       ARRAY(SELECT ROW(k.message_id, k.thread_id, k.resource_id, k.len, k.tsv::text) FROM threadmind_keywords k
+             WHERE k.{column} = $2 AND k.len > 0 ORDER BY k.message_id LIMIT $3)
+"""
+BLOCK_SQL = {RESOURCE: _BLOCK_SQL.format(column="resource_id"), THREAD: _BLOCK_SQL.format(column="thread_id")}
 
 # $1 the tsquery literal, $2 the query's lexemes, $3 resource (or NULL), $4 thread (or NULL), $5 limit. One row per
 # candidate, best first by the keyword score of ``keyword_ranking`` (BM25 with the scope's statistics over the 16
@@ -115,13 +187,36 @@ LIMIT $1
 
 def tsvector_literal(text: str) -> tuple[str, int]:
     """The ``tsvector`` literal of ``text``'s words with their positions, and how many words it has."""
+    literal, length, _ = _tsvector(text)
+    return literal, length
+
+
+def _tsvector(text: str) -> tuple[str, int, dict[str, int]]:
+    """The literal, the number of words, and each kept stem's count as the index stores it (its positions)."""
     positions: dict[str, list[int]] = {}
     tokens = text_tokens(text)
     for position, token in enumerate(tokens[:_MAX_POSITION], start=1):
         if len(token) <= _MAX_LEXEME:
             positions.setdefault(token, []).append(position)
-    literal = " ".join(f"'{token}':{','.join(map(str, spots[:256]))}" for token, spots in positions.items())
-    return literal, len(tokens)
+    kept = {token: spots[:256] for token, spots in positions.items()}
+    literal = " ".join(f"'{token}':{','.join(map(str, spots))}" for token, spots in kept.items())
+    return literal, len(tokens), {token: len(spots) for token, spots in kept.items()}
+
+
+_LEXEME = re.compile(r"'([^']*)':([0-9A-D,]+)")
+
+
+def block_rows(rows: Sequence[Any]) -> list[CountedRow]:
+    """Block rows from :data:`BLOCK_SQL`'s (id, thread, resource, length, ``tsv::text``) records: each stem's
+    count is the number of its positions, as :data:`SEARCH_SQL` counts it."""
+    return [(r[0], r[1], r[2], int(r[3]), {lexeme: spots.count(",") + 1 for lexeme, spots in _LEXEME.findall(r[4])})
+            for r in rows]
+
+
+def scope_key(owner: Owner) -> str:
+    """The key of a keyword scope in ``threadmind_keyword_versions``."""
+    kind, value = owner
+    return ("r:" if kind == RESOURCE else "t:") + value
 
 
 def tsquery_literal(terms: Sequence[str]) -> tuple[str, list[str]]:
@@ -130,13 +225,27 @@ def tsquery_literal(terms: Sequence[str]) -> tuple[str, list[str]]:
     return " | ".join(f"'{lexeme}'" for lexeme in lexemes), lexemes
 
 
+def keyword_entries(messages: Sequence[tuple[Message, str]]) -> list[tuple[CountedRow, str]]:
+    """For ``(message, resource_id)`` pairs (the last of repeated ids wins): each one's block row and ``tsvector``
+    literal."""
+    latest = {m.id: (m, resource) for m, resource in messages}
+    entries: list[tuple[CountedRow, str]] = []
+    for mid, (message, resource) in latest.items():
+        literal, length, counts = _tsvector(indexed_text(message))
+        entries.append(((mid, message.thread_id or "", resource, length, counts), literal))
+    return entries
+
+
 def keyword_rows(messages: Sequence[tuple[Message, str]]) -> list[list[object]]:
     """The :data:`UPSERT_SQL` parameters for ``(message, resource_id)`` pairs (the last of repeated ids wins)."""
-    latest = {m.id: (m, resource) for m, resource in messages}
+    return entry_columns(keyword_entries(messages))
+
+
+def entry_columns(entries: Sequence[tuple[CountedRow, str]]) -> list[list[object]]:
+    """The :data:`UPSERT_SQL` parameters of :func:`keyword_entries`."""
     columns: list[list[object]] = [[] for _ in range(KEYWORD_COLUMNS)]
-    for mid, (message, resource) in latest.items():
-        literal, length = tsvector_literal(indexed_text(message))
-        for column, value in zip(columns, (mid, message.thread_id or "", resource, length, literal), strict=True):
+    for (mid, thread_id, resource, length, _), literal in entries:
+        for column, value in zip(columns, (mid, thread_id, resource, length, literal), strict=True):
             column.append(value)
     return columns
 

@@ -4,7 +4,8 @@ The statement bumps each thread's ``updatedAt`` where the thread exists and is o
 (that ``UPDATE`` locks the rows, and re-checks them once a concurrent writer commits); only when every thread was
 bumped does it upsert the messages (a re-saved id keeps its ``createdAt`` and position; an id of another thread is
 skipped by the upsert's ``WHERE``), record new ids' insertion sequence, their keyword index rows (see
-``_postgres_keywords``) and, when asked, the pending-vector marks.
+``_postgres_keywords``; the versions of the keyword scopes they touch go up, and the statement returns each scope's
+new version and its own share of the change) and, when asked, the pending-vector marks.
 A fenced save also reads its lease row ``FOR SHARE`` (see ``_postgres_leases``): when the lease
 was lost, the statement aborts itself with ``threadmind_fail('lease lost')`` and the store raises ``LeaseLost``.
 When a thread was missed or an id skipped, ``threadmind_fail`` aborts the whole statement (SQLSTATE ``TM001``): it
@@ -23,13 +24,14 @@ from typing import Any
 from ..codecs import Message
 from ..errors import MessageIdTaken, ResourceMismatch, ThreadNotFound
 from . import _query as q
-from ._postgres_keywords import keyword_rows
+from ._keyword_blocks import CountedRow
+from ._postgres_keywords import BUMPED, entry_columns, keyword_entries
 from ._postgres_rows import as_naive, check_text, from_columns
 from ._protocol import Lease
 
 __all__ = ("DIAGNOSE_SQL", "SAVE_SQL", "Part", "kept", "parts_of", "refusal", "save_params")
 
-SAVE_SQL = """
+SAVE_SQL = f"""
 WITH input AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamp[],
                        $7::timestamptz[], $8::text[])
@@ -73,11 +75,21 @@ WITH input AS (
   ON CONFLICT (message_id) DO UPDATE SET thread_id = EXCLUDED.thread_id, resource_id = EXCLUDED.resource_id,
     len = EXCLUDED.len, tsv = EXCLUDED.tsv
   WHERE k.thread_id = EXCLUDED.thread_id
+  RETURNING k.thread_id, k.resource_id
+), before AS (
+  SELECT k.thread_id, k.resource_id FROM threadmind_keywords k WHERE k.message_id = ANY($18::text[])
+), touched AS (
+  SELECT thread_id, resource_id FROM before UNION SELECT thread_id, resource_id FROM words
+), {BUMPED}, totals AS (
+  SELECT b.scope, b.mine + COALESCE((SELECT sum(o.n) FROM threadmind_keyword_versions o
+                                     WHERE o.scope = b.scope AND o.slot <> ALL (b.slots)), 0) AS total, b.bumps
+  FROM (SELECT scope, sum(n) AS mine, array_agg(slot) AS slots, count(*) AS bumps FROM bumped GROUP BY scope) b
 )
 SELECT CASE WHEN NOT go.fenced THEN threadmind_fail('lease lost')
             WHEN NOT go.ok OR (SELECT count(*) FROM saved) <> cardinality($1::text[])
             THEN threadmind_fail('refused') END,
-       ARRAY(SELECT ROW(s.id, s."createdAt", s."createdAtZ") FROM saved s)
+       ARRAY(SELECT ROW(s.id, s."createdAt", s."createdAtZ") FROM saved s),
+       ARRAY(SELECT ROW(t.scope, t.total, t.bumps) FROM totals t)
 FROM go
 """
 DIAGNOSE_SQL = """
@@ -121,9 +133,11 @@ def parts_of(by_thread: Mapping[str, Sequence[Message]]) -> list[Part]:
     return parts
 
 
-def save_params(parts: Sequence[Part], now: datetime, mark_pending: bool, fence: Lease | None) -> list[Any]:
-    """The parameters of :data:`SAVE_SQL`."""
+def save_params(parts: Sequence[Part], now: datetime, mark_pending: bool,
+                fence: Lease | None) -> tuple[list[Any], list[CountedRow]]:
+    """The parameters of :data:`SAVE_SQL`, and the keyword rows it writes (for the store's cached blocks)."""
     rows = [row for part in parts for row in part.rows.values()]
+    entries = keyword_entries([(m, m.resource_id or part.resource or "") for part in parts for m in part.messages])
     threads = sorted(parts, key=lambda part: part.thread_id)  # concurrent saves lock their threads in one order
     return [
         [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
@@ -132,8 +146,8 @@ def save_params(parts: Sequence[Part], now: datetime, mark_pending: bool, fence:
         as_naive(now), now, time.time(), mark_pending,
         None if fence is None else fence.key, None if fence is None else fence.owner,
         None if fence is None else fence.token,
-        *keyword_rows([(m, m.resource_id or part.resource or "") for part in parts for m in part.messages]),
-    ]
+        *entry_columns(entries),
+    ], [row for row, _ in entries]
 
 
 def refusal(parts: Sequence[Part], record: Any) -> Exception | None:

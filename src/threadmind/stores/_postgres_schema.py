@@ -29,7 +29,7 @@ from ..errors import StorageError
 
 __all__ = ("MASTRA_DDL", "SCHEMA_VERSION", "THREADMIND_DDL", "migrate")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of threadmind's own tables; stored in ``threadmind_meta`` under ``schema_version``."""
 
 _LOCK_KEY = "threadmind.schema"  # hashed with hashtextextended into a 64-bit advisory key
@@ -189,6 +189,15 @@ THREADMIND_DDL: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS threadmind_keywords_tsv ON threadmind_keywords USING gin (tsv)",
     "CREATE INDEX IF NOT EXISTS threadmind_keywords_resource ON threadmind_keywords (resource_id)",
     "CREATE INDEX IF NOT EXISTS threadmind_keywords_thread ON threadmind_keywords (thread_id)",
+    # version 5: each keyword scope's version (the sum of its slots' counters), bumped by every keyword write in its
+    # statement, so a process may trust the scope's rows it keeps in memory while the version stays (see
+    # _postgres_keywords)
+    "CREATE TABLE IF NOT EXISTS threadmind_keyword_versions (\n"
+    "  scope TEXT NOT NULL,\n"
+    "  slot INTEGER NOT NULL,\n"
+    "  n BIGINT NOT NULL,\n"
+    "  PRIMARY KEY (scope, slot)\n"
+    ")",
     "CREATE OR REPLACE FUNCTION threadmind_fail(message TEXT) RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$\n"
     f"BEGIN RAISE EXCEPTION '%', message USING ERRCODE = '{FAIL_SQLSTATE}'; END\n"
     "$$",

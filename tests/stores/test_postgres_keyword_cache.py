@@ -1,0 +1,160 @@
+"""PostgreSQL keyword searches from scopes kept in memory: the same answers as the SQL ranking, and never stale: a
+write committed by any other store object (another process) is seen by the next search, whatever kind of write."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from threadmind.codecs import Message, Thread
+from threadmind.stores import _postgres_keyword_search
+from threadmind.stores._keywords import KeywordMatches, query_terms
+from threadmind.stores._postgres import PostgresStore
+
+from .test_keywords import write_behind_the_index
+
+BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+WORDS = ("harbour dog cat parrot marathon tokyo spring deadline budget invoice garden piano violin salmon "
+         "mountain river bicycle passport visa ticket museum concert recipe oven bread coffee").split()
+
+
+def say(mid: str, text: str, thread: str = "t1", resource: str = "r1", i: int = 0) -> Message:
+    return Message.user(text, id=mid, thread_id=thread, resource_id=resource, created_at=BASE + timedelta(seconds=i))
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS[: rng.randint(3, len(WORDS))]) for _ in range(rng.randint(1, 14)))
+
+
+@pytest.fixture
+async def stores(pg_dsn: str) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    """Two stores on one database, as two processes have: each keeps its own scopes."""
+    async with PostgresStore(pg_dsn, max_size=2) as a, PostgresStore(pg_dsn, max_size=2) as b:
+        yield a, b
+
+
+async def search(store: PostgresStore, query: str, resource: str | None = "r1", thread: str | None = None, *,
+                 limit: int = 1000) -> KeywordMatches:
+    return await store.keyword_search(query_terms(query), resource_id=resource, thread_id=thread, limit=limit)
+
+
+def summary(matches: KeywordMatches) -> tuple[object, ...]:
+    """What a search answers, ties in one order."""
+    ranked = sorted(matches.candidates, key=lambda c: (-c.score, c.message_id))
+    return (matches.docs, round(matches.average_length, 9), matches.frequencies,
+            [(c.message_id, c.thread_id, c.resource_id, c.length, c.counts, c.score) for c in ranked])
+
+
+async def seeded(store: PostgresStore, n: int = 240) -> None:
+    rng = random.Random(7)
+    for t in range(4):
+        await store.create_thread(Thread(id=f"t{t}", resource_id="r1" if t < 3 else "r2"))
+    for t in range(4):
+        await store.save_messages(f"t{t}", [say(f"m{t}-{i}", sentence(rng), f"t{t}", "r1" if t < 3 else "r2", i)
+                                            for i in range(n // 4)])
+
+
+QUERIES = ["dog harbour", "the budget deadline for the museum ticket", "coffee", "violin piano concert",
+           "nothing matches zebra", "bread bread oven recipe salmon river"]
+
+
+async def test_a_scope_in_memory_answers_exactly_what_the_sql_ranking_answers(
+        stores: tuple[PostgresStore, PostgresStore], pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    cached, _ = stores
+    await seeded(cached)
+    from_memory = {(q, scope, limit): summary(await search(cached, q, scope[0], scope[1], limit=limit))
+                   for q in QUERIES for scope in (("r1", None), (None, "t1"), ("r1", "t1")) for limit in (5, 1000)}
+    assert cached.keyword_cache_statistics()["built"] == 2  # r1 and t1, each read once
+    monkeypatch.setattr(_postgres_keyword_search, "BLOCK_SCOPE", 0)  # every scope too large: SQL ranks
+    async with PostgresStore(pg_dsn, max_size=2) as by_sql:
+        for (q, scope, limit), answer in from_memory.items():
+            assert summary(await search(by_sql, q, scope[0], scope[1], limit=limit)) == answer, (q, scope, limit)
+        assert by_sql.keyword_cache_statistics() == {"from_memory": 0, "built": 0, "kept": 0}
+
+
+Write = Callable[[PostgresStore], Awaitable[object]]
+
+
+async def _catch_up(store: PostgresStore) -> None:
+    await write_behind_the_index(store, [say("w1", "a parrot Mastra wrote about the dog", "t1", i=500)])
+    await store.build_keyword_index()
+
+
+WRITES: dict[str, Write] = {
+    "save": lambda s: s.save_messages("t1", [say("n1", "a new dog in the harbour", i=300)]),
+    "save of another thread": lambda s: s.save_messages("t2", [say("n2", "dog dog dog", "t2", i=301)]),
+    "re-save": lambda s: s.save_messages("t1", [say("m1-0", "now about a dog", "t1", i=0)]),
+    "update": lambda s: s.update_messages([{"id": "m1-1", "content": {"content": "dog harbour dog"}}]),
+    "delete": lambda s: s.delete_messages(["m1-2", "m2-3"]),
+    "thread delete": lambda s: s.delete_thread("t2"),
+    "thread move": lambda s: s.update_thread_resource_id("t1", "r2"),
+    "clone": lambda s: s.create_thread_with_messages(Thread(id="t9", resource_id="r1"),
+                                                     [say("c1", "cloned dog harbour", "t9", i=400)]),
+    "catch-up": _catch_up,
+}
+
+
+@pytest.mark.parametrize("kind", list(WRITES))
+async def test_a_write_by_another_process_is_seen_by_the_next_search(
+        stores: tuple[PostgresStore, PostgresStore], pg_dsn: str, kind: str) -> None:
+    reader, writer = stores
+    await seeded(writer, n=40)
+    scopes = [("r1", None), ("r2", None), (None, "t1"), (None, "t2")]
+    for scope in scopes:
+        await search(reader, "dog harbour", *scope)
+    assert reader.keyword_cache_statistics()["built"] == 4
+    await WRITES[kind](writer)
+    async with PostgresStore(pg_dsn, max_size=2) as fresh:
+        for scope in scopes:
+            assert summary(await search(reader, "dog harbour", *scope)) == \
+                summary(await search(fresh, "dog harbour", *scope)), scope
+    statistics = reader.keyword_cache_statistics()
+    assert statistics["built"] > 4  # at least one scope changed and was read again
+    assert statistics["from_memory"] + statistics["built"] == 8
+
+
+async def test_a_store_keeps_its_scope_across_its_own_saves(stores: tuple[PostgresStore, PostgresStore]) -> None:
+    """The chat pattern: search, save the turn, search again: the saved rows join the kept scope (no re-read)."""
+    chat, other = stores
+    await seeded(chat, n=40)
+    await search(chat, "dog")
+    await search(chat, "dog", None, "t1")
+    for turn in range(5):
+        await chat.save_messages("t1", [say(f"u{turn}", f"turn {turn}: my dog likes parrots", i=600 + 2 * turn),
+                                        say(f"a{turn}", "parrots are loud", i=601 + 2 * turn)])
+        found = await search(chat, "parrot")
+        assert {f"u{turn}", f"a{turn}"} <= {c.message_id for c in found.candidates}
+        assert {f"u{turn}", f"a{turn}"} <= {c.message_id for c in (await search(chat, "parrot", None, "t1")).candidates}
+    assert chat.keyword_cache_statistics()["built"] == 2  # still the two blocks read at first
+    # Another process's save in between: the next search reads the scope again, and finds both.
+    await other.save_messages("t2", [say("o1", "their parrot", "t2", i=700)])
+    await chat.save_messages("t1", [say("u9", "my parrot", i=701)])
+    assert {"o1", "u9"} <= {c.message_id for c in (await search(chat, "parrot")).candidates}
+    assert chat.keyword_cache_statistics()["built"] == 3
+
+
+async def test_concurrent_saves_to_one_resource_leave_every_cached_scope_exact(
+        stores: tuple[PostgresStore, PostgresStore]) -> None:
+    """Saves in flight at once from two stores (their versions bumped in any order) never leave a kept scope
+    missing a committed message."""
+    import anyio
+
+    a, b = stores
+    await seeded(a, n=40)
+    await search(a, "parrot")
+    await search(b, "parrot")
+
+    async def saves(store: PostgresStore, thread: str, prefix: str) -> None:
+        for i in range(12):
+            await store.save_messages(thread, [say(f"{prefix}{i}", f"parrot number {i}", thread, i=800 + i)])
+
+    async with anyio.create_task_group() as tg:
+        for store, thread, prefix in ((a, "t0", "x"), (a, "t1", "y"), (b, "t2", "z"), (b, "t0", "w")):
+            tg.start_soon(saves, store, thread, prefix)
+    expected = {f"{p}{i}" for p in "xyzw" for i in range(12)}
+    for store in (a, b):
+        found = {c.message_id for c in (await search(store, "parrot")).candidates}
+        assert expected <= found
