@@ -10,8 +10,8 @@ statement that upserts the turn's two messages and bumps the thread's ``updatedA
 must do), sequential on one connection and 16 in flight on 16 connections; and the same last-10 read.
 
 The semantic phase saves the workload with semantic recall on (HashEmbedder, 384 dimensions, 16 saves in flight) into
-``PgVectorStore`` (the vectors in the same database; its HNSW index made at start, and made only when a scope
-outgrows exact search) and, for comparison, ``HnswVectorStore`` over the same store;
+``PgVectorStore`` (the vectors in the same database; its HNSW index made only when a scope outgrows exact search,
+the default, and made at start) and, for comparison, ``HnswVectorStore`` over the same store;
 then it asks every resource- and thread-scoped query of the workload (top 10) of the index and through
 ``Memory.recall``, and scores recall@10 against exact search. Prints one JSON document.
 """
@@ -225,8 +225,8 @@ async def _phase_recall(server: _Server, workload: Workload, turns: Turns, calls
 def _semantic_memory(dsn: str, kind: str) -> Memory:
     # Any: Memory's `vector` parameter is still annotated HnswVectorStore, though it takes any VectorStore
     vector: Any = (PgVectorStore(dsn, min_size=4, max_size=16) if kind == "pgvector"
-                   else PgVectorStore(dsn, min_size=4, max_size=16, build_hnsw="when_needed")
-                   if kind == "pgvector_hnsw_when_needed" else HnswVectorStore())
+                   else PgVectorStore(dsn, min_size=4, max_size=16, build_hnsw="at_start")
+                   if kind == "pgvector_hnsw_at_start" else HnswVectorStore())
     return Memory(storage=PostgresStore(dsn, min_size=16, max_size=16), vector=vector,
                   embedder=HashEmbedder(dim=384),
                   options={"lastMessages": 10, "semanticRecall": {"topK": 4, "messageRange": 1, "scope": "resource"}})
@@ -305,7 +305,7 @@ async def _main(args: argparse.Namespace, admin_dsn: str) -> dict[str, Any]:
             report["recall_last_10"] = await _phase_recall(server, workload, turns, args.recalls)
         if "semantic" in phases:
             report["semantic"] = {kind: await _phase_semantic(server, workload, turns, kind)
-                                  for kind in ("pgvector", "pgvector_hnsw_when_needed", "hnsw_over_postgres")}
+                                  for kind in ("pgvector", "pgvector_hnsw_at_start", "hnsw_over_postgres")}
     finally:
         await server.drop_all()
     import asyncpg  # type: ignore[import-untyped,import-not-found,unused-ignore]

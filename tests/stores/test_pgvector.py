@@ -63,7 +63,7 @@ class _Opened:
 @pytest.fixture
 async def opened(pg_dsn: str, tmp_path: Path) -> AsyncIterator[_Opened]:
     async with SQLiteStore(tmp_path / "m.db") as store:
-        vector = PgVectorStore(pg_dsn)
+        vector = PgVectorStore(pg_dsn, build_hnsw="at_start")
         await vector.open(store, owner=object())
         try:
             await vector.use_index(f"memory_messages_{DIM}", DIM)
@@ -127,7 +127,7 @@ class TestTable:
             "CREATE EXTENSION vector; CREATE TABLE memory_messages_8 (id serial, vector_id text, "
             "embedding vector(9), metadata jsonb, namespace varchar(255) NOT NULL DEFAULT 'default')"))
         async with SQLiteStore(tmp_path / "m.db") as store:
-            vector = PgVectorStore(pg_dsn)
+            vector = PgVectorStore(pg_dsn, build_hnsw="at_start")
             await vector.open(store, owner=object())
             try:
                 with pytest.raises(ConfigError, match=r"vector\(8\)"):
@@ -136,7 +136,8 @@ class TestTable:
                 await vector.close()
 
     async def test_hnsw_parameters_come_from_the_store_or_index_config(self, pg_dsn: str) -> None:
-        memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn), embedder=HashEmbedder(dim=DIM),
+        memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, build_hnsw="at_start"),
+                        embedder=HashEmbedder(dim=DIM),
                         options={"semanticRecall": {"indexConfig": {"m": 24, "efConstruction": 80}}})
         async with memory:
             await memory.create_thread(thread_id="t1", resource_id="r1")
@@ -144,8 +145,8 @@ class TestTable:
         layout = await _layout(pg_dsn, "memory_messages_8")
         assert layout["indexes"]["memory_messages_8_vector_idx"].endswith("WITH (m='24', ef_construction='80')")
         with pytest.raises(ConfigError, match="set it in one place"):
-            Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, m=12), embedder=HashEmbedder(dim=DIM),
-                   options={"semanticRecall": {"indexConfig": {"m": 24}}})
+            Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, m=12, build_hnsw="at_start"),
+                   embedder=HashEmbedder(dim=DIM), options={"semanticRecall": {"indexConfig": {"m": 24}}})
 
     async def test_mastras_default_ivfflat_index_is_rebuilt_as_hnsw_and_a_matching_one_kept(
             self, pg_dsn: str, tmp_path: Path) -> None:
@@ -159,7 +160,7 @@ class TestTable:
             "\"resource_id\": \"r1\"}')"))
         async with SQLiteStore(tmp_path / "m.db") as store:
             for expected_builds in (1, 0):
-                vector = PgVectorStore(pg_dsn)
+                vector = PgVectorStore(pg_dsn, build_hnsw="at_start")
                 await vector.open(store, owner=object())
                 try:
                     await vector.use_index("memory_messages_8", DIM)
@@ -175,7 +176,7 @@ class TestTable:
 
     async def test_more_dimensions_than_hnsw_takes_are_searched_exactly(self, pg_dsn: str, tmp_path: Path) -> None:
         async with SQLiteStore(tmp_path / "m.db") as store:
-            vector = PgVectorStore(pg_dsn, exact_limit=0)
+            vector = PgVectorStore(pg_dsn, exact_limit=0, build_hnsw="at_start")
             await vector.open(store, owner=object())
             try:
                 await vector.use_index("memory_messages_2048", 2048)
@@ -247,6 +248,20 @@ class TestHnswWhenNeeded:
         valid = await _sql(pg_dsn, lambda c: c.fetchval(
             "SELECT indisvalid FROM pg_index WHERE indexrelid = 'memory_messages_8_vector_idx'::regclass"))
         assert valid is True
+
+    async def test_by_default_the_hnsw_index_waits_for_a_scope_that_needs_it(self, pg_dsn: str,
+                                                                             tmp_path: Path) -> None:
+        """Until a scope outgrows exact search the index would serve no query, and each insert would pay for it."""
+        async with SQLiteStore(tmp_path / "m.db") as store:
+            vector = PgVectorStore(pg_dsn)
+            await vector.open(store, owner=object())
+            try:
+                await vector.use_index("memory_messages_8", DIM)
+                assert (vector.index_builds, vector.hnsw_ready) == (0, False)
+            finally:
+                await vector.close()
+        assert await _sql(pg_dsn, lambda c: c.fetchval(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'memory_messages_8_vector_idx'")) == 0
 
     async def test_at_start_a_valid_index_is_kept(self, pg_dsn: str, tmp_path: Path) -> None:
         async with SQLiteStore(tmp_path / "m.db") as store:
@@ -362,7 +377,7 @@ class TestQueries:
             await _sql(pg_dsn, lambda c: c.execute(f'ALTER DATABASE "{database}" SET enable_seqscan = off'))
             await _sql(pg_dsn, lambda c: c.execute(f'ALTER DATABASE "{database}" SET enable_bitmapscan = off'))
         async with SQLiteStore(tmp_path / "m.db") as store:
-            vector = PgVectorStore(pg_dsn, exact_limit=exact_limit)
+            vector = PgVectorStore(pg_dsn, exact_limit=exact_limit, build_hnsw="at_start")
             await vector.open(store, owner=object())
             try:
                 await vector.use_index("memory_messages_8", DIM)
@@ -509,7 +524,7 @@ class TestStartAndConfig:
     async def test_an_extension_in_another_schema_works(self, pg_dsn: str, tmp_path: Path) -> None:
         await _sql(pg_dsn, lambda c: c.execute("CREATE SCHEMA ext; CREATE EXTENSION vector SCHEMA ext"))
         async with SQLiteStore(tmp_path / "m.db") as store:
-            vector = PgVectorStore(pg_dsn, exact_limit=0)
+            vector = PgVectorStore(pg_dsn, exact_limit=0, build_hnsw="at_start")
             await vector.open(store, owner=object())
             try:
                 await vector.use_index("memory_messages_8", DIM)
@@ -526,7 +541,8 @@ class TestStartAndConfig:
 
     async def test_behind_pgbouncer_in_transaction_mode(self, pgbouncer_dsn: str) -> None:
         memory = Memory(storage=PostgresStore(pgbouncer_dsn, statement_cache_size=0),
-                        vector=PgVectorStore(pgbouncer_dsn, statement_cache_size=0, exact_limit=0),
+                        vector=PgVectorStore(pgbouncer_dsn, statement_cache_size=0, exact_limit=0,
+                                             build_hnsw="at_start"),
                         embedder=HashEmbedder(dim=32), options={"semanticRecall": {"scope": "resource", "topK": 2}})
         rng = random.Random(4)
         async with memory:

@@ -135,7 +135,7 @@ def make_vector(request: pytest.FixtureRequest, vector_kind: str) -> VectorFacto
     dsn = request.getfixturevalue("pg_dsn")
 
     def _pg(path: Path | None = None, *, exact_limit: int = 4096) -> PgVectorStore:
-        return PgVectorStore(dsn, exact_limit=exact_limit)
+        return PgVectorStore(dsn, exact_limit=exact_limit, build_hnsw="at_start")
 
     return _pg
 

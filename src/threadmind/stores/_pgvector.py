@@ -20,7 +20,7 @@ The HNSW index costs every insert far more than the row itself (see :mod:`._pgve
 resource scopes larger than ``exact_limit`` (smaller scopes and threads are searched exactly, see
 :mod:`._pgvector_query`). ``build_hnsw="at_start"`` makes it with the table; ``"when_needed"`` leaves it out
 until a query first meets such a scope, then builds it in the background (``CREATE INDEX CONCURRENTLY``) while
-those scopes are answered exactly.
+those scopes are answered exactly; it is the default, as most deployments' resources stay small.
 """
 
 from __future__ import annotations
@@ -88,9 +88,9 @@ class PgVectorStore:
     :param metric: ``cosine``, ``euclidean`` or ``dotproduct`` (the index's operator class).
     :param exact_limit: resource scopes of at most this many vectors are searched exactly (faster than HNSW there,
         and exact); larger ones by an iterative HNSW scan. Thread scopes are always searched exactly.
-    :param build_hnsw: ``"at_start"``: the HNSW index is made with the table and kept up by every insert;
-        ``"when_needed"``: made in the background the first time a scope larger than ``exact_limit`` is queried
-        (inserts are several times cheaper until then).
+    :param build_hnsw: ``"when_needed"`` (default): the HNSW index is made in the background the first time a
+        scope larger than ``exact_limit`` is queried (until then it would serve no query, and inserts are several
+        times cheaper without it); ``"at_start"``: made with the table and kept up by every insert.
     :param min_size: connections the pool keeps open.
     :param max_size: most connections the pool opens.
     :param statement_cache_size: asyncpg's prepared statements per connection; ``0`` behind PgBouncer in
@@ -100,7 +100,7 @@ class PgVectorStore:
 
     def __init__(self, dsn: str, *, m: int = 16, ef_construction: int = 64, ef_search: int | None = None,
                  metric: Metric = "cosine", exact_limit: int = 10_000,
-                 build_hnsw: Literal["at_start", "when_needed"] = "at_start", min_size: int = 1, max_size: int = 10,
+                 build_hnsw: Literal["at_start", "when_needed"] = "when_needed", min_size: int = 1, max_size: int = 10,
                  statement_cache_size: int | None = None) -> None:
         check_connection(dsn, min_size, max_size, statement_cache_size)
         if metric not in _METRICS:
