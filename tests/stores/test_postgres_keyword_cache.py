@@ -129,11 +129,17 @@ async def test_a_store_keeps_its_scope_across_its_own_saves(stores: tuple[Postgr
         assert {f"u{turn}", f"a{turn}"} <= {c.message_id for c in found.candidates}
         assert {f"u{turn}", f"a{turn}"} <= {c.message_id for c in (await search(chat, "parrot", None, "t1")).candidates}
     assert chat.keyword_cache_statistics()["built"] == 2  # still the two blocks read at first
-    # Another process's save in between: the next search reads the scope again, and finds both.
-    await other.save_messages("t2", [say("o1", "their parrot", "t2", i=700)])
-    await chat.save_messages("t1", [say("u9", "my parrot", i=701)])
-    assert {"o1", "u9"} <= {c.message_id for c in (await search(chat, "parrot")).candidates}
-    assert chat.keyword_cache_statistics()["built"] == 3
+    # Another process's save in between, to another thread or to this one (the very counters this save bumps
+    # next): the next search reads the scope again, and finds both.
+    for n, thread in enumerate(("t2", "t1")):
+        await other.save_messages(thread, [say(f"o{n}", "their parrot", thread, i=700 + 2 * n)])
+        await chat.save_messages("t1", [say(f"u9{n}", "my parrot", i=701 + 2 * n)])
+        expected = {("r1", None): {f"o{n}", f"u9{n}"}, (None, "t1"): {f"u9{n}"}}
+        expected.setdefault((None, thread), set()).add(f"o{n}")
+        for scope, ids in expected.items():
+            assert ids <= {c.message_id for c in (await search(chat, "parrot", *scope)).candidates}, scope
+    # read again: r1 twice, t2 once (first search), t1 once (the other's save reached this save's counter)
+    assert chat.keyword_cache_statistics()["built"] == 6
 
 
 async def test_concurrent_saves_to_one_resource_leave_every_cached_scope_exact(

@@ -28,7 +28,8 @@ import numpy.typing as npt
 
 from ._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMatches, lexemes_of
 
-__all__ = ("BLOCK_BUDGET", "RESOURCE", "THREAD", "CountedRow", "KeywordBlock", "KeywordBlocks", "Owner", "Row")
+__all__ = ("BLOCK_BUDGET", "RESOURCE", "THREAD", "CountedRow", "KeywordBlock", "KeywordBlocks", "Owner", "Row",
+           "Version")
 
 BLOCK_BUDGET = 4_000_000
 """Postings (a word in a message, counted once) the cached blocks of one store hold at most (about 100 MB)."""
@@ -38,6 +39,8 @@ Row = tuple[str, str, str, str]  # message id, thread id, resource id, its stems
 # message id, thread id, resource id, its length in words, and how often each stem occurs in it (PostgreSQL rows, whose
 # stored length counts words the tsvector leaves out)
 CountedRow = tuple[str, str, str, int, dict[str, int]]
+# a scope's version: SQLite's (a random number, new with every change) or PostgreSQL's (its slots' counters)
+Version = int | tuple[tuple[int, int], ...]
 Owner = tuple[str, str]  # (RESOURCE or THREAD, its id)
 RESOURCE, THREAD = "resource", "thread"
 
@@ -173,11 +176,11 @@ class KeywordBlocks:
 
     def __init__(self, budget: int = BLOCK_BUDGET) -> None:
         self._budget = budget
-        self._blocks: OrderedDict[str, tuple[int, KeywordBlock]] = OrderedDict()
+        self._blocks: OrderedDict[str, tuple[Version, KeywordBlock]] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
 
-    def matches(self, token: str, version: int, owner: Owner, terms: Sequence[str],
+    def matches(self, token: str, version: Version, owner: Owner, terms: Sequence[str],
                 limit: int) -> KeywordMatches | None:
         """What the block of ``token`` answers for ``terms`` if it holds ``version`` of ``owner``'s scope."""
         with self._lock:  # a fold may be extending this very block on the writer thread
@@ -187,7 +190,7 @@ class KeywordBlocks:
             self._blocks.move_to_end(token)
             return entry[1].matches(terms, limit)
 
-    def put(self, token: str, version: int, block: KeywordBlock) -> None:
+    def put(self, token: str, version: Version, block: KeywordBlock) -> None:
         """Keep ``block`` as holding ``version`` (unless it alone is over the budget)."""
         with self._lock:
             self._drop(token)
@@ -197,7 +200,7 @@ class KeywordBlocks:
             self._size += block.size
             self._shrink()
 
-    def advance(self, token: str, old: int, new: int, rows: Sequence[Row | CountedRow] | None) -> None:
+    def advance(self, token: str, old: Version, new: Version, rows: Sequence[Row | CountedRow] | None) -> None:
         """A committed change took the scope of ``token`` from version ``old`` to ``new``, adding ``rows`` only
         (None: anything else changed). A block holding ``old`` takes the rows that are of its scope; one holding
         ``new`` already (a search built it meanwhile) stays; any other is dropped."""
@@ -215,10 +218,21 @@ class KeywordBlocks:
             self._size += block.size - before
             self._shrink()
 
-    def advance_all(self, advances: Iterable[tuple[str, int, int, Sequence[Row | CountedRow] | None]]) -> None:
+    def advance_all(self, advances: Iterable[tuple[str, Version, Version, Sequence[Row | CountedRow] | None]]) -> None:
         """:meth:`advance` for each scope a committed write changed."""
         for token, old, new, rows in advances:
             self.advance(token, old, new, rows)
+
+    def drop(self, token: str) -> None:
+        """Forget the block of ``token`` (its scope changed in a way it cannot follow)."""
+        with self._lock:
+            self._drop(token)
+
+    def version_of(self, token: str) -> Version | None:
+        """The version the block of ``token`` holds (None: no block)."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            return None if entry is None else entry[0]
 
     def clear(self) -> None:
         with self._lock:

@@ -527,8 +527,8 @@ class PostgresStore:
             raise storage_error(failed, "save_messages")  # refused three times, each time for no lasting reason
 
         row = await self._counted(run, "save_messages", [part.thread_id for part in parts])
-        saved, totals = row[1], row[2]
-        self._keyword_scopes.saved(entries, totals)  # committed: blocks of the scopes may take the new rows
+        saved, bumped = row[1], row[2]
+        self._keyword_scopes.saved(entries, bumped)  # committed: blocks of the scopes may take the new rows
         kept_at = kept(parts, saved)
         stored = {part.thread_id: q.saved(part.messages, kept_at[part.thread_id]) for part in parts}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}

@@ -2,14 +2,14 @@
 
 A search of a scope of at most :data:`BLOCK_SCOPE` messages costs one short statement (:data:`VERSION_SQL`, the
 scope's version) and a numpy scoring of the scope's :class:`KeywordBlock`, instead of :data:`SEARCH_SQL` reading
-and ranking every keyword row of the scope (7 ms for 500 messages on the shared workload). The version is the sum of
+and ranking every keyword row of the scope (7 ms for 500 messages on the shared workload). The version is
 the scope's counters in ``threadmind_keyword_versions``, which every statement writing keyword rows bumps for the
 scopes it touches, in its own transaction: a block is used only when the version read now is the one it was built
 at, so a change any process committed before the search began is always seen (SPEC §10). A block is built from the
 scope's rows and version read in one statement (one snapshot). After this store's own save commits, the save's
-statement tells each scope's new version and how much of the change was its own: when nothing else changed the
-scope meanwhile, the saved rows are appended to its block (a chat that searches, saves and searches again keeps its
-block); anything else leaves the block behind, and the next search rebuilds it.
+statement returns the counters it bumped: when each is one above what the block held (no other write reached it),
+the saved rows are appended to the block (a chat that searches, saves and searches again keeps its block); anything
+else leaves the block behind, and the next search rebuilds it.
 
 Scopes larger than :data:`BLOCK_SCOPE` are ranked by :data:`SEARCH_SQL` (the same ranking, in SQL).
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from ._keyword_blocks import RESOURCE, THREAD, CountedRow, KeywordBlock, KeywordBlocks, Owner
 from ._keywords import KeywordMatches
-from ._postgres_keywords import BLOCK_SQL, SEARCH_SQL, VERSION_SQL, block_rows, matches_from_rows, scope_key
+from ._postgres_keywords import BLOCK_SQL, SEARCH_SQL, VERSION_SQL, block_rows, matches_from_rows, scope_key, version
 
 __all__ = ("BLOCK_SCOPE", "KeywordScopes")
 
@@ -56,29 +56,39 @@ class KeywordScopes:
     async def _from_block(self, conn: Any, key: str, owner: Owner, terms: Sequence[str],
                           limit: int) -> KeywordMatches | None:
         """The block's answer at the scope's version now (built first when none holds it); None: too large."""
-        version = int(await conn.fetchval(VERSION_SQL, key))
-        found = self.blocks.matches(key, version, owner, terms, limit)
+        found = self.blocks.matches(key, version(*await conn.fetchrow(VERSION_SQL, key)), owner, terms, limit)
         if found is not None:
             self.hits += 1
             return found
-        version, records = await conn.fetchrow(BLOCK_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
+        slots, counts, records = await conn.fetchrow(BLOCK_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
         if len(records) > BLOCK_SCOPE:
             self._large.add(key)
             return None
         block = KeywordBlock(owner, block_rows(records))
         self.builds += 1
-        self.blocks.put(key, int(version), block)
+        self.blocks.put(key, version(slots, counts), block)
         return block.matches(terms, limit)
 
-    def saved(self, rows: Sequence[CountedRow], totals: Sequence[Any]) -> None:
-        """A save committed ``rows``, which took each scope of ``totals`` (scope key, new version, the save's own
-        bumps) to its new version: blocks that held the version just before take the rows."""
-        for key, total, bumps in totals:
-            kind = RESOURCE if key.startswith("r:") else THREAD
-            value = key[2:]
+    def saved(self, rows: Sequence[CountedRow], bumped: Sequence[Any]) -> None:
+        """A save committed ``rows`` and set the ``bumped`` (scope key, slot, counter) slots: a scope's block takes
+        the rows when it held each of those slots one below (no other write reached them meanwhile). Its other slots
+        stay as the block saw them: if another write moved one, the next search finds the versions differ."""
+        by_scope: dict[str, dict[int, int]] = {}
+        for key, slot, n in bumped:
+            by_scope.setdefault(key, {})[int(slot)] = int(n)
+        for key, slots in by_scope.items():
+            held = self.blocks.version_of(key)
+            if not isinstance(held, tuple):
+                continue
+            counters = dict(held)
+            if any(counters.get(slot, 0) != n - 1 for slot, n in slots.items()):
+                self.blocks.drop(key)  # another write reached a slot meanwhile: the block is stale
+                continue
+            counters.update(slots)
+            kind, value = (RESOURCE if key.startswith("r:") else THREAD), key[2:]
             mine = [row for row in rows if (row[2] if kind == RESOURCE else row[1]) == value]
             # no row of the save in a scope it touched: a row left it (a message moved); the block cannot follow
-            self.blocks.advance(key, int(total) - int(bumps), int(total), mine or None)
+            self.blocks.advance(key, held, tuple(sorted(counters.items())), mine or None)
 
     def clear(self) -> None:
         self.blocks.clear()

@@ -15,7 +15,7 @@ batches (a message without words gets an empty row, so it is not picked again).
 
 Every statement that writes keyword rows also bumps, in the same statement, the version of each scope its rows left
 or joined (``threadmind_keyword_versions``: a counter per resource and thread slot, :data:`BUMPED`); a scope's
-version is the sum of its counters, which only grow, so any committed change to a scope changes it. A process keeps
+version is its slots' counters, which only grow, so any committed change to a scope changes it. A process keeps
 searched scopes in memory while their version stays (``_postgres_keyword_search``). A resource has
 :data:`SCOPE_SLOTS` counters, one picked by the writing thread, so saves to its threads seldom wait on one row.
 """
@@ -33,7 +33,7 @@ from ._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMat
 __all__ = ("BLOCK_SQL", "BUMPED", "CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "KEYWORD_COLUMNS",
            "MOVE_THREAD_SQL", "NEIGHBOURS_SQL", "SCOPE_SLOTS", "SEARCH_SQL", "UPSERT_SQL", "VERSION_SQL", "block_rows",
            "entry_columns", "keyword_entries", "keyword_rows", "matches_from_rows", "scope_key", "tsquery_literal",
-           "tsvector_literal")
+           "tsvector_literal", "version")
 
 _MAX_POSITION = 16383  # tsvector positions stop here
 _MAX_LEXEME = 255  # longer "words" (a base64 blob, a long URL) are not words anyone searches for
@@ -103,15 +103,17 @@ WITH before AS (
 ), {BUMPED}
 SELECT count(*) FROM bumped
 """
-# $1 a scope key (``scope_key``): its version, the sum of its slots (each only grows, so any committed change to
-# the scope changes it).
-VERSION_SQL = "SELECT COALESCE(sum(n), 0)::bigint FROM threadmind_keyword_versions WHERE scope = $1"
+# $1 a scope key (``scope_key``): its version, its slots and their counters (each only grows, so any committed change
+# to the scope changes them).
+_SLOTS = "SELECT array_agg(slot ORDER BY slot), array_agg(n ORDER BY slot) FROM threadmind_keyword_versions"
+VERSION_SQL = f"{_SLOTS} WHERE scope = $1"
 # $1 a scope key, $2 its resource or thread, $3 the most rows wanted: the scope's version and its rows with words,
 # in one snapshot.
-_BLOCK_SQL = """
-SELECT (SELECT COALESCE(sum(n), 0)::bigint FROM threadmind_keyword_versions WHERE scope = $1),
+_BLOCK_SQL = f"""
+SELECT v.slots, v.counts,
        ARRAY(SELECT ROW(k.message_id, k.thread_id, k.resource_id, k.len, k.tsv::text) FROM threadmind_keywords k
-             WHERE k.{column} = $2 AND k.len > 0 ORDER BY k.message_id LIMIT $3)
+             WHERE k.{{column}} = $2 AND k.len > 0 ORDER BY k.message_id LIMIT $3)
+FROM ({_SLOTS} WHERE scope = $1) AS v(slots, counts)
 """
 BLOCK_SQL = {RESOURCE: _BLOCK_SQL.format(column="resource_id"), THREAD: _BLOCK_SQL.format(column="thread_id")}
 
@@ -217,6 +219,11 @@ def scope_key(owner: Owner) -> str:
     """The key of a keyword scope in ``threadmind_keyword_versions``."""
     kind, value = owner
     return ("r:" if kind == RESOURCE else "t:") + value
+
+
+def version(slots: Sequence[int] | None, counts: Sequence[int] | None) -> tuple[tuple[int, int], ...]:
+    """A scope's version from its slots and their counters (none: never written)."""
+    return tuple(zip(slots or (), counts or (), strict=True))
 
 
 def tsquery_literal(terms: Sequence[str]) -> tuple[str, list[str]]:

@@ -80,16 +80,12 @@ WITH input AS (
   SELECT k.thread_id, k.resource_id FROM threadmind_keywords k WHERE k.message_id = ANY($18::text[])
 ), touched AS (
   SELECT thread_id, resource_id FROM before UNION SELECT thread_id, resource_id FROM words
-), {BUMPED}, totals AS (
-  SELECT b.scope, b.mine + COALESCE((SELECT sum(o.n) FROM threadmind_keyword_versions o
-                                     WHERE o.scope = b.scope AND o.slot <> ALL (b.slots)), 0) AS total, b.bumps
-  FROM (SELECT scope, sum(n) AS mine, array_agg(slot) AS slots, count(*) AS bumps FROM bumped GROUP BY scope) b
-)
+), {BUMPED}
 SELECT CASE WHEN NOT go.fenced THEN threadmind_fail('lease lost')
             WHEN NOT go.ok OR (SELECT count(*) FROM saved) <> cardinality($1::text[])
             THEN threadmind_fail('refused') END,
        ARRAY(SELECT ROW(s.id, s."createdAt", s."createdAtZ") FROM saved s),
-       ARRAY(SELECT ROW(t.scope, t.total, t.bumps) FROM totals t)
+       ARRAY(SELECT ROW(b.scope, b.slot, b.n) FROM bumped b)
 FROM go
 """
 DIAGNOSE_SQL = """
