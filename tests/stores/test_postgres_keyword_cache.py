@@ -67,12 +67,13 @@ async def test_a_scope_in_memory_answers_exactly_what_the_sql_ranking_answers(
     await seeded(cached)
     from_memory = {(q, scope, limit): summary(await search(cached, q, scope[0], scope[1], limit=limit))
                    for q in QUERIES for scope in (("r1", None), (None, "t1"), ("r1", "t1")) for limit in (5, 1000)}
-    assert cached.keyword_cache_statistics()["built"] == 2  # r1 and t1, each read once
+    assert cached.cache_statistics()["keyword_built"] == 2  # r1 and t1, each read once
     monkeypatch.setattr(_postgres_keyword_search, "BLOCK_SCOPE", 0)  # every scope too large: SQL ranks
     async with PostgresStore(pg_dsn, max_size=2) as by_sql:
         for (q, scope, limit), answer in from_memory.items():
             assert summary(await search(by_sql, q, scope[0], scope[1], limit=limit)) == answer, (q, scope, limit)
-        assert by_sql.keyword_cache_statistics() == {"from_memory": 0, "built": 0, "kept": 0}
+        statistics = by_sql.cache_statistics()
+        assert (statistics["keyword_from_memory"], statistics["keyword_built"], statistics["keyword_kept"]) == (0, 0, 0)
 
 
 Write = Callable[[PostgresStore], Awaitable[object]]
@@ -105,15 +106,15 @@ async def test_a_write_by_another_process_is_seen_by_the_next_search(
     scopes = [("r1", None), ("r2", None), (None, "t1"), (None, "t2")]
     for scope in scopes:
         await search(reader, "dog harbour", *scope)
-    assert reader.keyword_cache_statistics()["built"] == 4
+    assert reader.cache_statistics()["keyword_built"] == 4
     await WRITES[kind](writer)
     async with PostgresStore(pg_dsn, max_size=2) as fresh:
         for scope in scopes:
             assert summary(await search(reader, "dog harbour", *scope)) == \
                 summary(await search(fresh, "dog harbour", *scope)), scope
-    statistics = reader.keyword_cache_statistics()
-    assert statistics["built"] > 4  # at least one scope changed and was read again
-    assert statistics["from_memory"] + statistics["built"] == 8
+    statistics = reader.cache_statistics()
+    assert statistics["keyword_built"] > 4  # at least one scope changed and was read again
+    assert statistics["keyword_from_memory"] + statistics["keyword_built"] == 8
 
 
 async def test_a_store_keeps_its_scope_across_its_own_saves(stores: tuple[PostgresStore, PostgresStore]) -> None:
@@ -128,7 +129,7 @@ async def test_a_store_keeps_its_scope_across_its_own_saves(stores: tuple[Postgr
         found = await search(chat, "parrot")
         assert {f"u{turn}", f"a{turn}"} <= {c.message_id for c in found.candidates}
         assert {f"u{turn}", f"a{turn}"} <= {c.message_id for c in (await search(chat, "parrot", None, "t1")).candidates}
-    assert chat.keyword_cache_statistics()["built"] == 2  # still the two blocks read at first
+    assert chat.cache_statistics()["keyword_built"] == 2  # still the two blocks read at first
     # Another process's save in between, to another thread or to this one (the very counters this save bumps
     # next): the next search reads the scope again, and finds both.
     for n, thread in enumerate(("t2", "t1")):
@@ -139,7 +140,7 @@ async def test_a_store_keeps_its_scope_across_its_own_saves(stores: tuple[Postgr
         for scope, ids in expected.items():
             assert ids <= {c.message_id for c in (await search(chat, "parrot", *scope)).candidates}, scope
     # read again: r1 twice, t2 once (first search), t1 once (the other's save reached this save's counter)
-    assert chat.keyword_cache_statistics()["built"] == 6
+    assert chat.cache_statistics()["keyword_built"] == 6
 
 
 async def test_concurrent_saves_to_one_resource_leave_every_cached_scope_exact(

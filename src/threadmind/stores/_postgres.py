@@ -20,6 +20,7 @@ kept in the same database.
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -81,6 +82,9 @@ from ._versions import FileCounts
 if TYPE_CHECKING:
     from ._postgres_om import PostgresOMStore
     from ._postgres_vectors import PostgresVectorRecords
+
+#: Threads whose last thread-with-tail answer a store keeps (validated by the thread row's version at each read).
+TAILS_KEPT = 4096
 
 __all__ = ("PostgresStore",)
 
@@ -177,6 +181,9 @@ class PostgresStore:
         self._resource_versions = self._file_counts.resources
         self._volatile = 0  # counts down: every version handed out is new (other hosts may have written)
         self._keyword_scopes = KeywordScopes()
+        # (thread, size) -> the last get_thread_with_tail answer and its thread row's version, newest used last
+        self._tails: OrderedDict[tuple[str, int], tuple[str, Thread | None, MessagePage]] = OrderedDict()
+        self._tail_hits = 0
         # Behind a transaction pooler (statement_cache_size=0, e.g. PgBouncer) a LISTEN would not stay on its
         # session: lease waiters poll there.
         self._listener = LeaseListener(self._pool.connect) if statement_cache_size != 0 else None
@@ -288,11 +295,13 @@ class PostgresStore:
         rows = await self._read(lambda conn: conn.fetch(NEIGHBOURS_SQL, ids), "neighbours")
         return {mid: (before, after) for mid, before, after in rows}
 
-    def keyword_cache_statistics(self) -> dict[str, int]:
-        """Keyword searches answered from scopes kept in memory (``from_memory``), scopes read to keep
-        (``built``), and scopes kept now (``kept``)."""
+    def cache_statistics(self) -> dict[str, int]:
+        """What this store answered from memory after the server confirmed it current: keyword searches
+        (``keyword_from_memory``; scopes read to keep: ``keyword_built``, kept now: ``keyword_kept``) and
+        thread-with-tail reads (``tails_from_memory``)."""
         scopes = self._keyword_scopes
-        return {"from_memory": scopes.hits, "built": scopes.builds, "kept": len(scopes.blocks)}
+        return {"keyword_from_memory": scopes.hits, "keyword_built": scopes.builds, "keyword_kept": len(scopes.blocks),
+                "tails_from_memory": self._tail_hits}
 
     async def keyword_backlog(self) -> int:
         """How many messages have no keyword row yet (written by Mastra, or by a threadmind older than the index)."""
@@ -539,9 +548,29 @@ class PostgresStore:
         return await self._read(reads.page, "list_messages")
 
     async def get_thread_with_tail(self, thread_id: str, size: int) -> tuple[Thread | None, MessagePage]:
-        """The thread row and its newest ``size`` messages (newest first), in one statement (one snapshot)."""
+        """The thread row and its newest ``size`` messages (newest first), in one statement (one snapshot).
+
+        The last answer per thread is kept with the thread row's version (``xmin``; every write to a thread's
+        messages, in any process, threadmind's or Mastra's, updates that row in its transaction): the statement
+        then returns only the version while it is unchanged, and the kept answer serves (nothing to decode).
+        """
         reads = MessageReads(MessageQuery(thread_id=thread_id, per_page=size, direction="DESC"))
-        return await self._read(reads.with_thread, "get_thread_with_tail")
+        key = (thread_id, size)
+        kept = self._tails.get(key)
+        known = kept[0] if kept is not None else None
+        version, thread, page = await self._read(lambda conn: reads.with_thread(conn, known), "get_thread_with_tail")
+        if kept is not None and version == known:
+            self._tail_hits += 1
+            self._tails.move_to_end(key)
+            return kept[1], msgspec.structs.replace(kept[2], messages=list(kept[2].messages))
+        if version is None:
+            self._tails.pop(key, None)
+        else:
+            self._tails[key] = (version, thread, msgspec.structs.replace(page, messages=list(page.messages)))
+            self._tails.move_to_end(key)
+            if len(self._tails) > TAILS_KEPT:
+                self._tails.popitem(last=False)
+        return thread, page
 
     async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
         """Messages with these ids in any thread, ascending by (created_at, sequence); unknown ids skipped."""
@@ -577,7 +606,8 @@ class PostgresStore:
                 for i, m in enumerate(new):
                     for value, field in ((m.resource_id, "resource_id"), (m.type, "type")):
                         check_text(value, f"updates[{i}].{field}")
-                threads = sorted({m.thread_id for m in new if m.thread_id})
+                # the threads the messages are in and were in: each row's version moves (cached tails re-read)
+                threads = sorted({m.thread_id for m in new if m.thread_id} | {row[6] for row, _ in changed.values()})
                 touched.extend(threads)
                 await conn.execute(
                     _UPDATE_MESSAGES, [m.id for m in new], [q.encode_content_text(m.content) for m in new],

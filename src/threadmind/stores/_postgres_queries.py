@@ -6,7 +6,8 @@ more statement for any number of windows: each target found by id (within the re
 its ``N`` previous / ``M`` next rows of its own thread by keyset on (``"createdAt"``, sequence, id), through
 ``LATERAL`` subqueries the ``(thread_id, "createdAt")`` index serves from the target on (a redundant bound on
 ``"createdAt"`` starts the scan there; an incremental sort settles ties). The thread-with-tail read is one statement
-returning the thread row, the newest page and the count together (one snapshot).
+returning the thread row's version, the row, the newest page and the count together (one snapshot), or only the
+version when the caller already holds that one.
 """
 
 from __future__ import annotations
@@ -126,15 +127,23 @@ class MessageReads:
         rows, total = await self._rows(conn)
         return self._assemble(rows, await self._includes(conn), total)
 
-    async def with_thread(self, conn: Any) -> tuple[Thread | None, MessagePage]:
-        """(for a single-thread DESC query without filters) the thread row, the page and the count at once."""
+    async def with_thread(self, conn: Any, known: str | None = None) -> tuple[str | None, Thread | None, MessagePage]:
+        """(for a single-thread DESC query without filters) The thread row's version (its ``xmin``), the row, the
+        page and the count at once; when the version is ``known``, only the version (row and page None/empty):
+        every write to a thread's messages, threadmind's or Mastra's, updates the thread row in its transaction."""
         flt = self.flt
+        fresh = "t.xmin::text IS NULL OR t.xmin::text IS DISTINCT FROM $4::text"
         row = await conn.fetchrow(
-            f"SELECT (SELECT ROW({THREAD_COLS}) FROM mastra_threads t WHERE t.id = $1), "
-            "(SELECT count(*) FROM mastra_messages m WHERE m.thread_id = $1), "
-            f"ARRAY(SELECT ROW({MSG_COLS}) FROM {MSG_FROM} WHERE m.thread_id = $1 ORDER BY {order_by(True)} "
-            "LIMIT $2 OFFSET $3)", flt.thread_ids[0], flt.limit, flt.offset)
-        thread = None if row[0] is None else _thread(row[0])
-        total = int(row[1])
-        rows = list(row[2]) if flt.limit != 0 else []
-        return thread, self._assemble(rows, [], total if flt.limit != 0 else 0)
+            f"SELECT t.xmin::text, CASE WHEN t.id IS NOT NULL AND ({fresh}) THEN ROW({THREAD_COLS}) END, "
+            f"CASE WHEN {fresh} THEN (SELECT count(*) FROM mastra_messages m WHERE m.thread_id = $1) END, "
+            f"CASE WHEN {fresh} THEN ARRAY(SELECT ROW({MSG_COLS}) FROM {MSG_FROM} WHERE m.thread_id = $1 "
+            f"ORDER BY {order_by(True)} LIMIT $2 OFFSET $3) END "
+            "FROM (VALUES (1)) AS one LEFT JOIN mastra_threads t ON t.id = $1",
+            flt.thread_ids[0], flt.limit, flt.offset, known)
+        version = row[0]
+        if version is not None and version == known:
+            return version, None, MessagePage(messages=[], total=0, page=0, per_page=0, has_more=False)
+        thread = None if row[1] is None else _thread(row[1])
+        total = int(row[2])
+        rows = list(row[3]) if flt.limit != 0 else []
+        return version, thread, self._assemble(rows, [], total if flt.limit != 0 else 0)
