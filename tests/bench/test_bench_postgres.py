@@ -28,7 +28,7 @@ def test_bench_postgres_prints_every_figure(pg_cluster: Any, capsys: pytest.Capt
         assert report[phase]["ratio_store_to_plain_asyncpg"] > 0
     for read in ("memory_recall", "store_thread_with_tail", "plain_asyncpg_last_10"):
         assert report["recall_last_10"][read]["p50_ms"] > 0
-    for kind in ("pgvector", "pgvector_hnsw_when_needed", "hnsw_over_postgres"):
+    for kind in ("pgvector", "pgvector_hnsw_at_start", "hnsw_over_postgres"):
         semantic = report["semantic"][kind]
         assert semantic["save_concurrency_16"]["msgs_per_s"] > 0
         for scope in ("resource_query", "thread_query"):
