@@ -165,3 +165,30 @@ async def test_concurrent_saves_to_one_resource_leave_every_cached_scope_exact(
     for store in (a, b):
         found = {c.message_id for c in (await search(store, "parrot")).candidates}
         assert expected <= found
+
+
+async def test_neighbours_are_kept_with_the_scope_and_follow_every_insert(
+        stores: tuple[PostgresStore, PostgresStore]) -> None:
+    """Hybrid recall asks each search for its candidates' neighbours: kept with the scope's block, read again once
+    the scope changes (another process inserting a message between two), or rows join it (this store's save)."""
+    reader, writer = stores
+    await seeded(writer, n=40)
+
+    async def around(ids: list[str]) -> dict[str, tuple[str | None, str | None]]:
+        found = await reader.keyword_search(query_terms("dog"), resource_id="r1", thread_id=None, limit=10,
+                                            neighbours_of=ids)
+        return found.neighbours
+
+    first = await around(["m1-3", "m1-4", "ghost"])
+    assert first["m1-3"] == ("m1-2", "m1-4") and "ghost" not in first
+    assert await around(["m1-3", "m1-4", "ghost"]) == first
+    assert reader.cache_statistics()["neighbours_from_memory"] >= 3
+    between = BASE + timedelta(seconds=3, milliseconds=500)  # after m1-3, before m1-4
+    await writer.save_messages("t1", [Message.user("in between", id="mid", thread_id="t1", resource_id="r1",
+                                                   created_at=between)])
+    moved = await around(["m1-3", "m1-4"])
+    assert moved["m1-3"] == ("m1-2", "mid") and moved["m1-4"] == ("mid", "m1-5")
+    await reader.save_messages("t1", [Message.user("later", id="late", thread_id="t1", resource_id="r1",
+                                                   created_at=BASE + timedelta(seconds=99))])
+    last = (await around(["m1-9"]))["m1-9"]
+    assert last == ("m1-8", "late")  # this store's own save joined the block: what it kept is read again

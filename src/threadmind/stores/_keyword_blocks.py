@@ -67,8 +67,8 @@ class _Postings:
 class KeywordBlock:
     """One scope's keyword rows (see the module docstring)."""
 
-    __slots__ = ("_docs", "_lengths", "_lengths_array", "ids", "owner", "postings", "resources", "size", "threads",
-                 "words")
+    __slots__ = ("_docs", "_lengths", "_lengths_array", "epoch", "ids", "neighbours", "owner", "postings", "resources",
+                 "size", "threads", "words")
 
     def __init__(self, owner: Owner, rows: Iterable[Row | CountedRow]) -> None:
         self.owner = owner
@@ -81,6 +81,11 @@ class KeywordBlock:
         self.words = 0
         self.size = 0
         self.postings: dict[str, _Postings] = {}
+        #: Messages' neighbours in their threads as read while the block holds its scope's version (None: no such
+        #: message), for stores that read them apart (PostgreSQL); cleared whenever rows join the block, which
+        #: bumps ``epoch``, so a read that began before cannot store what it saw.
+        self.neighbours: dict[str, tuple[str | None, str | None] | None] = {}
+        self.epoch = 0
         self.extend(rows)
 
     def __contains__(self, message_id: object) -> bool:
@@ -95,6 +100,8 @@ class KeywordBlock:
         """Add the messages of the scope that are not in the block yet (their postings appended); a message of no
         words is left out, as the index leaves it out of the scope's statistics."""
         postings = self.postings
+        self.neighbours.clear()
+        self.epoch += 1
         for row in rows:
             tally: Mapping[str, int]
             if len(row) == 4:
@@ -189,6 +196,16 @@ class KeywordBlocks:
                 return None
             self._blocks.move_to_end(token)
             return entry[1].matches(terms, limit)
+
+    def get(self, token: str, version: Version, owner: Owner) -> KeywordBlock | None:
+        """The block of ``token`` if it holds ``version`` of ``owner``'s scope (for callers on one thread, which
+        score it themselves)."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            if entry is None or entry[0] != version or entry[1].owner != owner:
+                return None
+            self._blocks.move_to_end(token)
+            return entry[1]
 
     def put(self, token: str, version: Version, block: KeywordBlock) -> None:
         """Keep ``block`` as holding ``version`` (unless it alone is over the budget)."""

@@ -272,17 +272,17 @@ class PostgresStore:
             await self._idle()
             return NO_MATCHES
         others = [] if neighbours_of is None else list(neighbours_of)
+        scopes = self._keyword_scopes
 
         async def read(conn: Any) -> KeywordMatches:
-            found = NO_MATCHES
+            found, block = NO_MATCHES, None
             if searching:
-                found = await self._keyword_scopes.matches(conn, terms, query, lexemes, resource_id=resource_id,
-                                                           thread_id=thread_id, limit=limit)
+                found, block = await scopes.matches(conn, terms, query, lexemes, resource_id=resource_id,
+                                                    thread_id=thread_id, limit=limit)
             if neighbours_of is None:
                 return found
             ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + others))
-            rows = await conn.fetch(NEIGHBOURS_SQL, ids) if ids else []
-            return msgspec.structs.replace(found, neighbours={mid: (before, after) for mid, before, after in rows})
+            return msgspec.structs.replace(found, neighbours=await scopes.neighbours(conn, block, ids))
 
         return await self._read(read, "keyword_search")
 
@@ -297,11 +297,11 @@ class PostgresStore:
 
     def cache_statistics(self) -> dict[str, int]:
         """What this store answered from memory after the server confirmed it current: keyword searches
-        (``keyword_from_memory``; scopes read to keep: ``keyword_built``, kept now: ``keyword_kept``) and
-        thread-with-tail reads (``tails_from_memory``)."""
+        (``keyword_from_memory``; scopes read to keep: ``keyword_built``, kept now: ``keyword_kept``), messages'
+        neighbours (``neighbours_from_memory``) and thread-with-tail reads (``tails_from_memory``)."""
         scopes = self._keyword_scopes
         return {"keyword_from_memory": scopes.hits, "keyword_built": scopes.builds, "keyword_kept": len(scopes.blocks),
-                "tails_from_memory": self._tail_hits}
+                "neighbours_from_memory": scopes.neighbour_hits, "tails_from_memory": self._tail_hits}
 
     async def keyword_backlog(self) -> int:
         """How many messages have no keyword row yet (written by Mastra, or by a threadmind older than the index)."""

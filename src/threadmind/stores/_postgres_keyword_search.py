@@ -21,7 +21,16 @@ from typing import Any
 
 from ._keyword_blocks import RESOURCE, THREAD, CountedRow, KeywordBlock, KeywordBlocks, Owner
 from ._keywords import KeywordMatches
-from ._postgres_keywords import BLOCK_SQL, SEARCH_SQL, VERSION_SQL, block_rows, matches_from_rows, scope_key, version
+from ._postgres_keywords import (
+    BLOCK_SQL,
+    NEIGHBOURS_SQL,
+    SEARCH_SQL,
+    VERSION_SQL,
+    block_rows,
+    matches_from_rows,
+    scope_key,
+    version,
+)
 
 __all__ = ("BLOCK_SCOPE", "KeywordScopes")
 
@@ -38,28 +47,53 @@ class KeywordScopes:
         #: Searches answered from a block held at the scope's version, and blocks built.
         self.hits = 0
         self.builds = 0
+        #: Neighbours of messages served from the blocks.
+        self.neighbour_hits = 0
 
     async def matches(self, conn: Any, terms: Sequence[str], query: str, lexemes: list[str], *,
-                      resource_id: str | None, thread_id: str | None, limit: int) -> KeywordMatches:
+                      resource_id: str | None, thread_id: str | None,
+                      limit: int) -> tuple[KeywordMatches, KeywordBlock | None]:
         """The scope's statistics and its best ``limit`` candidates for ``terms`` (``query``/``lexemes``: their
-        ``tsquery`` literal and lexemes, for SQL), read on ``conn``."""
+        ``tsquery`` literal and lexemes, for SQL), read on ``conn``; and the block that answered, at the version
+        read now (None: SQL answered)."""
         owner: Owner = (THREAD, thread_id) if thread_id is not None else (RESOURCE, resource_id or "")
         key = scope_key(owner)
         if key not in self._large:
             found = await self._from_block(conn, key, owner, terms, limit)
             # A thread asked for within a resource: messages of the thread filed under another resource are left out.
             if found is not None and (thread_id is None or resource_id is None
-                                      or all(c.resource_id == resource_id for c in found.candidates)):
+                                      or all(c.resource_id == resource_id for c in found[0].candidates)):
                 return found
-        return matches_from_rows(await conn.fetch(SEARCH_SQL, query, lexemes, resource_id, thread_id, limit), lexemes)
+        return matches_from_rows(await conn.fetch(SEARCH_SQL, query, lexemes, resource_id, thread_id, limit),
+                                 lexemes), None
+
+    async def neighbours(self, conn: Any, block: KeywordBlock | None,
+                         message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """The neighbours of ``message_ids`` in their threads: those ``block`` (at its scope's version now) has seen
+        already from memory, the others read (:data:`NEIGHBOURS_SQL`) and kept in it. Every insert or deletion in a
+        thread through a store changes its scope's version, so what the block keeps is current while the block is
+        used (a message another program wrote straight into the database joins at the scope's next change, as it
+        joins the keyword index when the store indexes it)."""
+        known = block.neighbours if block is not None else {}
+        missing = [mid for mid in message_ids if mid not in known]
+        epoch = block.epoch if block is not None else 0
+        rows = await conn.fetch(NEIGHBOURS_SQL, missing) if missing else []
+        read = {mid: (before, after) for mid, before, after in rows}
+        if block is not None and block.epoch == epoch:  # no rows joined it while the statement ran
+            for mid in missing:
+                known[mid] = read.get(mid)
+            self.neighbour_hits += len(message_ids) - len(missing)
+        found = {mid: pair for mid in message_ids if (pair := read.get(mid) or known.get(mid)) is not None}
+        return found
 
     async def _from_block(self, conn: Any, key: str, owner: Owner, terms: Sequence[str],
-                          limit: int) -> KeywordMatches | None:
+                          limit: int) -> tuple[KeywordMatches, KeywordBlock] | None:
         """The block's answer at the scope's version now (built first when none holds it); None: too large."""
-        found = self.blocks.matches(key, version(*await conn.fetchrow(VERSION_SQL, key)), owner, terms, limit)
-        if found is not None:
+        now = version(*await conn.fetchrow(VERSION_SQL, key))
+        held = self.blocks.get(key, now, owner)
+        if held is not None:
             self.hits += 1
-            return found
+            return held.matches(terms, limit), held
         slots, counts, records = await conn.fetchrow(BLOCK_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
         if len(records) > BLOCK_SCOPE:
             self._large.add(key)
@@ -67,7 +101,7 @@ class KeywordScopes:
         block = KeywordBlock(owner, block_rows(records))
         self.builds += 1
         self.blocks.put(key, version(slots, counts), block)
-        return block.matches(terms, limit)
+        return block.matches(terms, limit), block
 
     def saved(self, rows: Sequence[CountedRow], bumped: Sequence[Any]) -> None:
         """A save committed ``rows`` and set the ``bumped`` (scope key, slot, counter) slots: a scope's block takes
