@@ -156,6 +156,12 @@ class PgPool:
         self._pool: Any = None
         self._state = _State.NEW
         self._lock = anyio.Lock()
+        # Connections borrowed from the asyncpg pool and kept between operations, last used on top: an operation
+        # that ended cleanly puts its connection here instead of asyncpg's release, which runs in a task of its
+        # own (asyncio.shield); any other ending (an error, a cancellation) releases it to asyncpg, which resets
+        # or discards it. Only while no operation waits in asyncpg's pool: those wait for released connections.
+        self._warm: list[Any] = []
+        self._acquiring = 0  # operations waiting in asyncpg's pool
 
     def _is(self, state: _State) -> bool:
         return self._state is state
@@ -228,7 +234,10 @@ class PgPool:
         with anyio.CancelScope(shield=True):
             async with self._lock:
                 pool, self._pool, self._state = self._pool, None, _State.CLOSED
+                warm, self._warm = self._warm, []
                 if pool is not None:
+                    for conn in warm:
+                        await _release(pool, conn)
                     await _close_pool(pool)
 
     async def _ready(self, label: str) -> Any:
@@ -260,7 +269,7 @@ class PgPool:
         for attempt in range(_TRIES):
             last = attempt + 1 == _TRIES
             try:
-                conn = await pool.acquire()
+                conn = await self._borrow(pool)
             except Exception as exc:  # nothing was sent: safe to retry for writes too
                 if self._state is _State.CLOSED:
                     raise StorageError(f"{label} is closed") from exc
@@ -271,16 +280,19 @@ class PgPool:
                 await _backoff(attempt)
                 continue
             error: Exception | None = None
+            clean = False
             try:
                 if write:
                     with anyio.CancelScope(shield=True):
                         result = await fn(conn)
                 else:
                     result = await fn(conn)
+                clean = True
             except Exception as exc:
                 error = exc
             finally:
-                await _release(pool, conn)
+                if not (clean and self._keep(pool, conn)):
+                    await _release(pool, conn)
             if error is None:
                 if write:
                     await anyio.lowlevel.checkpoint_if_cancelled()
@@ -291,6 +303,32 @@ class PgPool:
                 raise self._failure(error, doing, write) from error
             await _backoff(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _borrow(self, pool: Any) -> Any:
+        """The connection used last, unless the server closed it meanwhile (then asyncpg discards it); else one
+        from the asyncpg pool."""
+        while self._warm:
+            conn = self._warm.pop()
+            try:
+                closed = conn.is_closed()
+            except self._asyncpg.InterfaceError:  # asyncpg took it back when the server closed it
+                continue
+            if not closed:
+                return conn
+            await _release(pool, conn)
+        self._acquiring += 1
+        try:
+            return await pool.acquire()
+        finally:
+            self._acquiring -= 1
+
+    def _keep(self, pool: Any, conn: Any) -> bool:
+        """Keep a connection whose operation ended cleanly for the next one (see ``_warm``), unless an operation
+        waits for one in asyncpg's pool (it gets this one)."""
+        if self._acquiring or pool is not self._pool or conn.is_closed() or conn.is_in_transaction():
+            return False
+        self._warm.append(conn)
+        return True
 
     @staticmethod
     def _failure(exc: Exception, doing: str, write: bool) -> StorageError:
