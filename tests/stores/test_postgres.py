@@ -296,6 +296,23 @@ class TestErrors:
             with pytest.raises(StorageError, match="closed"):
                 await call
 
+    async def test_a_read_cancelled_mid_statement_leaves_every_connection_usable(self, pg_dsn: str) -> None:
+        """A connection whose operation ended cleanly is kept for the next one; one whose read was cancelled goes
+        back through asyncpg (which cancels the statement), so no later operation meets it mid-statement."""
+        async with PostgresStore(pg_dsn, min_size=1, max_size=2) as store:
+            await store.create_thread(Thread(id="t1", resource_id="r1"))
+            for _ in range(3):
+                with anyio.move_on_after(0.2) as scope:
+                    await store.run_read(lambda conn: conn.execute("SELECT pg_sleep(5)"), "sleep")
+                assert scope.cancelled_caught
+                with anyio.fail_after(2):
+                    assert await store.get_thread("t1") is not None
+            with anyio.fail_after(5):  # more operations at once than connections: they wait, none hangs
+                async with anyio.create_task_group() as tg:
+                    for i in range(12):
+                        tg.start_soon(store.save_messages, "t1", [msg(i)])
+            assert len((await store.list_messages(MessageQuery(thread_id="t1", per_page=False))).messages) == 12
+
     async def test_reads_and_writes_survive_killed_connections(self, store: PostgresStore, pg_dsn: str) -> None:
         await store.create_thread(Thread(id="t1", resource_id="r1"))
         await store.save_messages("t1", [msg(1)])
