@@ -27,6 +27,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from .._lowlevel import HostTask
@@ -118,6 +119,8 @@ class ActorSystem:
         self._threads: ActorRegistry[ThreadActor] | None = None
         self._resources: ActorRegistry[ResourceActor] | None = None
         self._background: TaskGroup | None = None
+        self._jobs: dict[int, anyio.Event] = {}  # background work spawned and not finished, by number
+        self._jobs_started = 0
 
     # lifecycle -----------------------------------------------------------------------------------
     @property
@@ -335,8 +338,28 @@ class ActorSystem:
         background = self._background
         if background is None or self._state is not _State.RUNNING:
             return False
-        background.start_soon(fn, *args, name=name)
+        self._jobs_started += 1
+        done = anyio.Event()
+        self._jobs[self._jobs_started] = done
+        background.start_soon(self._job, self._jobs_started, done, fn, args, name=name)
         return True
+
+    async def _job(self, number: int, done: anyio.Event, fn: Callable[..., Coroutine[Any, Any, Any]],
+                   args: tuple[Any, ...]) -> None:
+        try:
+            await fn(*args)
+        finally:
+            del self._jobs[number]
+            done.set()
+
+    async def settled(self) -> None:
+        """Wait for the background work :meth:`spawn` started before this call, then for what started while
+        waiting (the follow-ups of that work, such as a reflection after an observation); not for later work."""
+        for _ in range(2):
+            pending = [done for number, done in self._jobs.items() if number <= self._jobs_started]
+            for done in pending:
+                await done.wait()
+        await anyio.lowlevel.checkpoint()
 
     @property
     def accepting_background(self) -> bool:

@@ -580,6 +580,19 @@ class Memory:
             return 0
         return await index.load()
 
+    async def settled(self) -> None:
+        """Return once the background work started so far has finished: titles, observations and reflections
+        (and what they started meanwhile), then the vectors queued so far (an agent turn embeds in the
+        background). The memory stays open; work started later is not waited for (Mastra's ``settled()``)."""
+        system = self._core.system
+        if system is None or not system.running:
+            await anyio.lowlevel.checkpoint()
+            return
+        await system.settled()
+        index = self._core.running_index()
+        if index is not None:
+            await index.flush()
+
     async def flush_index(self) -> int:
         """Wait until every vector queued so far is written and searchable; returns how many were staged.
 
