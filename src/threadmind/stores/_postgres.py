@@ -11,7 +11,9 @@ transaction. Ordering is (``"createdAt"``, insertion sequence, id) everywhere.
 Leases (an agent turn's hold on its thread) are rows timed by the server's clock, and fenced writes check theirs
 inside their own statement or transaction (see ``_postgres_leases``). Other hosts may write at any time, so
 ``thread_version`` and ``resource_version`` change on every call: the actors read through instead of trusting
-their caches.
+their caches. The store itself keeps what it can confirm in the same round trip: a thread's newest messages with
+the thread row's version (``get_thread_with_tail``), and searched keyword scopes with their version counters
+(``_postgres_keyword_search``).
 
 ``vector_records()`` and ``observational_records()`` give the vector records and the observational-memory records
 kept in the same database.
@@ -265,7 +267,8 @@ class PostgresStore:
                              limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
         """The scope's statistics and its best ``limit`` messages holding any of ``terms``: from the scope's rows
         kept in memory while its version is unchanged, else by SQL (see ``_postgres_keyword_search``); with
-        ``neighbours_of``, the neighbours of those and of these in one more statement on the same connection."""
+        ``neighbours_of``, the neighbours of those and of these (those the scope's block has not kept yet in one
+        more statement on the same connection)."""
         query, lexemes = tsquery_literal(terms)
         searching = bool(lexemes) and limit > 0 and (resource_id is not None or thread_id is not None)
         if not searching and neighbours_of is None:

@@ -123,7 +123,3 @@ class KeywordScopes:
             mine = [row for row in rows if (row[2] if kind == RESOURCE else row[1]) == value]
             # no row of the save in a scope it touched: a row left it (a message moved); the block cannot follow
             self.blocks.advance(key, held, tuple(sorted(counters.items())), mine or None)
-
-    def clear(self) -> None:
-        self.blocks.clear()
-        self._large.clear()
