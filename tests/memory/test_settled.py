@@ -14,6 +14,7 @@ from threadmind.models import ModelRequest
 from threadmind.models._scripted import ScriptedModel
 from threadmind.processors._observation_text import OBSERVER_INSTRUCTIONS
 from threadmind.stores import HnswVectorStore, InMemoryStore, SQLiteStore
+from threadmind.ui import messages_from_ui
 
 
 def _gated_titles(gate: anyio.Event) -> ScriptedModel:
@@ -99,3 +100,27 @@ async def test_settled_waits_for_an_observation_and_returns_on_a_memory_without_
         with anyio.fail_after(1):
             await idle.settled()
     await Memory(storage=InMemoryStore()).settled()  # not started: nothing to wait for
+
+
+async def test_settled_after_a_streamed_chat_request_waits_for_its_title(tmp_path: Path) -> None:
+    """The chat server's door: a useChat body through messages_from_ui and Agent.stream; the reply is stored when
+    the stream ends, the title later, and settled() returns once it is."""
+    gate = anyio.Event()
+    memory = Memory(storage=SQLiteStore(tmp_path / "chat.db"),
+                    options={"generateTitle": {"model": _gated_titles(gate)}})
+    body = {"id": "chat-1", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Hi"}]}]}
+    async with memory:
+        agent = Agent("chat", "You answer.", ScriptedModel(["hello from the stream"]), memory=memory)
+        async with agent.stream(messages_from_ui(body), thread_id="chat-1", resource_id="alice") as stream:
+            async for _ in stream:
+                pass
+        stored = (await memory.recall("chat-1", resource_id="alice", per_page=False)).messages
+        assert [m.role for m in stored] == ["user", "assistant"]
+        with anyio.move_on_after(0.2) as scope:
+            await memory.settled()
+        assert scope.cancelled_caught  # the title model has not answered
+        gate.set()
+        with anyio.fail_after(5):
+            await memory.settled()
+        thread = await memory.get_thread_by_id("chat-1")
+        assert thread is not None and thread.title == "Settled Title"
