@@ -156,7 +156,7 @@ def test_blocks_advance_only_from_the_version_they_hold() -> None:
     blocks.put("k", 1, KeywordBlock((RESOURCE, "r1"), [row("a", "dog cat")]))
     blocks.advance("k", 1, 2, [row("b", "dog"), row("x", "dog", resource="r2")])  # r2's row is not of the scope
     found = blocks.matches("k", 2, (RESOURCE, "r1"), ["dog"], 10)
-    assert found is not None and {c.message_id for c in found.candidates} == {"a", "b"}
+    assert found is not None and {c.message_id for c in found[0].candidates} == {"a", "b"}
     assert blocks.matches("k", 1, (RESOURCE, "r1"), ["dog"], 10) is None  # the old version is gone
     assert blocks.matches("k", 2, (RESOURCE, "r2"), ["dog"], 10) is None  # another owner under the same token
     blocks.advance("k", 2, 3, None)  # not only additions: dropped
@@ -171,3 +171,13 @@ def test_blocks_advance_only_from_the_version_they_hold() -> None:
     assert blocks.matches("k", 7, (RESOURCE, "r1"), ["dog"], 10) is None  # over the budget: least recent out
     blocks.put("big", 1, KeywordBlock((RESOURCE, "r1"), [row(f"m{i}", "w1 w2 w3") for i in range(4)]))
     assert blocks.matches("big", 1, (RESOURCE, "r1"), ["w1"], 10) is None  # alone over the budget: not kept
+
+
+def test_rows_joining_forget_only_the_neighbours_kept_in_their_threads() -> None:
+    block = KeywordBlock((RESOURCE, "r1"), [("a", "t1", "r1", "dog"), ("b", "t2", "r1", "cat")])
+    for mid in ("a", "b", "x"):  # x is not the block's: not kept
+        block.remember(mid, (None, None))
+    assert set(block.neighbours) == {"a", "b"}
+    epoch = block.epoch
+    block.extend([("c", "t1", "r1", "")])  # a message of no words joins t1: not taken, but t1's order changed
+    assert set(block.neighbours) == {"b"} and block.epoch == epoch + 1 and "c" not in block

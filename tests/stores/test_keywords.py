@@ -133,6 +133,45 @@ class TestNeighbours:
         assert words_only.candidates == [] and words_only.neighbours == {"b": ("a", "c")}
 
 
+    async def test_neighbours_kept_between_searches_follow_every_change_of_a_threads_order(
+            self, store: Store) -> None:
+        """A store may keep the neighbours a search read (SQLite and PostgreSQL keep them with the scope's words):
+        saves, updates and deletions of messages with no words at all, and a thread moving away, still show."""
+        await seeded(store)
+        assert isinstance(store, KeywordSearch)
+
+        async def searched(resource: str = "r1") -> dict[str, tuple[str | None, str | None]]:
+            named = ["a", "b", "c", "d", "q1", "q2"]
+            first = await store.keyword_search(query_terms("dog cat"), resource_id=resource, thread_id=None,
+                                               limit=10, neighbours_of=named)
+            again = await store.keyword_search(query_terms("dog cat"), resource_id=resource, thread_id=None,
+                                               limit=10, neighbours_of=named)  # answered from what was kept
+            assert again == first
+            truth = await store.neighbours([c.message_id for c in first.candidates] + named)
+            assert first.neighbours == truth
+            return truth
+
+        assert (await searched())["a"] == (None, "b")
+        await store.save_messages("t1", [Message.user("🎉", id="q1", thread_id="t1", resource_id="r1",
+                                                      created_at=BASE + timedelta(seconds=1.5))])
+        assert (await searched())["a"] == (None, "q1")  # a message of no words between a and b
+        await store.update_messages([{"id": "q1", "createdAt": BASE + timedelta(seconds=2.5)}])
+        now = await searched()
+        assert now["a"] == (None, "b") and now["q1"] == ("b", "c")  # it moved between b and c
+        await store.save_messages("t1", [Message.user("🎈", id="q2", thread_id="t1", resource_id="r1",
+                                                      created_at=BASE + timedelta(seconds=0.5))])
+        assert (await searched())["a"] == ("q2", "b")
+        await store.delete_messages(["q1", "q2"])
+        now = await searched()
+        assert now["a"] == (None, "b") and now["c"] == ("b", None) and "q1" not in now
+        await store.update_thread_resource_id("t1", "r2")
+        assert "a" not in [c.message_id for c in (await store.keyword_search(
+            query_terms("dog"), resource_id="r1", thread_id=None, limit=10, neighbours_of=["a"])).candidates]
+        await searched("r2")
+        await store.delete_thread("t1")
+        assert "a" not in await searched()
+
+
 class TestQueries:
     @pytest.mark.parametrize("query", [
         '"', '"unbalanced', "NEAR(dog harbour, 2)", "dog*", "-dog", "text:dog", "dog OR", "AND NOT", "(dog",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -67,8 +67,8 @@ class _Postings:
 class KeywordBlock:
     """One scope's keyword rows (see the module docstring)."""
 
-    __slots__ = ("_docs", "_lengths", "_lengths_array", "epoch", "ids", "neighbours", "owner", "postings", "resources",
-                 "size", "threads", "words")
+    __slots__ = ("_docs", "_lengths", "_lengths_array", "_remembered", "epoch", "ids", "neighbours", "owner",
+                 "postings", "resources", "size", "thread_sizes", "threads", "words")
 
     def __init__(self, owner: Owner, rows: Iterable[Row | CountedRow]) -> None:
         self.owner = owner
@@ -81,10 +81,12 @@ class KeywordBlock:
         self.words = 0
         self.size = 0
         self.postings: dict[str, _Postings] = {}
-        #: Messages' neighbours in their threads as read while the block holds its scope's version (None: no such
-        #: message), for stores that read them apart (PostgreSQL); cleared whenever rows join the block, which
-        #: bumps ``epoch``, so a read that began before cannot store what it saw.
+        #: The block's messages' neighbours in their threads as read while it holds its scope's version (None: no
+        #: such message; see :meth:`remember`). Rows joining the block forget those of their threads and bump
+        #: ``epoch``, so a read that began before cannot store what it saw.
         self.neighbours: dict[str, tuple[str | None, str | None] | None] = {}
+        self._remembered: dict[str, list[str]] = {}  # thread -> its messages in ``neighbours``
+        self.thread_sizes: Counter[str] = Counter()  # thread -> how many of its messages the block holds
         self.epoch = 0
         self.extend(rows)
 
@@ -96,11 +98,28 @@ class KeywordBlock:
         kind, value = self.owner
         return (row[2] if kind == RESOURCE else row[1]) == value
 
+    def thread_of(self, message_id: str) -> str | None:
+        """The thread of one of the block's messages (None: not the block's)."""
+        doc = self._docs.get(message_id)
+        return None if doc is None else self.threads[doc]
+
+    def remember(self, message_id: str, pair: tuple[str | None, str | None] | None) -> None:
+        """Keep the neighbours of one of the block's messages (any other message is not kept: a change to its
+        thread need not change this scope's version)."""
+        doc = self._docs.get(message_id)
+        if doc is not None:
+            self.neighbours[message_id] = pair
+            self._remembered.setdefault(self.threads[doc], []).append(message_id)
+
     def extend(self, rows: Iterable[Row | CountedRow]) -> None:
         """Add the messages of the scope that are not in the block yet (their postings appended); a message of no
-        words is left out, as the index leaves it out of the scope's statistics."""
+        words is left out, as the index leaves it out of the scope's statistics, but the neighbours kept in its
+        thread are forgotten as for any other (pass it with no words)."""
         postings = self.postings
-        self.neighbours.clear()
+        rows = list(rows)
+        for thread_id in {row[1] for row in rows}:
+            for message_id in self._remembered.pop(thread_id, ()):
+                self.neighbours.pop(message_id, None)
         self.epoch += 1
         for row in rows:
             tally: Mapping[str, int]
@@ -116,6 +135,7 @@ class KeywordBlock:
             self._docs[message_id] = doc
             self.ids.append(message_id)
             self.threads.append(thread_id)
+            self.thread_sizes[thread_id] += 1
             self.resources.append(resource_id)
             self._lengths.append(float(length))
             self._lengths_array = None
@@ -188,14 +208,55 @@ class KeywordBlocks:
         self._lock = threading.Lock()
 
     def matches(self, token: str, version: Version, owner: Owner, terms: Sequence[str],
-                limit: int) -> KeywordMatches | None:
-        """What the block of ``token`` answers for ``terms`` if it holds ``version`` of ``owner``'s scope."""
+                limit: int) -> tuple[KeywordMatches, KeywordBlock, int] | None:
+        """What the block of ``token`` answers for ``terms`` if it holds ``version`` of ``owner``'s scope, with the
+        block and its epoch then."""
         with self._lock:  # a fold may be extending this very block on the writer thread
             entry = self._blocks.get(token)
             if entry is None or entry[0] != version or entry[1].owner != owner:
                 return None
             self._blocks.move_to_end(token)
-            return entry[1].matches(terms, limit)
+            return entry[1].matches(terms, limit), entry[1], entry[1].epoch
+
+    def neighbours(self, block: KeywordBlock, epoch: int, message_ids: Sequence[str],
+                   read: Callable[[list[str]], Mapping[str, tuple[str | None, str | None]]],
+                   ) -> dict[str, tuple[str | None, str | None]]:
+        """The neighbours of ``message_ids``: those ``block`` kept while it held the version it held at ``epoch``
+        (the version the caller's read sees), the others ``read`` (which may answer for more messages: what it read
+        of the block's is kept in it too) and kept in it (for callers on several threads: a fold may be extending
+        the block meanwhile)."""
+        known = block.neighbours
+        cached = {mid: known[mid] for mid in message_ids if mid in known}
+        if block.epoch != epoch:  # rows joined the block since the caller's version: nothing kept is the caller's
+            cached = {}
+        missing = [mid for mid in message_ids if mid not in cached]
+        fresh = read(missing) if missing else {}
+        with self._lock:
+            if block.epoch == epoch:
+                for mid, pair in fresh.items():
+                    block.remember(mid, pair)
+                for mid in missing:
+                    if mid not in fresh:
+                        block.remember(mid, None)
+        found = {mid: pair for mid, pair in cached.items() if pair is not None}
+        found.update((mid, fresh[mid]) for mid in missing if mid in fresh)
+        return found
+
+    def cached_neighbours(self, block: KeywordBlock, epoch: int,
+                          message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]] | None:
+        """The neighbours of ``message_ids`` if ``block``, still at ``epoch``, kept all of them (else None)."""
+        with self._lock:
+            if block.epoch != epoch:
+                return None
+            known = block.neighbours
+            found: dict[str, tuple[str | None, str | None]] = {}
+            for mid in message_ids:
+                if mid not in known:
+                    return None
+                pair = known[mid]
+                if pair is not None:
+                    found[mid] = pair
+            return found
 
     def get(self, token: str, version: Version, owner: Owner) -> KeywordBlock | None:
         """The block of ``token`` if it holds ``version`` of ``owner``'s scope (for callers on one thread, which

@@ -80,8 +80,8 @@ class KeywordScopes:
         rows = await conn.fetch(NEIGHBOURS_SQL, missing) if missing else []
         read = {mid: (before, after) for mid, before, after in rows}
         if block is not None and block.epoch == epoch:  # no rows joined it while the statement ran
-            for mid in missing:
-                known[mid] = read.get(mid)
+            for mid in missing:  # the block's own messages only: a change to their threads changes its version
+                block.remember(mid, read.get(mid))
             self.neighbour_hits += len(message_ids) - len(missing)
         found = {mid: pair for mid in message_ids if (pair := read.get(mid) or known.get(mid)) is not None}
         return found

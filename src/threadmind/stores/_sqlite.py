@@ -107,6 +107,8 @@ from ._sqlite_keywords import (
     fold,
     keyword_backlog,
     neighbour_ids,
+    scope_token,
+    search_in_memory,
     search_keywords,
 )
 from ._sqlite_leases import active_owner, check_fence, release_row, renew_rows, take_over
@@ -148,6 +150,7 @@ T = TypeVar("T")
 
 _LEASE_POLL_CAP = 0.002  # longest sleep of a lease waiter between two looks (two syscalls each: cheap)
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+_CHECKED_KEPT = 65_536  # scopes whose last keyword search is remembered (all forgotten past this)
 #: Each connection's page cache, at most (SQLite's default is 2 MiB). A semantic save inserts into five
 #: B-trees keyed by random ids; past a few hundred thousand messages they outgrow 2 MiB and every insert
 #: misses: 64 MiB made semantic saves into a million-message file 1 520 -> 1 750 msgs/s here.
@@ -259,6 +262,9 @@ class SQLiteStore(GroupWriter):
         self._saving = 0  # save_messages calls under way (GroupWriter._inline: a lone caller's only)
         self._vector_records: SQLiteVectorRecords | None = None
         self._keyword_blocks = KeywordBlocks()  # scopes searched by words, in memory (see _keyword_blocks)
+        # scope token -> (cache epoch, thread writes counted, version) when its block last answered a search
+        self._keyword_checked: dict[str, tuple[int, int, int]] = {}
+        self._keyword_memory_hits = 0
         self._peers: Peers | None = None
         self._volatile = 0  # counts down: the versions handed out while another process may be writing
         self._row_leases = 0  # leases of this store object held through a takeover row (they need renewing)
@@ -383,6 +389,7 @@ class SQLiteStore(GroupWriter):
                         await close_connection(conn)
                 self._reader = self._writer = self._checkpointer = None
                 self._keyword_blocks.clear()
+                self._keyword_checked.clear()
                 self._wal_index.close()
                 if self._peers is not None:
                     self._peers.detach()
@@ -735,10 +742,25 @@ class SQLiteStore(GroupWriter):
             return msgspec.structs.replace(NO_MATCHES, neighbours=await self.neighbours(neighbours_of))
         blocks = self._keyword_blocks
         others = None if neighbours_of is None else list(neighbours_of)
+        # Alone with the file and nothing written through it since the scope's last search: its block is current.
+        epoch, writes, checked = self.cache_epoch(), self._versions.total, self._keyword_checked
+        if epoch is not None:
+            stamp = checked.get(scope_token(resource_id, thread_id))
+            if stamp is not None and stamp[0] == epoch and stamp[1] == writes:
+                known = search_in_memory(blocks, stamp[2], terms, resource_id, thread_id, limit, others)
+                if known is not None:
+                    self._keyword_memory_hits += 1
+                    return known
+
+        def check(token: str, version: int) -> None:
+            if epoch is not None:
+                if len(checked) > _CHECKED_KEPT:
+                    checked.clear()
+                checked[token] = (epoch, writes, version)
 
         def search(folded: bool) -> Callable[[sqlite3.Connection], KeywordMatches | None]:
             return lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit, folded=folded,
-                                                blocks=blocks, neighbours_of=others)
+                                                blocks=blocks, neighbours_of=others, checked=check)
 
         found = await self.execute_read(search(False))
         if found is None:
@@ -749,6 +771,11 @@ class SQLiteStore(GroupWriter):
                     break
             found = await self.execute_read(search(True))
         return found or NO_MATCHES
+
+    def cache_statistics(self) -> dict[str, int]:
+        """Keyword searches answered without a trip to the database (``keyword_from_memory``: the scope unchanged
+        since its last search and no other process on the file) and scopes kept in memory (``keyword_kept``)."""
+        return {"keyword_from_memory": self._keyword_memory_hits, "keyword_kept": len(self._keyword_blocks)}
 
     async def neighbours(self, message_ids: Sequence[str]) -> Neighbours:
         """The messages just before and after each one in its thread."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -59,7 +59,7 @@ from ._sqlite_rows import chunks, message_from_row, placeholders
 
 __all__ = ("CATCH_UP_BATCH", "FOLD_BATCH", "KEYWORD_DDL", "catch_up_batch", "delete_keywords_of_ids",
            "delete_keywords_of_thread", "enqueue", "enqueue_thread", "fold", "fts5_available", "keyword_backlog",
-           "neighbour_ids", "queued", "search_keywords")
+           "neighbour_ids", "queued", "scope_token", "search_in_memory", "search_keywords")
 
 KEYWORD_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS threadmind_keywords USING fts5("
@@ -80,6 +80,11 @@ read whole, at most :data:`CATCH_UP_READS` a batch."""
 CATCH_UP_READS = 500
 FOLD_BATCH = 2000
 """Queued ids indexed per fold transaction."""
+MEMORY_SCOPE = 2000
+"""A scope of at most this many messages, unchanged since its last search, is searched on the caller's thread
+without a trip to the database (its block scores in about 0.1 ms per 500 messages)."""
+THREAD_FILL = 2000
+"""A thread of which a block holds at most this many messages has its neighbours read whole at the first miss."""
 SMALL_SCOPE = 5000
 """A scope of at most this many messages is searched whole (every match counted here); a larger one is asked for
 its document frequencies first and its best candidates by FTS5's bm25."""
@@ -131,17 +136,29 @@ def delete_keywords_of_thread(conn: sqlite3.Connection, thread_id: str) -> None:
     _drop(conn, "SELECT rowid FROM mastra_messages WHERE thread_id = ?", (thread_id,))
 
 
+def _scopes_of(conn: sqlite3.Connection, rowids_sql: str, params: Sequence[object]) -> dict[str, list[int]]:
+    """Zero changes for the scopes of the messages whose rowids the query selects (as ``_index_rows`` files them)."""
+    deltas: dict[str, list[int]] = {}
+    for thread_id, resource_id in conn.execute(
+            "SELECT DISTINCT m.thread_id, coalesce(nullif(m.\"resourceId\", ''), t.\"resourceId\", '') "
+            "FROM mastra_messages AS m LEFT JOIN mastra_threads AS t ON t.id = m.thread_id "
+            f"WHERE m.rowid IN ({rowids_sql})", params):
+        _count(deltas, _scope(resource_id, thread_id or ""), 0, 0)
+    return deltas
+
+
 def _drop(conn: sqlite3.Connection, rowids_sql: str, params: Sequence[object]) -> None:
-    """Delete the index rows whose rowids the query selects, taking them out of their scopes' statistics."""
+    """Delete the index rows whose rowids the query selects, taking them out of their scopes' statistics; every
+    scope of those messages (with words or not) gets a new version."""
+    deltas = _scopes_of(conn, rowids_sql, params)
     old = conn.execute(f"SELECT scope, words FROM threadmind_keywords WHERE rowid IN ({rowids_sql})",
                        params).fetchall()
-    if not old:
-        return
-    conn.execute(f"DELETE FROM threadmind_keywords WHERE rowid IN ({rowids_sql})", params)
-    deltas: dict[str, list[int]] = {}
+    if old:
+        conn.execute(f"DELETE FROM threadmind_keywords WHERE rowid IN ({rowids_sql})", params)
     for scope, words in old:
         _count(deltas, scope, -1, -int(words))
-    _apply(conn, deltas)
+    if deltas:
+        _apply(conn, deltas)
 
 
 def _count(deltas: dict[str, list[int]], scope: str, docs: int, words: int) -> None:
@@ -183,6 +200,7 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tu
     owners = _owners(conn, (str(r[5]) for r in rows if not r[6]))
     fresh: list[tuple[int, str, str, str, int, str]] = []
     added: dict[str, list[Row]] = {}
+    deltas: dict[str, list[int]] = {}
     for r in rows:
         try:
             message = message_from_row(r)
@@ -191,22 +209,24 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tu
         text = indexed_text(message)
         thread_id = message.thread_id or ""
         tokens = text_tokens(text) if text else []
+        scope = _scope(message.resource_id or owners.get(thread_id, ""), thread_id)
+        resource_id = r[6] if r[6] is not None else owners.get(thread_id, "")  # as _scope_rows reads it
+        joined = " ".join(tokens)
         if tokens:
-            scope = _scope(message.resource_id or owners.get(thread_id, ""), thread_id)
-            resource_id = r[6] if r[6] is not None else owners.get(thread_id, "")  # as _scope_rows reads it
-            joined = " ".join(tokens)
             fresh.append((r[7], text, scope, r[0], len(tokens), joined))
-            for token in scope.split():
-                added.setdefault(token, []).append((r[0], thread_id, resource_id, joined))
+        else:  # not indexed, but its thread's order changed: its scopes get new versions all the same
+            _count(deltas, scope, 0, 0)
+        for token in scope.split():  # (a block takes no row of no words, but forgets its thread's neighbours)
+            added.setdefault(token, []).append((r[0], thread_id, resource_id, joined))
     rowids = [r[7] for r in rows]
-    deltas: dict[str, list[int]] = {}
+    removed: set[str] = set()
     for chunk in chunks(rowids):  # what the rows held before: out of their scopes' statistics
         marks = placeholders(len(chunk))
         for scope, words in conn.execute(f"SELECT scope, words FROM threadmind_keywords WHERE rowid IN ({marks})",
                                          chunk):
             _count(deltas, scope, -1, -int(words))
+            removed.update(scope.split())
         conn.execute(f"DELETE FROM threadmind_keywords WHERE rowid IN ({marks})", chunk)
-    removed = set(deltas)
     for chunk in chunks(fresh, 200):
         conn.execute("INSERT INTO threadmind_keywords (rowid, text, scope, message_id, words, tokens) VALUES "
                      + ",".join(["(?,?,?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row])
@@ -247,41 +267,85 @@ def _match(scope_token: str, terms: Sequence[str]) -> str:
     return f'scope : "{scope_token}" AND text : ({words})'
 
 
+def scope_token(resource_id: str | None, thread_id: str | None) -> str:
+    """The token of the scope a search of the thread (when given) or else the resource reads."""
+    return _token("2", thread_id) if thread_id is not None else _token("1", resource_id or "")
+
+
+def search_in_memory(blocks: KeywordBlocks, version: int, terms: Sequence[str], resource_id: str | None,
+                     thread_id: str | None, limit: int, neighbours_of: Sequence[str] | None) -> KeywordMatches | None:
+    """What :func:`search_keywords` answers, from the scope's block alone, when the caller knows the scope is still
+    at ``version`` (nothing was written since it read it, and no other process has the file open); None when that
+    needs the database (no block at that version, a block over :data:`MEMORY_SCOPE`, a neighbour not kept)."""
+    lexemes = lexemes_of(terms)
+    if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
+        return None
+    owner: Owner = (THREAD, thread_id) if thread_id is not None else (RESOURCE, resource_id or "")
+    held = blocks.get(scope_token(resource_id, thread_id), version, owner)
+    if held is None or len(held.ids) > MEMORY_SCOPE:
+        return None
+    answer = blocks.matches(scope_token(resource_id, thread_id), version, owner, terms, limit)
+    if answer is None:
+        return None
+    found, block, epoch = answer
+    if thread_id is not None and resource_id is not None and any(c.resource_id != resource_id
+                                                                 for c in found.candidates):
+        return None
+    if neighbours_of is None:
+        return found
+    ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + list(neighbours_of)))
+    neighbours = blocks.cached_neighbours(block, epoch, ids)
+    return None if neighbours is None else msgspec.structs.replace(found, neighbours=neighbours)
+
+
 def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | None, thread_id: str | None,
                     limit: int, *, folded: bool = False, blocks: KeywordBlocks | None = None,
-                    neighbours_of: Sequence[str] | None = None) -> KeywordMatches | None:
+                    neighbours_of: Sequence[str] | None = None,
+                    checked: Callable[[str, int], object] | None = None) -> KeywordMatches | None:
     """(reader) The scope's statistics and its best ``limit`` candidates, and with ``neighbours_of`` the neighbours
     of those and of these (see the module docstring); None when ids are queued (fold first; ``folded``: this
     search folded already, and ids queued since are of saves that had not returned when it began). ``blocks``:
-    the store's cached scopes, used and filled for scopes up to :data:`BLOCK_SCOPE` messages."""
+    the store's cached scopes, used and filled for scopes up to :data:`BLOCK_SCOPE` messages; ``checked(token,
+    version)`` is told when a block answered at the version this read saw."""
     if not folded and queued(conn):
         return None
-    found = _matches(conn, terms, resource_id, thread_id, limit, blocks)
+    found, block = _matches(conn, terms, resource_id, thread_id, limit, blocks, checked)
     if neighbours_of is None:
         return found
-    ids = [candidate.message_id for candidate in found.candidates] + list(neighbours_of)
-    return msgspec.structs.replace(found, neighbours=neighbour_ids(conn, ids))
+    ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + list(neighbours_of)))
+    if block is None or blocks is None:
+        return msgspec.structs.replace(found, neighbours=neighbour_ids(conn, ids))
+    # The block holds the scope's version this read sees, and every insert, deletion or reordering of a message of
+    # the scope gives the scope a new one: neighbours its messages had are still theirs.
+    held, epoch = block
+    neighbours = blocks.neighbours(held, epoch, ids, lambda missing: _neighbours_read(conn, held, missing))
+    return msgspec.structs.replace(found, neighbours=neighbours)
 
 
 def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | None, thread_id: str | None,
-             limit: int, blocks: KeywordBlocks | None) -> KeywordMatches:
+             limit: int, blocks: KeywordBlocks | None, checked: Callable[[str, int], object] | None = None,
+             ) -> tuple[KeywordMatches, tuple[KeywordBlock, int] | None]:
+    """The scope's answer, and the block that gave it with its epoch then (None: FTS5 answered)."""
     lexemes = lexemes_of(terms)
     if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
-        return NO_MATCHES
+        return NO_MATCHES, None
     owner: Owner = (THREAD, thread_id) if thread_id is not None else (RESOURCE, resource_id or "")
     token = _token("2", owner[1]) if thread_id is not None else _token("1", owner[1])
     stats = conn.execute("SELECT docs, words, version FROM threadmind_keyword_scopes WHERE token = ?",
                          (token,)).fetchone()
     docs, words, version = (int(stats[0]), int(stats[1]), int(stats[2])) if stats is not None else (0, 0, 0)
     if blocks is not None and docs <= BLOCK_SCOPE:
-        found = blocks.matches(token, version, owner, terms, limit)
-        if found is None:
+        answer = blocks.matches(token, version, owner, terms, limit)
+        if answer is None:
             block = KeywordBlock(owner, _scope_rows(conn, token))
             blocks.put(token, version, block)
-            found = block.matches(terms, limit)
+            answer = block.matches(terms, limit), block, block.epoch
+        found, block, epoch = answer
         # A thread asked for within a resource: messages of the thread filed under another resource are left out.
         if thread_id is None or resource_id is None or all(c.resource_id == resource_id for c in found.candidates):
-            return found
+            if checked is not None:
+                checked(token, version)
+            return found, (block, epoch)
     average = words / docs if docs else 0.0
     wanted = frozenset(lexemes)
     if docs <= SMALL_SCOPE:
@@ -292,7 +356,7 @@ def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | 
             for lexeme in candidate.counts:
                 frequencies[lexeme] += 1
         every = KeywordMatches(docs, average, frequencies, candidates)
-        return KeywordMatches(docs, average, frequencies, keyword_ranking(every, limit))
+        return KeywordMatches(docs, average, frequencies, keyword_ranking(every, limit)), None
     counts = conn.execute("SELECT " + ", ".join(
         ["(SELECT count(*) FROM threadmind_keywords WHERE threadmind_keywords MATCH ?)"] * len(lexemes)),
         [_match(token, [term]) for term in lexemes.values()]).fetchone()  # one statement, a count per word
@@ -304,10 +368,10 @@ def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | 
                if frequencies[lexeme] and idf(frequencies[lexeme], docs) > 1e-6]
     present = sorted(weighty or present, key=lambda term: frequencies[stem(term)])[:KEYWORD_TERMS]
     if not present:
-        return KeywordMatches(docs, average, frequencies, [])
+        return KeywordMatches(docs, average, frequencies, []), None
     best = KeywordMatches(docs, average, frequencies,
                           _candidates(conn, token, present, resource_id, thread_id, wanted, limit))
-    return KeywordMatches(docs, average, frequencies, keyword_ranking(best, limit))
+    return KeywordMatches(docs, average, frequencies, keyword_ranking(best, limit)), None
 
 
 def _scope_rows(conn: sqlite3.Connection, token: str) -> list[Row]:
@@ -344,6 +408,34 @@ def _candidates(conn: sqlite3.Connection, token: str, terms: Sequence[str], reso
         if counts:
             found.append(KeywordCandidate(mid, tid, rid or resource_id or "", int(length), counts))
     return found
+
+
+def _neighbours_read(conn: sqlite3.Connection, block: KeywordBlock,
+                     ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    """The neighbours of ``ids``, and of every message of the threads of those that are the block's (when the
+    block holds at most :data:`THREAD_FILL` of a thread's messages): a thread read in order costs about a tenth of
+    reading one message's neighbours, so the scope's later searches find them kept."""
+    threads = {thread for mid in ids if (thread := block.thread_of(mid)) is not None
+               and block.thread_sizes[thread] <= THREAD_FILL}
+    found = thread_neighbours(conn, sorted(threads)) if threads else {}
+    rest = [mid for mid in ids if mid not in found]
+    if rest:
+        found.update(neighbour_ids(conn, rest))
+    return found
+
+
+def thread_neighbours(conn: sqlite3.Connection,
+                      thread_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+    """(reader) The neighbours of every message of these threads, by (createdAt, rowid), in index order."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for chunk in chunks(list(thread_ids)):
+        rows = conn.execute(f"SELECT thread_id, id FROM mastra_messages WHERE thread_id IN "
+                            f'({placeholders(len(chunk))}) ORDER BY thread_id, "createdAt", rowid', chunk).fetchall()
+        for at, (thread_id, mid) in enumerate(rows):
+            before = rows[at - 1][1] if at and rows[at - 1][0] == thread_id else None
+            after = rows[at + 1][1] if at + 1 < len(rows) and rows[at + 1][0] == thread_id else None
+            out[mid] = (before, after)
+    return out
 
 
 def neighbour_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:

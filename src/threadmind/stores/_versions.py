@@ -23,11 +23,13 @@ __all__ = ("FileCounts", "WriteCounts", "counts_for_file")
 class WriteCounts:
     """A write counter per key (0 for a key never written through this store object or its file's peers)."""
 
-    __slots__ = ("_counts", "_lock")
+    __slots__ = ("_counts", "_lock", "total")
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()  # stores on one file may run on different event loops (threads)
+        #: Write calls counted for any key: unchanged means nothing was written through this file's store objects.
+        self.total = 0
 
     def get(self, key: str) -> int:
         """How many write calls touched ``key`` so far."""
@@ -37,6 +39,7 @@ class WriteCounts:
         """Count one write call for each of ``keys``."""
         counts = self._counts
         with self._lock:
+            self.total += 1
             for key in keys:
                 counts[key] = counts.get(key, 0) + 1
 

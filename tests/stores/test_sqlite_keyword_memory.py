@@ -1,0 +1,102 @@
+"""SQLite keyword searches answered from memory: only while nothing was written to the file since the scope's last
+search, through any store object of this process or by any other process (one that came and went included)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+
+from threadmind.codecs import Message, Thread
+from threadmind.stores import query_terms
+from threadmind.stores._sqlite import SQLiteStore
+
+BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+
+# Another process: opens the file, saves one message, says so, and (with "hold") keeps the file open until told.
+_OTHER = textwrap.dedent("""
+    import sys, anyio
+    from datetime import UTC, datetime
+    from threadmind.codecs import Message
+    from threadmind.stores._sqlite import SQLiteStore
+
+    async def main(path, mid, text, hold):
+        async with SQLiteStore(path) as store:
+            await store.save_messages("t1", [Message.user(text, id=mid, thread_id="t1", resource_id="r1",
+                                                          created_at=datetime.now(UTC))])
+            print("saved", flush=True)
+            if hold:
+                await anyio.to_thread.run_sync(sys.stdin.readline)
+
+    anyio.run(main, *sys.argv[1:4], sys.argv[4] == "hold")
+""")
+
+
+def say(mid: str, text: str, i: int) -> Message:
+    return Message.user(text, id=mid, thread_id="t1", resource_id="r1", created_at=BASE + timedelta(seconds=i))
+
+
+async def found(store: SQLiteStore, query: str) -> list[str]:
+    matches = await store.keyword_search(query_terms(query), resource_id="r1", thread_id=None, limit=10,
+                                         neighbours_of=["m0"])
+    return [c.message_id for c in matches.candidates]
+
+
+async def seeded(path: Path) -> SQLiteStore:
+    store = SQLiteStore(str(path))
+    await store.create_thread(Thread(id="t1", resource_id="r1"))
+    await store.save_messages("t1", [say(f"m{i}", f"a note about the harbour, number {i}", i) for i in range(5)])
+    return store
+
+
+def from_memory(store: SQLiteStore) -> int:
+    return store.cache_statistics()["keyword_from_memory"]
+
+
+async def test_an_unchanged_scope_is_searched_from_memory_with_the_same_answer(tmp_path: Path) -> None:
+    async with await seeded(tmp_path / "m.db") as store:
+        first = await store.keyword_search(query_terms("harbour note"), resource_id="r1", thread_id=None, limit=3,
+                                           neighbours_of=["m0", "m4"])
+        assert from_memory(store) == 0
+        again = await store.keyword_search(query_terms("harbour note"), resource_id="r1", thread_id=None, limit=3,
+                                           neighbours_of=["m0", "m4"])
+        assert from_memory(store) == 1 and again == first
+        assert again.neighbours == await store.neighbours([c.message_id for c in first.candidates] + ["m0", "m4"])
+        await store.save_messages("t1", [say("m9", "the harbour pilot", 9)])
+        assert "m9" in await found(store, "harbour pilot")  # a write: read from the database again
+        assert from_memory(store) == 1
+
+
+async def test_a_write_through_another_store_object_on_the_file_is_seen(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    async with await seeded(path) as store, SQLiteStore(str(path)) as other:
+        assert await found(store, "harbour") and await found(store, "harbour")
+        hits = from_memory(store)
+        await other.save_messages("t1", [say("p1", "a parrot at the harbour", 7)])
+        assert await found(store, "parrot") == ["p1"]
+        await other.delete_messages(["p1"])
+        assert await found(store, "parrot") == []
+        assert from_memory(store) == hits
+
+
+async def test_a_write_by_another_process_is_seen_after_it_left_and_while_it_is_there(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    async with await seeded(path) as store:
+        assert await found(store, "harbour") and await found(store, "harbour")
+        hits = from_memory(store)
+        await anyio.run_process([sys.executable, "-c", _OTHER, str(path), "p2", "a puffin", "leave"])
+        assert await found(store, "puffin") == ["p2"]  # it came and went: what was kept before is not trusted
+        assert await found(store, "puffin") == ["p2"]
+        assert from_memory(store) == hits + 1
+        async with await anyio.open_process([sys.executable, "-c", _OTHER, str(path), "p1", "a parrot", "hold"]) \
+                as other:
+            assert other.stdout is not None and other.stdin is not None
+            assert (await other.stdout.receive()).startswith(b"saved")
+            assert await found(store, "parrot") == ["p1"]  # it is there: every search reads the database
+            assert await found(store, "parrot") == ["p1"]
+            assert from_memory(store) == hits + 1
+            await other.stdin.send(b"go\n")
+            assert await other.wait() == 0
