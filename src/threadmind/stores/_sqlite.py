@@ -99,6 +99,7 @@ from ._protocol import (
 )
 from ._schema import create_schema
 from ._sqlite_keywords import (
+    FOLD_BATCH,
     catch_up_batch,
     delete_keywords_of_ids,
     delete_keywords_of_thread,
@@ -265,6 +266,7 @@ class SQLiteStore(GroupWriter):
         # scope token -> (cache epoch, thread writes counted, version) when its block last answered a search
         self._keyword_checked: dict[str, tuple[int, int, int]] = {}
         self._keyword_memory_hits = 0
+        self._folded_at = -1  # the file's thread write count when this store's last keyword fold began
         self._peers: Peers | None = None
         self._volatile = 0  # counts down: the versions handed out while another process may be writing
         self._row_leases = 0  # leases of this store object held through a takeover row (they need renewing)
@@ -762,13 +764,16 @@ class SQLiteStore(GroupWriter):
             return lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit, folded=folded,
                                                 blocks=blocks, neighbours_of=others, checked=check)
 
-        found = await self.execute_read(search(False))
+        # Written through this file's store objects since this store last folded: ids are queued, fold first
+        # (else the read finds out, and the fold comes after it).
+        found = None if writes != self._folded_at else await self.execute_read(search(False))
         if found is None:
             while True:
                 taken, advances = await self.execute_write(fold)
                 blocks.advance_all(advances)
-                if not taken:
+                if taken < FOLD_BATCH:  # it took every id queued by a save that returned before this search
                     break
+            self._folded_at = writes
             found = await self.execute_read(search(True))
         return found or NO_MATCHES
 

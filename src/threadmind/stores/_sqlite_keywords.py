@@ -24,7 +24,15 @@ gives it a new one). Larger scopes are searched in FTS5: the scope token is matc
 frequency in the scope), then the best candidates by FTS5's own bm25, ranked again by ``keyword_ranking``. Either
 way a row is kept only if its id, thread and resource are exactly the scope's (a collision of two scope numbers, or
 a row Mastra rewrote meanwhile, can never return another resource's message). The same read can also fetch the
-neighbours of the candidates and of other messages (hybrid recall's reply smoothing needs them): one trip.
+neighbours of the candidates and of other messages (hybrid recall's reply smoothing needs them): one trip. A block
+keeps its messages' neighbours (at a miss, their whole threads are read in index order, about 0.5 µs a message);
+every insert, deletion or reordering of a message of the scope, words or not, gives the scope a new version, and
+rows joining a block forget the neighbours kept in their threads.
+
+**Without a trip.** While no other process has the file open (``SQLiteStore.cache_epoch``) and nothing was written
+through this process's store objects on it since a scope's block last answered a search (their shared write
+count), the block is still the scope's: a search of a scope of at most :data:`MEMORY_SCOPE` messages whose
+neighbours are all kept is answered on the caller's thread (:func:`search_in_memory`).
 
 **Rows Mastra wrote** (it does not know these tables) are indexed by :func:`catch_up_batch`: in bounded batches,
 the messages past a watermark (``threadmind_meta``: ``keywords_through``) that have no index row, one short write
