@@ -1,6 +1,7 @@
 """Benchmark of the shared workload (bench/WORKLOAD.md phases a–d) against raw baselines.
 
-Run: ``python -m bench.bench_memory [--threads 200 --turns 25 --queries 500] [--phases abcd] [--repeat 3]``.
+Run: ``python -m bench.bench_memory [--threads 200 --turns 25 --queries 500] [--phases abcde] [--repeat 3]``.
+Phase e (not in the default phases): a save, a pause of 0.1 s and a recall, 200 times, as agent turns go.
 Prints one JSON document: messages/s, latency percentiles, peak RSS, database size, and ratios to plain
 aiosqlite and plain hnswlib doing the same physical work (each baseline runs in its own process).
 """
@@ -16,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -24,7 +26,7 @@ import numpy as np
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
-from threadmind.workload import Workload
+from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
 
 from ._scoped_queries import scoped_queries
 
@@ -143,7 +145,7 @@ async def _phase_recall(workload: Workload, turns: dict[int, list[list[Message]]
 
 
 async def _phase_semantic(workload: Workload, turns: dict[int, list[list[Message]]], workdir: str,
-                          run_queries: bool, name: str) -> dict[str, Any]:
+                          run_queries: bool, name: str, run_turns: bool = False) -> dict[str, Any]:
     path = os.path.join(workdir, f"{name}.db")
     latencies: list[float] = []
     out: dict[str, Any] = {}
@@ -156,7 +158,30 @@ async def _phase_semantic(workload: Workload, turns: dict[int, list[list[Message
         out["index_build"] = await _build_index(memory)
         if run_queries:
             out["query"] = await _queries(memory, workload)
+        if run_turns:
+            out["turns"] = await _turns(memory, workload)
     return out
+
+
+async def _turns(memory: Memory, workload: Workload, count: int = 200, pause: float = 0.1) -> dict[str, Any]:
+    """Phase e, a conversation's rhythm: save a user message into a thread, pause (the model's turn, the user
+    typing), then recall for the next message (resource scope, top 4, range 1), ``count`` times over threads
+    spread across the workload. The recall is what an agent turn pays before its model call."""
+    queries = list(workload.iter_queries(STREAM_RESOURCE_QUERIES))
+    saves: list[float] = []
+    recalls: list[float] = []
+    start = datetime.now(UTC)
+    for i in range(count):
+        t = (i * 7919) % workload.threads
+        thread_id, resource_id = workload.thread_id(t), workload.resource_id(t)
+        said = Message.user(queries[i % len(queries)].text, id=f"turn-{i}", thread_id=thread_id,
+                            resource_id=resource_id, created_at=start + timedelta(seconds=i))
+        await _timed(lambda m=said: memory.save_messages([m]), saves)  # type: ignore[misc]
+        await anyio.sleep(pause)
+        text = queries[(i * 31 + 7) % len(queries)].text
+        await _timed(lambda th=thread_id, r=resource_id, q=text: memory.recall(  # type: ignore[misc]
+            th, resource_id=r, per_page=0, vector_search_string=q), recalls)
+    return {"turns": count, "pause_s": pause, "save": _pcts(saves), "recall": _pcts(recalls)}
 
 
 async def _build_index(memory: Memory) -> dict[str, Any]:
@@ -187,7 +212,7 @@ async def _queries(memory: Memory, workload: Workload) -> dict[str, Any]:
 _RAW_SQLITE = r"""
 import asyncio, json, os, sys, time, aiosqlite
 sys.path.insert(0, os.getcwd())
-from threadmind.workload import Workload
+from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
 from threadmind.codecs import encode_content, to_iso
 wl = Workload(threads=int(sys.argv[2]), turns=int(sys.argv[3]))
 rows = [(m.id, m.thread_id, encode_content(m.content).decode(), m.role, "v2", to_iso(m.created_at), m.resource_id)
@@ -223,7 +248,7 @@ _RAW_CEILING = r"""
 import json, os, sqlite3, sys, time
 import numpy as np
 sys.path.insert(0, os.getcwd())
-from threadmind.workload import Workload
+from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
 from threadmind.embedders import HashEmbedder
 from threadmind.codecs import encode_content, to_iso
 from threadmind.stores._schema import create_schema
@@ -282,7 +307,7 @@ _RAW_HNSW = r"""
 import json, sys, time, os
 import numpy as np, hnswlib
 sys.path.insert(0, os.getcwd())
-from threadmind.workload import Workload
+from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
 from threadmind.embedders import HashEmbedder
 wl = Workload(threads=int(sys.argv[1]), turns=int(sys.argv[2]))
 emb = HashEmbedder(dim=384)
@@ -327,14 +352,17 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                 [await _phase_save(workload, turns, workdir, False, 16, f"c16-{i}") for i in range(args.repeat)])
         if "b" in args.phases:
             report["b_recall_last_10"] = await _phase_recall(workload, turns, workdir, args.recalls)
-        if "c" in args.phases or "d" in args.phases:
+        if any(phase in args.phases for phase in "cde"):
             earlier = [(await _phase_semantic(workload, turns, workdir, False, f"semantic-{i}"))["save"]
                        for i in range(args.repeat - 1)]
-            semantic = await _phase_semantic(workload, turns, workdir, "d" in args.phases, "semantic")
+            semantic = await _phase_semantic(workload, turns, workdir, "d" in args.phases, "semantic",
+                                             "e" in args.phases)
             report["c_save_semantic_concurrency_16"] = _median_run([*earlier, semantic["save"]])
             report["c_index_build"] = semantic["index_build"]
             if "query" in semantic:
                 report["d_semantic_query"] = semantic["query"]
+            if "turns" in semantic:
+                report["e_save_pause_recall"] = semantic["turns"]
         report["peak_rss_mb"] = _rss_mb()
         if not args.no_baselines:
             raw = _run_baseline(_RAW_SQLITE, workdir, str(workload.threads), str(workload.turns),
@@ -380,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--synchronous", choices=("FULL", "NORMAL", "OFF"), default="FULL",
                         help="SQLite synchronous level of the store and the raw baselines (default FULL)")
     parser.add_argument("--search", choices=("hybrid", "vector", "keyword"), default="hybrid",
-                        help="semanticRecall.search of the semantic phases (c, d)")
+                        help="semanticRecall.search of the semantic phases (c, d, e)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")

@@ -3,16 +3,20 @@ search, through any store object of this process or by any other process (one th
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
+import pytest
 
 from threadmind.codecs import Message, Thread
-from threadmind.stores import query_terms
+from threadmind.stores import _sqlite_fold, query_terms
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.stores._sqlite_keywords import queued
 
 BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -45,8 +49,8 @@ async def found(store: SQLiteStore, query: str) -> list[str]:
     return [c.message_id for c in matches.candidates]
 
 
-async def seeded(path: Path) -> SQLiteStore:
-    store = SQLiteStore(str(path))
+async def seeded(path: Path, **options: Any) -> SQLiteStore:
+    store = SQLiteStore(str(path), **options)
     await store.create_thread(Thread(id="t1", resource_id="r1"))
     await store.save_messages("t1", [say(f"m{i}", f"a note about the harbour, number {i}", i) for i in range(5)])
     return store
@@ -100,3 +104,52 @@ async def test_a_write_by_another_process_is_seen_after_it_left_and_while_it_is_
             assert from_memory(store) == hits + 1
             await other.stdin.send(b"go\n")
             assert await other.wait() == 0
+
+
+async def until_folded(store: SQLiteStore, folds: int) -> None:
+    with anyio.fail_after(5):
+        while store.cache_statistics()["keyword_folds_in_background"] < folds:  # noqa: ASYNC110 (a background thread)
+            await anyio.sleep(0.005)
+
+
+async def test_a_save_is_folded_in_the_background_and_the_next_search_needs_no_trip(tmp_path: Path) -> None:
+    async with await seeded(tmp_path / "m.db") as store:
+        await until_folded(store, 1)  # the seed's saves
+        assert await found(store, "harbour")
+        hits = from_memory(store)
+        await store.save_messages("t1", [say("m7", "a seal in the harbour", 7)])
+        await until_folded(store, 2)
+        assert not await store.execute_read(queued)
+        matches = await store.keyword_search(query_terms("seal"), resource_id="r1", thread_id=None, limit=10,
+                                             neighbours_of=["m4", "m7"])
+        assert from_memory(store) == hits + 1  # the fold left the scope's block current, with its threads' order
+        assert [c.message_id for c in matches.candidates] == ["m7"]
+        assert matches.neighbours == await store.neighbours(["m7", "m4"]) == {"m4": ("m3", "m7"),
+                                                                            "m7": ("m4", None)}
+
+
+async def test_a_background_fold_that_cannot_lock_leaves_the_queue_to_the_next_search(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_sqlite_fold, "FOLD_DELAY", 0.2)  # time to take the lock before it starts
+    path = tmp_path / "m.db"
+    async with await seeded(path, busy_timeout_ms=50) as store:
+        await until_folded(store, 1)
+        assert await found(store, "harbour")
+        await store.save_messages("t1", [say("m7", "a seal in the harbour", 7)])
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            await anyio.sleep(0.5)
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert store._background_fold.failures >= 1 and await store.execute_read(queued)
+        assert await found(store, "seal") == ["m7"]
+
+
+async def test_closing_with_a_fold_pending_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    async with await seeded(path) as store:
+        await store.save_messages("t1", [say("m7", "a seal in the harbour", 7)])
+    async with SQLiteStore(str(path)) as again:
+        assert await found(again, "seal") == ["m7"]

@@ -85,7 +85,7 @@ class KeywordBlock:
         #: such message; see :meth:`remember`). Rows joining the block forget those of their threads and bump
         #: ``epoch``, so a read that began before cannot store what it saw.
         self.neighbours: dict[str, tuple[str | None, str | None] | None] = {}
-        self._remembered: dict[str, list[str]] = {}  # thread -> its messages in ``neighbours``
+        self._remembered: dict[str, set[str]] = {}  # thread -> its messages in ``neighbours``
         self.thread_sizes: Counter[str] = Counter()  # thread -> how many of its messages the block holds
         self.epoch = 0
         self.extend(rows)
@@ -109,7 +109,7 @@ class KeywordBlock:
         doc = self._docs.get(message_id)
         if doc is not None:
             self.neighbours[message_id] = pair
-            self._remembered.setdefault(self.threads[doc], []).append(message_id)
+            self._remembered.setdefault(self.threads[doc], set()).add(message_id)
 
     def extend(self, rows: Iterable[Row | CountedRow]) -> None:
         """Add the messages of the scope that are not in the block yet (their postings appended); a message of no
@@ -257,6 +257,18 @@ class KeywordBlocks:
                 if pair is not None:
                     found[mid] = pair
             return found
+
+    def remember(self, token: str, version: Version, pairs: Mapping[str, tuple[str | None, str | None]]) -> bool:
+        """Keep ``pairs`` (neighbours as the scope's ``version`` has them) in the block of ``token`` if it holds that
+        version (its own messages only); whether it does."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            if entry is None or entry[0] != version:
+                return False
+            block = entry[1]
+            for message_id, pair in pairs.items():
+                block.remember(message_id, pair)
+            return True
 
     def get(self, token: str, version: Version, owner: Owner) -> KeywordBlock | None:
         """The block of ``token`` if it holds ``version`` of ``owner``'s scope (for callers on one thread, which

@@ -98,8 +98,10 @@ from ._protocol import (
     UnsetType,
 )
 from ._schema import create_schema
+from ._sqlite_fold import BackgroundFold
 from ._sqlite_keywords import (
     FOLD_BATCH,
+    Advance,
     catch_up_batch,
     delete_keywords_of_ids,
     delete_keywords_of_thread,
@@ -267,6 +269,7 @@ class SQLiteStore(GroupWriter):
         self._keyword_checked: dict[str, tuple[int, int, int]] = {}
         self._keyword_memory_hits = 0
         self._folded_at = -1  # the file's thread write count when this store's last keyword fold began
+        self._background_fold = BackgroundFold(self._folded_in_background)
         self._peers: Peers | None = None
         self._volatile = 0  # counts down: the versions handed out while another process may be writing
         self._row_leases = 0  # leases of this store object held through a takeover row (they need renewing)
@@ -310,6 +313,9 @@ class SQLiteStore(GroupWriter):
                 await in_connection_thread(reader, self._setup_reader)
                 checkpointer = await connect(self._path, isolation_level=None)
                 await checkpointer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+                # background keyword folds commit here unsynced (see _sqlite_fold); checkpoints still sync
+                if self._synchronous != "OFF":
+                    await checkpointer.execute("PRAGMA synchronous = NORMAL")
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):
                     for conn in (checkpointer, reader, writer):
@@ -386,6 +392,7 @@ class SQLiteStore(GroupWriter):
 
             finally:
                 self._state = _State.CLOSED
+                self._background_fold.close()
                 for conn in (self._checkpointer, self._reader, self._writer):
                     if conn is not None:
                         await close_connection(conn)
@@ -623,7 +630,9 @@ class SQLiteStore(GroupWriter):
             enqueue_thread(conn, thread_id)
             return msgspec.structs.replace(thread_from_row(row), resource_id=resource_id, updated_at=now)
 
-        return await self._write_counted(job, self._versions, (thread_id,))
+        moved = await self._write_counted(job, self._versions, (thread_id,))
+        self._fold_soon()
+        return moved
 
     async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
         """Insert a new thread and its messages atomically (used by clone)."""
@@ -647,7 +656,9 @@ class SQLiteStore(GroupWriter):
             enqueue(conn, (row[0] for row in rows))
             return stored
 
-        return await self._write_counted(job, self._versions, (stored.id,))
+        created = await self._write_counted(job, self._versions, (stored.id,))
+        self._fold_soon()
+        return created
 
     # -- messages ----------------------------------------------------------------------------------------
 
@@ -688,6 +699,7 @@ class SQLiteStore(GroupWriter):
             kept = await self._submit(job, SaveSpec(thread_id, rows, messages, after, fenced))
         finally:
             self._versions.bump((thread_id,))
+        self._fold_soon()
         return q.saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
                                   for mid, created in kept.items()})
 
@@ -719,6 +731,7 @@ class SQLiteStore(GroupWriter):
             return kept
 
         kept_per_part = await self._write_counted(job, self._versions, [thread_id for thread_id, _, _ in parts])
+        self._fold_soon()
         stored = {thread_id: q.saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
                                                 for mid, created in kept.items()})
                   for (thread_id, _, messages), kept in zip(parts, kept_per_part, strict=True)}
@@ -777,10 +790,31 @@ class SQLiteStore(GroupWriter):
             found = await self.execute_read(search(True))
         return found or NO_MATCHES
 
+    def _fold_soon(self) -> None:
+        """A write queued ids for the keyword index: fold them in the background (see ``_sqlite_fold``)."""
+        self._background_fold.soon(self._checkpointer, self._versions.total, self.cache_epoch())
+
+    def _folded_in_background(self, advances: list[Advance], order: Neighbours, writes: int,
+                              epoch: int | None) -> None:
+        """A background fold committed (``writes`` -1: it failed): the blocks take its rows and the order of the
+        threads they grew in; when nothing was written since it was asked for, with no other process on the file
+        then, a block it left at the scope's new version is the scope's, as after a search."""
+        blocks = self._keyword_blocks
+        blocks.advance_all(advances)
+        if writes < 0:
+            return
+        self._folded_at = max(self._folded_at, writes)
+        current = epoch is not None and writes == self._versions.total
+        for token, _, new, _ in advances:
+            if blocks.remember(token, new, order) and current and epoch is not None:
+                self._keyword_checked[token] = (epoch, writes, new)
+
     def cache_statistics(self) -> dict[str, int]:
         """Keyword searches answered without a trip to the database (``keyword_from_memory``: the scope unchanged
-        since its last search and no other process on the file) and scopes kept in memory (``keyword_kept``)."""
-        return {"keyword_from_memory": self._keyword_memory_hits, "keyword_kept": len(self._keyword_blocks)}
+        since its last search and no other process on the file), scopes kept in memory (``keyword_kept``) and
+        folds of the keyword queue committed in the background (``keyword_folds_in_background``)."""
+        return {"keyword_from_memory": self._keyword_memory_hits, "keyword_kept": len(self._keyword_blocks),
+                "keyword_folds_in_background": self._background_fold.folds}
 
     async def neighbours(self, message_ids: Sequence[str]) -> Neighbours:
         """The messages just before and after each one in its thread."""
@@ -940,7 +974,9 @@ class SQLiteStore(GroupWriter):
             return q.assemble((((to_iso(m.created_at), key[1]), m) for key, m in current.values()), (), False)
 
         touched: list[str] = []  # filled by the job (in the writer thread) before it returns
-        return await self._write_counted(job, self._versions, touched)
+        updated = await self._write_counted(job, self._versions, touched)
+        self._fold_soon()
+        return updated
 
     async def delete_messages(self, ids: Sequence[str]) -> set[str]:
         """Delete messages by id; return the affected thread ids (their ``updated_at`` bumped)."""

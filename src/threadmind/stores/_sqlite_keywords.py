@@ -65,9 +65,9 @@ from ._keywords import (
 )
 from ._sqlite_rows import chunks, message_from_row, placeholders
 
-__all__ = ("CATCH_UP_BATCH", "FOLD_BATCH", "KEYWORD_DDL", "catch_up_batch", "delete_keywords_of_ids",
+__all__ = ("CATCH_UP_BATCH", "Advance", "FOLD_BATCH", "KEYWORD_DDL", "catch_up_batch", "delete_keywords_of_ids",
            "delete_keywords_of_thread", "enqueue", "enqueue_thread", "fold", "fts5_available", "keyword_backlog",
-           "neighbour_ids", "queued", "scope_token", "search_in_memory", "search_keywords")
+           "neighbour_ids", "queued", "scope_token", "search_in_memory", "search_keywords", "thread_neighbours")
 
 KEYWORD_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS threadmind_keywords USING fts5("
