@@ -17,7 +17,7 @@ import fs from 'node:fs';
 
 const [mode, dsn, requestPath] = process.argv.slice(2);
 if (!mode || !dsn || !requestPath) {
-  console.error('usage: node mastra_pgvector.mjs query|upsert <dsn> <request.json>');
+  console.error('usage: node mastra_pgvector.mjs query|upsert|create <dsn> <request.json>');
   process.exit(2);
 }
 const request = JSON.parse(fs.readFileSync(requestPath, 'utf8'));
@@ -32,6 +32,9 @@ async function main() {
       metadataIndexes: ['thread_id', 'resource_id'],
     });
     out.ids = await vector.upsert({ indexName: request.indexName, vectors: request.vectors, metadata: request.metadata });
+  } else if (mode === 'create') {
+    await vector.createIndex({ indexName: request.indexName, dimension: request.dimension,
+                               indexConfig: request.indexConfig, metadataIndexes: ['thread_id', 'resource_id'] });
   } else if (mode === 'query') {
     out.results = [];
     for (const q of request.queries) {

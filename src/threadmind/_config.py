@@ -105,14 +105,20 @@ class MessageRange(msgspec.Struct, **_CFG):
 
 
 class IndexConfig(msgspec.Struct, **_CFG):
-    """HNSW parameters of the message vector index."""
+    """The message vector index: its metric, and its kind and parameters.
+
+    Mastra's shape (``type``: ``"hnsw"``, ``"ivfflat"`` or ``"flat"``; ``hnsw: {m, efConstruction}``; ``ivf: {lists}``)
+    and threadmind's flat keys (``m``, ``efConstruction``, ``efSearch``) both work. As ``@mastra/pg`` builds it,
+    ``type: "hnsw"`` without ``hnsw`` values means m 8, efConstruction 32, and ``ivfflat`` without ``lists`` means
+    ``max(100, min(4000, 2 * sqrt(rows)))`` lists. Without ``type`` the index is HNSW with m 16, efConstruction 64
+    (Mastra's default is IVFFlat: a deliberate difference, see the README). ``PgVectorStore`` builds what this
+    says; ``HnswVectorStore`` is HNSW whatever the type (it logs when told otherwise).
+    """
 
     metric: Literal["cosine", "euclidean", "dotproduct"] = "cosine"
     m: int = 16
     ef_construction: int = 64
     ef_search: int = 64
-    # Mastra's pgvector index options (``type``: ivfflat/hnsw/flat, ``ivf.lists``, ``hnsw.m/efConstruction``):
-    # accepted so a Mastra config converts; as with Mastra's libsql adapter they do not apply here.
     type: Literal["ivfflat", "hnsw", "flat"] | None = None
     ivf: dict[str, Any] | None = None
     hnsw: dict[str, Any] | None = None
@@ -123,6 +129,68 @@ class IndexConfig(msgspec.Struct, **_CFG):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"indexConfig.{name} must be a positive integer")
+        if self.type is not None:
+            _one_of(self.type, ("ivfflat", "hnsw", "flat"), "indexConfig.type")
+        _sub_config(self.hnsw, "hnsw", {"m": int, "efConstruction": int})
+        _sub_config(self.ivf, "ivf", {"lists": int, "dynamic": bool})
+        hnsw = self.hnsw or {}
+        for flat, nested, default in (("m", "m", 16), ("ef_construction", "efConstruction", 64)):
+            ours = getattr(self, flat)
+            if nested in hnsw and ours != default and hnsw[nested] != ours:
+                raise ConfigError(f"indexConfig.{_camel(flat)} ({ours}) and indexConfig.hnsw.{nested} "
+                                  f"({hnsw[nested]}) disagree; set it in one place")
+
+    @property
+    def kind(self) -> Literal["ivfflat", "hnsw", "flat"]:
+        """The index to build: ``type``, HNSW when not given."""
+        return self.type or "hnsw"
+
+    @property
+    def hnsw_m(self) -> int:
+        """HNSW's m: ``hnsw.m``, else ``m`` when set, else 8 for an explicit ``type: "hnsw"`` (as Mastra), else 16."""
+        return self._hnsw("m", "m", 8)
+
+    @property
+    def hnsw_ef_construction(self) -> int:
+        """HNSW's ef_construction, chosen as :attr:`hnsw_m` is (32 for an explicit ``type: "hnsw"``)."""
+        return self._hnsw("ef_construction", "efConstruction", 32)
+
+    @property
+    def lists(self) -> int | None:
+        """IVFFlat's lists (None: from the table's rows when the index is built)."""
+        value = (self.ivf or {}).get("lists")
+        return None if value is None else int(value)
+
+    def _hnsw(self, flat: str, nested: str, mastra_default: int) -> int:
+        hnsw = self.hnsw or {}
+        if nested in hnsw:
+            return int(hnsw[nested])
+        ours: int = getattr(self, flat)
+        if ours != {"m": 16, "ef_construction": 64}[flat] or self.type != "hnsw":
+            return ours
+        return mastra_default
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _sub_config(value: Any, name: str, fields: dict[str, type]) -> None:
+    """``indexConfig.<name>``: an object of these fields, integers positive."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ConfigError(f"indexConfig.{name} must be an object")
+    for key, item in value.items():
+        kind = fields.get(key)
+        if kind is None:
+            raise ConfigError(f"indexConfig.{name} has an unknown key {key!r} (known: {', '.join(fields)})")
+        if kind is bool:
+            if not isinstance(item, bool):
+                raise ConfigError(f"indexConfig.{name}.{key} must be true or false")
+        elif isinstance(item, bool) or not isinstance(item, int) or item < 1:
+            raise ConfigError(f"indexConfig.{name}.{key} must be a positive integer")
 
 
 def _default_index() -> IndexConfig:

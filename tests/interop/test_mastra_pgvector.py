@@ -144,3 +144,38 @@ async def test_threadmind_recalls_the_vectors_mastra_wrote(mastra_dir: Path, pg_
     for ours, mastra in zip(expected, got, strict=True):
         assert mastra[:len(ours)] == ours
     assert any(hit[0] == "t3-1" for hits in mine for hit in hits)  # the deleted message was a hit before
+
+
+async def test_an_ivfflat_index_config_gives_mastra_the_index_it_would_build_and_keep(
+        mastra_dir: Path, pg_dsn: str, tmp_path: Path) -> None:
+    """``semanticRecall.indexConfig`` as a Mastra app writes it: threadmind builds that IVFFlat index, Mastra reads it
+    as its own, answers as threadmind does, and its ``createIndex`` with the same config keeps it."""
+    config = {"type": "ivfflat", "ivf": {"lists": 1}}  # one list: Mastra's single probe sees every row
+    memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, build_hnsw="at_start"),
+                    embedder=HashEmbedder(dim=DIM), options={"semanticRecall": {"scope": "resource",
+                                                                                "indexConfig": config}})
+    mine: list[list[tuple[str, float]]] = []
+    async with memory:
+        await _threads(memory)
+        await memory.save_messages(_messages())
+        index = memory.actor_system.index
+        assert index is not None
+        for text in QUERIES:
+            for _, scope in _scopes():
+                hits = await index.query(text, top_k=3, **scope)  # type: ignore[arg-type]
+                mine.append([(h.message_id, round(h.score, 5)) for h in hits])
+    oid = "SELECT to_regclass('memory_messages_16_vector_idx')::oid"
+    async with PostgresStore(pg_dsn) as store:
+        before = await store._read(lambda conn: conn.fetchval(oid), "test")
+    queries = [{"vector": vector, "topK": 3, "filter": mastra_filter}
+               for vector in await _vectors(QUERIES) for mastra_filter, _ in _scopes()]
+    theirs = _mastra(mastra_dir, tmp_path, "query", pg_dsn, {"indexName": f"memory_messages_{DIM}",
+                                                             "queries": queries})
+    assert [[(r["metadata"]["message_id"], round(r["score"], 5)) for r in result] for result in theirs["results"]] \
+        == mine
+    assert (theirs["describe"]["type"], theirs["describe"]["config"]) == ("ivfflat", {"lists": 1})
+    created = _mastra(mastra_dir, tmp_path, "create", pg_dsn, {"indexName": f"memory_messages_{DIM}",
+                                                               "dimension": DIM, "indexConfig": config})
+    assert created["describe"]["count"] == 9
+    async with PostgresStore(pg_dsn) as store:
+        assert await store._read(lambda conn: conn.fetchval(oid), "test") == before  # not rebuilt

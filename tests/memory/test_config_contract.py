@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -68,6 +69,25 @@ def test_mastra_keys_without_an_effect_here_are_accepted() -> None:
     })
     recall = memory.options.semantic_recall_config
     assert recall is not None and recall.top_k == 3 and recall.index_config.type == "hnsw"
+
+
+def test_index_config_in_mastras_shape_reaches_hnswlib_and_says_what_does_not_apply(
+        caplog: pytest.LogCaptureFixture) -> None:
+    vector = HnswVectorStore()
+    Memory(storage=InMemoryStore(), vector=vector, embedder=HashEmbedder(), options={
+        "semanticRecall": {"indexConfig": {"type": "hnsw", "hnsw": {"m": 12, "efConstruction": 48}}}})
+    assert (vector.m, vector.ef_construction) == (12, 48)
+    vector = HnswVectorStore()
+    Memory(storage=InMemoryStore(), vector=vector, embedder=HashEmbedder(), options={
+        "semanticRecall": {"indexConfig": {"type": "hnsw"}}})
+    assert (vector.m, vector.ef_construction) == (8, 32)  # @mastra/pg's HNSW defaults for an explicit type
+    with caplog.at_level(logging.INFO, logger="threadmind.index"):
+        vector = HnswVectorStore()
+        Memory(storage=InMemoryStore(), vector=vector, embedder=HashEmbedder(), options={
+            "semanticRecall": {"indexConfig": {"type": "ivfflat", "ivf": {"lists": 50}}}})
+    assert (vector.m, vector.ef_construction) == (16, 64)
+    assert any("'ivfflat' does not apply to HnswVectorStore" in r.getMessage() and "ivf.lists is ignored"
+               in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize(("options", "needle"), [

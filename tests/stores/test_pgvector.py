@@ -472,6 +472,95 @@ class TestQueries:
         assert settings == ["40", "40", "77", "40"]
 
 
+class TestIndexConfig:
+    """``semanticRecall.indexConfig`` as Mastra writes it shapes the pgvector index (read back from ``pg_indexes``)."""
+
+    @pytest.mark.parametrize(("config", "expected"), [
+        pytest.param({"type": "hnsw", "metric": "dotproduct", "hnsw": {"m": 16, "efConstruction": 64}},
+                     "USING hnsw (embedding vector_ip_ops) WITH (m='16', ef_construction='64')",
+                     id="reference-example"),
+        pytest.param({"type": "hnsw"}, "USING hnsw (embedding vector_cosine_ops) WITH (m='8', ef_construction='32')",
+                     id="hnsw-mastra-defaults"),
+        pytest.param({"type": "hnsw", "hnsw": {"m": 12, "efConstruction": 40}},
+                     "USING hnsw (embedding vector_cosine_ops) WITH (m='12', ef_construction='40')", id="hnsw"),
+        pytest.param({"type": "ivfflat", "metric": "euclidean", "ivf": {"lists": 7}},
+                     "USING ivfflat (embedding) WITH (lists='7')", id="ivfflat"),  # vector_l2_ops: the default
+        pytest.param({"type": "ivfflat"}, "USING ivfflat (embedding vector_cosine_ops) WITH (lists='100')",
+                     id="ivfflat-mastra-lists"),
+        pytest.param({"type": "flat"}, None, id="flat"),
+    ])
+    async def test_the_index_is_built_as_configured(self, pg_dsn: str, config: dict[str, Any],
+                                                    expected: str | None) -> None:
+        memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, build_hnsw="at_start"),
+                        embedder=HashEmbedder(dim=DIM), options={"semanticRecall": {"indexConfig": config}})
+        async with memory:
+            await memory.create_thread(thread_id="t1", resource_id="r1")
+            await memory.save_messages([Message.user(f"note {i}", thread_id="t1", resource_id="r1") for i in range(5)])
+            hits = await memory.search_vectors("note 3", top_k=5, resource_id="r1")
+            assert len(hits) == 5  # every kind answers in full
+        indexes = (await _layout(pg_dsn, "memory_messages_8"))["indexes"]
+        assert indexes.get("memory_messages_8_vector_idx") == expected
+
+    async def test_a_changed_index_config_rebuilds_the_index(self, pg_dsn: str) -> None:
+        for config, expected in (({"type": "ivfflat", "ivf": {"lists": 5}}, "USING ivfflat"),
+                                 ({"type": "hnsw", "hnsw": {"m": 10}}, "USING hnsw"),
+                                 ({"type": "flat"}, None)):
+            memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, build_hnsw="at_start"),
+                            embedder=HashEmbedder(dim=DIM), options={"semanticRecall": {"indexConfig": config}})
+            async with memory:
+                await memory.create_thread(thread_id=f"t-{config['type']}", resource_id="r1")
+                await memory.save_messages([Message.user("hello", thread_id=f"t-{config['type']}", resource_id="r1")])
+            found = (await _layout(pg_dsn, "memory_messages_8"))["indexes"].get("memory_messages_8_vector_idx")
+            assert (found or "").startswith(expected or "") and (found is None) == (expected is None)
+
+    async def test_an_ivfflat_index_probed_once_never_shortens_a_scoped_answer(
+            self, pg_dsn: str, tmp_path: Path) -> None:
+        """A resource holding 0.5 % of the rows, asked of an IVFFlat index: the iterative scan and the exact
+        completion keep every answer at top_k, whatever the probes."""
+        database = pg_dsn.rsplit("/", 1)[1]
+        await _sql(pg_dsn, lambda c: c.execute(  # make the planner order by the vector index
+            f'ALTER DATABASE "{database}" SET enable_seqscan = off; '
+            f'ALTER DATABASE "{database}" SET enable_bitmapscan = off'))
+        async with SQLiteStore(tmp_path / "m.db") as store:
+            vector = PgVectorStore(pg_dsn, exact_limit=0, build_hnsw="when_needed", index_type="ivfflat", lists=16)
+            await vector.open(store, owner=object())
+            try:
+                await vector.use_index("memory_messages_8", DIM)
+                await _sql(pg_dsn, lambda c: c.execute('DROP INDEX "memory_messages_8_md_5a823b81_idx"'))
+                opened = _Opened(vector, store)
+                rows, owners = await TestQueries()._fill(opened, 4000,
+                                                         lambda i: (f"t{i % 40}", "rare" if i % 200 == 7 else "big"))
+                await vector.query(_vectors(1, seed=3)[0], top_k=10, resource_id="big", thread_id=None)
+                assert await vector.wait_for_hnsw()  # built when needed, from the rows: its lists are its own
+                assert vector._search is not None and vector._search.probes == 4  # round(sqrt(16))
+                members = [i for i, o in enumerate(owners) if o[1] == "rare"]
+                for q in _vectors(10, seed=9):
+                    hits = await vector.query(q, top_k=10, resource_id="rare", thread_id=None)
+                    assert len(hits) == 10 and {h.resource_id for h in hits} == {"rare"}
+                    true = dict(exact_top_k(q, rows[members], [f"m{i}" for i in members], len(members)))
+                    assert [h.score for h in hits] == pytest.approx([true[h.message_id] for h in hits], abs=1e-5)
+                assert vector.statistics().ann_queries + vector.fallbacks >= 10
+            finally:
+                await vector.close()
+        definition = (await _layout(pg_dsn, "memory_messages_8"))["indexes"]["memory_messages_8_vector_idx"]
+        assert definition == "USING ivfflat (embedding vector_cosine_ops) WITH (lists='16')"
+
+    def test_index_config_and_store_options_agree_or_are_refused(self, pg_dsn: str) -> None:
+        with pytest.raises(ConfigError, match="set it in one place"):
+            Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, index_type="flat"),
+                   embedder=HashEmbedder(dim=DIM), options={"semanticRecall": {"indexConfig": {"type": "ivfflat"}}})
+        with pytest.raises(ConfigError, match="set it in one place"):
+            Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, lists=9),
+                   embedder=HashEmbedder(dim=DIM),
+                   options={"semanticRecall": {"indexConfig": {"type": "ivfflat", "ivf": {"lists": 8}}}})
+        for config, field in (({"type": "annoy"}, "type"), ({"hnsw": {"m": 0}}, "hnsw.m"),
+                              ({"hnsw": {"ef": 3}}, "hnsw has an unknown key 'ef'"), ({"ivf": {"lists": -2}}, "lists"),
+                              ({"m": 20, "hnsw": {"m": 12}}, "disagree")):
+            with pytest.raises(ConfigError, match=field):
+                Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn), embedder=HashEmbedder(dim=DIM),
+                       options={"semanticRecall": {"indexConfig": config}})
+
+
 class TestStartAndConfig:
     def test_bad_options_name_the_field(self) -> None:
         dsn = "postgresql://u@localhost/db"

@@ -144,7 +144,10 @@ class Memory:
             # The HNSW parameters come from the vector store, or from semanticRecall.indexConfig where the
             # store was left at its defaults (per-call configs cannot rebuild the index).
             wanted = recall.index_config
-            vector_store.adopt(wanted.metric, wanted.m, wanted.ef_construction, wanted.ef_search)
+            vector_store.adopt(wanted.metric, wanted.hnsw_m, wanted.hnsw_ef_construction, wanted.ef_search)
+            adopt_index = getattr(vector_store, "adopt_index", None)  # the index kind, where the store has a choice
+            if callable(adopt_index):
+                adopt_index(wanted.type, wanted.lists)
         self._core = MemoryCore(storage=storage, vector=vector_store, embedder=embedder,
                                 embedding_dimension=embedding_dimension, options=parsed, idle_timeout=idle_timeout,
                                 token_counter=token_counter, max_actors=max_actors, cache_ttl=ttl_seconds(cache_ttl),

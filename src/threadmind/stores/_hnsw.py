@@ -21,6 +21,7 @@ replays them (every change carries a sequence number).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -53,6 +54,8 @@ __all__ = (
     "BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "HnswVectorStore", "Metric", "SearchHit", "IndexEntry", "HnswIndex",
     "save_snapshot",
 )
+
+_log = logging.getLogger("threadmind.index")
 
 
 
@@ -135,6 +138,14 @@ class HnswVectorStore:
         self._m = _adopted("m", m, self._m, 16)
         self._ef_construction = _adopted("ef_construction", ef_construction, self._ef_construction, 64)
         self._ef_search = _adopted("ef_search", ef_search, self._ef_search, 64)
+
+    def adopt_index(self, kind: str | None, lists: int | None) -> None:
+        """(Memory) ``semanticRecall.indexConfig.type``: hnswlib keeps an HNSW graph whatever it says, and says so
+        when told ``ivfflat`` or ``flat`` (the HNSW keys, ``hnsw.m`` and ``hnsw.efConstruction``, do apply)."""
+        if kind in ("ivfflat", "flat"):
+            _log.info("semanticRecall.indexConfig type %r does not apply to HnswVectorStore: its index is an hnswlib "
+                      "HNSW graph (m=%d, ef_construction=%d)%s", kind, self._m, self._ef_construction,
+                      "; ivf.lists is ignored" if lists is not None else "")
 
     def _claim(self, owner: object) -> None:
         """Make ``owner`` the only actor using this store: an hnswlib index must have one owner."""

@@ -26,6 +26,7 @@ those scopes are answered exactly; it is the default, as most deployments' resou
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
@@ -40,9 +41,11 @@ from ..errors import ConfigError
 from ._pgvector_query import ScopedSearch
 from ._pgvector_table import (
     NAMESPACE,
+    IndexSpec,
     Layout,
     build_concurrently,
     ensure_extension,
+    ivfflat_lists,
     layout,
     message_tables,
     quote,
@@ -62,6 +65,8 @@ _log = logging.getLogger("threadmind.index")
 T = TypeVar("T")
 _METRICS = ("cosine", "euclidean", "dotproduct")
 _BUILDS = ("at_start", "when_needed")
+_KINDS = ("hnsw", "ivfflat", "flat")
+IndexKind = Literal["hnsw", "ivfflat", "flat"]
 #: Seconds between two attempts at building the HNSW index when needed (one failed, or another process builds it).
 BUILD_RETRY = 30.0
 _meta = msgspec.json.Encoder()
@@ -88,9 +93,13 @@ class PgVectorStore:
     :param metric: ``cosine``, ``euclidean`` or ``dotproduct`` (the index's operator class).
     :param exact_limit: resource scopes of at most this many vectors are searched exactly (faster than HNSW there,
         and exact); larger ones by an iterative HNSW scan. Thread scopes are always searched exactly.
-    :param build_hnsw: ``"when_needed"`` (default): the HNSW index is made in the background the first time a
+    :param build_hnsw: ``"when_needed"`` (default): the vector index is made in the background the first time a
         scope larger than ``exact_limit`` is queried (until then it would serve no query, and inserts are several
         times cheaper without it); ``"at_start"``: made with the table and kept up by every insert.
+    :param index_type: the vector index, as ``semanticRecall.indexConfig.type`` names it: ``"hnsw"`` (default; ``m``,
+        ``ef_construction``), ``"ivfflat"`` (``lists``; queried with ``ivfflat.probes`` = √lists and an iterative
+        scan, and a short answer completed exactly) or ``"flat"`` (no index: every query exact).
+    :param lists: IVFFlat's lists; None: ``@mastra/pg``'s ``max(100, min(4000, 2 * sqrt(rows)))`` when built.
     :param min_size: connections the pool keeps open.
     :param max_size: most connections the pool opens.
     :param statement_cache_size: asyncpg's prepared statements per connection; ``0`` behind PgBouncer in
@@ -101,7 +110,8 @@ class PgVectorStore:
     def __init__(self, dsn: str, *, m: int = 16, ef_construction: int = 64, ef_search: int | None = None,
                  metric: Metric = "cosine", exact_limit: int = 10_000,
                  build_hnsw: Literal["at_start", "when_needed"] = "when_needed", min_size: int = 1, max_size: int = 10,
-                 statement_cache_size: int | None = None) -> None:
+                 statement_cache_size: int | None = None, index_type: IndexKind = "hnsw",
+                 lists: int | None = None) -> None:
         check_connection(dsn, min_size, max_size, statement_cache_size)
         if metric not in _METRICS:
             raise ConfigError(f"metric must be one of 'cosine', 'euclidean', 'dotproduct', not {metric!r}")
@@ -112,6 +122,10 @@ class PgVectorStore:
         check_int(exact_limit, "exact_limit", 0)
         if build_hnsw not in _BUILDS:
             raise ConfigError(f"build_hnsw must be 'at_start' or 'when_needed', not {build_hnsw!r}")
+        if index_type not in _KINDS:
+            raise ConfigError(f"index_type must be 'hnsw', 'ivfflat' or 'flat', not {index_type!r}")
+        if lists is not None:
+            check_int(lists, "lists", 1)
         import_asyncpg()  # ConfigError with the pip command now, not at start
         self._dsn = dsn
         self._m = m
@@ -120,6 +134,8 @@ class PgVectorStore:
         self._metric: Metric = metric
         self._exact_limit = exact_limit
         self._build_hnsw = build_hnsw
+        self._index_type: IndexKind = index_type
+        self._lists = lists
         self._min_size = min_size
         self._max_size = max_size
         self._statement_cache_size = statement_cache_size
@@ -169,6 +185,19 @@ class PgVectorStore:
         self._m = _adopted("m", m, self._m, 16, 16)
         self._ef_construction = _adopted("ef_construction", ef_construction, self._ef_construction, 64, 64)
         self._ef_search = _adopted("ef_search", ef_search, self._ef_search, None, 64)
+
+    def adopt_index(self, kind: IndexKind | None, lists: int | None) -> None:
+        """(Memory) Take ``semanticRecall.indexConfig``'s ``type`` and ``ivf.lists`` where this store was left at its
+        defaults; one given differently on both sides raises ``ConfigError``."""
+        if kind is not None:
+            self._index_type = _adopted("index_type", kind, self._index_type, "hnsw", None)
+        if lists is not None:
+            self._lists = _adopted("lists", lists, self._lists, None, None)
+
+    @property
+    def index_spec(self) -> IndexSpec:
+        """The vector index this store keeps on its table (see ``index_type``)."""
+        return IndexSpec(self._index_type, self._m, self._ef_construction, self._lists)
 
     # lifecycle -----------------------------------------------------------------------------------
     async def open(self, store: Store, *, owner: object) -> None:
@@ -282,15 +311,26 @@ class PgVectorStore:
             await anyio.lowlevel.checkpoint()
             return
         t = layout(table_name(name, dimension), dimension, self._metric, self._schema)
+        spec = self.index_spec
         ready, built = await self._write(
-            lambda conn: set_up_table(conn, t, m=self._m, ef_construction=self._ef_construction,
-                                      build=self._build_hnsw == "at_start"), "vector index setup")
+            lambda conn: set_up_table(conn, t, spec, build=self._build_hnsw == "at_start"), "vector index setup")
         self.index_builds += int(built)
         if not t.ann:
             _log.info("%s: %d dimensions exceed HNSW's limit; its scopes are searched exactly", name, dimension)
         self._layout = t
         self._search = ScopedSearch(t, exact_limit=self._exact_limit, ef_search=self._ef_search, m=self._m,
-                                    ann_ready=ready, on_large=self._hnsw_wanted)
+                                    ann_ready=ready, on_large=None if spec.kind == "flat" else self._hnsw_wanted,
+                                    probes=await self._probes(t, spec) if spec.kind == "ivfflat" else None)
+
+    async def _probes(self, t: Layout, spec: IndexSpec) -> int:
+        """``ivfflat.probes`` for the table's IVFFlat index: √lists (its lists as built, read back), at least 1."""
+        lists = spec.lists
+        if lists is None:
+            options = await self._read(lambda conn: conn.fetchval(
+                "SELECT reloptions FROM pg_class WHERE oid = to_regclass($1)", quote(t.hnsw_index)), "vector index")
+            found = dict(str(o).split("=", 1) for o in (options or ()) if "=" in str(o)).get("lists")
+            lists = int(found) if found is not None else ivfflat_lists(0)
+        return max(1, round(math.sqrt(lists)))
 
     @property
     def hnsw_ready(self) -> bool:
@@ -320,10 +360,12 @@ class PgVectorStore:
             if t is None or search is None:
                 return
             # a read: cancellable (a close cancels the statement; the invalid index it leaves is dropped next time)
-            ready, built = await self._read(lambda conn: build_concurrently(
-                conn, t, m=self._m, ef_construction=self._ef_construction), "vector index build")
+            spec = self.index_spec
+            ready, built = await self._read(lambda conn: build_concurrently(conn, t, spec), "vector index build")
             self.index_builds += int(built)
             if ready and search is self._search:
+                if spec.kind == "ivfflat":
+                    search.probes = await self._probes(t, spec)
                 search.ann_ready = True
         except Exception:
             _log.exception("building the HNSW index of %s failed; its large scopes are searched exactly",

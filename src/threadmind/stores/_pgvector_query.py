@@ -58,10 +58,12 @@ class ScopedSearch:
     """The query plans of one table (see the module docstring); counts which plan answered."""
 
     def __init__(self, layout: Layout, *, exact_limit: int, ef_search: int | None, m: int, ann_ready: bool,
-                 on_large: Callable[[], None] | None = None) -> None:
+                 on_large: Callable[[], None] | None = None, probes: int | None = None) -> None:
         self._t = layout
-        #: Whether a valid HNSW index serves the table (set once a background build finished).
+        #: Whether a valid vector index serves the table (set once a background build finished).
         self.ann_ready = ann_ready
+        #: ``ivfflat.probes`` when the index is IVFFlat (None: HNSW).
+        self.probes = probes
         self._on_large = on_large
         self._exact_limit = exact_limit
         self._ef_search = ef_search
@@ -144,8 +146,13 @@ class ScopedSearch:
     def _ann(self, vector: bytes, top_k: int, fetch: int, where: str,
              params: list[str]) -> Callable[[Any], Awaitable[list[Any]]]:
         sql = self._ann_sql(where)
-        begin = (f"BEGIN READ ONLY; SET LOCAL hnsw.ef_search = {self.ef_search(fetch, top_k)}; "
-                 f"SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
+        if self.probes is not None:  # IVFFlat: more lists visited as needed, up to all of them
+            begin = (f"BEGIN READ ONLY; SET LOCAL ivfflat.probes = {int(self.probes)}; "
+                     "SET LOCAL ivfflat.iterative_scan = relaxed_order")
+        else:
+            begin = (f"BEGIN READ ONLY; SET LOCAL hnsw.ef_search = {self.ef_search(fetch, top_k)}; "
+                     "SET LOCAL hnsw.iterative_scan = relaxed_order; "
+                     f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}")
 
         async def read(conn: Any) -> list[Any]:
             await conn.execute(begin)

@@ -25,17 +25,19 @@ first time a scope too large to search exactly is met.
 
 from __future__ import annotations
 
+import math
 import re
 import struct
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import numpy as np
 
 from ..errors import ConfigError, StorageError
 
-__all__ = ("HNSW_MAX_DIMENSIONS", "NAMESPACE", "Layout", "MetricOps", "build_concurrently", "ensure_extension",
-           "layout", "message_tables", "metric_ops", "quote", "set_up_table", "table_name", "vector_codec")
+__all__ = ("HNSW_MAX_DIMENSIONS", "NAMESPACE", "IndexSpec", "Layout", "MetricOps", "build_concurrently",
+           "ensure_extension", "ivfflat_lists", "layout", "message_tables", "metric_ops", "quote", "set_up_table",
+           "table_name", "vector_codec")
 
 Metric = Literal["cosine", "euclidean", "dotproduct"]
 EXTENSION = "vector"
@@ -214,37 +216,62 @@ def _options(reloptions: Any) -> dict[str, str]:
     return dict(str(option).split("=", 1) for option in (reloptions or ()) if "=" in str(option))
 
 
-async def set_up_table(conn: Any, t: Layout, *, m: int, ef_construction: int, build: bool) -> tuple[bool, bool]:
+class IndexSpec(NamedTuple):
+    """The vector index a table should have (``semanticRecall.indexConfig``): ``hnsw`` with ``m`` and
+    ``ef_construction``, ``ivfflat`` with ``lists`` (None: ``@mastra/pg``'s count from the rows when built, and any
+    count will do in an index found), or ``flat`` (none: every query exact)."""
+
+    kind: Literal["hnsw", "ivfflat", "flat"] = "hnsw"
+    m: int = 16
+    ef_construction: int = 64
+    lists: int | None = None
+
+
+async def set_up_table(conn: Any, t: Layout, spec: IndexSpec, *, build: bool) -> tuple[bool, bool]:
     """Create or adopt the table of ``t`` and its indexes (one transaction, an advisory lock per table).
 
-    ``build``: make the HNSW index now if it is missing (else leave that to :func:`build_concurrently`). An index of
-    that name that is not a valid HNSW index with these parameters is dropped either way. Returns (whether a valid
-    HNSW index serves the table, whether this call built it).
+    ``build``: make the vector index now if it is missing (else leave that to :func:`build_concurrently`). An index
+    of that name that is not a valid index as ``spec`` says is dropped either way. Returns (whether a valid vector
+    index serves the table, whether this call built it).
 
     :raises ConfigError: a table of that name holds vectors of another type or dimension.
     """
     for attempt in range(3):
         try:
-            return await _set_up(conn, t, m=m, ef_construction=ef_construction, build=build)
+            return await _set_up(conn, t, spec, build=build)
         except Exception as exc:
             if getattr(exc, "sqlstate", None) not in _CREATE_RACES or attempt == 2:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _matches(state: Any, t: Layout, m: int, ef_construction: int) -> bool:
-    """Whether an index state row (see ``_HNSW_STATE``) is a valid HNSW index of this metric and these parameters."""
+def _matches(state: Any, t: Layout, spec: IndexSpec) -> bool:
+    """Whether an index state row (see ``_HNSW_STATE``) is a valid index of this metric as ``spec`` says."""
     options = _options(state[2])
-    return (state[0] == "hnsw" and state[1] == metric_ops(t.metric).opclass and bool(state[3])
-            and options.get("m") == str(m) and options.get("ef_construction") == str(ef_construction))
+    if state[0] != spec.kind or state[1] != metric_ops(t.metric).opclass or not bool(state[3]):
+        return False
+    if spec.kind == "hnsw":
+        return options.get("m") == str(spec.m) and options.get("ef_construction") == str(spec.ef_construction)
+    return spec.lists is None or options.get("lists") == str(spec.lists)
 
 
-def _create_hnsw(t: Layout, m: int, ef_construction: int, *, concurrently: bool = False) -> str:
-    return (f"CREATE INDEX {'CONCURRENTLY IF NOT EXISTS ' if concurrently else ''}{quote(t.hnsw_index)} ON {t.table} "
-            f"USING hnsw (embedding {_opclass(t)}) WITH (m = {int(m)}, ef_construction = {int(ef_construction)})")
+async def _create_index(conn: Any, t: Layout, spec: IndexSpec, *, concurrently: bool = False) -> None:
+    head = f"CREATE INDEX {'CONCURRENTLY IF NOT EXISTS ' if concurrently else ''}{quote(t.hnsw_index)} ON {t.table}"
+    if spec.kind == "hnsw":
+        await conn.execute(f"{head} USING hnsw (embedding {_opclass(t)}) "
+                           f"WITH (m = {int(spec.m)}, ef_construction = {int(spec.ef_construction)})")
+        return
+    lists = spec.lists if spec.lists is not None else ivfflat_lists(int(await conn.fetchval(
+        f"SELECT count(*) FROM {t.table}")))
+    await conn.execute(f"{head} USING ivfflat (embedding {_opclass(t)}) WITH (lists = {int(lists)})")
 
 
-async def _set_up(conn: Any, t: Layout, *, m: int, ef_construction: int, build: bool) -> tuple[bool, bool]:
+def ivfflat_lists(rows: int) -> int:
+    """``@mastra/pg``'s lists for an IVFFlat index over ``rows`` rows: ``max(100, min(4000, 2 * sqrt(rows)))``."""
+    return max(100, min(4000, math.floor(math.sqrt(rows) * 2)))
+
+
+async def _set_up(conn: Any, t: Layout, spec: IndexSpec, *, build: bool) -> tuple[bool, bool]:
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"threadmind.pgvector:{t.name}")
         await conn.execute(_create_table(t))
@@ -259,14 +286,14 @@ async def _set_up(conn: Any, t: Layout, *, m: int, ef_construction: int, build: 
             return False, False
         state = await conn.fetchrow(_HNSW_STATE, quote(t.hnsw_index), t.table)
         if state is not None:
-            if _matches(state, t, m, ef_construction):
+            if _matches(state, t, spec):
                 return True, False
             if not bool(state[3]) and await _being_built(conn, t):
                 return False, False  # another process is building it right now
             await conn.execute(f"DROP INDEX {quote(t.hnsw_index)}")
-        if not build:
+        if not build or spec.kind == "flat":
             return False, False
-        await conn.execute(_create_hnsw(t, m, ef_construction))
+        await _create_index(conn, t, spec)
         return True, True
 
 
@@ -275,20 +302,23 @@ async def _being_built(conn: Any, t: Layout) -> bool:
                                     "WHERE index_relid = to_regclass($1))", quote(t.hnsw_index)))
 
 
-async def build_concurrently(conn: Any, t: Layout, *, m: int, ef_construction: int) -> tuple[bool, bool]:
-    """Make the HNSW index without blocking writes (``CREATE INDEX CONCURRENTLY``, in autocommit). Returns (whether a
-    valid one serves the table afterwards, whether this call built it); not ready while another process is still
-    building it. A build that failed or was cancelled leaves an invalid index, dropped here before trying again."""
+async def build_concurrently(conn: Any, t: Layout, spec: IndexSpec) -> tuple[bool, bool]:
+    """Make the vector index without blocking writes (``CREATE INDEX CONCURRENTLY``, in autocommit). Returns
+    (whether a valid one serves the table afterwards, whether this call built it); not ready while another process
+    is still building it. A build that failed or was cancelled leaves an invalid index, dropped here before trying
+    again."""
+    if spec.kind == "flat":
+        return False, False
     state = await conn.fetchrow(_HNSW_STATE, quote(t.hnsw_index), t.table)
     if state is not None:
-        if _matches(state, t, m, ef_construction):
+        if _matches(state, t, spec):
             return True, False
         if await _being_built(conn, t):
             return False, False
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {quote(t.hnsw_index)}")
-    await conn.execute(_create_hnsw(t, m, ef_construction, concurrently=True))
+    await _create_index(conn, t, spec, concurrently=True)
     state = await conn.fetchrow(_HNSW_STATE, quote(t.hnsw_index), t.table)
-    ready = state is not None and _matches(state, t, m, ef_construction)
+    ready = state is not None and _matches(state, t, spec)
     return ready, ready
 
 
