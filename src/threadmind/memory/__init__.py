@@ -4,7 +4,7 @@ The package: ``_facade`` (the public ``Memory``), ``_core`` (the state its parts
 ``_recall``, ``_working_memory``, ``_clone``, ``_threads``, ``_titles`` (policy per concern), ``_pipeline``
 (the memory processors of a run), ``_gateway`` (what those processors read and write through), ``_turn``
 (the agent-turn protocol, ``Memory.turn``), ``_observational`` (the observational-memory engine) and
-``_validation`` (argument checks).
+``_validation`` (argument checks), ``_context`` (``Memory.get_context``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from .._config import ObservationalMemoryConfig as ObservationalMemoryConfig
 from .._config import SemanticRecallConfig as SemanticRecallConfig
 from .._config import WorkingMemoryConfig as WorkingMemoryConfig
 from .._results import SearchHit as SearchHit
+from ._context import MemoryContext as MemoryContext
 from ._facade import Memory as Memory
 from ._observational import ObservationalMemoryEngine as ObservationalMemoryEngine
 from ._turn import Turn as Turn
@@ -27,6 +28,7 @@ __all__ = (
     "IndexConfig",
     "Memory",
     "MemoryConfig",
+    "MemoryContext",
     "MessageHistoryConfig",
     "MessageRange",
     "ObservationalMemoryConfig",

@@ -40,6 +40,7 @@ from ..tokens import TokenCounter
 from ..tools import Tool
 from ..tracing import operation_span
 from ._clone import clone_thread
+from ._context import MemoryContext, memory_context
 from ._core import MemoryCore, parse_options, ttl_seconds
 from ._messages import delete_messages, save_batch, update_messages
 from ._pipeline import Pipeline
@@ -718,6 +719,23 @@ class Memory:
             if config.read_only:
                 return readonly_instruction(data)
             return instruction(template, data, vnext=config.working_memory.version == "vnext")
+
+    async def get_context(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str | None = None,
+        memory_config: MemoryConfig | Mapping[str, Any] | None = None,
+    ) -> MemoryContext:
+        """What one model call needs from memory, for callers that run their own model loop (Mastra's
+        ``getContext``): the system message (observations, working-memory instruction), the messages to send
+        (unobserved ones when observations exist, else the configured history) and the observation record. See
+        :class:`MemoryContext`."""
+        check_ids(thread_id, resource_id)
+        config = self._core.call_config(memory_config)
+        with operation_span("threadmind.memory.get_context", "search_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            return await memory_context(self, config, thread_id, resource_id)
 
     def list_tools(self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> dict[str, Tool]:
         """``{"updateWorkingMemory": Tool}`` when working memory is on and writable, else ``{}``."""
