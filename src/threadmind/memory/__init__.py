@@ -3,8 +3,9 @@
 The package: ``_facade`` (the public ``Memory``), ``_core`` (the state its parts share), ``_messages``,
 ``_recall``, ``_working_memory``, ``_clone``, ``_threads``, ``_titles`` (policy per concern), ``_pipeline``
 (the memory processors of a run), ``_gateway`` (what those processors read and write through), ``_turn``
-(the agent-turn protocol, ``Memory.turn``), ``_observational`` (the observational-memory engine) and
-``_validation`` (argument checks), ``_context`` (``Memory.get_context``).
+(the agent-turn protocol, ``Memory.turn``), ``_observational`` (the observational-memory engine),
+``_validation`` (argument checks), ``_context`` (``Memory.get_context``) and ``_summarize``
+(``Memory.summarize_thread``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .._results import SearchHit as SearchHit
 from ._context import MemoryContext as MemoryContext
 from ._facade import Memory as Memory
 from ._observational import ObservationalMemoryEngine as ObservationalMemoryEngine
+from ._summarize import ThreadSummary as ThreadSummary
 from ._turn import Turn as Turn
 
 __all__ = (
@@ -35,6 +37,7 @@ __all__ = (
     "ObservationalMemoryEngine",
     "SearchHit",
     "SemanticRecallConfig",
+    "ThreadSummary",
     "Turn",
     "WorkingMemoryConfig",
 )

@@ -24,6 +24,7 @@ from .._results import CloneResult, RecallResult, SaveResult, SearchHit, Working
 from ..actors import ActorSystem, DeleteThread, UpdateThread
 from ..codecs import Message, Thread, utc_now
 from ..errors import ConfigError, ValidationError
+from ..models import LanguageModel
 from ..processors import instruction, persistable, readonly_instruction, template_for
 from ..search import SEARCH_MODES
 from ..stores import (
@@ -45,6 +46,7 @@ from ._core import MemoryCore, parse_options, ttl_seconds
 from ._messages import delete_messages, save_batch, update_messages
 from ._pipeline import Pipeline
 from ._recall import recall, search_messages
+from ._summarize import MAX_INPUT_TOKENS, ThreadSummary, check_limits, summarize
 from ._threads import create_thread
 from ._turn import Turn, open_turn
 from ._validation import check_ids, check_list, check_metadata, check_title, coerce_message, require_id
@@ -736,6 +738,32 @@ class Memory:
         with operation_span("threadmind.memory.get_context", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
             return await memory_context(self, config, thread_id, resource_id)
+
+    async def summarize_thread(
+        self,
+        thread_id: str,
+        *,
+        model: LanguageModel,
+        resource_id: str | None = None,
+        instructions: str | None = None,
+        last_messages: int | None = None,
+        max_input_tokens: int = MAX_INPUT_TOKENS,
+    ) -> ThreadSummary:
+        """Summarize a thread in one model call (Mastra's ``summarizeThread``): observational memory's Observer
+        over its newest messages (at most ``last_messages``, and no more than ``max_input_tokens``; the newest is
+        always read), with ``instructions`` appended to the Observer's. Nothing is written: the summary is yours.
+        Works with or without observational memory. Mastra's structured extractors (``extract``) are not built.
+
+        :raises ModelError: the model failed.
+        """
+        check_ids(thread_id, resource_id)
+        check_limits(last_messages, max_input_tokens)
+        if not isinstance(model, LanguageModel):
+            raise ValidationError("model must be a LanguageModel (generate/stream)")
+        if instructions is not None and not isinstance(instructions, str):
+            raise ValidationError(f"instructions must be a string or None, got {type(instructions).__name__}")
+        return await summarize(self, thread_id, model=model, resource_id=resource_id, instructions=instructions,
+                               last_messages=last_messages, max_input_tokens=max_input_tokens)
 
     def list_tools(self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> dict[str, Tool]:
         """``{"updateWorkingMemory": Tool}`` when working memory is on and writable, else ``{}``."""

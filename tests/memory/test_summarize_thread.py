@@ -1,0 +1,67 @@
+"""``Memory.summarize_thread`` (Mastra's ``summarizeThread``): the Observer over a thread's newest messages, paged
+back from the newest, bounded by count and tokens; the summary is returned and nothing is written."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from threadmind import Message
+from threadmind.errors import ModelError, ResourceMismatch, ValidationError
+from threadmind.memory import Memory, ThreadSummary
+from threadmind.models._scripted import ScriptedModel
+from threadmind.processors import OBSERVER_INSTRUCTIONS
+from threadmind.stores._memory import InMemoryStore
+from threadmind.stores._sqlite import SQLiteStore
+
+BASE = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
+
+
+async def _thread(memory: Memory, count: int) -> None:
+    await memory.create_thread(thread_id="t1", resource_id="r1")
+    await memory.save_messages([Message.user(f"line {i:03d}", id=f"m{i:03d}", thread_id="t1", resource_id="r1",
+                                             created_at=BASE + timedelta(seconds=i)) for i in range(count)])
+
+
+def _lines(model: ScriptedModel) -> list[str]:
+    prompt = model.requests[-1].messages[0].text
+    return [line.split(": ", 1)[1] for line in prompt.splitlines() if line.startswith("[")]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_the_newest_messages_oldest_first_within_count_and_tokens(tmp_path: Path, kind: str) -> None:
+    store = InMemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "s.db")
+    async with Memory(storage=store) as memory:
+        await _thread(memory, 250)  # three pages of 100
+        model = ScriptedModel(["* 🔴 the user counted lines\n<current-task>count on</current-task>"] * 4)
+        everything = await memory.summarize_thread("t1", model=model, resource_id="r1")
+        assert everything == ThreadSummary(summary="* 🔴 the user counted lines", extras={"currentTask": "count on"},
+                                           messages=250)
+        assert _lines(model) == [f"line {i:03d}" for i in range(250)]
+        request = model.requests[-1]
+        assert request.system == [OBSERVER_INSTRUCTIONS]
+        await memory.summarize_thread("t1", model=model, last_messages=120, instructions="For the owner.")
+        assert _lines(model) == [f"line {i:03d}" for i in range(130, 250)]
+        assert model.requests[-1].system == [f"{OBSERVER_INSTRUCTIONS}\n\nFor the owner."]
+        one = await memory.summarize_thread("t1", model=model, max_input_tokens=1)
+        assert one.messages == 1 and _lines(model) == ["line 249"]  # the newest is always read
+        assert (await memory.summarize_thread("t1", model=model, last_messages=0)).summary == ""
+        assert model.calls == 3  # nothing to summarize: no call
+        page = await memory.recall("t1", resource_id="r1", per_page=False)
+        assert len(page.messages) == 250 and memory.observational_engine is None  # nothing written
+
+
+async def test_errors_name_what_is_wrong() -> None:
+    async with Memory(storage=InMemoryStore()) as memory:
+        await _thread(memory, 3)
+        assert (await memory.summarize_thread("t-empty", model=ScriptedModel([]))).summary == ""
+        with pytest.raises(ModelError):
+            await memory.summarize_thread("t1", model=ScriptedModel([RuntimeError("provider down")]))
+        with pytest.raises(ValidationError, match="max_input_tokens"):
+            await memory.summarize_thread("t1", model=ScriptedModel([]), max_input_tokens=0)
+        with pytest.raises(ValidationError, match="model"):
+            await memory.summarize_thread("t1", model="gpt-4.1-mini")  # type: ignore[arg-type]
+        with pytest.raises(ResourceMismatch):
+            await memory.summarize_thread("t1", model=ScriptedModel([]), resource_id="someone-else")
