@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ._metadata_filter import MetadataFilter, compile_filter
 from ._working_memory_schema import CompiledSchema, compile_schema, schema_repr
 from .errors import ConfigError
 
@@ -211,8 +212,10 @@ class SemanticRecallConfig(msgspec.Struct, **_CFG):
     threshold: float | None = None
     index_config: IndexConfig = msgspec.field(default_factory=_default_index)
     # Accepted for Mastra configs: Memory's processor always takes the dimension-derived index name, as
-    # Mastra's does (reference §2); a vector metadata ``filter`` is not supported.
+    # Mastra's does (reference §2).
     index_name: str | None = None
+    #: Mastra's vector metadata filter: conditions over a message's metadata (its thread's metadata, its ids, role,
+    #: text and time), combined with the scope; every mode applies it (see ``threadmind._metadata_filter``).
     filter: dict[str, Any] | None = None
     #: How messages are ranked: words and vectors together (``"hybrid"``), vectors only (the reference's recall,
     #: hit for hit), or words only (needs neither a vector store nor an embedder). See ``threadmind.search``.
@@ -244,7 +247,12 @@ class SemanticRecallConfig(msgspec.Struct, **_CFG):
                                       or not math.isfinite(threshold)):
             raise ConfigError(f"semanticRecall.threshold must be a finite number or None, got {threshold!r}")
         _instance(self.index_config, IndexConfig, "semanticRecall.indexConfig", "an IndexConfig")
-        _unsupported(self.filter, None, "semanticRecall.filter", "vector metadata filters are not implemented")
+        if self.filter is not None:
+            compile_filter(self.filter)
+
+    def metadata_filter(self) -> MetadataFilter | None:
+        """``filter`` compiled (None: no filter)."""
+        return None if self.filter is None else compile_filter(self.filter)
 
     @property
     def range(self) -> MessageRange:

@@ -102,7 +102,8 @@ class MemoryCore:
         store = self.store()
         index = self.actors().index
         recall = self.options.semantic_recall_config or SemanticRecallConfig()
-        return Searcher(store if supports_keywords(store) else None, index, max_chunk_chars=recall.max_chunk_chars)
+        return Searcher(store if supports_keywords(store) else None, index, max_chunk_chars=recall.max_chunk_chars,
+                        store=store)
 
     def _make_index(self) -> IndexActor | None:
         if self.vector is None or self.embedder is None or self.storage is None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from .._config import SearchMode
+from .._metadata_filter import MetadataFilter
 from ..actors import TAIL_MAX, CreateThread, LoadMessages, LoadWindow, SaveMessages, current_fence
 from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
@@ -112,11 +113,13 @@ class RoutedIndex:
 
     async def query(self, text: str, *, top_k: int, resource_id: str | None = None, thread_id: str | None = None,
                     threshold: float | None = None, search: SearchMode = "vector",
-                    keyword_weight: float | None = None) -> list[VectorHit]:
+                    keyword_weight: float | None = None, metadata_filter: MetadataFilter | None = None,
+                    ) -> list[VectorHit]:
         """The ``top_k`` best messages of the scope by ``search`` (``threadmind.search``: the same pipeline as
-        ``Memory.recall`` and ``Memory.search``)."""
+        ``Memory.recall`` and ``Memory.search``), those matching ``metadata_filter`` only."""
         found = await self._core.searcher().search(text, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
-                                                   mode=search, keyword_weight=keyword_weight, threshold=threshold)
+                                                   mode=search, keyword_weight=keyword_weight, threshold=threshold,
+                                                   metadata_filter=metadata_filter)
         return as_vector_hits(found.ranked, top_k)
 
     @property

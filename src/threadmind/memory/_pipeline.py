@@ -108,7 +108,8 @@ class Pipeline:
             )
         return SemanticRecall(self.access, self._index, top_k=recall.top_k, message_range=recall.message_range,
                               scope=recall.scope, threshold=recall.threshold, index_name=name,
-                              search=recall.search, keyword_weight=recall.keyword_weight)
+                              search=recall.search, keyword_weight=recall.keyword_weight,
+                              metadata_filter=recall.metadata_filter())
 
     def _observational(self, om: ObservationalMemoryConfig) -> ObservationalMemory:
         """The ``observational-memory`` processor; its engine (records, in-flight observations) lives per memory."""

@@ -100,7 +100,8 @@ async def _semantic_includes(
     found = await core.searcher().search(
         text, top_k=semantic.top_k, resource_id=resource_id if semantic.scope == "resource" else None,
         thread_id=thread_id if semantic.scope == "thread" else None, mode=semantic.search,
-        keyword_weight=semantic.keyword_weight, threshold=semantic.threshold)
+        keyword_weight=semantic.keyword_weight, threshold=semantic.threshold,
+        metadata_filter=semantic.metadata_filter())
     window = semantic.range
     return [
         Include(id=hit.message_id, with_previous_messages=window.before, with_next_messages=window.after)
@@ -155,7 +156,8 @@ async def search_messages(core: MemoryCore, query: str, *, resource_id: str, thr
         if thread.resource_id != resource_id:
             raise ResourceMismatch(thread_id, thread.resource_id, resource_id)
     found = await core.searcher().search(query, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
-                                         mode=mode, keyword_weight=configured.keyword_weight, threshold=threshold)
+                                         mode=mode, keyword_weight=configured.keyword_weight, threshold=threshold,
+                                         metadata_filter=configured.metadata_filter())
     ranked = found.ranked
     hits: list[SearchHit] = []
     start = 0

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from .._config import MessageRange, SearchMode
+from .._metadata_filter import MetadataFilter
 from ..codecs import Message, TextPart
 from ..stores import Include, MessageQuery, Store
 from ._access import MemoryAccess, as_access
@@ -27,7 +28,8 @@ class RecallIndex(Protocol):
 
     async def query(self, text: str, *, top_k: int, resource_id: str | None = None, thread_id: str | None = None,
                     threshold: float | None = None, search: SearchMode = "vector",
-                    keyword_weight: float | None = None) -> list[VectorHit]: ...
+                    keyword_weight: float | None = None, metadata_filter: MetadataFilter | None = None,
+                    ) -> list[VectorHit]: ...
 
     async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int: ...
 
@@ -102,10 +104,12 @@ class SemanticRecall:
         index_name: str | None = None,
         search: SearchMode = "hybrid",
         keyword_weight: float | None = None,
+        metadata_filter: MetadataFilter | None = None,
     ) -> None:
         self.storage = as_access(storage)
         self.search = search
         self.keyword_weight = keyword_weight
+        self.metadata_filter = metadata_filter
         self.index = index
         self.top_k = top_k
         self.message_range = (
@@ -135,6 +139,7 @@ class SemanticRecall:
                 threshold=self.threshold,
                 search=self.search,
                 keyword_weight=self.keyword_weight,
+                **({"metadata_filter": self.metadata_filter} if self.metadata_filter is not None else {}),
             )
             if not hits:
                 return None

@@ -11,6 +11,12 @@ Three modes (``semanticRecall.search``):
   During an embedder outage the keyword side still answers (``degraded``).
 
 A store without a keyword index (a third party's) answers hybrid recall with its vectors alone.
+
+**Filters** (``semanticRecall.filter``, Mastra's metadata conditions): every mode ranks as without one, over
+pools widened fourfold at a time (up to :data:`MAX_FILTERED_POOL` hits' worth) until ``top_k`` of the ranked
+messages match or the scope has no more; a message matches when its metadata does: its thread's metadata as it is
+now, then ``message_id``, ``thread_id``, ``resource_id``, ``role``, ``content`` and ``created_at`` (what Mastra
+stores with a vector). Messages that do not match never come back, neighbours lifted by reply smoothing included.
 """
 
 from __future__ import annotations
@@ -22,16 +28,22 @@ from typing import Protocol
 import msgspec
 
 from .._config import SearchMode
-from ..embedders import chunk_text
+from .._metadata_filter import MetadataFilter
+from ..codecs import Message, Thread, to_iso
+from ..embedders import chunk_text, message_text
 from ..errors import EmbedderError
-from ..stores import KeywordCandidate, KeywordSearch, Neighbours, VectorHit, query_terms
+from ..stores import KeywordCandidate, KeywordSearch, Neighbours, Store, VectorHit, query_terms
 from ._rank import DEFAULT_KEYWORD_WEIGHT, Ranked, fuse, pools, smoothed
 
-__all__ = ("SEARCH_MODES", "Found", "SearchMode", "Searcher", "VectorQuery", "as_vector_hits")
+__all__ = ("MAX_FILTERED_POOL", "SEARCH_MODES", "Found", "SearchMode", "Searcher", "VectorQuery", "as_vector_hits",
+           "metadata_of")
 
 _log = logging.getLogger("threadmind.search")
 
 SEARCH_MODES: tuple[SearchMode, ...] = ("hybrid", "vector", "keyword")
+MAX_FILTERED_POOL = 4096
+"""The most hits a filtered search ranks before it stops widening (a filter that matches almost nothing in a large
+scope returns what it found by then)."""
 
 
 class VectorQuery(Protocol):
@@ -58,16 +70,55 @@ class Searcher:
     """
 
     def __init__(self, keywords: KeywordSearch | None, vectors: VectorQuery | None, *,
-                 max_chunk_chars: int = 16384) -> None:
+                 max_chunk_chars: int = 16384, store: Store | None = None) -> None:
         self._keywords = keywords
         self._vectors = vectors
         self._max_chunk_chars = max_chunk_chars
+        self._store = store  # messages and threads, for filters
 
     async def search(self, query: str, *, top_k: int, resource_id: str | None, thread_id: str | None,
                      mode: SearchMode = "hybrid", keyword_weight: float | None = None,
-                     threshold: float | None = None) -> Found:
+                     threshold: float | None = None, metadata_filter: MetadataFilter | None = None) -> Found:
         """The scope's messages for ``query`` best first: the thread when ``thread_id`` is given, else the
-        resource. At least the ``top_k`` best when the scope has them."""
+        resource. At least the ``top_k`` best when the scope has them (those matching ``metadata_filter``)."""
+        if metadata_filter is not None:
+            return await self._filtered(query, top_k, resource_id, thread_id, mode, keyword_weight, threshold,
+                                        metadata_filter)
+        return await self._search(query, top_k, resource_id, thread_id, mode, keyword_weight, threshold)
+
+    async def _filtered(self, query: str, top_k: int, resource_id: str | None, thread_id: str | None,
+                        mode: SearchMode, keyword_weight: float | None, threshold: float | None,
+                        metadata_filter: MetadataFilter) -> Found:
+        """The search over pools widened until ``top_k`` of its messages match (see the module docstring)."""
+        if self._store is None:
+            raise ValueError("a filtered search needs the message store")  # pragma: no cover - Memory gives one
+        width = top_k
+        known: dict[str, bool] = {}
+        while True:
+            found = await self._search(query, width, resource_id, thread_id, mode, keyword_weight, threshold)
+            await self._judge([r for r in found.ranked if r.message_id not in known], metadata_filter, known)
+            kept = [r for r in found.ranked if known.get(r.message_id)]
+            if len(kept) >= top_k or len(found.ranked) < width or width >= MAX_FILTERED_POOL:
+                return Found(kept, found.degraded)
+            width *= 4
+
+    async def _judge(self, ranked: Sequence[Ranked], metadata_filter: MetadataFilter, known: dict[str, bool]) -> None:
+        """Whether each of ``ranked`` matches, into ``known`` (a message gone meanwhile does not)."""
+        if not ranked:
+            return
+        assert self._store is not None
+        messages = {m.id: m for m in await self._store.get_messages_by_id([r.message_id for r in ranked])}
+        threads: dict[str, Thread | None] = {}
+        for message in messages.values():
+            if message.thread_id and message.thread_id not in threads:
+                threads[message.thread_id] = await self._store.get_thread(message.thread_id)
+        for entry in ranked:
+            found = messages.get(entry.message_id)
+            known[entry.message_id] = found is not None and metadata_filter.matches(
+                metadata_of(found, threads.get(found.thread_id or "")))
+
+    async def _search(self, query: str, top_k: int, resource_id: str | None, thread_id: str | None,
+                      mode: SearchMode, keyword_weight: float | None, threshold: float | None) -> Found:
         weight = 1.0 if mode == "keyword" else (DEFAULT_KEYWORD_WEIGHT if keyword_weight is None else keyword_weight)
         if mode == "vector" or weight <= 0.0 or (self._keywords is None and mode == "hybrid"):
             return await self._vector_only(query, top_k, resource_id, thread_id, threshold)
@@ -121,6 +172,14 @@ class Searcher:
                 if old is None or hit.score > old[3]:
                     best[hit.message_id] = (hit.message_id, hit.thread_id, hit.resource_id, hit.score)
         return sorted(best.values(), key=lambda hit: -hit[3])[:top_k]
+
+def metadata_of(message: Message, thread: Thread | None) -> dict[str, object]:
+    """A message's metadata as ``@mastra/memory`` stores it with the message's vectors: its thread's metadata, then
+    its ids, role, text and time (the thread's metadata as it is now)."""
+    return {**(thread.metadata if thread is not None and thread.metadata else {}), "message_id": message.id,
+            "thread_id": message.thread_id, "resource_id": message.resource_id, "role": message.role,
+            "content": message_text(message), "created_at": to_iso(message.created_at)}
+
 
 def as_vector_hits(ranked: Sequence[Ranked], top_k: int) -> list[VectorHit]:
     """The first ``top_k`` as the hits the ``semantic-recall`` processor takes (score: the fused, smoothed one)."""
