@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 
@@ -290,6 +291,30 @@ class TestWrites:
         stored = await _sql(pg_dsn, lambda c: c.fetch("SELECT vector_id FROM memory_messages_8 ORDER BY vector_id"))
         assert [r[0] for r in stored] == ["m1", "m2"]
         assert await opened.vector.message_ids_with_vectors() == {"m1", "m2"}
+
+    async def test_upserts_commit_in_the_order_they_were_called(self, opened: _Opened, pg_dsn: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+        """The index actor calls them in batch order: a message re-saved twice must end with its second vector,
+        even when the first upsert's connection is slower to come."""
+        vector = opened.vector
+        original = vector._write
+        calls = 0
+
+        async def slow_first(fn: Callable[[Any], Awaitable[Any]], doing: str) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                await anyio.sleep(0.05)
+            return await original(fn, doing)
+
+        monkeypatch.setattr(vector, "_write", slow_first)
+        eye = np.eye(DIM, dtype=np.float32)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(vector.write, [_record("m1", "t1", "r1", eye[0])])
+            await anyio.lowlevel.checkpoint()  # the first upsert is under way (waiting for its connection)
+            tg.start_soon(vector.write, [_record("m1", "t1", "r1", eye[1])])
+        stored = await _sql(pg_dsn, lambda c: c.fetchval("SELECT embedding::text FROM memory_messages_8"))
+        assert stored == "[0,1,0,0,0,0,0,0]"
 
     async def test_writes_clear_the_message_stores_pending_marks(self, opened: _Opened) -> None:
         records = opened.store.vector_records()

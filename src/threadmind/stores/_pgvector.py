@@ -152,6 +152,9 @@ class PgVectorStore:
         self._building = False
         self._built = anyio.Event()  # set when the build in flight ends
         self._next_build = 0.0
+        # Upserts commit in the order they were called (FIFO, taken before the call first suspends): the index
+        # actor calls them in batch order, so a message re-saved twice ends with the vector of the text stored last.
+        self._write_order = anyio.Lock()
 
     def __repr__(self) -> str:
         return (f"PgVectorStore({masked(self._dsn)!r}, metric={self._metric!r}, m={self._m}, "
@@ -410,7 +413,8 @@ class PgVectorStore:
                "metadata = EXCLUDED.metadata RETURNING 1) SELECT count(*) FROM ins")
         args = ([r.vector_id for r in latest], [r.embedding for r in latest],
                 [_meta.encode(_metadata(r)).decode() for r in latest], message_ids)
-        await self._write(lambda conn: conn.fetchval(sql, *args), "vector upsert")
+        async with self._write_order:
+            await self._write(lambda conn: conn.fetchval(sql, *args), "vector upsert")
         if not self._same_database:
             await self._message_store().clear_pending(message_ids)
 
