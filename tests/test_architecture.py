@@ -10,6 +10,7 @@ For reaches into another package's private modules every import counts.
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -189,3 +190,72 @@ def _stdlib_imports(module: str) -> Iterator[str]:
             yield from (alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             yield node.module.split(".")[0]
+
+
+# -- the layer table of ARCHITECTURE.md ---------------------------------------------------------------------
+
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "ARCHITECTURE.md"
+
+
+def _part(module: str) -> str:
+    """The table's name of the part a module belongs to: its top-level package or module (``__init__`` for the
+    package root)."""
+    rest = module.split(".")[1:]
+    return rest[0] if rest else "__init__"
+
+
+def _layer_table() -> list[tuple[set[str], set[str] | None]]:
+    """The rows of the parts table, lowest first: (the parts of the row, the parts it may import besides its
+    own row; None: everything above)."""
+    text = ARCHITECTURE.read_text()
+    start = text.index("| part | job |")
+    rows: list[tuple[set[str], set[str] | None]] = []
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        names = {name.removesuffix(".py").removesuffix("/") for name in _ticked(cells[0])}
+        allowed = None if cells[-1] == "everything above" else set(_ticked(cells[-1]))
+        rows.append((names, allowed))
+    return rows
+
+
+def _ticked(cell: str) -> list[str]:
+    return cell.split("`")[1::2]
+
+
+def _layer_breaches() -> list[str]:
+    """Imports the table does not allow, and parts it does not name."""
+    rows = _layer_table()
+    row_of = {name: i for i, (names, _) in enumerate(rows) for name in names}
+    bad: list[str] = []
+    for module in sorted(MODULES):
+        part = _part(module)
+        if part not in row_of:
+            bad.append(f"{module}: its part {part!r} has no row in ARCHITECTURE.md")
+            continue
+        names, allowed = rows[row_of[part]]
+        for target, line in _imports(module, typing_only=False):
+            other = _part(target)
+            if other == part or other in names:
+                continue
+            below = other in row_of and row_of[other] < row_of[part]
+            if (allowed is None and below) or (allowed is not None and other in allowed):
+                continue
+            bad.append(f"{module}:{line} imports {target}, which the row of {part!r} does not allow")
+    return bad
+
+
+def test_every_import_is_one_the_layer_table_allows() -> None:
+    assert _layer_breaches() == []
+
+
+def test_the_layer_check_catches_an_import_the_table_does_not_allow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A made-up import of ``memory`` from ``codecs`` is named."""
+    def fake_imports(module: str, *, typing_only: bool = True) -> Iterator[tuple[str, int]]:
+        if module == "threadmind.codecs":
+            yield "threadmind.memory", 1
+
+    monkeypatch.setattr(sys.modules[__name__], "_imports", fake_imports)
+    assert _layer_breaches() == ["threadmind.codecs:1 imports threadmind.memory, which the row of 'codecs' does "
+                                 "not allow"]
