@@ -62,6 +62,27 @@ def _scopes() -> list[tuple[dict[str, str], dict[str, str | None]]]:
     return [({"resource_id": "r1"}, {"resource_id": "r1", "thread_id": None}),
             ({"thread_id": "t3"}, {"resource_id": None, "thread_id": "t3"})]
 
+async def _save_and_query(memory: Memory) -> list[list[tuple[str, float]]]:
+    """Save the threads and messages, then each query of each scope through threadmind's index: (id, score)."""
+    await _threads(memory)
+    await memory.save_messages(_messages())
+    index = memory.actor_system.index
+    assert index is not None
+    mine: list[list[tuple[str, float]]] = []
+    for text in QUERIES:
+        for _, scope in _scopes():
+            hits = await index.query(text, top_k=3, **scope)  # type: ignore[arg-type]
+            mine.append([(h.message_id, round(h.score, 5)) for h in hits])
+    return mine
+
+
+async def _mastra_queries(folder: Path, tmp_path: Path, dsn: str) -> dict[str, Any]:
+    """The same queries asked of Mastra's ``PgVector`` (its filters for the scopes)."""
+    queries = [{"vector": vector, "topK": 3, "filter": mastra_filter}
+               for vector in await _vectors(QUERIES) for mastra_filter, _ in _scopes()]
+    return _mastra(folder, tmp_path, "query", dsn, {"indexName": f"memory_messages_{DIM}", "queries": queries})
+
+
 
 # threadmind's HNSW index as Mastra describes it: made with the table, or (the default) not until a scope needs it, so
 # Mastra sees a table without an ANN index ("flat") and searches it exactly, as threadmind does at this size.
@@ -75,20 +96,9 @@ async def test_mastra_queries_the_vectors_threadmind_wrote(mastra_dir: Path, pg_
     memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, build_hnsw=build),
                     embedder=HashEmbedder(dim=DIM),
                     options={"semanticRecall": {"scope": "resource"}})
-    mine: list[list[tuple[str, float]]] = []
     async with memory:
-        await _threads(memory)
-        await memory.save_messages(_messages())
-        index = memory.actor_system.index
-        assert index is not None
-        for text in QUERIES:
-            for _, scope in _scopes():
-                hits = await index.query(text, top_k=3, **scope)  # type: ignore[arg-type]
-                mine.append([(h.message_id, round(h.score, 5)) for h in hits])
-    queries = [{"vector": vector, "topK": 3, "filter": mastra_filter}
-               for vector in await _vectors(QUERIES) for mastra_filter, _ in _scopes()]
-    theirs = _mastra(mastra_dir, tmp_path, "query", pg_dsn, {"indexName": f"memory_messages_{DIM}",
-                                                             "queries": queries})
+        mine = await _save_and_query(memory)
+    theirs = await _mastra_queries(mastra_dir, tmp_path, pg_dsn)
     assert [[(r["metadata"]["message_id"], round(r["score"], 5)) for r in result] for result in theirs["results"]] \
         == mine
     assert all(len(result) == 3 for result in mine)
@@ -132,10 +142,7 @@ async def test_threadmind_recalls_the_vectors_mastra_wrote(mastra_dir: Path, pg_
                 mine.append([(h.message_id, round(h.score, 5))
                              for h in await index.query(text, top_k=3, **scope)])  # type: ignore[arg-type]
         await memory.delete_messages(["t3-1"])  # threadmind's delete removes Mastra's row for the message
-    queries = [{"vector": vector, "topK": 3, "filter": mastra_filter}
-               for vector in await _vectors(QUERIES) for mastra_filter, _ in _scopes()]
-    theirs = _mastra(mastra_dir, tmp_path, "query", pg_dsn, {"indexName": f"memory_messages_{DIM}",
-                                                             "queries": queries})
+    theirs = await _mastra_queries(mastra_dir, tmp_path, pg_dsn)
     # Mastra's IVFFlat index (built on 9 rows: its lists hold nothing useful) is replaced by threadmind's HNSW index,
     # or dropped until a scope needs one
     assert theirs["describe"]["type"] == described and theirs["describe"]["count"] == 8
@@ -154,23 +161,12 @@ async def test_an_ivfflat_index_config_gives_mastra_the_index_it_would_build_and
     memory = Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn, build_hnsw="at_start"),
                     embedder=HashEmbedder(dim=DIM), options={"semanticRecall": {"scope": "resource",
                                                                                 "indexConfig": config}})
-    mine: list[list[tuple[str, float]]] = []
     async with memory:
-        await _threads(memory)
-        await memory.save_messages(_messages())
-        index = memory.actor_system.index
-        assert index is not None
-        for text in QUERIES:
-            for _, scope in _scopes():
-                hits = await index.query(text, top_k=3, **scope)  # type: ignore[arg-type]
-                mine.append([(h.message_id, round(h.score, 5)) for h in hits])
+        mine = await _save_and_query(memory)
     oid = "SELECT to_regclass('memory_messages_16_vector_idx')::oid"
     async with PostgresStore(pg_dsn) as store:
         before = await store._read(lambda conn: conn.fetchval(oid), "test")
-    queries = [{"vector": vector, "topK": 3, "filter": mastra_filter}
-               for vector in await _vectors(QUERIES) for mastra_filter, _ in _scopes()]
-    theirs = _mastra(mastra_dir, tmp_path, "query", pg_dsn, {"indexName": f"memory_messages_{DIM}",
-                                                             "queries": queries})
+    theirs = await _mastra_queries(mastra_dir, tmp_path, pg_dsn)
     assert [[(r["metadata"]["message_id"], round(r["score"], 5)) for r in result] for result in theirs["results"]] \
         == mine
     assert (theirs["describe"]["type"], theirs["describe"]["config"]) == ("ivfflat", {"lists": 1})

@@ -91,24 +91,14 @@ def smoothed(pool: Mapping[str, Ranked], neighbours: Mapping[str, tuple[str | No
     lift: dict[str, float] = {}
     joined: dict[str, Ranked] = {}  # neighbours outside the pool, with the thread and resource of who named them
     for message_id, entry in pool.items():
-        pair = neighbours.get(message_id)
-        if pair is None:
-            continue
-        previous, following = pair
-        if following is not None:  # entry is following's previous
-            share = entry.fused * _PREVIOUS
-            if share > lift.get(following, 0.0):
-                lift[following] = share
-            if following not in pool and following not in joined:
-                joined[following] = Ranked(message_id=following, thread_id=entry.thread_id,
-                                           resource_id=entry.resource_id)
-        if previous is not None:  # entry is previous's next
-            share = entry.fused * _NEXT
-            if share > lift.get(previous, 0.0):
-                lift[previous] = share
-            if previous not in pool and previous not in joined:
-                joined[previous] = Ranked(message_id=previous, thread_id=entry.thread_id,
-                                          resource_id=entry.resource_id)
+        previous, following = neighbours.get(message_id, _ENDS)
+        for other, share in ((following, _PREVIOUS), (previous, _NEXT)):  # entry is following's previous, ...
+            if other is None:
+                continue
+            if entry.fused * share > lift.get(other, 0.0):
+                lift[other] = entry.fused * share
+            if other not in pool and other not in joined:
+                joined[other] = Ranked(message_id=other, thread_id=entry.thread_id, resource_id=entry.resource_id)
     ordered: list[tuple[float, float, int, Ranked]] = []
     for position, entry in enumerate((*pool.values(), *joined.values())):
         score = entry.fused + lift.get(entry.message_id, 0.0)
@@ -118,3 +108,6 @@ def smoothed(pool: Mapping[str, Ranked], neighbours: Mapping[str, tuple[str | No
             ordered.append((-score, -similarity, position, entry))
     ordered.sort()  # positions differ: the entries themselves are never compared
     return [item[3] for item in ordered]
+
+
+_ENDS: tuple[None, None] = (None, None)
