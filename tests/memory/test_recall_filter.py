@@ -20,6 +20,8 @@ from threadmind.embedders import HashEmbedder
 from threadmind.errors import ConfigError
 from threadmind.models import ScriptedModel
 from threadmind.stores import HnswVectorStore, InMemoryStore, PgVectorStore, PostgresStore, SQLiteStore
+from threadmind.stores._sqlite_keywords import queued
+from threadmind.ui import messages_from_ui
 
 MODES = ("hybrid", "vector", "keyword")
 APOLLO = {"project": "apollo", "tags": ["space", "nasa"], "budget": {"usd": 120}}
@@ -156,3 +158,36 @@ async def test_another_process_changing_a_threads_metadata_is_seen(tmp_path: Pat
         assert not any(i.startswith("z") for i in await _recall(memory, "keyword", {"project": "apollo"}))
         await anyio.run_process([sys.executable, "-c", script])
         assert any(i.startswith("z") for i in await _recall(memory, "keyword", {"project": "apollo"}))
+
+
+async def test_the_chat_servers_door_applies_it_and_each_turns_recall_needs_no_fold(tmp_path: Path) -> None:
+    """A useChat body through ``messages_from_ui`` and ``Agent.stream``: the model sees only matching messages, and
+    a second chat turn's recall, after the first turn's save and a pause, is answered from what the store kept."""
+    store = SQLiteStore(tmp_path / "chat.db")
+    options = {"lastMessages": 1, "semanticRecall": {"topK": 3, "messageRange": 0, "scope": "resource",
+                                                     "filter": {"project": "apollo"}}}
+    memory = Memory(storage=store, vector=HnswVectorStore(tmp_path / "v"), embedder=HashEmbedder(dim=64),
+                    options=options)
+    async with memory:
+        await _seed(memory)
+        await memory.create_thread(thread_id="chat-1", resource_id="r1", metadata={"project": "apollo"})
+        model = ScriptedModel(["noted", "noted again"])
+        agent = Agent("chat", "You answer.", model, memory=memory)
+        for n, text in enumerate(["tell me about the rocket engine", "and the rocket simulator?"]):
+            body = {"id": "chat-1", "messages": [{"id": f"u{n}", "role": "user",
+                                                  "parts": [{"type": "text", "text": text}]}]}
+            before = store.cache_statistics()["keyword_from_memory"]
+            async with agent.stream(messages_from_ui(body), thread_id="chat-1", resource_id="r1") as stream:
+                async for _ in stream:
+                    pass
+            seen = "\n".join(model.requests[n].system)
+            assert "remembered from a different conversation" in seen and "fuel note" not in seen  # apollo only
+            assert ("the rocket engine test went well" if n == 0 else "the crew trained on the rocket simulator") \
+                in seen
+            if n == 1:  # the first turn's save was folded in the pause: this recall read nothing of the scope
+                assert store.cache_statistics()["keyword_from_memory"] > before
+            await memory.settled()
+            with anyio.fail_after(5):  # the pause between turns: the saved words are folded in the background
+                while await store.execute_read(queued):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            await anyio.sleep(0.05)  # its blocks are advanced on the event loop once its commit is reported
