@@ -45,23 +45,8 @@ Owner = tuple[str, str]  # (RESOURCE or THREAD, its id)
 RESOURCE, THREAD = "resource", "thread"
 
 
-class _Postings:
-    """The messages holding one word and its count in each: Python lists that grow, and the numpy arrays a search
-    scores with, made on the first search that needs them (most of a scope's words are never searched for)."""
-
-    __slots__ = ("_arrays", "counts", "docs", "stale")
-
-    def __init__(self) -> None:
-        self.docs: list[int] = []
-        self.counts: list[int] = []
-        self.stale = True
-        self._arrays: tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]] | None = None
-
-    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]:
-        if self.stale or self._arrays is None:
-            self._arrays = (np.asarray(self.docs, dtype=_I32), np.asarray(self.counts, dtype=_F64))
-            self.stale = False
-        return self._arrays
+_Postings = tuple[list[int], list[int]]
+"""The messages holding one word (their positions in the block) and its count in each."""
 
 
 class KeywordBlock:
@@ -143,10 +128,10 @@ class KeywordBlock:
             for word, n in tally.items():
                 entry = postings.get(word)
                 if entry is None:
-                    entry = postings[word] = _Postings()
-                entry.docs.append(doc)
-                entry.counts.append(n)
-                entry.stale = True
+                    postings[word] = ([doc], [n])
+                else:
+                    entry[0].append(doc)
+                    entry[1].append(n)
             self.size += len(tally)
 
     def matches(self, terms: Sequence[str], limit: int) -> KeywordMatches:
@@ -155,7 +140,7 @@ class KeywordBlock:
         lexemes = lexemes_of(terms)
         table = self.postings
         n = len(self.ids)
-        frequencies = {lexeme: len(table[lexeme].docs) if lexeme in table else 0 for lexeme in lexemes}
+        frequencies = {lexeme: len(table[lexeme][0]) if lexeme in table else 0 for lexeme in lexemes}
         if not n:
             return KeywordMatches(0, 0.0, frequencies, [])
         average = self.words / n
@@ -166,12 +151,17 @@ class KeywordBlock:
         if self._lengths_array is None:
             self._lengths_array = np.asarray(self._lengths, dtype=_F64)
         lengths = self._lengths_array
-        postings = [table[lexeme].arrays() for lexeme in kept]
-        sizes = np.fromiter((len(p[0]) for p in postings), dtype=np.int64, count=len(postings))
+        listed: list[int] = []
+        counted: list[int] = []
+        for lexeme in kept:  # one conversion of every posting below (per word arrays cost more than they save)
+            held, times = table[lexeme]
+            listed += held
+            counted += times
+        sizes = np.array([frequencies[lexeme] for lexeme in kept], dtype=np.int64)
         raw = np.log((n - sizes + 0.5) / (sizes + 0.5))
         which = np.repeat(np.arange(len(kept)), sizes)  # each posting's word
-        docs = np.concatenate([p[0] for p in postings])
-        tf = np.concatenate([p[1] for p in postings])
+        docs = np.array(listed, dtype=_I32)
+        tf = np.array(counted, dtype=_F64)
         # BM25 (k1 1.2, b 0.75) with FTS5's idf floor, and the idf coverage the classic coordination factor uses.
         part = np.maximum(raw, 1e-6)[which] * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * lengths[docs] / average))
         bm25 = np.bincount(docs, weights=part, minlength=n)
@@ -308,10 +298,29 @@ class KeywordBlocks:
             self._size += block.size - before
             self._shrink()
 
-    def advance_all(self, advances: Iterable[tuple[str, Version, Version, Sequence[Row | CountedRow] | None]]) -> None:
-        """:meth:`advance` for each scope a committed write changed."""
+    def advance_all(self, advances: Iterable[tuple[str, Version, Version, Sequence[Row | CountedRow] | None]],
+                    created: Mapping[str, Owner] | None = None) -> None:
+        """:meth:`advance` for each scope a committed write changed; ``created``: the scopes (by token) the write
+        created, whose rows are all of them: each gets a block of its own (see :meth:`create`)."""
         for token, old, new, rows in advances:
-            self.advance(token, old, new, rows)
+            owner = None if created is None else created.get(token)
+            if owner is not None and rows is not None:
+                self.create(token, new, owner, rows)
+            else:
+                self.advance(token, old, new, rows)
+
+    def create(self, token: str, version: Version, owner: Owner, rows: Sequence[Row | CountedRow]) -> None:
+        """A committed write created the scope of ``token`` at ``version`` with ``rows``: keep a block of them (so
+        the first search of a thread this process wrote finds its block made), unless one holds that version."""
+        block = KeywordBlock(owner, rows)  # made outside the lock: searches go on meanwhile
+        with self._lock:
+            entry = self._blocks.get(token)
+            if (entry is not None and entry[0] == version) or block.size > self._budget:
+                return
+            self._drop(token)
+            self._blocks[token] = (version, block)
+            self._size += block.size
+            self._shrink()
 
     def drop(self, token: str) -> None:
         """Forget the block of ``token`` (its scope changed in a way it cannot follow)."""

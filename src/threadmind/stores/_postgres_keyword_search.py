@@ -100,8 +100,9 @@ class KeywordScopes:
             return None
         block = KeywordBlock(owner, block_rows(records))
         self.builds += 1
+        found = block.matches(terms, limit)  # before it is shared with other searches
         self.blocks.put(key, version(slots, counts), block)
-        return block.matches(terms, limit), block
+        return found, block
 
     def saved(self, rows: Sequence[CountedRow], bumped: Sequence[Any]) -> None:
         """A save committed ``rows`` and set the ``bumped`` (scope key, slot, counter) slots: a scope's block takes
