@@ -69,8 +69,12 @@ async def test_blocks_a_fold_made_answer_exactly_what_the_index_answers(tmp_path
     the scope back, and answers as the index does (a message of no words included)."""
     builds: list[str] = []
     scope_rows = sql_keywords._scope_rows
-    monkeypatch.setattr(sql_keywords, "_scope_rows",
-                        lambda conn, token: builds.append(token) or scope_rows(conn, token))
+
+    def counted(conn: sqlite3.Connection, token: str) -> list[tuple[str, str, str, str]]:
+        builds.append(token)
+        return scope_rows(conn, token)
+
+    monkeypatch.setattr(sql_keywords, "_scope_rows", counted)
     path = tmp_path / "memory.db"
     async with SQLiteStore(path) as store:
         queries = await corpus(store, seed=11, messages=120)
