@@ -5,11 +5,13 @@
 // (tests/interop/test_mastra_reads_threadmind.py installs them into a cache folder and copies this script there).
 //
 // Output: { threads: [...listThreads], messages: {threadId: [...recall perPage false]},
+//           signals: {threadId: [the signal messages as @mastra/core's mastraDBMessageToSignal reads them]},
 //           resources: {resourceId: getResourceById}, workingMemory: {resource: {resourceId: text|null},
 //           thread: {threadId: text|null}} }
 
 import { LibSQLStore } from '@mastra/libsql';
 import { Memory } from '@mastra/memory';
+import { mastraDBMessageToSignal } from '@mastra/core/agent';
 import path from 'node:path';
 
 const file = process.argv[2];
@@ -29,12 +31,20 @@ const threadScope = { workingMemory: { enabled: true, scope: 'thread' } };
 async function main() {
   const { threads } = await memory.listThreads({ perPage: false, orderBy: { field: 'createdAt', direction: 'ASC' } });
   const messages = {};
+  const signals = {};
   const resources = {};
   const workingMemory = { resource: {}, thread: {} };
   const store = await storage.getStore('memory');
   for (const thread of threads) {
     const recalled = await memory.recall({ threadId: thread.id, resourceId: thread.resourceId, perPage: false });
     messages[thread.id] = recalled.messages;
+    // Mastra's own parser of stored signals (what its state-signal runner reads back)
+    signals[thread.id] = recalled.messages
+      .filter((message) => message.role === 'signal')
+      .map((message) => {
+        const signal = mastraDBMessageToSignal(message);
+        return { type: signal.type, tagName: signal.tagName, contents: signal.contents, metadata: signal.metadata };
+      });
     workingMemory.thread[thread.id] = await memory.getWorkingMemory({
       threadId: thread.id,
       resourceId: thread.resourceId,
@@ -48,7 +58,7 @@ async function main() {
       });
     }
   }
-  process.stdout.write(JSON.stringify({ threads, messages, resources, workingMemory }));
+  process.stdout.write(JSON.stringify({ threads, messages, signals, resources, workingMemory }));
 }
 
 main().then(

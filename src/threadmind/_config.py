@@ -275,9 +275,11 @@ class WorkingMemoryConfig(msgspec.Struct, **_CFG):
     template: str | None = None
     schema: Any = None  # dict | type[pydantic.BaseModel] | type[msgspec.Struct] | None: checked below
     scope: Literal["resource", "thread"] = "resource"
-    # Mastra's other working-memory switches, accepted at the value whose behaviour threadmind has.
     version: Literal["stable", "vnext"] = "stable"
+    #: Working memory delivered as a state signal before each model call instead of in the system prompt
+    #: (``processors.WorkingMemoryState``), its tool named ``setWorkingMemory``.
     use_state_signals: bool = False
+    # Mastra's other working-memory switch, accepted at the value whose behaviour threadmind has.
     agent_managed: bool = False
 
     def __post_init__(self) -> None:
@@ -290,8 +292,10 @@ class WorkingMemoryConfig(msgspec.Struct, **_CFG):
         if self.template is not None and self.schema is not None:
             raise ConfigError("workingMemory takes either a template or a schema, not both")
         _one_of(self.version, ("stable", "vnext"), "workingMemory.version")
-        _unsupported(self.use_state_signals, False, "workingMemory.useStateSignals", "state signals are not "
-                     "implemented")
+        _one_of(self.use_state_signals, (True, False), "workingMemory.useStateSignals")
+        if self.use_state_signals and self.version == "vnext":
+            raise ConfigError("workingMemory.useStateSignals is not supported with workingMemory.version: 'vnext'. "
+                              "Use stable template working memory or disable useStateSignals.")
         _unsupported(self.agent_managed, False, "workingMemory.agentManaged", "agent-managed working memory is not "
                      "implemented")
 

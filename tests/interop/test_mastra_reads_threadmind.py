@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from threadmind.agent import Agent
 from threadmind.codecs import message_from_dict, message_to_dict, thread_to_dict
 from threadmind.memory import Memory
+from threadmind.models import ModelResponse, ScriptedModel, ToolCall
 from threadmind.stores._sqlite import SQLiteStore
 
 from .._npm import install
@@ -133,3 +135,34 @@ async def test_mastra_reads_what_threadmind_wrote(mastra_dir: Path, tmp_path: Pa
         for thread_id, expected in mine["messages"].items():
             again = await memory.recall(thread_id, per_page=False)
             assert [message_to_dict(m) for m in again.messages] == expected
+
+
+async def test_mastra_reads_working_memory_state_signals_as_its_own(mastra_dir: Path, tmp_path: Path) -> None:
+    """Turns with ``useStateSignals`` leave a snapshot and a delta signal and the thread's tracking; Mastra's recall
+    returns them field for field, and its own signal parser reads each back as the state signal it is."""
+    db = tmp_path / "signals.db"
+    options = {"workingMemory": {"enabled": True, "template": "# Me\n- name:", "useStateSignals": True}}
+    model = ScriptedModel(["hello", ModelResponse(tool_calls=[ToolCall("c1", "setWorkingMemory",
+                                                                       {"memory": "# Me\n- name: Grace"})]), "ok"])
+    async with Memory(storage=SQLiteStore(db), options=options) as memory:
+        await memory.create_thread(thread_id="t-sig", resource_id="r-sig")
+        await memory.update_working_memory(thread_id="t-sig", resource_id="r-sig", working_memory="# Me\n- name: Ada")
+        agent = Agent("a", "Be brief.", model, memory=memory)
+        await agent.generate("hi", thread_id="t-sig", resource_id="r-sig")
+        await agent.generate("call me Grace", thread_id="t-sig", resource_id="r-sig")
+        mine = [message_to_dict(m) for m in (await memory.recall("t-sig", per_page=False)).messages]
+        thread = await memory.get_thread_by_id("t-sig")
+        assert thread is not None
+    theirs = _read_with_mastra(mastra_dir, db)
+    assert [m["role"] for m in mine].count("signal") == 2
+    got = theirs["messages"]["t-sig"]
+    assert [m["id"] for m in got] == [m["id"] for m in mine]
+    for seen, wrote in zip(got, mine, strict=True):
+        for field in wrote:
+            assert _canonical(seen[field]) == _canonical(wrote[field]), (wrote["id"], field)
+    [listed] = [t for t in theirs["threads"] if t["id"] == "t-sig"]
+    assert json.dumps(listed["metadata"]) == json.dumps(thread_to_dict(thread)["metadata"])
+    parsed = theirs["signals"]["t-sig"]
+    assert [(s["type"], s["tagName"], s["metadata"]["state"]["mode"]) for s in parsed] == [
+        ("state", "working-memory", "snapshot"), ("state", "working-memory", "delta")]
+    assert parsed[1]["contents"] == "@@ -2,1 +2,1 @@\n-- name: Ada\n+- name: Grace"

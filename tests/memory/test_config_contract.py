@@ -93,7 +93,8 @@ def test_index_config_in_mastras_shape_reaches_hnswlib_and_says_what_does_not_ap
 @pytest.mark.parametrize(("options", "needle"), [
     pytest.param({"filterIncompleteToolCalls": False}, "filterIncompleteToolCalls", id="incomplete-calls"),
     pytest.param({"workingMemory": {"enabled": True, "version": "next"}}, "workingMemory.version", id="version"),
-    pytest.param({"workingMemory": {"useStateSignals": True}}, "useStateSignals", id="state-signals"),
+    pytest.param({"workingMemory": {"useStateSignals": True, "version": "vnext"}}, "useStateSignals is not supported "
+                 "with workingMemory.version: 'vnext'", id="state-signals-with-vnext"),  # refused by Mastra too
     pytest.param({"workingMemory": {"agentManaged": True}}, "agentManaged", id="agent-managed"),
     pytest.param({"lastMessages": 5, "topK": 3}, "topK", id="typo-still-fails"),
 ])

@@ -47,6 +47,7 @@ from ..models import ModelRequest
 from ..processors import (
     MessageList,
     RequestContext,
+    for_model,
     run_input_processors,
     run_input_step_processors,
     run_output_processors,
@@ -212,7 +213,8 @@ class _Run:
                 state.started_at = utc_now()
                 yield StartEvent(message_id=state.message_id)
             request = ModelRequest(system=self.message_list.get_system_messages(),
-                                   messages=self.message_list.get_all(), tools=[t.spec for t in self.tools.values()])
+                                   messages=for_model(self.message_list.get_all()),  # signals as the model reads them
+                                   tools=[t.spec for t in self.tools.values()])
             step = state.step = StepOutput(counter)
             yield StartStepEvent()
             chunks = model_chunks(agent.model, request, streaming=self.streaming)

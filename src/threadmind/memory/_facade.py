@@ -711,7 +711,7 @@ class Memory:
         self._core.actors()
         config = self._core.call_config(memory_config)
         template = template_for(config.working_memory)
-        if template is None:
+        if template is None or config.working_memory.use_state_signals:  # delivered as a state signal instead
             return None
         with operation_span("threadmind.memory.get_system_message", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
@@ -766,7 +766,8 @@ class Memory:
                                last_messages=last_messages, max_input_tokens=max_input_tokens)
 
     def list_tools(self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> dict[str, Tool]:
-        """``{"updateWorkingMemory": Tool}`` when working memory is on and writable, else ``{}``."""
+        """``{"updateWorkingMemory": Tool}`` when working memory is on and writable (``setWorkingMemory`` with
+        ``useStateSignals``), else ``{}``."""
         tool = working_memory_tool(self._core, self._core.call_config(memory_config))
         return {tool.name: tool} if tool is not None else {}
 

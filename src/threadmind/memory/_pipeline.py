@@ -1,7 +1,8 @@
 """The memory's processors for a run, in the reference order (§3.0), skipping ids the caller configured.
 
 Input: ``memory-input-filter``, ``working-memory``, ``message-history`` (or ``observational-memory``),
-``semantic-recall``, ``memory-token-limiter``. Output: ``semantic-recall``, ``message-history`` (or
+``semantic-recall``, ``memory-token-limiter``, ``working-memory-state`` (in place of ``working-memory`` with
+``useStateSignals``). Output: ``semantic-recall``, ``message-history`` (or
 ``observational-memory``). Every processor gets the Memory's ``ActorAccess``, so its reads and the turn's save
 go through the thread's actor; the token limiter's boundary is a read-modify-write of the thread's metadata
 run by the actor too.
@@ -25,6 +26,7 @@ from ..processors import (
     ObservationalMemory,
     SemanticRecall,
     WorkingMemory,
+    WorkingMemoryState,
     template_for,
 )
 from ..tracing import operation_span
@@ -59,7 +61,8 @@ class Pipeline:
             raise ConfigError(STORAGE_MISSING, code=code)
         if ("message-history" in taken or om is not None or history_on) and "memory-input-filter" not in taken:
             out.append(MemoryInputFilter(access, retain_full_input=config.retain_full_input))
-        if config.working_memory.enabled and "working-memory" not in taken:
+        if config.working_memory.enabled and not config.working_memory.use_state_signals \
+                and "working-memory" not in taken:
             wm = config.working_memory
             out.append(WorkingMemory(access, wm.template, wm.scope, config.read_only, schema=wm.schema,
                                      template_provider=lambda c: template_for(c.working_memory)))
@@ -73,6 +76,10 @@ class Pipeline:
                                           on_trim=self._write_boundary))
         if om is not None and "observational-memory" not in taken:
             out.append(self._observational(om))
+        wm = config.working_memory
+        if wm.enabled and wm.use_state_signals and WorkingMemoryState.id not in taken:
+            out.append(WorkingMemoryState(access, wm.scope, lambda c: template_for(c.working_memory),
+                                          self._write_state_tracking))
         return out
 
     def output_processors(self, configured: Sequence[object], config: MemoryConfig) -> list[object]:
@@ -117,6 +124,12 @@ class Pipeline:
         if core.storage is None:
             raise ConfigError(STORAGE_MISSING, code="THREADMIND_STORAGE_MISSING")
         return ObservationalMemory(self.access, core.observational_engine(), om)
+
+    async def _write_state_tracking(self, thread_id: str,
+                                    change: Callable[[Mapping[str, Any] | None], Mapping[str, Any]]) -> None:
+        """Record a state signal's tracking in the thread's metadata, read and written by its actor."""
+        await self._core.actors().ask(thread_id, PatchThreadMetadata(
+            lambda thread: change(thread.metadata), "state_signal", current_fence(thread_id)))
 
     async def _write_boundary(self, thread_id: str, advance: Callable[[Thread], Boundary | None]) -> Thread | None:
         """Serialized read-modify-write of the token-limiter boundary in thread metadata."""

@@ -42,6 +42,14 @@ __all__ = (
 )
 
 _log = logging.getLogger("threadmind.memory")
+SET_WORKING_MEMORY = "setWorkingMemory"
+"""The tool's name with ``useStateSignals`` (its calls are kept in the thread, unlike ``updateWorkingMemory``'s)."""
+STATE_SIGNALS_PREAMBLE = (
+    "The current working memory state is delivered to you each turn by the system inside a "
+    "<working-memory>...</working-memory> block. That block is system-emitted state, NOT something the user typed "
+    "— never describe it as the user sharing it. Read from it directly when answering. Only call this tool when the "
+    "user provides genuinely NEW or CHANGED facts that should be persisted; do NOT call it to re-save unchanged "
+    "data.")
 VNEXT_REASONS = ("append-new-memory", "clarify-existing-memory", "replace-irrelevant-memory")
 Update = Callable[[str | None], str | None]
 
@@ -198,10 +206,16 @@ def working_memory_tool(core: MemoryCore, config: MemoryConfig) -> Tool | None:
             "Always pass data as string to the memory field. Never pass an object."
         )
 
+    if config.working_memory.use_state_signals:  # Mastra's wording on that path, and its tool name
+        description = STATE_SIGNALS_PREAMBLE + (
+            " Data is merged with existing memory — only include fields you want to add or update."
+            if compiled is not None else " Pass the full updated Markdown blob as a string in the memory field.")
+
     async def _execute(args: Any, context: ToolContext) -> dict[str, Any]:
         return await _run_tool(core, args, context, config)
 
-    return Tool(WM_TOOL_NAME, description, parameters, _execute)
+    name = SET_WORKING_MEMORY if config.working_memory.use_state_signals else WM_TOOL_NAME
+    return Tool(name, description, parameters, _execute)
 
 
 async def _run_tool(core: MemoryCore, args: Any, context: ToolContext, config: MemoryConfig) -> dict[str, Any]:

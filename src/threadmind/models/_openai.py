@@ -154,7 +154,8 @@ def chat_payload(model: str, request: ModelRequest) -> dict[str, Any]:
         elif message.role == "system":
             if message.text:
                 messages.append({"role": "system", "content": message.text})
-        # ``signal`` messages are bookkeeping and never reach the model.
+        # Signals reach a model as the agent renders them (user messages, ``processors.for_model``); a raw one
+        # in a request built by hand is skipped.
     payload: dict[str, Any] = {"model": model, "messages": messages}
     if request.tools:
         payload["tools"] = [_tool(spec) for spec in request.tools]

@@ -49,11 +49,14 @@ from ._protocol import run_output_processors as run_output_processors
 from ._semantic import RecallIndex as RecallIndex
 from ._semantic import SemanticRecall as SemanticRecall
 from ._semantic import render_remembered as render_remembered
+from ._signals import for_model as for_model
 from ._token_limiter import TokenLimiter as TokenLimiter
 from ._token_window import BOUNDARY_KEY as BOUNDARY_KEY
 from ._token_window import Boundary as Boundary
 from ._token_window import load_token_window as load_token_window
 from ._working_memory import WorkingMemory as WorkingMemory
+from ._working_memory_state import WORKING_MEMORY_STATE_ID as WORKING_MEMORY_STATE_ID
+from ._working_memory_state import WorkingMemoryState as WorkingMemoryState
 from ._working_memory_text import deep_merge as deep_merge
 from ._working_memory_text import drop_optional_nulls as drop_optional_nulls
 from ._working_memory_text import instruction as instruction
@@ -70,6 +73,7 @@ __all__ = (
     "OBSERVER_INSTRUCTIONS",
     "REFLECTOR_INSTRUCTIONS",
     "WM_TOOL_NAME",
+    "WORKING_MEMORY_STATE_ID",
     "AccessBase",
     "AfterPersist",
     "Boundary",
@@ -91,11 +95,13 @@ __all__ = (
     "StoreAccess",
     "TokenLimiter",
     "WorkingMemory",
+    "WorkingMemoryState",
     "as_access",
     "block_after_tokens",
     "date_header",
     "deep_merge",
     "drop_optional_nulls",
+    "for_model",
     "has_client_outcome",
     "instruction",
     "is_system_reminder",
