@@ -5,10 +5,13 @@ with the ``setWorkingMemory`` tool; through ``generate`` and through the chat se
 from __future__ import annotations
 
 import hashlib
+import sys
+import textwrap
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from threadmind.agent import Agent
@@ -180,3 +183,45 @@ def test_signals_read_as_mastra_renders_them() -> None:
 ])
 def test_deltas_are_jsdiff_hunks(old: str, new: str, hunks: str) -> None:
     assert markdown_delta(old, new) == hunks
+
+
+async def test_turns_in_two_processes_share_the_signals_and_their_tracking(tmp_path: Path) -> None:
+    """A turn in another process on the same SQLite file sees the snapshot this process stored and sends only the
+    change its tool made; this process's next turn then sends nothing (the tracking the other wrote says the model
+    has the current text)."""
+    path = tmp_path / "shared.db"
+    script = textwrap.dedent(f"""
+        import anyio
+        from threadmind import Memory
+        from threadmind.agent import Agent
+        from threadmind.models import ModelResponse, ScriptedModel, ToolCall
+        from threadmind.stores import SQLiteStore
+
+        async def main():
+            model = ScriptedModel([ModelResponse(tool_calls=[ToolCall("c1", "setWorkingMemory",
+                                                                      {{"memory": {GRACE!r}}})]), "Noted."])
+            async with Memory(storage=SQLiteStore({str(path)!r}), options={OPTIONS!r}) as memory:
+                await Agent("a", "Be brief.", model, memory=memory).generate("call me Grace", thread_id="t1",
+                                                                             resource_id="r1")
+                blocks = [m.content.content for m in model.requests[0].messages if m.role == "user"
+                          and (m.content.content or "").startswith("<working-memory")]
+                print(len(blocks))
+
+        anyio.run(main)
+    """)
+    async with Memory(storage=SQLiteStore(path), options=OPTIONS) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        await memory.update_working_memory(thread_id="t1", resource_id="r1", working_memory=ADA)
+        model = ScriptedModel(["Hello Ada.", "Hello Grace."])
+        agent = Agent("a", "Be brief.", model, memory=memory)
+        await agent.generate("hi", thread_id="t1", resource_id="r1")
+        done = await anyio.run_process([sys.executable, "-c", script])
+        assert done.stdout.decode().split() == ["1"]  # the other process's first call: the stored snapshot only
+        await agent.generate("and now?", thread_id="t1", resource_id="r1")
+        assert len(_wm_blocks(model.requests[1].messages)) == 2  # snapshot and the other process's delta: no more
+        stored = (await memory.recall("t1", resource_id="r1", per_page=False)).messages
+        assert [(m.content.metadata or {})["signal"]["metadata"]["state"]["mode"] for m in _signals(stored)] == [
+            "snapshot", "delta"]
+        thread = await memory.get_thread_by_id("t1")
+        assert thread is not None and thread.metadata is not None
+        assert thread.metadata["mastra"]["stateSignals"]["working-memory"]["version"] == 2
