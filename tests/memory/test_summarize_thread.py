@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from threadmind import Message
-from threadmind.errors import ModelError, ResourceMismatch, ValidationError
-from threadmind.memory import Memory, ThreadSummary
+from threadmind.errors import ConfigError, ModelError, ResourceMismatch, ValidationError
+from threadmind.memory import ExtractedValue, Extractor, Memory, ThreadSummary
 from threadmind.models._scripted import ScriptedModel
 from threadmind.processors import OBSERVER_INSTRUCTIONS
 from threadmind.stores._memory import InMemoryStore
@@ -65,3 +66,54 @@ async def test_errors_name_what_is_wrong() -> None:
             await memory.summarize_thread("t1", model="gpt-4.1-mini")  # type: ignore[arg-type]
         with pytest.raises(ResourceMismatch):
             await memory.summarize_thread("t1", model=ScriptedModel([]), resource_id="someone-else")
+
+
+class CallNote(msgspec.Struct):
+    reason: str
+    callback: bool
+
+
+async def test_extractors_ask_for_their_sections_and_get_checked_values() -> None:
+    """Mastra's ``extract``: each extractor's section is asked for after the observations; its value comes back
+    under its slug (JSON checked against its schema, else text), out of the summary; a value that does not match
+    is a reported failure; a hook sees each value and may replace it; a hook-only extractor sees the summary."""
+    seen: list[tuple[str, object]] = []
+
+    def shout(value: ExtractedValue) -> str:
+        seen.append((value.extractor.slug, value.current))
+        return str(value.current).upper()
+
+    extract = [Extractor("Call summary", "A one-line summary of the call.", on_extracted=shout),
+               Extractor("Call note", "Why the caller called, and whether to call back.", schema=CallNote),
+               Extractor("Mood", "The caller's mood.", schema=CallNote),  # answered with text: a failure
+               Extractor("Audit", on_extracted=lambda value: seen.append(("audit", value.current)))]
+    output = ("* 🔴 (09:00) The caller asked about the invoice\n"
+              "<call-summary>\n  invoice question  \n</call-summary>\n"
+              '<call-note>{"reason": "invoice", "callback": true}</call-note>\n'
+              "<mood>calm</mood>")
+    async with Memory(storage=InMemoryStore()) as memory:
+        await _thread(memory, 3)
+        model = ScriptedModel([output])
+        result = await memory.summarize_thread("t1", model=model, extract=extract)
+        with pytest.raises(ConfigError, match='Duplicate extractor slug "a-b"'):
+            await memory.summarize_thread("t1", model=model, extract=[Extractor("A b", "x"), Extractor("a-b", "y")])
+    system = model.requests[0].system[0]
+    assert "<current-task>" not in system and "Additional optional XML sections:" in system
+    assert "<call-summary>\nA one-line summary of the call.\nInclude this section when" in system
+    assert "<audit>" not in system  # a hook only: nothing asked of the model
+    assert result.summary == "* 🔴 (09:00) The caller asked about the invoice"
+    assert result.extracted == {"call-summary": "INVOICE QUESTION", "call-note": {"reason": "invoice",
+                                                                                  "callback": True}}
+    assert [f["slug"] for f in result.extraction_failures] == ["mood"]
+    assert seen == [("call-summary", "invoice question"), ("audit", result.summary)]
+
+
+def test_extractor_names_are_mastras_slugs() -> None:
+    assert Extractor("Call Summary!", "x").slug == "call-summary"
+    assert Extractor("it's  2 late", "x").slug == "its-2-late"
+    for name, message in [("Observations", "reserved by Observational Memory"), ("42", "produced invalid slug"),
+                          ("!!", "must produce a non-empty slug")]:
+        with pytest.raises(ConfigError, match=message):
+            Extractor(name, "x")
+    with pytest.raises(ConfigError, match="must include instructions"):
+        Extractor("No instructions")

@@ -20,12 +20,16 @@ from .._config import SemanticRecallConfig as SemanticRecallConfig
 from .._config import WorkingMemoryConfig as WorkingMemoryConfig
 from .._results import SearchHit as SearchHit
 from ._context import MemoryContext as MemoryContext
+from ._extractors import ExtractedValue as ExtractedValue
+from ._extractors import Extractor as Extractor
 from ._facade import Memory as Memory
 from ._observational import ObservationalMemoryEngine as ObservationalMemoryEngine
 from ._summarize import ThreadSummary as ThreadSummary
 from ._turn import Turn as Turn
 
 __all__ = (
+    "ExtractedValue",
+    "Extractor",
     "GenerateTitleConfig",
     "IndexConfig",
     "Memory",

@@ -43,6 +43,7 @@ from ..tracing import operation_span
 from ._clone import clone_thread
 from ._context import MemoryContext, memory_context
 from ._core import MemoryCore, parse_options, ttl_seconds
+from ._extractors import Extractor, check_extractors
 from ._messages import delete_messages, save_batch, update_messages
 from ._pipeline import Pipeline
 from ._recall import recall, search_messages
@@ -748,22 +749,26 @@ class Memory:
         instructions: str | None = None,
         last_messages: int | None = None,
         max_input_tokens: int = MAX_INPUT_TOKENS,
+        extract: Sequence[Extractor] = (),
     ) -> ThreadSummary:
         """Summarize a thread in one model call (Mastra's ``summarizeThread``): observational memory's Observer
         over its newest messages (at most ``last_messages``, and no more than ``max_input_tokens``; the newest is
         always read), with ``instructions`` appended to the Observer's. Nothing is written: the summary is yours.
-        Works with or without observational memory. Mastra's structured extractors (``extract``) are not built.
+        Works with or without observational memory. ``extract``: :class:`~threadmind.memory.Extractor` s whose
+        values come back in ``ThreadSummary.extracted`` (failures in ``extraction_failures``, never raised).
 
         :raises ModelError: the model failed.
+        :raises ConfigError: ``extract`` holds something else than extractors, or one slug twice.
         """
         check_ids(thread_id, resource_id)
         check_limits(last_messages, max_input_tokens)
+        extractors = check_extractors(extract)
         if not isinstance(model, LanguageModel):
             raise ValidationError("model must be a LanguageModel (generate/stream)")
         if instructions is not None and not isinstance(instructions, str):
             raise ValidationError(f"instructions must be a string or None, got {type(instructions).__name__}")
         return await summarize(self, thread_id, model=model, resource_id=resource_id, instructions=instructions,
-                               last_messages=last_messages, max_input_tokens=max_input_tokens)
+                               last_messages=last_messages, max_input_tokens=max_input_tokens, extract=extractors)
 
     def list_tools(self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> dict[str, Tool]:
         """``{"updateWorkingMemory": Tool}`` when working memory is on and writable (``setWorkingMemory`` with

@@ -1,17 +1,20 @@
 """``Memory.summarize_thread`` (Mastra's ``summarizeThread``): the Observer, run once over a thread's newest
-messages, its result handed back and nothing written."""
+messages (with extractors: the values they ask for beside the summary), its result handed back and nothing
+written."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from ..codecs import Message
 from ..errors import ModelError, ValidationError
 from ..models import LanguageModel, ModelRequest
-from ..processors import OBSERVER_INSTRUCTIONS, observer_transcript, split_observer_output
+from ..processors import OBSERVER_CORE, OBSERVER_INSTRUCTIONS, observer_transcript, split_observer_output
 from ..tracing import operation_span
+from ._extractors import Extractor, apply_hooks, extractor_sections, parse_extracted, strip_sections
 
 if TYPE_CHECKING:
     from ._facade import Memory
@@ -26,12 +29,14 @@ MAX_INPUT_TOKENS = 1_000_000
 
 class ThreadSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What ``summarize_thread`` returns: the Observer's summary (its observation lines; empty for a thread with
-    no messages), the tagged extras it wrote (``currentTask``, ``suggestedResponse``) and how many messages it
-    read."""
+    no messages), the tagged extras it wrote without extractors (``currentTask``, ``suggestedResponse``), how many
+    messages it read, and with ``extract`` the values by extractor slug and the failures (``slug``, ``error``)."""
 
     summary: str
     extras: dict[str, str] = msgspec.field(default_factory=dict)
     messages: int = 0
+    extracted: dict[str, Any] = msgspec.field(default_factory=dict)
+    extraction_failures: list[dict[str, str]] = msgspec.field(default_factory=list)
 
 
 async def newest_messages(memory: Memory, thread_id: str, resource_id: str | None, last_messages: int | None,
@@ -66,12 +71,21 @@ async def newest_messages(memory: Memory, thread_id: str, resource_id: str | Non
 
 
 async def summarize(memory: Memory, thread_id: str, *, model: LanguageModel, resource_id: str | None,
-                    instructions: str | None, last_messages: int | None, max_input_tokens: int) -> ThreadSummary:
-    """(``Memory.summarize_thread``, arguments checked) One Observer call over the newest messages."""
+                    instructions: str | None, last_messages: int | None, max_input_tokens: int,
+                    extract: Sequence[Extractor] = ()) -> ThreadSummary:
+    """(``Memory.summarize_thread``, arguments checked) One Observer call over the newest messages; with
+    ``extract``, the extractors' sections asked for after the observations (see ``_extractors``)."""
     messages = await newest_messages(memory, thread_id, resource_id, last_messages, max_input_tokens)
     if not messages:
         return ThreadSummary(summary="")
-    system = OBSERVER_INSTRUCTIONS if not instructions else f"{OBSERVER_INSTRUCTIONS}\n\n{instructions}"
+    if extract:
+        base = f"{OBSERVER_CORE} Output the observation lines first."
+        sections = extractor_sections(extract)
+        system = f"{base}\n\n{sections}" if sections else base
+    else:
+        system = OBSERVER_INSTRUCTIONS
+    if instructions:
+        system = f"{system}\n\n{instructions}"
     prompt = f"New messages to observe:\n{observer_transcript(messages)}"
     with operation_span("threadmind.memory.summarize_thread", "chat", thread_id=thread_id,
                         resource_id=resource_id, gen_ai__request__model=model.model_id):
@@ -81,8 +95,14 @@ async def summarize(memory: Memory, thread_id: str, *, model: LanguageModel, res
             raise
         except Exception as exc:
             raise ModelError(f"summarizing thread {thread_id!r} failed: {exc}") from exc
-    summary, extras = split_observer_output((response.text or "").strip())
-    return ThreadSummary(summary=summary, extras=extras, messages=len(messages))
+    output = (response.text or "").strip()
+    if not extract:
+        summary, extras = split_observer_output(output)
+        return ThreadSummary(summary=summary, extras=extras, messages=len(messages))
+    values, failures = parse_extracted(output, extract)
+    summary = strip_sections(output, extract).strip()
+    await apply_hooks(extract, values, failures, thread_id=thread_id, resource_id=resource_id, raw=summary)
+    return ThreadSummary(summary=summary, messages=len(messages), extracted=values, extraction_failures=failures)
 
 
 def check_limits(last_messages: int | None, max_input_tokens: int) -> None:

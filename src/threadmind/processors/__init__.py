@@ -26,6 +26,7 @@ from ._message_list import MessageList as MessageList
 from ._observation_text import CONTINUATION_ID as CONTINUATION_ID
 from ._observation_text import CONTINUATION_REMINDER as CONTINUATION_REMINDER
 from ._observation_text import OBSERVATIONS_PREAMBLE as OBSERVATIONS_PREAMBLE
+from ._observation_text import OBSERVER_CORE as OBSERVER_CORE
 from ._observation_text import OBSERVER_INSTRUCTIONS as OBSERVER_INSTRUCTIONS
 from ._observation_text import REFLECTOR_INSTRUCTIONS as REFLECTOR_INSTRUCTIONS
 from ._observation_text import ObservationEngine as ObservationEngine
@@ -70,6 +71,7 @@ __all__ = (
     "CONTINUATION_ID",
     "CONTINUATION_REMINDER",
     "OBSERVATIONS_PREAMBLE",
+    "OBSERVER_CORE",
     "OBSERVER_INSTRUCTIONS",
     "REFLECTOR_INSTRUCTIONS",
     "WM_TOOL_NAME",

@@ -23,6 +23,7 @@ __all__ = (
     "CONTINUATION_REMINDER",
     "OBSERVATIONS_GUIDANCE",
     "OBSERVATIONS_PREAMBLE",
+    "OBSERVER_CORE",
     "OBSERVER_INSTRUCTIONS",
     "REFLECTOR_INSTRUCTIONS",
     "ObservationEngine",
@@ -57,15 +58,19 @@ class ObservationEngine(Protocol):
 
 OBSERVATIONS_PREAMBLE = "The following observations block contains your memory of past conversations with this user."
 
-OBSERVER_INSTRUCTIONS = (
+OBSERVER_CORE = (
     "You are the Observer of a conversational agent's memory. Read the new messages of the conversation and "
     "write concise observations of everything worth remembering: facts about the user, their preferences, goals "
     "and decisions, what was asked and answered, tasks in progress, and any commitments the assistant made. "
     "Write one observation per line starting with '* ' and a priority marker (🔴 important, 🟡 maybe useful, "
     "🟢 minor), include times as (HH:MM) when known, and keep names, numbers and exact values. Do not repeat "
-    "observations already listed under previous observations. Output only the observation lines, optionally "
-    "followed by <current-task>what the user is working on now</current-task> and "
-    "<suggested-response>guidance for the assistant's next reply</suggested-response>."
+    "observations already listed under previous observations."
+)
+"""The Observer's task, without what it may add after its observations."""
+OBSERVER_INSTRUCTIONS = (
+    OBSERVER_CORE + " Output only the observation lines, optionally followed by <current-task>what the user is "
+    "working on now</current-task> and <suggested-response>guidance for the assistant's next reply"
+    "</suggested-response>."
 )
 
 REFLECTOR_INSTRUCTIONS = (
