@@ -45,8 +45,25 @@ Owner = tuple[str, str]  # (RESOURCE or THREAD, its id)
 RESOURCE, THREAD = "resource", "thread"
 
 
-_Postings = tuple[list[int], list[int]]
-"""The messages holding one word (their positions in the block) and its count in each."""
+class _Postings:
+    """The messages holding one word and its count in each: Python lists that grow, and the numpy arrays a search
+    scores with, made on the first search that needs them (most of a scope's words are never searched for), kept
+    for the next (a resource's block answers many searches: 0.13 ms a search of 500 messages against 0.18 ms when
+    every search converts its words' lists)."""
+
+    __slots__ = ("_arrays", "counts", "docs", "stale")
+
+    def __init__(self) -> None:
+        self.docs: list[int] = []
+        self.counts: list[int] = []
+        self.stale = True
+        self._arrays: tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]] | None = None
+
+    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]:
+        if self.stale or self._arrays is None:
+            self._arrays = (np.asarray(self.docs, dtype=_I32), np.asarray(self.counts, dtype=_F64))
+            self.stale = False
+        return self._arrays
 
 
 class KeywordBlock:
@@ -128,10 +145,10 @@ class KeywordBlock:
             for word, n in tally.items():
                 entry = postings.get(word)
                 if entry is None:
-                    postings[word] = ([doc], [n])
-                else:
-                    entry[0].append(doc)
-                    entry[1].append(n)
+                    entry = postings[word] = _Postings()
+                entry.docs.append(doc)
+                entry.counts.append(n)
+                entry.stale = True
             self.size += len(tally)
 
     def matches(self, terms: Sequence[str], limit: int) -> KeywordMatches:
@@ -140,7 +157,7 @@ class KeywordBlock:
         lexemes = lexemes_of(terms)
         table = self.postings
         n = len(self.ids)
-        frequencies = {lexeme: len(table[lexeme][0]) if lexeme in table else 0 for lexeme in lexemes}
+        frequencies = {lexeme: len(table[lexeme].docs) if lexeme in table else 0 for lexeme in lexemes}
         if not n:
             return KeywordMatches(0, 0.0, frequencies, [])
         average = self.words / n
@@ -151,17 +168,12 @@ class KeywordBlock:
         if self._lengths_array is None:
             self._lengths_array = np.asarray(self._lengths, dtype=_F64)
         lengths = self._lengths_array
-        listed: list[int] = []
-        counted: list[int] = []
-        for lexeme in kept:  # one conversion of every posting below (per word arrays cost more than they save)
-            held, times = table[lexeme]
-            listed += held
-            counted += times
+        postings = [table[lexeme].arrays() for lexeme in kept]
         sizes = np.array([frequencies[lexeme] for lexeme in kept], dtype=np.int64)
         raw = np.log((n - sizes + 0.5) / (sizes + 0.5))
         which = np.repeat(np.arange(len(kept)), sizes)  # each posting's word
-        docs = np.array(listed, dtype=_I32)
-        tf = np.array(counted, dtype=_F64)
+        docs = np.concatenate([p[0] for p in postings])
+        tf = np.concatenate([p[1] for p in postings])
         # BM25 (k1 1.2, b 0.75) with FTS5's idf floor, and the idf coverage the classic coordination factor uses.
         part = np.maximum(raw, 1e-6)[which] * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * lengths[docs] / average))
         bm25 = np.bincount(docs, weights=part, minlength=n)
