@@ -191,11 +191,11 @@ class KeywordBlock:
         rows = row_of[docs]
         picked = np.flatnonzero(rows >= 0)  # the hits' postings: their counts
         counts: list[dict[str, int]] = [{} for _ in range(len(hit))]
-        for row, word, value in zip(rows[picked].tolist(), which[picked].tolist(), tf[picked].tolist(),
-                                    strict=True):
-            counts[row][kept[word]] = int(value)
-        ids, threads, resources = self.ids, self.threads, self.resources
-        candidates = [KeywordCandidate(ids[doc], threads[doc], resources[doc], int(lengths[doc]), counts[row], value)
+        for row, word, value in zip(rows[picked].tolist(), map(kept.__getitem__, which[picked].tolist()),
+                                    tf[picked].astype(np.int64).tolist(), strict=True):
+            counts[row][word] = value
+        ids, threads, resources, sizes_of = self.ids, self.threads, self.resources, self._lengths
+        candidates = [KeywordCandidate(ids[doc], threads[doc], resources[doc], int(sizes_of[doc]), counts[row], value)
                       for row, (doc, value) in enumerate(zip(hit.tolist(), score[hit].tolist(), strict=True))]
         return KeywordMatches(n, average, frequencies, candidates)
 
