@@ -89,23 +89,39 @@ def smoothed(pool: Mapping[str, Ranked], neighbours: Mapping[str, tuple[str | No
     higher similarity, then to the earlier candidate (keyword rank, then vector rank). The pool's entries (made
     by :func:`fuse` for this call) are scored in place."""
     lift: dict[str, float] = {}
-    joined: dict[str, Ranked] = {}  # neighbours outside the pool, with the thread and resource of who named them
+    named: dict[str, Ranked] = {}  # neighbours outside the pool -> the candidate that named them first
+    get = lift.get
     for message_id, entry in pool.items():
-        previous, following = neighbours.get(message_id, _ENDS)
-        for other, share in ((following, _PREVIOUS), (previous, _NEXT)):  # entry is following's previous, ...
-            if other is None:
-                continue
-            if entry.fused * share > lift.get(other, 0.0):
-                lift[other] = entry.fused * share
-            if other not in pool and other not in joined:
-                joined[other] = Ranked(message_id=other, thread_id=entry.thread_id, resource_id=entry.resource_id)
+        pair = neighbours.get(message_id)
+        if pair is None:
+            continue
+        previous, following = pair
+        fused = entry.fused
+        if following is not None:  # entry is following's previous
+            if fused * _PREVIOUS > get(following, 0.0):
+                lift[following] = fused * _PREVIOUS
+            if following not in pool and following not in named:
+                named[following] = entry
+        if previous is not None:  # ... and previous's next
+            if fused * _NEXT > get(previous, 0.0):
+                lift[previous] = fused * _NEXT
+            if previous not in pool and previous not in named:
+                named[previous] = entry
     ordered: list[tuple[float, float, int, Ranked]] = []
-    for position, entry in enumerate((*pool.values(), *joined.values())):
-        score = entry.fused + lift.get(entry.message_id, 0.0)
+    position = 0
+    for entry in pool.values():
+        score = entry.fused + get(entry.message_id, 0.0)
         if score > 0.0:
             entry.score = score
-            similarity = entry.vector_score if entry.vector_score is not None else -math.inf
-            ordered.append((-score, -similarity, position, entry))
+            similarity = entry.vector_score
+            ordered.append((-score, math.inf if similarity is None else -similarity, position, entry))
+        position += 1
+    for other, source in named.items():  # outside both pools: its neighbour's lift alone, no similarity
+        score = get(other, 0.0)
+        if score > 0.0:
+            ordered.append((-score, math.inf, position, Ranked(message_id=other, thread_id=source.thread_id,
+                                                               resource_id=source.resource_id, score=score)))
+        position += 1
     ordered.sort()  # positions differ: the entries themselves are never compared
     return [item[3] for item in ordered]
 
