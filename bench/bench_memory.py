@@ -2,6 +2,8 @@
 
 Run: ``python -m bench.bench_memory [--threads 200 --turns 25 --queries 500] [--phases abcde] [--repeat 3]``.
 Phase e (not in the default phases): a save, a pause of 0.1 s and a recall, 200 times, as agent turns go.
+Phase f (not in the default phases): phase d's recalls by vectors alone and by the hybrid ranking alternating query
+by query, twice, in one process: the ratio of the two modes at one machine moment.
 Prints one JSON document: messages/s, latency percentiles, peak RSS, database size, and ratios to plain
 aiosqlite and plain hnswlib doing the same physical work (each baseline runs in its own process).
 """
@@ -12,6 +14,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +31,7 @@ from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
 
-from ._scoped_queries import scoped_queries
+from ._scoped_queries import alternating_recalls, scoped_queries
 
 
 def _pcts(samples: Sequence[float]) -> dict[str, float]:
@@ -145,7 +148,8 @@ async def _phase_recall(workload: Workload, turns: dict[int, list[list[Message]]
 
 
 async def _phase_semantic(workload: Workload, turns: dict[int, list[list[Message]]], workdir: str,
-                          run_queries: bool, name: str, run_turns: bool = False) -> dict[str, Any]:
+                          run_queries: bool, name: str, run_turns: bool = False,
+                          run_alternating: bool = False) -> dict[str, Any]:
     path = os.path.join(workdir, f"{name}.db")
     latencies: list[float] = []
     out: dict[str, Any] = {}
@@ -160,6 +164,12 @@ async def _phase_semantic(workload: Workload, turns: dict[int, list[list[Message
             out["query"] = await _queries(memory, workload)
         if run_turns:
             out["turns"] = await _turns(memory, workload)
+        if run_alternating:
+            out["alternating"] = {
+                scope: [{"vector": _pcts(run["vector"]), "hybrid": _pcts(run["hybrid"]),
+                         "ratio_p50": round(statistics.median(run["hybrid"]) / statistics.median(run["vector"]), 2)}
+                        for run in runs]
+                for scope, runs in (await alternating_recalls(memory, workload)).items()}
     return out
 
 
@@ -352,17 +362,19 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
                 [await _phase_save(workload, turns, workdir, False, 16, f"c16-{i}") for i in range(args.repeat)])
         if "b" in args.phases:
             report["b_recall_last_10"] = await _phase_recall(workload, turns, workdir, args.recalls)
-        if any(phase in args.phases for phase in "cde"):
+        if any(phase in args.phases for phase in "cdef"):
             earlier = [(await _phase_semantic(workload, turns, workdir, False, f"semantic-{i}"))["save"]
                        for i in range(args.repeat - 1)]
             semantic = await _phase_semantic(workload, turns, workdir, "d" in args.phases, "semantic",
-                                             "e" in args.phases)
+                                             "e" in args.phases, "f" in args.phases)
             report["c_save_semantic_concurrency_16"] = _median_run([*earlier, semantic["save"]])
             report["c_index_build"] = semantic["index_build"]
             if "query" in semantic:
                 report["d_semantic_query"] = semantic["query"]
             if "turns" in semantic:
                 report["e_save_pause_recall"] = semantic["turns"]
+            if "alternating" in semantic:
+                report["f_vector_and_hybrid_alternating"] = semantic["alternating"]
         report["peak_rss_mb"] = _rss_mb()
         if not args.no_baselines:
             raw = _run_baseline(_RAW_SQLITE, workdir, str(workload.threads), str(workload.turns),

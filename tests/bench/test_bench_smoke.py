@@ -73,3 +73,13 @@ def test_bench_machine_times_fsync(capsys: pytest.CaptureFixture[str], tmp_path:
     assert 0 < report["fsync_24k_ms"]["p50"] <= report["fsync_24k_ms"]["p99"]
     assert report["python_loop_1m_adds_ms"] > 0
     assert list(tmp_path.iterdir()) == []  # the probe file is gone
+
+
+def test_bench_memory_alternates_the_two_rankings(capsys: pytest.CaptureFixture[str]) -> None:
+    bench_memory.main(["--threads", "4", "--turns", "2", "--queries", "6", "--phases", "f", "--no-baselines"])
+    report = json.loads(capsys.readouterr().out)
+    for scope in ("resource", "thread"):
+        passes = report["f_vector_and_hybrid_alternating"][scope]
+        assert len(passes) == 2
+        for figures in passes:
+            assert figures["vector"]["p50_ms"] > 0 and figures["hybrid"]["p50_ms"] > 0 and figures["ratio_p50"] > 0
