@@ -321,8 +321,10 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     buffer_tokens: float | bool | None = None
     block_after: float | None = None
     # Accepted from Mastra configs: buffering is not built (observations run in the background once past
-    # ``message_tokens``), so ``bufferActivation`` has nothing to tune; the Observer does not title threads.
+    # ``message_tokens``), so ``bufferActivation`` has nothing to tune.
     buffer_activation: float | None = None
+    #: The Observer also titles the thread (``observation.threadTitle``): a title of 3 characters or more that
+    #: differs from the thread's replaces it, unless the thread's ``metadata.titlePinned`` is true.
     thread_title: bool = False
     share_token_budget: bool = False
     reflection_model: Any = None  # the Reflector's model when it differs from the Observer's (``model``)
@@ -350,8 +352,7 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
             if absolute < self.message_tokens:
                 raise ConfigError(f"observation.blockAfter ({_num(self.block_after)}) must be >= messageTokens "
                                   f"({_num(self.message_tokens)})")
-        _unsupported(self.thread_title, False, "observation.threadTitle", "the Observer does not title threads "
-                     "(use generateTitle)")
+        _one_of(self.thread_title, (True, False), "observation.threadTitle")
         _unsupported(self.share_token_budget, False, "observationalMemory.shareTokenBudget", "a shared "
                      "message/observation budget is not implemented")
 

@@ -431,7 +431,7 @@ async def test_the_model_sees_how_to_read_observations_and_a_continuation_remind
     pytest.param({"bufferTokens": -5}, "thread", r"must be > 0, got -5$", id="buffer-negative"),
     pytest.param({"bufferTokens": 0.2}, "resource", r"^Async buffering is not yet supported with scope: 'resource'",
                  id="resource-buffer"),
-    pytest.param({"threadTitle": True}, "thread", "observation.threadTitle", id="thread-title"),
+    pytest.param({"threadTitle": "yes"}, "thread", "threadTitle", id="thread-title-not-a-bool"),
 ])
 def test_observational_options_are_validated_with_the_reference_texts(
     observation: dict[str, Any], scope: str, needle: str
@@ -444,9 +444,9 @@ def test_observational_options_are_validated_with_the_reference_texts(
 
 def test_observational_options_mastra_accepts_are_accepted() -> None:
     memory = Memory(storage=InMemoryStore(), options={"observationalMemory": {
-        "scope": "resource", "observation": {"bufferTokens": False, "bufferActivation": 0.8, "threadTitle": False}}})
+        "scope": "resource", "observation": {"bufferTokens": False, "bufferActivation": 0.8, "threadTitle": True}}})
     om = memory.options.observational_memory_config
-    assert om is not None and om.scope == "resource" and om.buffer_activation == 0.8
+    assert om is not None and om.scope == "resource" and om.buffer_activation == 0.8 and om.thread_title
 
 
 async def test_an_observation_seals_what_it_observed_and_notes_the_thread(tmp_path: Path) -> None:
@@ -503,3 +503,36 @@ async def test_the_reflector_can_have_its_own_model() -> None:
         await agent.generate("two", thread_id="t1", resource_id="r1")
     assert "reflect" not in calls  # the observer model only observed
     assert [r.system[0] for r in reflector.requests] == [REFLECTOR_INSTRUCTIONS]
+
+
+@pytest.mark.parametrize("setting", ["on", "pinned", "off"])
+async def test_the_observer_titles_the_thread_when_asked(tmp_path: Path, setting: str) -> None:
+    """``observation.threadTitle``: the Observer is asked for a title beside its observations, is shown the one it
+    gave last, and its title becomes the thread's unless the thread's title is pinned; off, the title stays."""
+    from threadmind.processors import THREAD_TITLE_INSTRUCTIONS
+
+    requests: list[ModelRequest] = []
+
+    def observe(request: ModelRequest) -> str:
+        requests.append(request)
+        return f"* 🔴 user plans a trip\n<thread-title>{'Trip planning' if len(requests) == 1 else 'Kyoto trip'}" \
+               "</thread-title>"
+
+    async with _om_memory(SQLiteStore(tmp_path / "om.db"), _endless(observe),
+                          thread_title=setting != "off") as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1", title="Untitled",
+                                   metadata={"titlePinned": True} if setting == "pinned" else None)
+        agent = Agent("a", "i", ScriptedModel(["r1", "r2", "r3", "r4"]), memory=memory)
+        for text in ("one", "two", "three", "four"):
+            await agent.generate(_long(text) + " " + _long("more"), thread_id="t1", resource_id="r1")
+        thread = await memory.get_thread_by_id("t1")
+        assert thread is not None and thread.metadata is not None and len(requests) >= 2
+        om = thread.metadata["mastra"]["om"]
+        if setting == "off":
+            assert all(THREAD_TITLE_INSTRUCTIONS not in r.system[0] for r in requests)
+            assert thread.title == "Untitled" and "threadTitle" not in om
+            return
+        assert requests[0].system[0] == OBSERVER_INSTRUCTIONS + THREAD_TITLE_INSTRUCTIONS
+        assert "Prior thread-title: Trip planning" in requests[1].messages[0].text
+        assert om["threadTitle"] == "Kyoto trip"
+        assert thread.title == ("Untitled" if setting == "pinned" else "Kyoto trip")

@@ -24,6 +24,7 @@ from ..errors import ThreadmindError, ThreadNotFound
 from ..processors import (
     OBSERVER_INSTRUCTIONS,
     REFLECTOR_INSTRUCTIONS,
+    THREAD_TITLE_INSTRUCTIONS,
     MemoryAccess,
     date_header,
     is_transient_signal,
@@ -69,6 +70,7 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     record: OMRecord | None
     messages: list[Message]
     tokens: int
+    title: str | None = None  # the title the Observer gave last (``observation.threadTitle``)
 
 
 class ObservationalMemoryEngine:
@@ -258,7 +260,15 @@ class ObservationalMemoryEngine:
         async def _snapshot() -> _Snapshot:
             record = await records.current(key)
             messages = await self._unobserved(store, config, thread_id, resource_id, record)
-            return _Snapshot(record=record, messages=messages, tokens=self.counter.count_messages(messages))
+            title = None
+            if config.thread_title:
+                thread = await store.get_thread(thread_id)
+                mastra = (thread.metadata or {}).get("mastra") if thread is not None else None
+                om = mastra.get("om") if isinstance(mastra, dict) else None
+                prior = om.get("threadTitle") if isinstance(om, dict) else None
+                title = prior if isinstance(prior, str) else None
+            return _Snapshot(record=record, messages=messages, tokens=self.counter.count_messages(messages),
+                             title=title)
 
         snap = await self._serialized(config, thread_id, resource_id, _snapshot, "om_snapshot")
         if snap.tokens < config.message_tokens or not snap.messages:  # observe at the threshold (reference: >=)
@@ -270,7 +280,14 @@ class ObservationalMemoryEngine:
         previous = snap.record.active_observations if snap.record is not None else ""
         prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
                   f"New messages to observe:\n{observer_transcript(snap.messages)}")
-        observed, extras = split_observer_output(await self._call(model, OBSERVER_INSTRUCTIONS, prompt, "observer"))
+        system = OBSERVER_INSTRUCTIONS
+        if config.thread_title:
+            system += THREAD_TITLE_INSTRUCTIONS
+            if snap.title:
+                prompt = f"Prior thread-title: {snap.title}\n\n{prompt}"
+        observed, extras = split_observer_output(await self._call(model, system, prompt, "observer"))
+        if not config.thread_title:
+            extras.pop("threadTitle", None)
         block = f"{date_header(snap.messages)}\n{observed}"
 
         async def _commit() -> OMRecord | None:
@@ -302,7 +319,7 @@ class ObservationalMemoryEngine:
             record.updated_at = now
             if not await records.replace(record, expected=current):
                 return None  # another process committed first (compare-and-set in one transaction)
-            await self._mark_observed(store, thread_id, snap.messages, extras)
+            await self._mark_observed(store, thread_id, snap.messages, extras, retitle=config.thread_title)
             return record
 
         with operation_span("threadmind.om.commit_observation", "update_memory", thread_id=thread_id,
@@ -316,11 +333,14 @@ class ObservationalMemoryEngine:
         return True
 
     async def _mark_observed(
-        self, store: Store, thread_id: str, messages: Sequence[Message], extras: dict[str, str]
+        self, store: Store, thread_id: str, messages: Sequence[Message], extras: dict[str, str], *,
+        retitle: bool = False,
     ) -> None:
         """After an observation: seal the observed messages and note the cursor (and the Observer's extras) in
-        ``thread.metadata.mastra.om`` (reference §8.1). Straight to the store, inside the owning actor's
-        exclusive step: the write counts make the thread actors drop their caches."""
+        ``thread.metadata.mastra.om`` (reference §8.1); with ``retitle`` (``observation.threadTitle``), the title
+        the Observer gave becomes the thread's as Mastra's ``resolveThreadTitleUpdate`` decides (trimmed, 3
+        characters or more, not the current one, the title not pinned). Straight to the store, inside the owning
+        actor's exclusive step: the write counts make the thread actors drop their caches."""
         updates = sealed_updates(messages)
         if updates:
             await store.update_messages(updates)
@@ -335,7 +355,11 @@ class ObservationalMemoryEngine:
             om["lastObservedAt"] = to_iso(last.created_at)
             om["lastObservedMessageCursor"] = {"createdAt": to_iso(last.created_at), "id": last.id}
             mastra["om"] = om
-            return ThreadChange(metadata={"mastra": mastra})
+            title = extras.get("threadTitle", "").strip() if retitle else ""
+            pinned = (thread.metadata or {}).get("titlePinned") is True
+            if len(title) < 3 or pinned or title == (thread.title or "").strip():
+                return ThreadChange(metadata={"mastra": mastra})
+            return ThreadChange(title=title, metadata={"mastra": mastra})
 
         try:
             await store.modify_thread(thread_id, note)  # one transaction: no other metadata write is lost

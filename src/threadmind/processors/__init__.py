@@ -29,6 +29,7 @@ from ._observation_text import OBSERVATIONS_PREAMBLE as OBSERVATIONS_PREAMBLE
 from ._observation_text import OBSERVER_CORE as OBSERVER_CORE
 from ._observation_text import OBSERVER_INSTRUCTIONS as OBSERVER_INSTRUCTIONS
 from ._observation_text import REFLECTOR_INSTRUCTIONS as REFLECTOR_INSTRUCTIONS
+from ._observation_text import THREAD_TITLE_INSTRUCTIONS as THREAD_TITLE_INSTRUCTIONS
 from ._observation_text import ObservationEngine as ObservationEngine
 from ._observation_text import block_after_tokens as block_after_tokens
 from ._observation_text import date_header as date_header
@@ -74,6 +75,7 @@ __all__ = (
     "OBSERVER_CORE",
     "OBSERVER_INSTRUCTIONS",
     "REFLECTOR_INSTRUCTIONS",
+    "THREAD_TITLE_INSTRUCTIONS",
     "WM_TOOL_NAME",
     "WORKING_MEMORY_STATE_ID",
     "AccessBase",

@@ -26,6 +26,7 @@ __all__ = (
     "OBSERVER_CORE",
     "OBSERVER_INSTRUCTIONS",
     "REFLECTOR_INSTRUCTIONS",
+    "THREAD_TITLE_INSTRUCTIONS",
     "ObservationEngine",
     "block_after_tokens",
     "date_header",
@@ -73,6 +74,16 @@ OBSERVER_INSTRUCTIONS = (
     "</suggested-response>."
 )
 
+THREAD_TITLE_INSTRUCTIONS = (
+    "\n\nAfter them, also output <thread-title>…</thread-title>: a short, noun-phrase title for this conversation "
+    "(2-5 words). Examples:\n"
+    '- "Auth bug fix" — not "Fixing the auth bug"\n'
+    '- "Dark mode toggle" — not "User wants dark mode toggle added"\n'
+    '- "Deployment pipeline setup" — not "Setting up deployment pipeline for project"\n'
+    "Only update when the topic meaningfully changes."
+)
+"""What the Observer is also asked with ``observation.threadTitle`` (Mastra's thread-title section)."""
+
 REFLECTOR_INSTRUCTIONS = (
     "You are the Reflector of a conversational agent's memory. The observations below have grown too long. "
     "Rewrite them into a shorter log that keeps every fact still relevant: merge duplicates, drop what was "
@@ -81,11 +92,13 @@ REFLECTOR_INSTRUCTIONS = (
 )
 
 # Tags the Observer may add after its observations; they go to thread.metadata.mastra.om (reference §8.1).
-_OBSERVER_TAGS = (("current-task", "currentTask"), ("suggested-response", "suggestedResponse"))
+_OBSERVER_TAGS = (("current-task", "currentTask"), ("suggested-response", "suggestedResponse"),
+                  ("thread-title", "threadTitle"))
 
 
 def split_observer_output(text: str) -> tuple[str, dict[str, str]]:
-    """The observation lines, and the tagged extras (``currentTask``, ``suggestedResponse``) cut out of them."""
+    """The observation lines, and the tagged extras (``currentTask``, ``suggestedResponse``, ``threadTitle``) cut out
+    of them."""
     extras: dict[str, str] = {}
     for tag, key in _OBSERVER_TAGS:
         opening, closing = f"<{tag}>", f"</{tag}>"
