@@ -326,6 +326,9 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     #: The Observer also titles the thread (``observation.threadTitle``): a title of 3 characters or more that
     #: differs from the thread's replaces it, unless the thread's ``metadata.titlePinned`` is true.
     thread_title: bool = False
+    #: A user back after 10 minutes or more gets a stored ``system-reminder`` saying how long it has been
+    #: (``processors._temporal_markers``).
+    temporal_markers: bool = False
     share_token_budget: bool = False
     reflection_model: Any = None  # the Reflector's model when it differs from the Observer's (``model``)
 
@@ -353,6 +356,7 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
                 raise ConfigError(f"observation.blockAfter ({_num(self.block_after)}) must be >= messageTokens "
                                   f"({_num(self.message_tokens)})")
         _one_of(self.thread_title, (True, False), "observation.threadTitle")
+        _one_of(self.temporal_markers, (True, False), "observationalMemory.temporalMarkers")
         _unsupported(self.share_token_budget, False, "observationalMemory.shareTokenBudget", "a shared "
                      "message/observation budget is not implemented")
 

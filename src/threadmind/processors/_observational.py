@@ -22,7 +22,8 @@ from ._observation_text import (
     block_after_tokens,
     observations_system_message,
 )
-from ._protocol import ProcessInputArgs, ProcessOutputArgs
+from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs
+from ._temporal_markers import add_temporal_gap_marker
 
 __all__ = ("ObservationalMemory",)
 
@@ -69,6 +70,14 @@ class ObservationalMemory:
                                   "memory")
         if own:
             args.message_list.add(own, "memory")
+        return None
+
+    async def process_input_step(self, args: ProcessInputStepArgs) -> None:
+        """Before the turn's first model call, with ``temporalMarkers``: the gap since the previous message."""
+        thread_id, resource_id = args.ids()
+        if args.step_number == 0 and thread_id and self._config(args).temporal_markers \
+                and not args.context.memory_config.read_only:
+            add_temporal_gap_marker(args.message_list, thread_id, resource_id)
         return None
 
     async def process_output_result(self, args: ProcessOutputArgs) -> None:

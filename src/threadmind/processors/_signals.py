@@ -10,11 +10,17 @@ XML tag with its attributes (``<working-memory format="markdown" scope="resource
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..codecs import FilePart, Message, MessageContent, TextPart
+import msgspec
 
-__all__ = ("for_model", "signal_metadata", "signal_xml", "state_of", "state_tracking", "with_state_tracking")
+from ..codecs import FilePart, Message, MessageContent, TextPart, to_iso
+
+if TYPE_CHECKING:
+    from ._message_list import MessageList
+
+__all__ = ("add_signal", "for_model", "signal_metadata", "signal_xml", "state_of", "state_tracking",
+           "with_state_tracking")
 
 STATE_SIGNALS_KEY = "stateSignals"
 
@@ -120,3 +126,23 @@ def with_state_tracking(metadata: Mapping[str, Any] | None, state_id: str,
     signals[state_id] = dict(tracking)
     mastra[STATE_SIGNALS_KEY] = signals
     return {"mastra": mastra}
+
+
+def add_signal(message_list: MessageList, signal_id: str, thread_id: str, resource_id: str | None, text: str,
+               signal: Mapping[str, Any]) -> Message:
+    """Add a signal to the turn as Mastra's ``MessageList.addSignal`` stores it (``signalToDBMessage``): at the
+    turn's next time (after every message the model has seen), its tag name as the message's ``type``, ``signal``
+    (everything but ``id`` and ``createdAt``) under ``content.metadata.signal`` with the message's time."""
+    message_list.add({"id": signal_id, "role": "signal", "threadId": thread_id, "resourceId": resource_id,
+                      "type": signal.get("tagName"),
+                      "content": {"format": 2, "parts": [{"type": "text", "text": text}],
+                                  "metadata": {"signal": {"id": signal_id, **signal}}}}, "input")
+    added = message_list.get(signal_id)
+    assert added is not None
+    stored = {"id": signal_id, **{k: v for k, v in signal.items() if k in ("type", "tagName")},
+              "createdAt": to_iso(added.created_at),
+              **{k: v for k, v in signal.items() if k not in ("type", "tagName")}}
+    content = msgspec.structs.replace(added.content, metadata={**(added.content.metadata or {}), "signal": stored})
+    dated = msgspec.structs.replace(added, content=content)
+    message_list.replace(dated)
+    return dated

@@ -27,14 +27,12 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import msgspec
-
 from .._config import MemoryConfig
 from .._results import WorkingMemoryTemplate
 from ..codecs import Message, Thread, to_iso, utc_now
 from ._access import MemoryAccess
 from ._protocol import ProcessInputStepArgs
-from ._signals import state_of, state_tracking, with_state_tracking
+from ._signals import add_signal, state_of, state_tracking, with_state_tracking
 
 __all__ = ("WORKING_MEMORY_STATE_ID", "WorkingMemoryState", "markdown_delta", "state_cache_key")
 
@@ -136,9 +134,11 @@ class WorkingMemoryState:
         attributes: dict[str, Any] = {"format": template.format, "scope": self.scope}
         if mode == "delta":
             attributes["patch"] = "unified-diff"
-        signal = _add_signal(args, thread_id, resource_id, text, attributes,
-                             {"id": WORKING_MEMORY_STATE_ID, "cacheKey": key, "mode": mode, "threadId": thread_id,
-                              "version": version}, {"value": contents, **extra})
+        state = {"id": WORKING_MEMORY_STATE_ID, "cacheKey": key, "mode": mode, "threadId": thread_id,
+                 "version": version}
+        signal = add_signal(args.message_list, str(uuid.uuid4()), thread_id, resource_id, text, {
+            "type": "state", "tagName": WORKING_MEMORY_STATE_ID, "attributes": attributes,
+            "metadata": {"state": state, "value": contents, **extra}})
         new_tracking = {
             "currentCacheKey": key, "currentMode": mode, "version": version, "lastSignalId": signal.id,
             "lastSnapshotSignalId": signal.id if mode == "snapshot" else tracking.get("lastSnapshotSignalId"),
@@ -195,23 +195,3 @@ def _copy(message: Message) -> dict[str, Any]:
     if isinstance(state.get("version"), int):
         out["version"] = state["version"]
     return out
-
-
-def _add_signal(args: ProcessInputStepArgs, thread_id: str, resource_id: str, text: str,
-                attributes: dict[str, Any], state: dict[str, Any], extra: dict[str, Any]) -> Message:
-    """Add a state signal to the turn as Mastra stores it (``signalToDBMessage``), at the turn's next time (after
-    every message the model has seen), the signal's own ``createdAt`` the message's."""
-    signal_id = str(uuid.uuid4())
-    content = {"format": 2, "parts": [{"type": "text", "text": text}], "metadata": {"signal": {
-        "id": signal_id, "type": "state", "tagName": WORKING_MEMORY_STATE_ID, "createdAt": "",
-        "attributes": attributes, "metadata": {"state": state, **extra}}}}
-    message_list = args.message_list
-    message_list.add({"id": signal_id, "role": "signal", "threadId": thread_id, "resourceId": resource_id,
-                      "type": WORKING_MEMORY_STATE_ID, "content": content}, "input")
-    added = message_list.get(signal_id)
-    assert added is not None
-    metadata = dict(added.content.metadata or {})
-    metadata["signal"] = {**metadata["signal"], "createdAt": to_iso(added.created_at)}
-    dated = msgspec.structs.replace(added, content=msgspec.structs.replace(added.content, metadata=metadata))
-    message_list.replace(dated)
-    return dated
