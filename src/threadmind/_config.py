@@ -323,13 +323,15 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     # Accepted from Mastra configs: buffering is not built (observations run in the background once past
     # ``message_tokens``), so ``bufferActivation`` has nothing to tune.
     buffer_activation: float | None = None
+    #: Messages may use what observations leave of ``message_tokens + observation_tokens`` (see
+    #: :meth:`message_threshold`); Mastra requires ``observation.bufferTokens: false`` with it, and so does this.
+    share_token_budget: bool = False
     #: The Observer also titles the thread (``observation.threadTitle``): a title of 3 characters or more that
     #: differs from the thread's replaces it, unless the thread's ``metadata.titlePinned`` is true.
     thread_title: bool = False
     #: A user back after 10 minutes or more gets a stored ``system-reminder`` saying how long it has been
     #: (``processors._temporal_markers``).
     temporal_markers: bool = False
-    share_token_budget: bool = False
     reflection_model: Any = None  # the Reflector's model when it differs from the Observer's (``model``)
 
     def __post_init__(self) -> None:
@@ -357,8 +359,26 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
                                   f"({_num(self.message_tokens)})")
         _one_of(self.thread_title, (True, False), "observation.threadTitle")
         _one_of(self.temporal_markers, (True, False), "observationalMemory.temporalMarkers")
-        _unsupported(self.share_token_budget, False, "observationalMemory.shareTokenBudget", "a shared "
-                     "message/observation budget is not implemented")
+        _one_of(self.share_token_budget, (True, False), "observationalMemory.shareTokenBudget")
+        if self.share_token_budget:  # Mastra's rule and words (threadmind observes in the background in any case)
+            explicit = self.buffer_tokens is not None or self.buffer_activation is not None
+            if not (self.buffer_tokens is False or (self.scope == "resource" and not explicit)):
+                raise ConfigError(
+                    "shareTokenBudget requires async buffering to be disabled (this is a temporary limitation). Add "
+                    "observation: { bufferTokens: false } to your config:\n\n  observationalMemory: {\n    "
+                    "shareTokenBudget: true,\n    observation: { bufferTokens: false },\n  }\n\n" + (
+                        "Remove any other async buffering settings (bufferTokens, bufferActivation, blockAfter)."
+                        if explicit else "Async buffering is enabled by default — this opt-out is only needed when "
+                        "using shareTokenBudget."))
+
+    def message_threshold(self, observation_tokens: int) -> int:
+        """Unobserved tokens at which an observation runs: ``message_tokens``; with ``share_token_budget``, what the
+        observations (``observation_tokens`` of them) leave of ``message_tokens + reflection.observationTokens``,
+        never less than ``message_tokens`` (Mastra's ``calculateDynamicThreshold``)."""
+        if not self.share_token_budget:
+            return int(self.message_tokens)
+        total = self.message_tokens + self.observation_tokens
+        return math.floor(max(total - observation_tokens, self.message_tokens) + 0.5)
 
 
 class GenerateTitleConfig(msgspec.Struct, **_CFG):

@@ -587,3 +587,31 @@ def test_gaps_read_as_mastra_writes_them(ms: int, text: str | None) -> None:
     from threadmind.processors._temporal_markers import format_gap
 
     assert format_gap(ms) == text
+
+
+def test_a_shared_budget_needs_buffering_off_as_in_mastra() -> None:
+    from threadmind.errors import ConfigError
+
+    for observation, tail in (({}, "Async buffering is enabled by default"),
+                              ({"bufferTokens": 0.2}, "Remove any other async buffering settings")):
+        needle = f"shareTokenBudget requires async buffering to be disabled(.|\\n)*{tail}"
+        with pytest.raises(ConfigError, match=needle):
+            Memory(storage=InMemoryStore(), options={"observationalMemory": {
+                "shareTokenBudget": True, "observation": observation}})
+    om = ObservationalMemoryConfig(message_tokens=50, observation_tokens=1000, share_token_budget=True,
+                                   buffer_tokens=False)
+    assert [om.message_threshold(n) for n in (0, 500, 2000)] == [1050, 550, 50]
+    assert ObservationalMemoryConfig(message_tokens=50).message_threshold(0) == 50
+
+
+@pytest.mark.parametrize("shared", [True, False])
+async def test_messages_use_what_observations_leave_of_a_shared_budget(shared: bool) -> None:
+    calls: list[str] = []
+    options: dict[str, Any] = {"observation_tokens": 1000, "buffer_tokens": False, "share_token_budget": shared}
+    async with _om_memory(InMemoryStore(), _endless(_observer(calls)), **options) as memory:
+        agent = Agent("a", "i", ScriptedModel(["ok"] * 4), memory=memory)
+        for text in ("one", "two", "three"):
+            await agent.generate(_long(text), thread_id="t1", resource_id="r1")
+        await memory.settled()
+        # About 150 tokens unobserved: past messageTokens (50), well short of 50 + 1000 with no observations yet.
+        assert bool(await _records(memory)) is not shared and bool(calls) is not shared

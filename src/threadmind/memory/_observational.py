@@ -271,7 +271,8 @@ class ObservationalMemoryEngine:
                              title=title)
 
         snap = await self._serialized(config, thread_id, resource_id, _snapshot, "om_snapshot")
-        if snap.tokens < config.message_tokens or not snap.messages:  # observe at the threshold (reference: >=)
+        threshold = config.message_threshold(snap.record.observation_token_count if snap.record is not None else 0)
+        if snap.tokens < threshold or not snap.messages:  # observe at the threshold (reference: >=)
             return False
         model = self._model(config, thread_id, resource_id)
         if model is None:

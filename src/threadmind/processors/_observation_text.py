@@ -126,12 +126,14 @@ def sealed_updates(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return updates
 
 
-def block_after_tokens(config: ObservationalMemoryConfig) -> float:
-    """Unobserved tokens past which a turn waits for the Observer (default 1.2 × ``message_tokens``)."""
+def block_after_tokens(config: ObservationalMemoryConfig, threshold: float | None = None) -> float:
+    """Unobserved tokens past which a turn waits for the Observer (default 1.2 × the message threshold:
+    ``message_tokens``, or ``threshold`` when the budget is shared)."""
+    base = config.message_tokens if threshold is None else threshold
     value = config.block_after
     if value is None:
-        return 1.2 * config.message_tokens
-    return value * config.message_tokens if 1 <= value < 100 else float(value)
+        return 1.2 * base
+    return value * base if 1 <= value < 100 else float(value)
 
 
 # Read after the block: how to weigh what it says against the conversation (the reference places such

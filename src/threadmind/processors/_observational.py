@@ -28,6 +28,7 @@ from ._temporal_markers import add_temporal_gap_marker
 __all__ = ("ObservationalMemory",)
 
 _UNOBSERVED_KEY = "observational-memory.unobserved"  # run state: the unobserved rows loaded for the turn
+_THRESHOLD_KEY = "observational-memory.threshold"  # run state: the turn's message threshold
 
 
 
@@ -55,11 +56,14 @@ class ObservationalMemory:
         engine = self.engine
         record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
         tokens = engine.counter.count_messages(unobserved)
-        if tokens > block_after_tokens(config) and not args.context.memory_config.read_only:
+        threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
+        if tokens > block_after_tokens(config, threshold) and not args.context.memory_config.read_only:
             if await engine.ensure_below_block(config, thread_id, resource_id, tokens):
                 record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
                 tokens = engine.counter.count_messages(unobserved)
+                threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
         args.context.run_state[_UNOBSERVED_KEY] = unobserved
+        args.context.run_state[_THRESHOLD_KEY] = threshold
         own = [m for m in unobserved if m.thread_id in (None, thread_id)]
         if record is not None and record.active_observations.strip():
             args.message_list.add_system(observations_system_message(record.active_observations), "memory")
@@ -93,6 +97,7 @@ class ObservationalMemory:
         # is one it runs.
         rows = {m.id: m for m in (*(before if isinstance(before, list) else ()), *kept)}
         tokens = engine.counter.count_messages(rows.values())
-        if tokens >= config.message_tokens:  # the reference observes at the threshold
+        threshold = context.run_state.get(_THRESHOLD_KEY)
+        if tokens >= (threshold if isinstance(threshold, int) else config.message_tokens):  # at it, as the reference
             engine.schedule(config, thread_id, resource_id)
         return None
