@@ -21,11 +21,17 @@ from typing import Any, Protocol, TypeAlias, Union, runtime_checkable
 import msgspec
 
 __all__ = (
+    "DATA_PART_EVENTS",
     "AbortEvent",
+    "DataPartEvent",
     "ErrorEvent",
     "EventStream",
     "FinishEvent",
     "FinishStepEvent",
+    "OMObservationEndEvent",
+    "OMObservationFailedEvent",
+    "OMObservationStartEvent",
+    "OMStatusEvent",
     "ReasoningDeltaEvent",
     "ReasoningEndEvent",
     "ReasoningStartEvent",
@@ -183,6 +189,42 @@ class ThreadTitleEvent(_Event, frozen=True, tag="data-thread-title", omit_defaul
         return value if isinstance(value, str) else None
 
 
+class _DataPart(_Event, frozen=True, omit_defaults=False):
+    """A transient ``data-*`` part a memory processor wrote for the stream's consumer (Mastra's ``writer.custom``):
+    ``data`` as Mastra shapes it; ``useChat`` hands it to ``onData`` and keeps it out of the message."""
+
+    data: dict[str, Any]
+    transient: bool = True
+
+
+class OMStatusEvent(_DataPart, frozen=True, tag="data-om-status"):
+    """Observational memory's windows before a model call: unobserved message tokens and observation tokens
+    against their thresholds (``data.windows.active``), and what is buffered (``data.windows.buffered``)."""
+
+
+class OMObservationStartEvent(_DataPart, frozen=True, tag="data-om-observation-start"):
+    """The turn waits for an observation (past ``blockAfter``): its ``cycleId``, tokens to observe, record, thread."""
+
+
+class OMObservationEndEvent(_DataPart, frozen=True, tag="data-om-observation-end"):
+    """The observation the turn waited for ended: the tokens observed, the observations' size and text."""
+
+
+class OMObservationFailedEvent(_DataPart, frozen=True, tag="data-om-observation-failed"):
+    """The observation the turn waited for failed (the turn goes on with the raw history): ``data.error``."""
+
+
+DataPartEvent: TypeAlias = Union[OMStatusEvent, OMObservationStartEvent, OMObservationEndEvent,
+                                  OMObservationFailedEvent]
+DATA_PART_EVENTS: dict[str, type[DataPartEvent]] = {
+    "data-om-status": OMStatusEvent,
+    "data-om-observation-start": OMObservationStartEvent,
+    "data-om-observation-end": OMObservationEndEvent,
+    "data-om-observation-failed": OMObservationFailedEvent,
+}
+"""The data parts processors may write (``RequestContext.write_data``), by chunk type."""
+
+
 StreamEvent: TypeAlias = Union[
     StartEvent,
     StartStepEvent,
@@ -202,6 +244,10 @@ StreamEvent: TypeAlias = Union[
     ErrorEvent,
     AbortEvent,
     ThreadTitleEvent,
+    OMStatusEvent,
+    OMObservationStartEvent,
+    OMObservationEndEvent,
+    OMObservationFailedEvent,
 ]
 
 

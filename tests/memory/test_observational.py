@@ -615,3 +615,45 @@ async def test_messages_use_what_observations_leave_of_a_shared_budget(shared: b
         await memory.settled()
         # About 150 tokens unobserved: past messageTokens (50), well short of 50 + 1000 with no observations yet.
         assert bool(await _records(memory)) is not shared and bool(calls) is not shared
+
+
+@pytest.mark.parametrize("outcome", ["observed", "failed"])
+async def test_the_stream_tells_the_client_what_observational_memory_does(outcome: str) -> None:
+    """Through ``Agent.stream``: an observation the turn waits for is announced (``data-om-observation-start``, then
+    ``-end`` or ``-failed`` with the same cycle id) and every model call is preceded by ``data-om-status``; all
+    transient, after ``start`` and before the step they precede."""
+    from threadmind import Message
+    from threadmind.events import DATA_PART_EVENTS
+
+    DATA_KINDS = tuple(DATA_PART_EVENTS.values())
+
+    def observe(request: ModelRequest) -> str:
+        if outcome == "failed":
+            raise ModelError("observer down")
+        return "* 🔴 the user counted words"
+
+    async with _om_memory(InMemoryStore(), _endless(observe)) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        await memory.save_messages([Message.user(_long("one") + " " + _long("more"), thread_id="t1",
+                                                 resource_id="r1")])
+        agent = Agent("a", "i", ScriptedModel(["noted"]), memory=memory)
+        with anyio.fail_after(10):
+            async with agent.stream("two", thread_id="t1", resource_id="r1") as stream:
+                events = [event async for event in stream]
+    kinds = [event.type for event in events]
+    data = [event for event in events if isinstance(event, DATA_KINDS)]
+    assert kinds[0] == "start" and all(getattr(event, "transient", False) for event in data)
+    first_step = kinds.index("start-step")
+    begun, ended = data[0], data[1]
+    finish = "end" if outcome == "observed" else "failed"
+    assert (begun.type, ended.type) == ("data-om-observation-start", f"data-om-observation-{finish}")
+    assert begun.data["cycleId"] == ended.data["cycleId"] and begun.data["threadId"] == "t1"
+    assert kinds.index(ended.type) < first_step
+    status = data[2]
+    assert status.type == "data-om-status" and kinds.index("data-om-status") < first_step
+    window = status.data["windows"]["active"]
+    assert window["messages"]["threshold"] == 50 and status.data["stepNumber"] == 0
+    if outcome == "observed":
+        assert "the user counted words" in ended.data["observations"] and window["observations"]["tokens"] > 0
+    else:
+        assert "observer down" in ended.data["error"] and window["observations"]["tokens"] == 0

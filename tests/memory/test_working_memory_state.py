@@ -22,7 +22,7 @@ from threadmind.models import ModelResponse, ScriptedModel, ToolCall
 from threadmind.processors import WorkingMemoryState, for_model
 from threadmind.processors._working_memory_state import markdown_delta
 from threadmind.stores import InMemoryStore, PostgresStore, SQLiteStore, Store
-from threadmind.ui import messages_from_ui
+from threadmind.ui import MEMORY_TOOLS, messages_from_ui
 
 TEMPLATE = "# Me\n- name:\n- city:"
 OPTIONS: dict[str, Any] = {"lastMessages": 10, "workingMemory": {"enabled": True, "template": TEMPLATE,
@@ -72,6 +72,7 @@ def test_the_option_is_mastras() -> None:
     assert tools["setWorkingMemory"].description.startswith("The current working memory state is delivered to you")
     ids = [getattr(p, "id", None) for p in memory.get_input_processors()]
     assert "working-memory" not in ids and ids[-1] == WorkingMemoryState.id
+    assert "setWorkingMemory" in MEMORY_TOOLS  # a chat server that hides the memory tools hides this one too
 
 
 async def test_a_snapshot_then_nothing_then_a_delta(memory: Memory) -> None:

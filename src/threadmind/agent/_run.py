@@ -33,6 +33,7 @@ from .._results import Usage
 from ..codecs import Part, new_id, utc_now
 from ..errors import TripWire, ValidationError, error_code
 from ..events import (
+    DATA_PART_EVENTS,
     ErrorEvent,
     FinishEvent,
     FinishStepEvent,
@@ -180,6 +181,11 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
 class _Run:
     """The steps of one turn and how it ends (used by :func:`run_turn` only)."""
 
+    def _data_parts(self) -> list[StreamEvent]:
+        """The ``data-*`` parts processors wrote since the last model call, as events (unknown kinds dropped)."""
+        parts, self.context.data_parts = self.context.data_parts, []
+        return [DATA_PART_EVENTS[kind](data=data) for kind, data in parts if kind in DATA_PART_EVENTS]
+
     __slots__ = ("agent", "context", "finish_reason", "inputs", "message_list", "outputs", "state", "streaming",
                  "tools")
 
@@ -212,6 +218,8 @@ class _Run:
                 state.message_id = stored_id(self.message_list, state.response_id)
                 state.started_at = utc_now()
                 yield StartEvent(message_id=state.message_id)
+            for event in self._data_parts():
+                yield event
             request = ModelRequest(system=self.message_list.get_system_messages(),
                                    messages=for_model(self.message_list.get_all()),  # signals as the model reads them
                                    tools=[t.spec for t in self.tools.values()])

@@ -201,12 +201,13 @@ class ObservationalMemoryEngine:
             done.set()
 
     async def ensure_below_block(
-        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, tokens: int
+        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, tokens: int,
+        *, failures: list[BaseException] | None = None,
     ) -> bool:
         """Called by a turn whose unobserved tokens exceed ``block_after``: wait for (or run) an observation.
 
         Returns True when an observation completed (the caller reloads). After the Observer's retries fail,
-        returns False and the turn proceeds on raw history.
+        returns False (the error appended to ``failures``) and the turn proceeds on raw history.
         """
         key = self.key(config, thread_id, resource_id)
         running = self._inflight.get(key)
@@ -216,9 +217,11 @@ class ObservationalMemoryEngine:
         done = self._inflight[key] = anyio.Event()
         try:
             return await self._observe_once(config, thread_id, resource_id)
-        except Exception:
+        except Exception as exc:
             _log.warning("observational memory for %s failed; the turn proceeds on raw history", key,
                          exc_info=True)
+            if failures is not None:
+                failures.append(exc)
             return False
         finally:
             if self._inflight.get(key) is done:

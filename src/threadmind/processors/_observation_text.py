@@ -48,8 +48,8 @@ class ObservationEngine(Protocol):
         ...
 
     async def ensure_below_block(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                                 tokens: int) -> bool:
-        """Wait for (or run) an observation; True when one completed."""
+                                 tokens: int, *, failures: list[BaseException] | None = None) -> bool:
+        """Wait for (or run) an observation; True when one completed (else its error appended to ``failures``)."""
         ...
 
     def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:

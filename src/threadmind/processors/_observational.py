@@ -8,11 +8,12 @@ background. Reference §8.1.
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 from .._config import ObservationalMemoryConfig
-from ..codecs import Message, utc_now
-from ..stores import Store
+from ..codecs import Message, to_iso, utc_now
+from ..stores import OMRecord, Store
 from ._access import MemoryAccess, as_access
 from ._history import persist_turn
 from ._observation_text import (
@@ -29,6 +30,43 @@ __all__ = ("ObservationalMemory",)
 
 _UNOBSERVED_KEY = "observational-memory.unobserved"  # run state: the unobserved rows loaded for the turn
 _THRESHOLD_KEY = "observational-memory.threshold"  # run state: the turn's message threshold
+_RECORD_KEY = "observational-memory.record"  # run state: the record the turn read
+
+
+class _Cycle:
+    """The data parts of an observation a turn waits for (Mastra's observation start, end and failed markers)."""
+
+    def __init__(self, args: ProcessInputArgs, config: ObservationalMemoryConfig, thread_id: str,
+                 record: OMRecord | None, tokens: int) -> None:
+        self.context = args.context
+        self.thread_id = thread_id
+        self.id = str(uuid.uuid4())
+        self.started = utc_now()
+        self.tokens = tokens
+        self.context.write_data("data-om-observation-start", {
+            "cycleId": self.id, "operationType": "observation", "startedAt": to_iso(self.started),
+            "tokensToObserve": tokens, "recordId": record.id if record is not None else None, "threadId": thread_id,
+            "config": {"messageTokens": config.message_tokens, "observationTokens": config.observation_tokens,
+                       "scope": config.scope}})
+
+    def _elapsed(self) -> tuple[str, int]:
+        now = utc_now()
+        return to_iso(now), int((now - self.started).total_seconds() * 1000)
+
+    def ended(self, record: OMRecord | None) -> None:
+        at, duration = self._elapsed()
+        self.context.write_data("data-om-observation-end", {
+            "cycleId": self.id, "operationType": "observation", "completedAt": at, "durationMs": duration,
+            "tokensObserved": self.tokens, "observationTokens": record.observation_token_count if record else 0,
+            "observations": record.active_observations if record else "",
+            "recordId": record.id if record else None, "threadId": self.thread_id})
+
+    def failed(self, error: BaseException | None) -> None:
+        at, duration = self._elapsed()
+        self.context.write_data("data-om-observation-failed", {
+            "cycleId": self.id, "operationType": "observation", "failedAt": at, "durationMs": duration,
+            "tokensAttempted": self.tokens, "error": str(error) if error is not None else "observation failed",
+            "threadId": self.thread_id})
 
 
 
@@ -58,12 +96,18 @@ class ObservationalMemory:
         tokens = engine.counter.count_messages(unobserved)
         threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
         if tokens > block_after_tokens(config, threshold) and not args.context.memory_config.read_only:
-            if await engine.ensure_below_block(config, thread_id, resource_id, tokens):
+            cycle = _Cycle(args, config, thread_id, record, tokens)
+            failures: list[BaseException] = []
+            if await engine.ensure_below_block(config, thread_id, resource_id, tokens, failures=failures):
                 record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
                 tokens = engine.counter.count_messages(unobserved)
                 threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
+                cycle.ended(record)
+            else:
+                cycle.failed(failures[-1] if failures else None)
         args.context.run_state[_UNOBSERVED_KEY] = unobserved
         args.context.run_state[_THRESHOLD_KEY] = threshold
+        args.context.run_state[_RECORD_KEY] = record
         own = [m for m in unobserved if m.thread_id in (None, thread_id)]
         if record is not None and record.active_observations.strip():
             args.message_list.add_system(observations_system_message(record.active_observations), "memory")
@@ -77,11 +121,32 @@ class ObservationalMemory:
         return None
 
     async def process_input_step(self, args: ProcessInputStepArgs) -> None:
-        """Before the turn's first model call, with ``temporalMarkers``: the gap since the previous message."""
+        """Before each model call: the windows' status for the stream's consumer (``data-om-status``); before the
+        first, with ``temporalMarkers``, the gap since the previous message."""
         thread_id, resource_id = args.ids()
-        if args.step_number == 0 and thread_id and self._config(args).temporal_markers \
-                and not args.context.memory_config.read_only:
+        if not thread_id:
+            return None
+        config = self._config(args)
+        if args.step_number == 0 and config.temporal_markers and not args.context.memory_config.read_only:
             add_temporal_gap_marker(args.message_list, thread_id, resource_id)
+        record = args.context.run_state.get(_RECORD_KEY)
+        observed = record.observation_token_count if isinstance(record, OMRecord) else 0
+        context = {m.id for m in args.message_list.get_context()}
+        pending = self.engine.counter.count_messages(
+            [m for m in args.message_list.get_all() if m.id != CONTINUATION_ID and m.id not in context])
+        idle = "idle"
+        args.context.write_data("data-om-status", {
+            "windows": {
+                "active": {"messages": {"tokens": pending, "threshold": config.message_threshold(observed)},
+                           "observations": {"tokens": observed, "threshold": config.observation_tokens}},
+                "buffered": {"observations": {"chunks": 0, "messageTokens": 0, "projectedMessageRemoval": 0,
+                                              "observationTokens": 0, "status": idle},
+                             "reflection": {"inputObservationTokens": 0, "observationTokens": 0, "status": idle}},
+            },
+            "recordId": record.id if isinstance(record, OMRecord) else None, "threadId": thread_id,
+            "stepNumber": args.step_number,
+            "generationCount": record.generation_count if isinstance(record, OMRecord) else 0,
+        })
         return None
 
     async def process_output_result(self, args: ProcessOutputArgs) -> None:

@@ -12,7 +12,7 @@ results added. A method returns None (the list was changed in place, or not at a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from .._config import MemoryConfig
@@ -55,8 +55,8 @@ class RequestContext:
     save that failed, whatever order the processors run in.
     """
 
-    __slots__ = ("_after_persist", "finish_reason", "mark_pending", "memory_config", "persisted", "resource_id",
-                 "run_state", "thread")
+    __slots__ = ("_after_persist", "data_parts", "finish_reason", "mark_pending", "memory_config", "persisted",
+                 "resource_id", "run_state", "thread")
 
     def __init__(
         self,
@@ -74,6 +74,13 @@ class RequestContext:
         #: Whether the turn's save also marks its messages as awaiting vectors (semantic recall embeds them).
         self.mark_pending = False
         self._after_persist: list[AfterPersist] = []
+        #: Transient ``data-*`` parts written for the stream's consumer, not yet sent (the run drains them).
+        self.data_parts: list[tuple[str, dict[str, Any]]] = []
+
+    def write_data(self, kind: str, data: Mapping[str, Any]) -> None:
+        """Send a transient ``data-*`` part (``kind``, e.g. ``data-om-status``) to the stream's consumer before
+        the next model call (Mastra's ``writer.custom``); ``generate`` has no consumer and drops it."""
+        self.data_parts.append((kind, dict(data)))
 
     async def when_persisted(self, work: AfterPersist) -> None:
         """Run ``work`` with the stored messages once the turn is persisted (now, if it already is)."""

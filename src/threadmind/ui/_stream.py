@@ -30,7 +30,7 @@ from ..events import (
 __all__ = ("AI_SDK_FINISH_REASONS", "MEMORY_TOOLS", "UI_MESSAGE_STREAM_HEADERS", "ui_finish_reason",
            "ui_message_stream")
 
-MEMORY_TOOLS: frozenset[str] = frozenset({"updateWorkingMemory"})
+MEMORY_TOOLS: frozenset[str] = frozenset({"updateWorkingMemory", "setWorkingMemory"})
 """The tools memory gives an agent: their calls carry the whole working-memory document (what the model remembers
 of the user), which a front end need not see (``ui_message_stream(..., hide_tools=MEMORY_TOOLS)``)."""
 
