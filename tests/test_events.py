@@ -16,6 +16,10 @@ from threadmind.events import (
     EventStream,
     FinishEvent,
     FinishStepEvent,
+    OMObservationEndEvent,
+    OMObservationFailedEvent,
+    OMObservationStartEvent,
+    OMStatusEvent,
     ReasoningDeltaEvent,
     ReasoningEndEvent,
     ReasoningStartEvent,
@@ -64,6 +68,13 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
     (AbortEvent(), {"type": "abort"}),
     (ThreadTitleEvent.of("th-1", "Weather in Paris"),
      {"type": "data-thread-title", "data": {"threadId": "th-1", "title": "Weather in Paris"}, "transient": True}),
+    (OMStatusEvent(data={"stepNumber": 0}), {"type": "data-om-status", "data": {"stepNumber": 0}, "transient": True}),
+    (OMObservationStartEvent(data={"cycleId": "c"}),
+     {"type": "data-om-observation-start", "data": {"cycleId": "c"}, "transient": True}),
+    (OMObservationEndEvent(data={"cycleId": "c", "observations": "* x"}),
+     {"type": "data-om-observation-end", "data": {"cycleId": "c", "observations": "* x"}, "transient": True}),
+    (OMObservationFailedEvent(data={"cycleId": "c", "error": "down"}),
+     {"type": "data-om-observation-failed", "data": {"cycleId": "c", "error": "down"}, "transient": True}),
 ]
 
 

@@ -23,7 +23,7 @@ import msgspec
 __all__ = (
     "DATA_PART_EVENTS",
     "AbortEvent",
-    "DataPartEvent",
+    "DataPart",
     "ErrorEvent",
     "EventStream",
     "FinishEvent",
@@ -214,9 +214,9 @@ class OMObservationFailedEvent(_DataPart, frozen=True, tag="data-om-observation-
     """The observation the turn waited for failed (the turn goes on with the raw history): ``data.error``."""
 
 
-DataPartEvent: TypeAlias = Union[OMStatusEvent, OMObservationStartEvent, OMObservationEndEvent,
+DataPart: TypeAlias = Union[OMStatusEvent, OMObservationStartEvent, OMObservationEndEvent,
                                   OMObservationFailedEvent]
-DATA_PART_EVENTS: dict[str, type[DataPartEvent]] = {
+DATA_PART_EVENTS: dict[str, type[DataPart]] = {
     "data-om-status": OMStatusEvent,
     "data-om-observation-start": OMObservationStartEvent,
     "data-om-observation-end": OMObservationEndEvent,
