@@ -87,7 +87,7 @@ def _marks(message: Message, target: str) -> bool:
 
 
 def add_temporal_gap_marker(message_list: MessageList, thread_id: str, resource_id: str | None) -> Message | None:
-    """Add the marker before the turn's newest input when the gap calls for one (see the module); returns it."""
+    """Add the marker of the turn's newest input when the gap calls for one (see the module); returns it."""
     inputs = message_list.get_input()
     latest = inputs[-1] if inputs else None
     if latest is None or latest.id.startswith(MARKER_PREFIX):
