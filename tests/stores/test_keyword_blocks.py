@@ -63,10 +63,10 @@ async def test_a_block_answers_exactly_what_the_index_answers(tmp_path: Path) ->
     assert len(blocks) == 3  # r0, r1, t3 (a thread asked within a resource uses the thread's block)
 
 
-async def test_blocks_a_fold_made_answer_exactly_what_the_index_answers(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fold that creates a scope makes its block of the rows it indexed; later folds extend it; a search never reads
-    the scope back, and answers as the index does (a message of no words included)."""
+async def test_blocks_folds_grew_answer_exactly_what_the_index_answers(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks built by a first search, then grown by folds of saves of several messages each (ids out of their
+    rows' order: x100 sorts before x98), answer as the index does, ties included, and are never read back."""
     builds: list[str] = []
     scope_rows = sql_keywords._scope_rows
 
@@ -76,15 +76,24 @@ async def test_blocks_a_fold_made_answer_exactly_what_the_index_answers(tmp_path
 
     monkeypatch.setattr(sql_keywords, "_scope_rows", counted)
     path = tmp_path / "memory.db"
+    scopes = (("r0", None), ("r1", None), (None, "t3"), ("r0", "t2"), (None, "t1"))
     async with SQLiteStore(path) as store:
-        queries = await corpus(store, seed=11, messages=120)
-        await store.save_messages("t1", [say("quiet", "🙂", "t1", "r1", 500)])  # no words
+        queries = await corpus(store, seed=11, messages=60)
+        for resource, thread in scopes:
+            await store.keyword_search(["dog"], resource_id=resource, thread_id=thread, limit=1)
+        built = len(builds)
+        rng = random.Random(3)
+        for batch in range(8):  # several messages per save, their ids' order not their rows'
+            thread_id = f"t{batch % 6}"
+            await store.save_messages(thread_id, [
+                say(f"x{100 - 7 * batch - k}", " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8))),
+                    thread_id, f"r{batch % 6 % 2}", 1000 + 10 * batch + k) for k in range(3)])
+            await store.save_messages("t1", [say(f"quiet{batch}", "🙂", "t1", "r1", 2000 + batch)])  # no words
         await store.keyword_search(["dog"], resource_id="r0", thread_id=None, limit=1)  # folds what is queued
         for query in queries:
-            for scope in (("r0", None), ("r1", None), (None, "t3"), ("r0", "t2"), (None, "t1")):
+            for scope in scopes:
                 assert searched(path, query, scope, store._keyword_blocks) == searched(path, query, scope, None)
-        assert builds == []
-        assert len(store._keyword_blocks) == 8  # two resources and six threads, every one made by a fold
+        assert len(builds) == built  # grown by the folds, never read back
 
 
 async def test_a_scope_another_store_object_created_is_read_whole(tmp_path: Path) -> None:
@@ -162,12 +171,10 @@ async def test_a_chat_that_saves_then_searches_keeps_its_block(tmp_path: Path,
             matches = await store.keyword_search(["parrot"], resource_id="r1", thread_id=None, limit=50)
             assert {c.message_id for c in matches.candidates} == {f"m{j}" for j in range(i + 1)}
             assert matches.docs == i + 1
-        # The fold that created the scope made its block of its rows, then each fold appended the turn's message:
-        # the scope's rows were never read back.
-        assert builds == []
+        assert len(builds) == 1  # built once, then each fold appended the turn's message
         await store.update_messages([{"id": "m3", "content": {"content": "no bird here"}}])
         matches = await store.keyword_search(["parrot"], resource_id="r1", thread_id=None, limit=50)
-        assert len(matches.candidates) == 19 and len(builds) == 1  # an update rebuilds
+        assert len(matches.candidates) == 19 and len(builds) == 2  # an update rebuilds
 
 
 async def test_a_file_from_before_scope_versions_opens(tmp_path: Path) -> None:
@@ -219,15 +226,3 @@ def test_rows_joining_forget_only_the_neighbours_kept_in_their_threads() -> None
     epoch = block.epoch
     block.extend([("c", "t1", "r1", "")])  # a message of no words joins t1: not taken, but t1's order changed
     assert set(block.neighbours) == {"b"} and block.epoch == epoch + 1 and "c" not in block
-
-
-def test_only_a_live_fold_makes_blocks_of_the_scopes_it_created() -> None:
-    thread, resource = sql_keywords.scope_token(None, "t1"), sql_keywords.scope_token("r1", None)
-
-    def advances(count: int, old: int = sql_keywords.NEW_SCOPE) -> list[sql_keywords.Advance]:
-        rows = [(f"m{i}", "t1", "r1", "dog") for i in range(count)]
-        return [(thread, old, 5, rows), (resource, old, 6, rows)]
-
-    assert sql_keywords.created_owners(advances(3)) == {thread: ("thread", "t1"), resource: (RESOURCE, "r1")}
-    assert sql_keywords.created_owners(advances(3, old=0)) == {}  # the scope was there (a file from before versions)
-    assert sql_keywords.created_owners(advances(sql_keywords.CREATE_ROWS + 1)) == {}  # a backlog: no blocks made

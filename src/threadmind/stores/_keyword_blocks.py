@@ -310,29 +310,10 @@ class KeywordBlocks:
             self._size += block.size - before
             self._shrink()
 
-    def advance_all(self, advances: Iterable[tuple[str, Version, Version, Sequence[Row | CountedRow] | None]],
-                    created: Mapping[str, Owner] | None = None) -> None:
-        """:meth:`advance` for each scope a committed write changed; ``created``: the scopes (by token) the write
-        created, whose rows are all of them: each gets a block of its own (see :meth:`create`)."""
+    def advance_all(self, advances: Iterable[tuple[str, Version, Version, Sequence[Row | CountedRow] | None]]) -> None:
+        """:meth:`advance` for each scope a committed write changed."""
         for token, old, new, rows in advances:
-            owner = None if created is None else created.get(token)
-            if owner is not None and rows is not None:
-                self.create(token, new, owner, rows)
-            else:
-                self.advance(token, old, new, rows)
-
-    def create(self, token: str, version: Version, owner: Owner, rows: Sequence[Row | CountedRow]) -> None:
-        """A committed write created the scope of ``token`` at ``version`` with ``rows``: keep a block of them (so
-        the first search of a thread this process wrote finds its block made), unless one holds that version."""
-        block = KeywordBlock(owner, rows)  # made outside the lock: searches go on meanwhile
-        with self._lock:
-            entry = self._blocks.get(token)
-            if (entry is not None and entry[0] == version) or block.size > self._budget:
-                return
-            self._drop(token)
-            self._blocks[token] = (version, block)
-            self._size += block.size
-            self._shrink()
+            self.advance(token, old, new, rows)
 
     def drop(self, token: str) -> None:
         """Forget the block of ``token`` (its scope changed in a way it cannot follow)."""

@@ -101,10 +101,8 @@ from ._schema import create_schema
 from ._sqlite_fold import BackgroundFold
 from ._sqlite_keywords import (
     FOLD_BATCH,
-    NEW_SCOPE,
     Advance,
     catch_up_batch,
-    created_owners,
     delete_keywords_of_ids,
     delete_keywords_of_thread,
     enqueue,
@@ -271,7 +269,7 @@ class SQLiteStore(GroupWriter):
         self._keyword_checked: dict[str, tuple[int, int, int]] = {}
         self._keyword_memory_hits = 0
         self._folded_at = -1  # the file's thread write count when this store's last keyword fold began
-        self._background_fold = BackgroundFold(self._folded_in_background, self._take_fold)
+        self._background_fold = BackgroundFold(self._folded_in_background)
         self._peers: Peers | None = None
         self._volatile = 0  # counts down: the versions handed out while another process may be writing
         self._row_leases = 0  # leases of this store object held through a takeover row (they need renewing)
@@ -785,10 +783,7 @@ class SQLiteStore(GroupWriter):
         if found is None:
             while True:
                 taken, advances = await self.execute_write(fold)
-                if any(old == NEW_SCOPE for _, old, _, _ in advances):  # blocks to make: off the event loop
-                    await anyio.to_thread.run_sync(self._take_fold, advances)
-                else:
-                    blocks.advance_all(advances)
+                blocks.advance_all(advances)
                 if taken < FOLD_BATCH:  # it took every id queued by a save that returned before this search
                     break
             self._folded_at = writes
@@ -799,18 +794,13 @@ class SQLiteStore(GroupWriter):
         """A write queued ids for the keyword index: fold them in the background (see ``_sqlite_fold``)."""
         self._background_fold.soon(self._checkpointer, self._versions.total, self.cache_epoch())
 
-    def _take_fold(self, advances: list[Advance]) -> None:
-        """(any thread) A fold committed: the blocks take its rows, and a scope it created (a thread this process
-        wrote first) gets a block of them, so its first search needs no block read from the index."""
-        self._keyword_blocks.advance_all(advances, created_owners(advances))
-
     def _folded_in_background(self, advances: list[Advance], order: Neighbours, writes: int,
                               epoch: int | None) -> None:
-        """A background fold ended (``writes`` -1: it failed; the blocks took its committed batches already): the
-        blocks take the order of the threads they grew in; when nothing was written since it was asked for, with
-        no other process on the file then, a block it left at the scope's new version is the scope's, as after a
-        search."""
+        """A background fold committed (``writes`` -1: it failed): the blocks take its rows and the order of the
+        threads they grew in; when nothing was written since it was asked for, with no other process on the file
+        then, a block it left at the scope's new version is the scope's, as after a search."""
         blocks = self._keyword_blocks
+        blocks.advance_all(advances)
         if writes < 0:
             return
         self._folded_at = max(self._folded_at, writes)

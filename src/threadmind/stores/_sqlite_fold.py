@@ -47,12 +47,10 @@ class _Timer(Protocol):
 class BackgroundFold:
     """The debounced background fold of one store's keyword queue (event-loop side; see the module)."""
 
-    def __init__(self, done: Callable[[list[Advance], Neighbours, int, int | None], None],
-                 committed: Callable[[list[Advance]], None]) -> None:
+    def __init__(self, done: Callable[[list[Advance], Neighbours, int, int | None], None]) -> None:
         # (scopes advanced, the order of the threads they grew in as of the fold's commit, the write count the
         # fold covers (-1: it failed), the store's cache epoch when it was asked for), on the event loop
         self._done = done
-        self._committed = committed  # each batch's changes, on the fold's thread right after its commit
         self._running = False
         self._closed = False
         self._wanted: tuple[aiosqlite.Connection, int, int | None] | None = None  # the latest ask not folded yet
@@ -109,7 +107,6 @@ class BackgroundFold:
                         if conn.in_transaction:
                             conn.rollback()
                         raise
-                    self._committed(changed)
                     if taken < FOLD_BATCH:
                         break
                 ok = True

@@ -65,10 +65,9 @@ from ._keywords import (
 )
 from ._sqlite_rows import chunks, message_from_row, placeholders
 
-__all__ = ("CATCH_UP_BATCH", "CREATE_ROWS", "FOLD_BATCH", "KEYWORD_DDL", "NEW_SCOPE", "Advance", "catch_up_batch",
-           "created_owners", "delete_keywords_of_ids", "delete_keywords_of_thread", "enqueue", "enqueue_thread", "fold",
-           "fts5_available", "keyword_backlog", "neighbour_ids", "queued", "scope_token", "search_in_memory",
-           "search_keywords", "thread_neighbours")
+__all__ = ("CATCH_UP_BATCH", "Advance", "FOLD_BATCH", "KEYWORD_DDL", "catch_up_batch", "delete_keywords_of_ids",
+           "delete_keywords_of_thread", "enqueue", "enqueue_thread", "fold", "fts5_available", "keyword_backlog",
+           "neighbour_ids", "queued", "scope_token", "search_in_memory", "search_keywords", "thread_neighbours")
 
 KEYWORD_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS threadmind_keywords USING fts5("
@@ -82,19 +81,13 @@ BLOCK_SCOPE = 20_000
 """A scope of at most this many messages is searched from a :class:`KeywordBlock` kept in memory (built from
 the index at its first search, about 15 µs a message, and kept up to date by this process's folds)."""
 Advance = tuple[str, int, int, list[Row] | None]
-"""A scope token's version before and after a committed write (before: :data:`NEW_SCOPE` when the write created
-the scope), and the rows it only added (None: not only)."""
-NEW_SCOPE = -1
-"""The version before a write that created its scope (a scope with no statistics row reads as version 0)."""
+"""A scope token's version before and after a committed write, and the rows it only added (None: not only)."""
 CATCH_UP_BATCH = 5000
 """Messages looked at per catch-up batch (one short write transaction each); only those without an index row are
 read whole, at most :data:`CATCH_UP_READS` a batch."""
 CATCH_UP_READS = 500
 FOLD_BATCH = 2000
 """Queued ids indexed per fold transaction."""
-CREATE_ROWS = 500
-"""A fold of at most this many messages (live conversations', not a backlog's: a bulk import would make blocks only
-to evict them, at about 7 µs a message and scope) makes a block for each scope it created."""
 MEMORY_SCOPE = 2000
 """A scope of at most this many messages, unchanged since its last search, is searched on the caller's thread
 without a trip to the database (its block scores in about 0.1 ms per 500 messages)."""
@@ -191,7 +184,7 @@ def _apply(conn: sqlite3.Connection, deltas: dict[str, list[int]]) -> dict[str, 
     for some in chunks(tokens):
         old.update(conn.execute("SELECT token, version FROM threadmind_keyword_scopes WHERE token IN "
                                 f"({placeholders(len(some))})", some))
-    versions = {token: (old.get(token, NEW_SCOPE), secrets.randbits(62) + 1) for token in tokens}
+    versions = {token: (old.get(token, 0), secrets.randbits(62) + 1) for token in tokens}
     rows = [(token, docs, words, versions[token][1]) for token, (docs, words) in deltas.items()]
     for part in chunks(rows, 200):
         conn.execute("INSERT INTO threadmind_keyword_scopes (token, docs, words, version) VALUES "
@@ -250,19 +243,6 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tu
     versions = _apply(conn, deltas)
     return len(fresh), [(token, old, new, None if token in removed else added.get(token))
                         for token, (old, new) in versions.items()]
-
-
-def created_owners(advances: Sequence[Advance]) -> dict[str, Owner]:
-    """The scope each advance that created its scope with rows of words created, by token: a block can be made of
-    those rows alone (they are all of the scope). None for a fold of more than :data:`CREATE_ROWS` messages."""
-    owners: dict[str, Owner] = {}
-    if len({row[0] for _, _, _, rows in advances if rows for row in rows}) > CREATE_ROWS:
-        return owners
-    for token, old, _, rows in advances:
-        if old == NEW_SCOPE and rows:
-            _, thread_id, resource_id, _ = rows[0]
-            owners[token] = (THREAD, thread_id) if token == _token("2", thread_id) else (RESOURCE, resource_id)
-    return owners
 
 
 def fold(conn: sqlite3.Connection, size: int = FOLD_BATCH) -> tuple[int, list[Advance]]:
