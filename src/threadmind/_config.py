@@ -333,6 +333,10 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     #: (``processors._temporal_markers``).
     temporal_markers: bool = False
     reflection_model: Any = None  # the Reflector's model when it differs from the Observer's (``model``)
+    #: Appended to the Observer's (``observation.instruction``) and the Reflector's (``reflection.instruction``)
+    #: instructions under ``=== CUSTOM INSTRUCTIONS ===``, as Mastra appends them.
+    instruction: str | None = None
+    reflection_instruction: str | None = None
 
     def __post_init__(self) -> None:
         _one_of(self.enabled, (True, False), "observationalMemory.enabled")
@@ -359,6 +363,10 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
                                   f"({_num(self.message_tokens)})")
         _one_of(self.thread_title, (True, False), "observation.threadTitle")
         _one_of(self.temporal_markers, (True, False), "observationalMemory.temporalMarkers")
+        for name, text in (("observation.instruction", self.instruction),
+                           ("reflection.instruction", self.reflection_instruction)):
+            if text is not None and not isinstance(text, str):
+                raise ConfigError(f"observationalMemory.{name} must be a string, got {text!r}")
         _one_of(self.share_token_budget, (True, False), "observationalMemory.shareTokenBudget")
         if self.share_token_budget:  # Mastra's rule and words (threadmind observes in the background in any case)
             explicit = self.buffer_tokens is not None or self.buffer_activation is not None
@@ -572,10 +580,11 @@ def _removed_first(options: Mapping[str, Any]) -> Mapping[str, Any]:
 _OM_GROUPS: dict[str, dict[str, str | None]] = {
     "observation": {"messageTokens": "messageTokens", "bufferTokens": "bufferTokens", "blockAfter": "blockAfter",
                     "bufferActivation": "bufferActivation", "threadTitle": "threadTitle", "model": "model",
-                    "maxTokensPerBatch": None, "previousObserverTokens": None, "modelSettings": None,
-                    "providerOptions": None},
+                    "instruction": "instruction", "maxTokensPerBatch": None, "previousObserverTokens": None,
+                    "modelSettings": None, "providerOptions": None},
     "reflection": {"observationTokens": "observationTokens", "model": "reflectionModel", "bufferActivation": None,
-                   "blockAfter": None, "modelSettings": None, "providerOptions": None},
+                   "instruction": "reflectionInstruction", "blockAfter": None, "modelSettings": None,
+                   "providerOptions": None},
 }
 
 

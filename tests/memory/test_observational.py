@@ -657,3 +657,19 @@ async def test_the_stream_tells_the_client_what_observational_memory_does(outcom
         assert "the user counted words" in ended.data["observations"] and window["observations"]["tokens"] > 0
     else:
         assert "observer down" in ended.data["error"] and window["observations"]["tokens"] == 0
+
+
+async def test_custom_instructions_follow_the_observers_and_the_reflectors() -> None:
+    observer = _endless(lambda request: "* 🔴 the user is planning travel")
+    reflector = ScriptedModel(["* condensed"])
+    options = {"observationalMemory": {
+        "observation": {"model": observer, "messageTokens": 50, "instruction": "Focus on travel plans."},
+        "reflection": {"model": reflector, "observationTokens": 1, "instruction": "Keep every date."}}}
+    async with Memory(storage=InMemoryStore(), options=options) as memory:
+        agent = Agent("a", "i", ScriptedModel(["r1", "r2"]), memory=memory)
+        await agent.generate(_long("one") + " " + _long("more"), thread_id="t1", resource_id="r1")
+        await agent.generate("two", thread_id="t1", resource_id="r1")
+    assert observer.requests[0].system == [
+        f"{OBSERVER_INSTRUCTIONS}\n\n=== CUSTOM INSTRUCTIONS ===\n\nFocus on travel plans."]
+    assert [r.system for r in reflector.requests] == [
+        [f"{REFLECTOR_INSTRUCTIONS}\n\n=== CUSTOM INSTRUCTIONS ===\n\nKeep every date."]]

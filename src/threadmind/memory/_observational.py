@@ -289,6 +289,7 @@ class ObservationalMemoryEngine:
             system += THREAD_TITLE_INSTRUCTIONS
             if snap.title:
                 prompt = f"Prior thread-title: {snap.title}\n\n{prompt}"
+        system += _custom(config.instruction)
         observed, extras = split_observer_output(await self._call(model, system, prompt, "observer"))
         if not config.thread_title:
             extras.pop("threadTitle", None)
@@ -376,7 +377,8 @@ class ObservationalMemoryEngine:
     ) -> None:
         """Condense the observations into a new generation (``originType`` "reflection")."""
         try:
-            condensed = await self._call(model, REFLECTOR_INSTRUCTIONS, base.active_observations, "reflector")
+            condensed = await self._call(model, REFLECTOR_INSTRUCTIONS + _custom(config.reflection_instruction),
+                                         base.active_observations, "reflector")
         except Exception:
             _log.warning("reflection for %s failed; observations kept as they are", base.lookup_key, exc_info=True)
             return
@@ -400,6 +402,11 @@ class ObservationalMemoryEngine:
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
             await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
+
+
+def _custom(instruction: str | None) -> str:
+    """Mastra's ``=== CUSTOM INSTRUCTIONS ===`` tail of the Observer's or the Reflector's instructions."""
+    return f"\n\n=== CUSTOM INSTRUCTIONS ===\n\n{instruction}" if instruction else ""
 
 
 def _config_json(config: ObservationalMemoryConfig) -> dict[str, Any]:
