@@ -277,10 +277,13 @@ class WorkingMemoryConfig(msgspec.Struct, **_CFG):
     scope: Literal["resource", "thread"] = "resource"
     version: Literal["stable", "vnext"] = "stable"
     #: Working memory delivered as a state signal before each model call instead of in the system prompt
-    #: (``processors.WorkingMemoryState``), its tool named ``setWorkingMemory``.
-    use_state_signals: bool = False
-    # Mastra's other working-memory switch, accepted at the value whose behaviour threadmind has.
-    agent_managed: bool = False
+    #: (``processors.WorkingMemoryState``), its tool named ``setWorkingMemory``. None: off, unless observational
+    #: memory manages working memory (``observation.manageWorkingMemory``).
+    use_state_signals: bool | None = None
+    #: Whether the agent updates working memory itself (its tool, and the instruction saying how); False: the
+    #: model reads it only (the read-only instruction) while something else writes it. None: yes, unless
+    #: observational memory manages working memory.
+    agent_managed: bool | None = None
 
     def __post_init__(self) -> None:
         _one_of(self.enabled, (True, False), "workingMemory.enabled")
@@ -292,12 +295,23 @@ class WorkingMemoryConfig(msgspec.Struct, **_CFG):
         if self.template is not None and self.schema is not None:
             raise ConfigError("workingMemory takes either a template or a schema, not both")
         _one_of(self.version, ("stable", "vnext"), "workingMemory.version")
-        _one_of(self.use_state_signals, (True, False), "workingMemory.useStateSignals")
+        if self.use_state_signals is not None:
+            _one_of(self.use_state_signals, (True, False), "workingMemory.useStateSignals")
         if self.use_state_signals and self.version == "vnext":
             raise ConfigError("workingMemory.useStateSignals is not supported with workingMemory.version: 'vnext'. "
                               "Use stable template working memory or disable useStateSignals.")
-        _unsupported(self.agent_managed, False, "workingMemory.agentManaged", "agent-managed working memory is not "
-                     "implemented")
+        if self.agent_managed is not None:
+            _one_of(self.agent_managed, (True, False), "workingMemory.agentManaged")
+
+    @property
+    def state_signals(self) -> bool:
+        """Whether working memory reaches the model as a state signal (``useStateSignals``)."""
+        return self.use_state_signals is True
+
+    @property
+    def managed_by_agent(self) -> bool:
+        """Whether the agent gets the working-memory tool and its instruction (``agentManaged``, default true)."""
+        return self.agent_managed is not False
 
     @property
     def compiled_schema(self) -> CompiledSchema | None:
@@ -333,6 +347,9 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     #: (``processors._temporal_markers``).
     temporal_markers: bool = False
     reflection_model: Any = None  # the Reflector's model when it differs from the Observer's (``model``)
+    #: The Observer also writes working memory (``observation.manageWorkingMemory``, with ``workingMemory``
+    #: enabled): the agent then only reads it (``agentManaged`` false) as a state signal, unless those are set.
+    manage_working_memory: bool = False
     #: Appended to the Observer's (``observation.instruction``) and the Reflector's (``reflection.instruction``)
     #: instructions under ``=== CUSTOM INSTRUCTIONS ===``, as Mastra appends them.
     instruction: str | None = None
@@ -363,6 +380,7 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
                                   f"({_num(self.message_tokens)})")
         _one_of(self.thread_title, (True, False), "observation.threadTitle")
         _one_of(self.temporal_markers, (True, False), "observationalMemory.temporalMarkers")
+        _one_of(self.manage_working_memory, (True, False), "observation.manageWorkingMemory")
         for name, text in (("observation.instruction", self.instruction),
                            ("reflection.instruction", self.reflection_instruction)):
             if text is not None and not isinstance(text, str):
@@ -436,6 +454,13 @@ class MemoryConfig(msgspec.Struct, **_CFG):
             _instance(self.message_history, MessageHistoryConfig, "messageHistory", "a MessageHistoryConfig")
         _unsupported(self.filter_incomplete_tool_calls, True, "filterIncompleteToolCalls",
                      "the model adapters always leave tool calls without a result out of the prompt")
+        om = self.observational_memory
+        wm = self.working_memory
+        if isinstance(om, ObservationalMemoryConfig) and om.enabled and om.manage_working_memory and wm.enabled:
+            # Mastra's applyManagedWorkingMemoryDefaults: the Observer writes working memory, the agent reads it.
+            msgspec.structs.force_setattr(self, "working_memory", msgspec.structs.replace(
+                wm, agent_managed=False if wm.agent_managed is None else wm.agent_managed,
+                use_state_signals=True if wm.use_state_signals is None else wm.use_state_signals))
         last = self.last_messages
         if last is True:
             raise ConfigError("lastMessages must be a finite non-negative integer or False")
@@ -580,8 +605,9 @@ def _removed_first(options: Mapping[str, Any]) -> Mapping[str, Any]:
 _OM_GROUPS: dict[str, dict[str, str | None]] = {
     "observation": {"messageTokens": "messageTokens", "bufferTokens": "bufferTokens", "blockAfter": "blockAfter",
                     "bufferActivation": "bufferActivation", "threadTitle": "threadTitle", "model": "model",
-                    "instruction": "instruction", "maxTokensPerBatch": None, "previousObserverTokens": None,
-                    "modelSettings": None, "providerOptions": None},
+                    "instruction": "instruction", "manageWorkingMemory": "manageWorkingMemory",
+                    "maxTokensPerBatch": None, "previousObserverTokens": None, "modelSettings": None,
+                    "providerOptions": None},
     "reflection": {"observationTokens": "observationTokens", "model": "reflectionModel", "bufferActivation": None,
                    "instruction": "reflectionInstruction", "blockAfter": None, "modelSettings": None,
                    "providerOptions": None},

@@ -95,7 +95,7 @@ def test_index_config_in_mastras_shape_reaches_hnswlib_and_says_what_does_not_ap
     pytest.param({"workingMemory": {"enabled": True, "version": "next"}}, "workingMemory.version", id="version"),
     pytest.param({"workingMemory": {"useStateSignals": True, "version": "vnext"}}, "useStateSignals is not supported "
                  "with workingMemory.version: 'vnext'", id="state-signals-with-vnext"),  # refused by Mastra too
-    pytest.param({"workingMemory": {"agentManaged": True}}, "agentManaged", id="agent-managed"),
+    pytest.param({"workingMemory": {"agentManaged": "no"}}, "agentManaged", id="agent-managed-not-a-bool"),
     pytest.param({"lastMessages": 5, "topK": 3}, "topK", id="typo-still-fails"),
 ])
 def test_mastra_keys_whose_behaviour_is_missing_are_refused_by_name(options: dict[str, Any], needle: str) -> None:

@@ -226,3 +226,55 @@ async def test_turns_in_two_processes_share_the_signals_and_their_tracking(tmp_p
         thread = await memory.get_thread_by_id("t1")
         assert thread is not None and thread.metadata is not None
         assert thread.metadata["mastra"]["stateSignals"]["working-memory"]["version"] == 2
+
+
+async def test_agent_managed_false_leaves_the_agent_reading_only() -> None:
+    """``workingMemory.agentManaged: false`` (Mastra's default is true): no tool, and the read-only instruction."""
+    options = {"workingMemory": {"enabled": True, "template": TEMPLATE, "agentManaged": False}}
+    assert Memory(storage=InMemoryStore(), options={"workingMemory": {"enabled": True, "agentManaged": True}})
+    async with Memory(storage=InMemoryStore(), options=options) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        await memory.update_working_memory(thread_id="t1", resource_id="r1", working_memory=ADA)
+        assert memory.list_tools() == {}
+        model = ScriptedModel(["hi"])
+        await Agent("a", "Be brief.", model, memory=memory).generate("hello", thread_id="t1", resource_id="r1")
+        assert model.requests[0].tools == []
+        [instruction] = [text for text in model.requests[0].system if "WORKING_MEMORY" in text]
+        assert instruction.startswith("WORKING_MEMORY_SYSTEM_INSTRUCTION (READ-ONLY):") and ADA in instruction
+        assert instruction == await memory.get_system_message(thread_id="t1", resource_id="r1")
+
+
+async def test_observational_memory_can_manage_working_memory() -> None:
+    """``observation.manageWorkingMemory``: the Observer is asked for the updated document beside its observations
+    and its answer becomes the working memory; the agent then only reads it, as a state signal (Mastra's
+    defaults, which explicit settings override)."""
+    from threadmind.models import ModelRequest
+    from threadmind.stores import InMemoryStore as Store_
+
+    def observe(request: ModelRequest) -> str:
+        return f"* 🔴 the user is called Grace\n<working-memory>\n{GRACE}\n</working-memory>"
+
+    observer = ScriptedModel(iter(lambda: observe, None))
+    options = {"workingMemory": {"enabled": True, "template": TEMPLATE},
+               "observationalMemory": {"model": observer, "observation": {"messageTokens": 20,
+                                                                          "manageWorkingMemory": True}}}
+    memory = Memory(storage=Store_(), options=options)
+    assert (memory.options.working_memory.agent_managed, memory.options.working_memory.use_state_signals) == (
+        False, True)
+    explicit = {**options, "workingMemory": {"enabled": True, "agentManaged": True, "useStateSignals": False}}
+    kept = Memory(storage=Store_(), options=explicit).options.working_memory
+    assert (kept.agent_managed, kept.use_state_signals) == (True, False)
+    async with memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        await memory.update_working_memory(thread_id="t1", resource_id="r1", working_memory=ADA)
+        agent = Agent("a", "Be brief.", ScriptedModel(["noted", "sure"]), memory=memory)
+        await agent.generate("my name is Grace now, " + "really " * 30, thread_id="t1", resource_id="r1")
+        await memory.settled()
+        assert observer.requests, "the Observer ran"
+        system = observer.requests[0].system[0]
+        assert "<working-memory>\nUpdate working memory with durable facts" in system
+        assert f"Current working memory:\n{ADA}" in system and f"Working memory template:\n{TEMPLATE}" in system
+        assert await memory.get_working_memory(thread_id="t1", resource_id="r1") == GRACE
+        assert memory.list_tools() == {}
+        records = await memory.observational_engine.records.history("thread:t1")  # type: ignore[union-attr]
+        assert "<working-memory>" not in records[-1].active_observations

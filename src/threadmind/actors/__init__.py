@@ -22,6 +22,7 @@ from ._resource_actor import ResourceActor as ResourceActor
 from ._system import ActorSystem as ActorSystem
 from ._system import TurnPolicy as TurnPolicy
 from ._system import current_fence as current_fence
+from ._system import forget_fences as forget_fences
 from ._thread_actor import TAIL_MAX as TAIL_MAX
 from ._thread_actor import TAIL_TTL as TAIL_TTL
 from ._thread_actor import CreateThread as CreateThread
@@ -66,4 +67,5 @@ __all__ = (
     "VectorHit",
     "chunk_text",
     "current_fence",
+    "forget_fences",
 )

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ..stores import Store
     from ._index_actor import IndexActor
 
-__all__ = ("ActorSystem", "TurnPolicy", "current_fence")
+__all__ = ("ActorSystem", "TurnPolicy", "current_fence", "forget_fences")
 
 _log = logging.getLogger("threadmind.actors")
 
@@ -67,6 +67,12 @@ def current_fence(thread_id: str | None) -> Lease | None:
     if thread_id is None or fences is None:
         return None
     return fences.get(thread_id)
+
+def forget_fences() -> None:
+    """In a task spawned from a turn that outlives it (background work): act under no turn's lease, which the
+    turn gives back when it ends."""
+    _FENCES.set(None)
+
 
 T = TypeVar("T")
 TurnPolicy = Literal["enqueue", "reject", "parallel"]

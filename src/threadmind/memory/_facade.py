@@ -712,14 +712,14 @@ class Memory:
         self._core.actors()
         config = self._core.call_config(memory_config)
         template = template_for(config.working_memory)
-        if template is None or config.working_memory.use_state_signals:  # delivered as a state signal instead
+        if template is None or config.working_memory.state_signals:  # delivered as a state signal instead
             return None
         with operation_span("threadmind.memory.get_system_message", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
             if not await owned_by(self._core, thread_id, resource_id):
                 return None
             data = await read_working_memory(self._core, config, thread_id, resource_id)
-            if config.read_only:
+            if config.read_only or not config.working_memory.managed_by_agent:
                 return readonly_instruction(data)
             return instruction(template, data, vnext=config.working_memory.version == "vnext")
 

@@ -10,7 +10,9 @@ between two such steps, so a turn is never held up by a slow Observer unless it 
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -18,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import anyio
 import msgspec
 
-from .._config import ObservationalMemoryConfig
+from .._config import MemoryConfig, ObservationalMemoryConfig, WorkingMemoryConfig
+from ..actors import forget_fences
 from ..codecs import Message, Thread, to_iso, utc_now
-from ..errors import ThreadmindError, ThreadNotFound
+from ..errors import ThreadmindError, ThreadNotFound, ValidationError
 from ..processors import (
     OBSERVER_INSTRUCTIONS,
     REFLECTOR_INSTRUCTIONS,
@@ -31,6 +34,7 @@ from ..processors import (
     observer_transcript,
     sealed_updates,
     split_observer_output,
+    template_for,
 )
 from ..stores import (
     DateRange,
@@ -44,6 +48,8 @@ from ..stores import (
 )
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
+from ._extractors import Extractor, extractor_sections, strip_sections
+from ._working_memory import read_working_memory, scope_key, write_working_memory
 
 if TYPE_CHECKING:
     from ..actors import ActorSystem
@@ -64,6 +70,8 @@ class EngineHost(Protocol):
     system: ActorSystem | None
 
     def store(self) -> Store: ...
+
+    def actors(self) -> ActorSystem: ...
 
 
 class _Snapshot(msgspec.Struct, kw_only=True):
@@ -174,24 +182,26 @@ class ObservationalMemoryEngine:
         return record, await self._unobserved(store, config, thread_id, resource_id, record)
 
     # -- scheduling ----------------------------------------------------------------------------------
-    def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
+    def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, *,
+                 working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Start a background observation for this key unless one is running; True when started."""
         system = self._core.system
         key = self.key(config, thread_id, resource_id)
         if system is None or not system.accepting_background or key in self._inflight:
             return False
         done = self._inflight[key] = anyio.Event()
-        system.spawn(self._background_job, config, thread_id, resource_id, key, done,
+        system.spawn(self._background_job, config, thread_id, resource_id, key, done, working_memory,
                      name=f"threadmind.om.observe[{key}]")
         return True
 
     async def _background_job(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, key: str,
-        done: anyio.Event,
+        done: anyio.Event, working_memory: WorkingMemoryConfig | None = None,
     ) -> None:
+        forget_fences()  # spawned from a turn that ends before this does: its lease is not this job's
         try:
             for _ in range(_MAX_ROUNDS):
-                if not await self._observe_once(config, thread_id, resource_id):
+                if not await self._observe_once(config, thread_id, resource_id, working_memory):
                     break
         except Exception:
             _log.warning("observational memory for %s failed; history stays raw", key, exc_info=True)
@@ -202,7 +212,7 @@ class ObservationalMemoryEngine:
 
     async def ensure_below_block(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, tokens: int,
-        *, failures: list[BaseException] | None = None,
+        *, failures: list[BaseException] | None = None, working_memory: WorkingMemoryConfig | None = None,
     ) -> bool:
         """Called by a turn whose unobserved tokens exceed ``block_after``: wait for (or run) an observation.
 
@@ -216,7 +226,7 @@ class ObservationalMemoryEngine:
             return True
         done = self._inflight[key] = anyio.Event()
         try:
-            return await self._observe_once(config, thread_id, resource_id)
+            return await self._observe_once(config, thread_id, resource_id, working_memory)
         except Exception as exc:
             _log.warning("observational memory for %s failed; the turn proceeds on raw history", key,
                          exc_info=True)
@@ -254,8 +264,10 @@ class ObservationalMemoryEngine:
                 delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _observe_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
-        """One observation round: snapshot → Observer → commit (→ Reflector → new generation). True if observed."""
+    async def _observe_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                            working_memory: WorkingMemoryConfig | None = None) -> bool:
+        """One observation round: snapshot → Observer → commit (→ Reflector → new generation). True if observed.
+        With ``working_memory`` the Observer also rewrites it (``observation.manageWorkingMemory``)."""
         key = self.key(config, thread_id, resource_id)
         store = self._store
         records = self.records
@@ -289,8 +301,16 @@ class ObservationalMemoryEngine:
             system += THREAD_TITLE_INSTRUCTIONS
             if snap.title:
                 prompt = f"Prior thread-title: {snap.title}\n\n{prompt}"
+        managed = _ManagedWorkingMemory(working_memory, await self._current_working_memory(
+            working_memory, thread_id, resource_id)) if working_memory is not None else None
+        if managed is not None:
+            system += "\n\n" + managed.section()
         system += _custom(config.instruction)
-        observed, extras = split_observer_output(await self._call(model, system, prompt, "observer"))
+        output = await self._call(model, system, prompt, "observer")
+        new_working_memory = managed.take(output) if managed is not None else None
+        if managed is not None:
+            output = managed.strip(output)
+        observed, extras = split_observer_output(output)
         if not config.thread_title:
             extras.pop("threadTitle", None)
         block = f"{date_header(snap.messages)}\n{observed}"
@@ -332,10 +352,32 @@ class ObservationalMemoryEngine:
             committed = await self._serialized(config, thread_id, resource_id, _commit, "om_observe")
         if committed is None:
             return False
+        if new_working_memory is not None and working_memory is not None:
+            await self._write_working_memory(working_memory, thread_id, resource_id, new_working_memory)
         if committed.observation_token_count >= config.observation_tokens:
             reflector = self._model(config, thread_id, resource_id, reflector=True) or model
             await self._reflect(config, thread_id, resource_id, committed, reflector)
         return True
+
+    async def _current_working_memory(self, working_memory: WorkingMemoryConfig, thread_id: str,
+                                      resource_id: str | None) -> str | None:
+        """The working memory the Observer is shown (None when there is none, or no resource to read it by)."""
+        try:
+            return await read_working_memory(self._core, MemoryConfig(working_memory=working_memory), thread_id,
+                                             resource_id)
+        except ValidationError:  # resource scope without a resource id
+            return None
+
+    async def _write_working_memory(self, working_memory: WorkingMemoryConfig, thread_id: str,
+                                    resource_id: str | None, text: str) -> None:
+        """The Observer's working memory, written through its owner as the tool writes it (never lost)."""
+        config = MemoryConfig(working_memory=working_memory)
+        try:
+            scope, key = scope_key(config, thread_id, resource_id)
+            await write_working_memory(self._core, scope, key, lambda old: None if old == text else text,
+                                       owner=resource_id, thread_id=thread_id)
+        except (ValidationError, ThreadmindError):
+            _log.warning("the Observer's working memory for %s was not written", thread_id, exc_info=True)
 
     async def _mark_observed(
         self, store: Store, thread_id: str, messages: Sequence[Message], extras: dict[str, str], *,
@@ -402,6 +444,56 @@ class ObservationalMemoryEngine:
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
             await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
+
+
+class _ManagedWorkingMemory:
+    """The working memory the Observer writes (Mastra's ``WorkingMemoryExtractor``): its section of the Observer's
+    instructions, and the new document read out of the Observer's answer (None: no change)."""
+
+    def __init__(self, config: WorkingMemoryConfig, current: str | None) -> None:
+        self.config = config
+        self.current = current
+        template = template_for(config)
+        self.schema = config.compiled_schema
+        lines = ["Update working memory with durable facts from the observations you made."]
+        if self.schema is not None:
+            lines += ["Return the full updated JSON object when working memory should change.",
+                      "Return null when no working memory update is needed."]
+            if template is not None:
+                lines.append(f"Working memory JSON schema:\n{template.content}")
+            if current:
+                lines.append(f"Current working memory JSON:\n{current}")
+        else:
+            lines.append("Return the full updated Markdown working memory. Preserve useful existing content and add "
+                         "or revise only what changed.")
+            if template is not None:
+                lines.append(f"Working memory template:\n{template.content}")
+            if current:
+                lines.append(f"Current working memory:\n{current}")
+        self.extractor = Extractor("Working Memory", "\n\n".join(lines))
+
+    def section(self) -> str:
+        return extractor_sections([self.extractor])
+
+    def strip(self, output: str) -> str:
+        return strip_sections(output, [self.extractor])
+
+    def take(self, output: str) -> str | None:
+        """The new document in ``output`` (checked against the schema; None: none, ``null``, or unchanged)."""
+        sections = re.findall(r"<working-memory>([\s\S]*?)</working-memory>", output, re.IGNORECASE)
+        text = sections[-1].strip() if sections else ""
+        if not text or text == "null":
+            return None
+        if self.schema is not None:
+            try:
+                document = json.loads(text)
+            except ValueError:
+                _log.warning("the Observer's working memory is not JSON; left as it was")
+                return None
+            if document is None or not isinstance(document, dict) or self.schema.errors(document):
+                return None
+            text = json.dumps(document, ensure_ascii=False)
+        return None if text == (self.current or "").strip() else text
 
 
 def _custom(instruction: str | None) -> str:

@@ -61,10 +61,11 @@ class Pipeline:
             raise ConfigError(STORAGE_MISSING, code=code)
         if ("message-history" in taken or om is not None or history_on) and "memory-input-filter" not in taken:
             out.append(MemoryInputFilter(access, retain_full_input=config.retain_full_input))
-        if config.working_memory.enabled and not config.working_memory.use_state_signals \
+        if config.working_memory.enabled and not config.working_memory.state_signals \
                 and "working-memory" not in taken:
             wm = config.working_memory
-            out.append(WorkingMemory(access, wm.template, wm.scope, config.read_only, schema=wm.schema,
+            out.append(WorkingMemory(access, wm.template, wm.scope, config.read_only or not wm.managed_by_agent,
+                                     schema=wm.schema,
                                      template_provider=lambda c: template_for(c.working_memory)))
         if history_on and om is None and "message-history" not in taken:
             out.append(MessageHistory(access, config.max_messages, config.message_history, token_counter=core.tokens))
@@ -77,7 +78,7 @@ class Pipeline:
         if om is not None and "observational-memory" not in taken:
             out.append(self._observational(om))
         wm = config.working_memory
-        if wm.enabled and wm.use_state_signals and WorkingMemoryState.id not in taken:
+        if wm.enabled and wm.state_signals and WorkingMemoryState.id not in taken:
             out.append(WorkingMemoryState(access, wm.scope, lambda c: template_for(c.working_memory),
                                           self._write_state_tracking))
         return out

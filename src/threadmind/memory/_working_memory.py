@@ -14,15 +14,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._config import MemoryConfig
 from .._working_memory_schema import CompiledSchema, tool_parameters
-from ..actors import GetThread, current_fence
+from ..actors import ActorSystem, GetThread, current_fence
 from ..codecs import Resource, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors import WM_TOOL_NAME, deep_merge, drop_optional_nulls, normalize_ws, template_for
-from ..stores import ResourceChange, ThreadChange
+from ..stores import ResourceChange, Store, ThreadChange
 from ..tools import Tool, ToolContext
 from ..tracing import operation_span
 from ._threads import ensure_thread
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "VNEXT_REASONS",
+    "WorkingMemoryHost",
     "mirror_into_resource",
     "owned_by",
     "read_working_memory",
@@ -42,6 +43,17 @@ __all__ = (
 )
 
 _log = logging.getLogger("threadmind.memory")
+
+
+class WorkingMemoryHost(Protocol):
+    """What reading and writing working memory needs of its Memory: the actors that own threads and resources,
+    and the store."""
+
+    def actors(self) -> ActorSystem: ...
+
+    def store(self) -> Store: ...
+
+
 SET_WORKING_MEMORY = "setWorkingMemory"
 """The tool's name with ``useStateSignals`` (its calls are kept in the thread, unlike ``updateWorkingMemory``'s)."""
 STATE_SIGNALS_PREAMBLE = (
@@ -68,7 +80,7 @@ def scope_key(config: MemoryConfig, thread_id: str, resource_id: str | None) -> 
     return scope, thread_id
 
 
-async def owned_by(core: MemoryCore, thread_id: str | None, resource_id: str | None) -> bool:
+async def owned_by(core: WorkingMemoryHost, thread_id: str | None, resource_id: str | None) -> bool:
     """False when ``thread_id`` names an existing thread of another resource than ``resource_id``.
 
     A thread that does not exist yet passes: resource-scoped working memory may precede its first thread.
@@ -79,7 +91,7 @@ async def owned_by(core: MemoryCore, thread_id: str | None, resource_id: str | N
     return thread is None or thread.resource_id == resource_id
 
 
-async def read_working_memory(core: MemoryCore, config: MemoryConfig, thread_id: str,
+async def read_working_memory(core: WorkingMemoryHost, config: MemoryConfig, thread_id: str,
                               resource_id: str | None) -> str | None:
     """The stored text, or None (disabled, empty, or the thread belongs to another resource)."""
     scope, key = scope_key(config, thread_id, resource_id)
@@ -96,7 +108,7 @@ async def read_working_memory(core: MemoryCore, config: MemoryConfig, thread_id:
 
 
 async def write_working_memory(
-    core: MemoryCore, scope: str, key: str, update: Update, *, owner: str | None = None,
+    core: WorkingMemoryHost, scope: str, key: str, update: Update, *, owner: str | None = None,
     thread_id: str | None = None,
 ) -> str | None:
     """Read-modify-write working memory under the scope's actor; ``update`` returns None to skip the write.
@@ -149,7 +161,7 @@ async def write_working_memory(
         return written[-1] if written else None
 
 
-async def _mismatch(core: MemoryCore, thread_id: str, resource_id: str) -> ResourceMismatch:
+async def _mismatch(core: WorkingMemoryHost, thread_id: str, resource_id: str) -> ResourceMismatch:
     thread: Thread | None = await core.actors().ask(thread_id, GetThread())
     return ResourceMismatch(thread_id, thread.resource_id if thread else "?", resource_id)
 
@@ -165,9 +177,10 @@ async def mirror_into_resource(core: MemoryCore, resource_id: str, metadata: Map
 
 # the tool ----------------------------------------------------------------------------------------
 def working_memory_tool(core: MemoryCore, config: MemoryConfig) -> Tool | None:
-    """The ``updateWorkingMemory`` tool for ``config`` (None when working memory is off or read-only)."""
+    """The ``updateWorkingMemory`` tool for ``config`` (None when working memory is off, read-only, or not the
+    agent's to manage: ``agentManaged`` false)."""
     template = template_for(config.working_memory)
-    if template is None or config.read_only:
+    if template is None or config.read_only or not config.working_memory.managed_by_agent:
         return None
     compiled = config.working_memory.compiled_schema
     if compiled is not None:
@@ -206,7 +219,7 @@ def working_memory_tool(core: MemoryCore, config: MemoryConfig) -> Tool | None:
             "Always pass data as string to the memory field. Never pass an object."
         )
 
-    if config.working_memory.use_state_signals:  # Mastra's wording on that path, and its tool name
+    if config.working_memory.state_signals:  # Mastra's wording on that path, and its tool name
         description = STATE_SIGNALS_PREAMBLE + (
             " Data is merged with existing memory — only include fields you want to add or update."
             if compiled is not None else " Pass the full updated Markdown blob as a string in the memory field.")
@@ -214,7 +227,7 @@ def working_memory_tool(core: MemoryCore, config: MemoryConfig) -> Tool | None:
     async def _execute(args: Any, context: ToolContext) -> dict[str, Any]:
         return await _run_tool(core, args, context, config)
 
-    name = SET_WORKING_MEMORY if config.working_memory.use_state_signals else WM_TOOL_NAME
+    name = SET_WORKING_MEMORY if config.working_memory.state_signals else WM_TOOL_NAME
     return Tool(name, description, parameters, _execute)
 
 

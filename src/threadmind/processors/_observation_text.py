@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._config import ObservationalMemoryConfig
+from .._config import ObservationalMemoryConfig, WorkingMemoryConfig
 from ..codecs import Message, part_texts
 from ..stores import OMRecord
 from ..tokens import TokenCounter
@@ -48,11 +48,14 @@ class ObservationEngine(Protocol):
         ...
 
     async def ensure_below_block(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                                 tokens: int, *, failures: list[BaseException] | None = None) -> bool:
-        """Wait for (or run) an observation; True when one completed (else its error appended to ``failures``)."""
+                                 tokens: int, *, failures: list[BaseException] | None = None,
+                                 working_memory: WorkingMemoryConfig | None = None) -> bool:
+        """Wait for (or run) an observation; True when one completed (else its error appended to ``failures``);
+        ``working_memory``: the working memory the Observer also writes (``observation.manageWorkingMemory``)."""
         ...
 
-    def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
+    def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, *,
+                 working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Start a background observation unless one runs; True when started."""
         ...
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from .._config import ObservationalMemoryConfig
+from .._config import ObservationalMemoryConfig, WorkingMemoryConfig
 from ..codecs import Message, to_iso, utc_now
 from ..stores import OMRecord, Store
 from ._access import MemoryAccess, as_access
@@ -31,6 +31,13 @@ __all__ = ("ObservationalMemory",)
 _UNOBSERVED_KEY = "observational-memory.unobserved"  # run state: the unobserved rows loaded for the turn
 _THRESHOLD_KEY = "observational-memory.threshold"  # run state: the turn's message threshold
 _RECORD_KEY = "observational-memory.record"  # run state: the record the turn read
+
+
+def _managed(args: ProcessInputArgs | ProcessOutputArgs,
+             config: ObservationalMemoryConfig) -> WorkingMemoryConfig | None:
+    """The working memory the Observer also writes (``observation.manageWorkingMemory``), or None."""
+    working_memory = args.context.memory_config.working_memory
+    return working_memory if config.manage_working_memory and working_memory.enabled else None
 
 
 class _Cycle:
@@ -98,7 +105,8 @@ class ObservationalMemory:
         if tokens > block_after_tokens(config, threshold) and not args.context.memory_config.read_only:
             cycle = _Cycle(args, config, thread_id, record, tokens)
             failures: list[BaseException] = []
-            if await engine.ensure_below_block(config, thread_id, resource_id, tokens, failures=failures):
+            if await engine.ensure_below_block(config, thread_id, resource_id, tokens, failures=failures,
+                                               working_memory=_managed(args, config)):
                 record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
                 tokens = engine.counter.count_messages(unobserved)
                 threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
@@ -164,5 +172,5 @@ class ObservationalMemory:
         tokens = engine.counter.count_messages(rows.values())
         threshold = context.run_state.get(_THRESHOLD_KEY)
         if tokens >= (threshold if isinstance(threshold, int) else config.message_tokens):  # at it, as the reference
-            engine.schedule(config, thread_id, resource_id)
+            engine.schedule(config, thread_id, resource_id, working_memory=_managed(args, config))
         return None

@@ -74,7 +74,8 @@ class WorkingMemory:
         elif resource_id:
             resource = await self.storage.get_resource(resource_id)
             data = resource.working_memory if resource is not None else None
-        if self.read_only or context.memory_config.read_only:
+        config = context.memory_config
+        if self.read_only or config.read_only or not config.working_memory.managed_by_agent:
             text = readonly_instruction(data)
         else:
             text = instruction(self._template(context.memory_config), data,
