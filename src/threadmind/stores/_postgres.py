@@ -87,6 +87,7 @@ if TYPE_CHECKING:
 
 #: Threads whose last thread-with-tail answer a store keeps (validated by the thread row's version at each read).
 TAILS_KEPT = 4096
+_THREAD_VERSION = "SELECT xmin::text FROM mastra_threads WHERE id = $1"
 
 __all__ = ("PostgresStore",)
 
@@ -554,18 +555,21 @@ class PostgresStore:
         """The thread row and its newest ``size`` messages (newest first), in one statement (one snapshot).
 
         The last answer per thread is kept with the thread row's version (``xmin``; every write to a thread's
-        messages, in any process, threadmind's or Mastra's, updates that row in its transaction): the statement
-        then returns only the version while it is unchanged, and the kept answer serves (nothing to decode).
+        messages, in any process, threadmind's or Mastra's, updates that row in its transaction): while the
+        version read by the smallest statement there is (0.09 ms on a local socket, against 0.27 ms for the
+        combined statement asked to return only an unchanged version) is unchanged, the kept answer serves
+        (nothing to decode); otherwise the thread and its messages are read in one statement.
         """
         reads = MessageReads(MessageQuery(thread_id=thread_id, per_page=size, direction="DESC"))
         key = (thread_id, size)
         kept = self._tails.get(key)
-        known = kept[0] if kept is not None else None
-        version, thread, page = await self._read(lambda conn: reads.with_thread(conn, known), "get_thread_with_tail")
-        if kept is not None and version == known:
-            self._tail_hits += 1
-            self._tails.move_to_end(key)
-            return kept[1], msgspec.structs.replace(kept[2], messages=list(kept[2].messages))
+        if kept is not None:
+            now = await self._read(lambda conn: conn.fetchval(_THREAD_VERSION, thread_id), "get_thread_with_tail")
+            if now is not None and now == kept[0]:
+                self._tail_hits += 1
+                self._tails.move_to_end(key)
+                return kept[1], msgspec.structs.replace(kept[2], messages=list(kept[2].messages))
+        version, thread, page = await self._read(lambda conn: reads.with_thread(conn, None), "get_thread_with_tail")
         if version is None:
             self._tails.pop(key, None)
         else:
