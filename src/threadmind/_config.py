@@ -350,6 +350,9 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     #: The Observer also writes working memory (``observation.manageWorkingMemory``, with ``workingMemory``
     #: enabled): the agent then only reads it (``agentManaged`` false) as a state signal, unless those are set.
     manage_working_memory: bool = False
+    #: The messages' files the Observer sees (``observation.observeAttachments``): None, images and PDFs; True or
+    #: "auto", all; False, none.
+    observe_attachments: bool | Literal["auto"] | None = None
     #: Appended to the Observer's (``observation.instruction``) and the Reflector's (``reflection.instruction``)
     #: instructions under ``=== CUSTOM INSTRUCTIONS ===``, as Mastra appends them.
     instruction: str | None = None
@@ -381,6 +384,9 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
         _one_of(self.thread_title, (True, False), "observation.threadTitle")
         _one_of(self.temporal_markers, (True, False), "observationalMemory.temporalMarkers")
         _one_of(self.manage_working_memory, (True, False), "observation.manageWorkingMemory")
+        if self.observe_attachments not in (None, True, False, "auto"):
+            raise ConfigError("observation.observeAttachments must be 'auto', true or false, got "
+                              f"{self.observe_attachments!r}")
         for name, text in (("observation.instruction", self.instruction),
                            ("reflection.instruction", self.reflection_instruction)):
             if text is not None and not isinstance(text, str):
@@ -606,6 +612,7 @@ _OM_GROUPS: dict[str, dict[str, str | None]] = {
     "observation": {"messageTokens": "messageTokens", "bufferTokens": "bufferTokens", "blockAfter": "blockAfter",
                     "bufferActivation": "bufferActivation", "threadTitle": "threadTitle", "model": "model",
                     "instruction": "instruction", "manageWorkingMemory": "manageWorkingMemory",
+                    "observeAttachments": "observeAttachments",
                     "maxTokensPerBatch": None, "previousObserverTokens": None, "modelSettings": None,
                     "providerOptions": None},
     "reflection": {"observationTokens": "observationTokens", "model": "reflectionModel", "bufferActivation": None,

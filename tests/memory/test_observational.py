@@ -673,3 +673,34 @@ async def test_custom_instructions_follow_the_observers_and_the_reflectors() -> 
         f"{OBSERVER_INSTRUCTIONS}\n\n=== CUSTOM INSTRUCTIONS ===\n\nFocus on travel plans."]
     assert [r.system for r in reflector.requests] == [
         [f"{REFLECTOR_INSTRUCTIONS}\n\n=== CUSTOM INSTRUCTIONS ===\n\nKeep every date."]]
+
+
+@pytest.mark.parametrize(("setting", "seen"), [
+    (None, ["image/png", "application/pdf"]), (True, ["image/png", "application/pdf", "text/plain"]),
+    ("auto", ["image/png", "application/pdf", "text/plain"]), (False, []),
+])
+async def test_the_observer_sees_the_attachments_it_is_allowed(setting: object, seen: list[str]) -> None:
+    """``observation.observeAttachments``: images and PDFs by default, every file with true or "auto", none with
+    false; they follow the transcript in the Observer's message."""
+    from threadmind import FilePart, Message, MessageContent, TextPart
+    from threadmind.codecs import utc_now
+
+    observer = _endless(lambda request: "* 🔴 the user sent three files")
+    observation: dict[str, Any] = {"model": observer, "messageTokens": 20}
+    if setting is not None:
+        observation["observeAttachments"] = setting
+    async with Memory(storage=InMemoryStore(), options={"observationalMemory": {"observation": observation}}) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        files = [FilePart(data="iVBORw0KGgo=", media_type="image/png"),
+                 FilePart(data="JVBERi0=", media_type="application/pdf"),
+                 FilePart(data="aGVsbG8=", media_type="text/plain")]
+        await memory.save_messages([Message(id="u1", role="user", thread_id="t1", resource_id="r1",
+                                            created_at=utc_now(), content=MessageContent(parts=[
+                                                TextPart(text="here are my files " + "please " * 30), *files]))])
+        agent = Agent("a", "i", ScriptedModel(["thanks"]), memory=memory)
+        await agent.generate("did you get them?", thread_id="t1", resource_id="r1")
+        await memory.settled()
+    assert observer.requests
+    parts = observer.requests[0].messages[0].content.parts
+    assert isinstance(parts[0], TextPart) and "here are my files" in parts[0].text
+    assert [p.media_type for p in parts[1:] if isinstance(p, FilePart)] == seen

@@ -22,7 +22,7 @@ import msgspec
 
 from .._config import MemoryConfig, ObservationalMemoryConfig, WorkingMemoryConfig
 from ..actors import forget_fences
-from ..codecs import Message, Thread, to_iso, utc_now
+from ..codecs import FilePart, Message, Thread, to_iso, utc_now
 from ..errors import ThreadmindError, ThreadNotFound, ValidationError
 from ..processors import (
     OBSERVER_INSTRUCTIONS,
@@ -31,6 +31,7 @@ from ..processors import (
     MemoryAccess,
     date_header,
     is_transient_signal,
+    observer_attachments,
     observer_transcript,
     sealed_updates,
     split_observer_output,
@@ -243,15 +244,21 @@ class ObservationalMemoryEngine:
         return self.key(config, thread_id, resource_id) in self._inflight
 
     # -- the Observer and the Reflector -------------------------------------------------------------
-    async def _call(self, model: LanguageModel, system: str, prompt: str, what: str) -> str:
-        """One model call with bounded retries (exponential backoff); raises the last error."""
+    async def _call(self, model: LanguageModel, system: str, prompt: str, what: str,
+                    attachments: Sequence[FilePart] = ()) -> str:
+        """One model call with bounded retries (exponential backoff); raises the last error. ``attachments``
+        follow the prompt in its user message."""
         from ..models import ModelRequest
 
+        asked = Message.user(prompt)
+        if attachments:
+            asked = msgspec.structs.replace(asked, content=msgspec.structs.replace(
+                asked.content, parts=[*asked.content.parts, *attachments]))
         delay = self.backoff
         for attempt in range(1, self.retries + 1):
             try:
                 with operation_span(f"threadmind.om.{what}", "chat", gen_ai__request__model=model.model_id):
-                    response = await model.generate(ModelRequest(system=[system], messages=[Message.user(prompt)]))
+                    response = await model.generate(ModelRequest(system=[system], messages=[asked]))
                 text = (response.text or "").strip()
                 if not text:
                     raise ThreadmindError(f"the {what} returned no text", code="THREADMIND_OM_EMPTY")
@@ -306,7 +313,8 @@ class ObservationalMemoryEngine:
         if managed is not None:
             system += "\n\n" + managed.section()
         system += _custom(config.instruction)
-        output = await self._call(model, system, prompt, "observer")
+        output = await self._call(model, system, prompt, "observer",
+                                  observer_attachments(snap.messages, config.observe_attachments))
         new_working_memory = managed.take(output) if managed is not None else None
         if managed is not None:
             output = managed.strip(output)

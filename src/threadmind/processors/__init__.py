@@ -34,6 +34,7 @@ from ._observation_text import ObservationEngine as ObservationEngine
 from ._observation_text import block_after_tokens as block_after_tokens
 from ._observation_text import date_header as date_header
 from ._observation_text import observations_system_message as observations_system_message
+from ._observation_text import observer_attachments as observer_attachments
 from ._observation_text import observer_transcript as observer_transcript
 from ._observation_text import sealed_updates as sealed_updates
 from ._observation_text import split_observer_output as split_observer_output
@@ -113,6 +114,7 @@ __all__ = (
     "load_token_window",
     "normalize_ws",
     "observations_system_message",
+    "observer_attachments",
     "observer_transcript",
     "persist_turn",
     "persistable",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._config import ObservationalMemoryConfig, WorkingMemoryConfig
-from ..codecs import Message, part_texts
+from ..codecs import FilePart, Message, part_texts
 from ..stores import OMRecord
 from ..tokens import TokenCounter
 
@@ -31,6 +31,7 @@ __all__ = (
     "block_after_tokens",
     "date_header",
     "observations_system_message",
+    "observer_attachments",
     "observer_transcript",
     "sealed_updates",
     "split_observer_output",
@@ -171,6 +172,26 @@ def date_header(messages: Sequence[Message]) -> str:
     start = f"{first:%b} {first.day}, {first.year}"
     end = f"{last:%b} {last.day}, {last.year}"
     return f"Date: {start}" if start == end else f"Date: {start} - {end}"
+
+
+_ATTACHMENT_TYPES = ("image/", "application/pdf")
+"""What the Observer sees of messages' files when ``observeAttachments`` is not set (Mastra's default list)."""
+
+
+def observer_attachments(messages: Sequence[Message], setting: bool | str | None) -> list[FilePart]:
+    """The messages' files the Observer is shown beside the transcript (``observation.observeAttachments``): images
+    and PDFs by default; all with ``True`` or ``"auto"`` (no model capability registry here: a model that takes no
+    files says so itself); none with ``False``."""
+    if setting is False:
+        return []
+    out: list[FilePart] = []
+    for message in messages:
+        for part in message.content.parts:
+            if isinstance(part, FilePart):
+                mime = (part.media_type or part.mime_type or "").lower()
+                if setting is not None or mime.startswith(_ATTACHMENT_TYPES):
+                    out.append(part)
+    return out
 
 
 def observer_transcript(messages: Sequence[Message]) -> str:
