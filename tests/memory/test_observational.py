@@ -704,3 +704,28 @@ async def test_the_observer_sees_the_attachments_it_is_allowed(setting: object, 
     parts = observer.requests[0].messages[0].content.parts
     assert isinstance(parts[0], TextPart) and "here are my files" in parts[0].text
     assert [p.media_type for p in parts[1:] if isinstance(p, FilePart)] == seen
+
+
+async def test_temporal_markers_through_the_chat_servers_door(tmp_path: Path) -> None:
+    """A useChat body through ``messages_from_ui`` and ``Agent.stream``, an hour after the thread's last message:
+    the model reads the gap before its answer, and the stream carries no marker to the browser."""
+    from datetime import timedelta
+
+    from threadmind import Message
+    from threadmind.codecs import utc_now
+    from threadmind.ui import messages_from_ui
+
+    options = {"observationalMemory": {"model": ScriptedModel([]), "temporalMarkers": True,
+                                       "observation": {"messageTokens": 100_000}}}
+    async with Memory(storage=SQLiteStore(tmp_path / "chat.db"), options=options) as memory:
+        await memory.create_thread(thread_id="chat-1", resource_id="r1")
+        await memory.save_messages([Message.user("bye", id="u0", thread_id="chat-1", resource_id="r1",
+                                                 created_at=utc_now() - timedelta(hours=1))])
+        model = ScriptedModel(["welcome back"])
+        agent = Agent("chat", "You answer.", model, memory=memory)
+        body = {"id": "chat-1", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]}
+        async with agent.stream(messages_from_ui(body), thread_id="chat-1", resource_id="r1") as stream:
+            kinds = [event.type async for event in stream]
+        assert "data-signal" not in kinds
+        rendered = [m.text for m in model.requests[0].messages if m.text.startswith("<system-reminder")]
+        assert len(rendered) == 1 and 'gapText="1 hour later"' in rendered[0]
