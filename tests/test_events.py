@@ -16,6 +16,7 @@ from threadmind.events import (
     EventStream,
     FinishEvent,
     FinishStepEvent,
+    OMActivationEvent,
     OMObservationEndEvent,
     OMObservationFailedEvent,
     OMObservationStartEvent,
@@ -75,6 +76,8 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
      {"type": "data-om-observation-end", "data": {"cycleId": "c", "observations": "* x"}, "transient": True}),
     (OMObservationFailedEvent(data={"cycleId": "c", "error": "down"}),
      {"type": "data-om-observation-failed", "data": {"cycleId": "c", "error": "down"}, "transient": True}),
+    (OMActivationEvent(data={"tokensBefore": 120}),
+     {"type": "data-om-activation", "data": {"tokensBefore": 120}, "transient": True}),
 ]
 
 

@@ -332,10 +332,13 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     scope: Literal["thread", "resource"] = "thread"
     message_tokens: int = 30_000
     observation_tokens: int = 40_000
+    #: Observations computed ahead, in the background, every this many unobserved tokens (a share of
+    #: ``message_tokens`` below 1): reaching the threshold then activates them with no model call
+    #: (``ObservationalMemoryEngine.activate``). Not set: off (Mastra's default is 0.2; see the README).
     buffer_tokens: float | bool | None = None
     block_after: float | None = None
-    # Accepted from Mastra configs: buffering is not built (observations run in the background once past
-    # ``message_tokens``), so ``bufferActivation`` has nothing to tune.
+    #: With ``buffer_tokens`` set, the share of the threshold an activation of buffered observations takes out
+    #: of the messages (default 0.8: about 20 % of the threshold stays as messages).
     buffer_activation: float | None = None
     #: Messages may use what observations leave of ``message_tokens + observation_tokens`` (see
     #: :meth:`message_threshold`); Mastra requires ``observation.bufferTokens: false`` with it, and so does this.
@@ -402,6 +405,21 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
                         "Remove any other async buffering settings (bufferTokens, bufferActivation, blockAfter)."
                         if explicit else "Async buffering is enabled by default — this opt-out is only needed when "
                         "using shareTokenBudget."))
+
+    @property
+    def buffer_size(self) -> int | None:
+        """Unobserved tokens between two observations computed ahead (``observation.bufferTokens``, a share of
+        ``messageTokens`` below 1), thread scope; None: buffering off (not set, ``false``, or resource scope)."""
+        value = self.buffer_tokens
+        if value is None or isinstance(value, bool) or self.scope != "thread" or not value > 0:
+            return None
+        return max(1, round(value * self.message_tokens) if value < 1 else int(value))
+
+    @property
+    def activation_ratio(self) -> float:
+        """The share of the threshold an activation takes out of the messages (``bufferActivation``, 0.8)."""
+        value = self.buffer_activation
+        return 0.8 if value is None else max(0.0, min(1.0, float(value)))
 
     def message_threshold(self, observation_tokens: int) -> int:
         """Unobserved tokens at which an observation runs: ``message_tokens``; with ``share_token_budget``, what the

@@ -28,6 +28,7 @@ __all__ = (
     "EventStream",
     "FinishEvent",
     "FinishStepEvent",
+    "OMActivationEvent",
     "OMObservationEndEvent",
     "OMObservationFailedEvent",
     "OMObservationStartEvent",
@@ -214,13 +215,18 @@ class OMObservationFailedEvent(_DataPart, frozen=True, tag="data-om-observation-
     """The observation the turn waited for failed (the turn goes on with the raw history): ``data.error``."""
 
 
+class OMActivationEvent(_DataPart, frozen=True, tag="data-om-activation"):
+    """Observations computed ahead became active at the threshold, with no model call on the turn."""
+
+
 DataPart: TypeAlias = Union[OMStatusEvent, OMObservationStartEvent, OMObservationEndEvent,
-                                  OMObservationFailedEvent]
+                            OMObservationFailedEvent, OMActivationEvent]
 DATA_PART_EVENTS: dict[str, type[DataPart]] = {
     "data-om-status": OMStatusEvent,
     "data-om-observation-start": OMObservationStartEvent,
     "data-om-observation-end": OMObservationEndEvent,
     "data-om-observation-failed": OMObservationFailedEvent,
+    "data-om-activation": OMActivationEvent,
 }
 """The data parts processors may write (``RequestContext.write_data``), by chunk type."""
 
@@ -248,6 +254,7 @@ StreamEvent: TypeAlias = Union[
     OMObservationStartEvent,
     OMObservationEndEvent,
     OMObservationFailedEvent,
+    OMActivationEvent,
 ]
 
 

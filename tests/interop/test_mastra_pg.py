@@ -242,7 +242,12 @@ async def test_mastra_reads_what_threadmind_wrote(mastra_pg_dir: Path, pg_dsn: s
                       thread_id="thread-meta", active_observations="- 🟢 user likes tea", origin_type="observation",
                       config={"observation": {"messageTokens": 100}}, generation_count=2,
                       observation_token_count=7, created_at=from_iso(mine["threads"]["thread-meta"]["createdAt"]),
-                      updated_at=from_iso(mine["threads"]["thread-meta"]["updatedAt"]), observed_timezone="UTC")
+                      updated_at=from_iso(mine["threads"]["thread-meta"]["updatedAt"]), observed_timezone="UTC",
+                      buffered_chunks=[{"id": "ombuf-1", "cycleId": "c-1", "observations": "* 🟡 asked about tea",
+                                        "tokenCount": 6, "messageIds": ["m-1", "m-2"], "messageTokens": 40,
+                                        "lastObservedAt": "2026-01-02T03:04:05.678Z",
+                                        "createdAt": "2026-01-02T03:04:06.000Z"}],
+                      last_buffered_at_tokens=42)
     async with PostgresStore(pg_dsn) as store:
         await store.observational_records().put(record)
     theirs = _mastra(mastra_pg_dir, "read", pg_dsn)
@@ -278,6 +283,8 @@ async def test_mastra_reads_what_threadmind_wrote(mastra_pg_dir: Path, pg_dsn: s
 
     om = theirs["observationalMemory"]["thread-meta"]
     assert {k: om[k] for k in _om_view(record)} == _om_view(record)
+    # observations computed ahead (observation.bufferTokens) read back as Mastra's own chunks
+    assert om["bufferedObservationChunks"] == record.buffered_chunks and om["lastBufferedAtTokens"] == 42
     assert om["originType"] == "observation" and "lastObservedAt" not in om
 
     # and after Mastra has opened the database, threadmind still reads it the same

@@ -729,3 +729,51 @@ async def test_temporal_markers_through_the_chat_servers_door(tmp_path: Path) ->
         assert "data-signal" not in kinds
         rendered = [m.text for m in model.requests[0].messages if m.text.startswith("<system-reminder")]
         assert len(rendered) == 1 and 'gapText="1 hour later"' in rendered[0]
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def om_store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "postgres":
+        from threadmind.stores import PostgresStore
+
+        return PostgresStore(request.getfixturevalue("pg_dsn"))
+    return InMemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "om.db")
+
+
+async def test_buffered_observations_activate_at_the_threshold_with_no_model_call(om_store: Any) -> None:
+    """``observation.bufferTokens``: every interval of unobserved tokens (halved near the threshold) a background
+    Observer call adds a chunk to the record, not yet active; the turn that reaches ``messageTokens`` makes the
+    chunks active at once (Mastra's boundary: about ``1 - bufferActivation`` of the threshold stays as messages),
+    with no Observer call of its own, and tells the stream."""
+    observer = _endless(lambda request: f"* 🔴 observed chunk {len(observer.requests)}")
+    seen: list[tuple[int, list[str]]] = []
+
+    def reply(request: ModelRequest) -> str:
+        seen.append((observer.calls, list(request.system)))
+        return "ok"
+
+    options = {"observationalMemory": {"observation": {"model": observer, "messageTokens": 200,
+                                                       "bufferTokens": 50}}}
+    async with Memory(storage=om_store, options=options) as memory:
+        agent = Agent("a", "i", _endless(reply), memory=memory)
+        chunks = []
+        for n in range(3):
+            await agent.generate(_long(f"turn{n}"), thread_id="t1", resource_id="r1")
+            await memory.settled()
+            [record] = (await _records(memory))[-1:]
+            chunks.append(len(record.buffered_chunks))
+            assert not record.active_observations  # computed ahead, not active
+        assert chunks == [1, 2, 3] and observer.calls == 3
+        async with agent.stream(_long("turn3"), thread_id="t1", resource_id="r1") as stream:
+            kinds = [event.type async for event in stream]
+        calls_at_model, system = seen[-1]
+        assert calls_at_model == 3  # the threshold was met with what was computed ahead: no Observer call
+        block = next(text for text in system if "<observations>" in text)
+        assert all(f"observed chunk {i}" in block for i in (1, 2, 3)), block
+        assert "data-om-activation" in kinds and kinds.index("data-om-activation") < kinds.index("start-step")
+        await memory.settled()
+        record = (await _records(memory))[-1]
+        assert record.active_observations.count("observed chunk") == 3 and record.origin_type == "observation"
+        remaining = (await memory.recall("t1", per_page=False)).messages
+        sealed = [m.id for m in remaining if ((m.content.metadata or {}).get("mastra") or {}).get("sealed")]
+        assert len(sealed) == 6  # the three turns the chunks held

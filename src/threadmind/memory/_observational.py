@@ -1,5 +1,10 @@
 """Observational memory: an Observer condenses old messages into a dated log, a Reflector condenses the log.
 
+With ``observation.bufferTokens`` the Observer also works ahead: :meth:`ObservationalMemoryEngine.buffer` adds
+chunks to the record (``bufferedObservationChunks``) in the background, each under the owner's compare-and-set
+(a chunk that raced with an observation is dropped, never duplicated), and :meth:`~ObservationalMemoryEngine.
+activate` makes them active when a turn reaches the threshold, with no model call.
+
 Reference §8.1. The record (``mastra_observational_memory``, see ``stores/_om.py``) holds the observations
 and a cursor (``lastObservedAt`` + ``observedMessageIds``); messages past the cursor are "unobserved" and
 still sent verbatim. When they exceed ``message_tokens`` an observation runs in the memory's background
@@ -14,7 +19,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
@@ -22,7 +27,7 @@ import msgspec
 
 from .._config import MemoryConfig, ObservationalMemoryConfig, WorkingMemoryConfig
 from ..actors import forget_fences
-from ..codecs import FilePart, Message, Thread, to_iso, utc_now
+from ..codecs import FilePart, Message, Thread, from_iso, to_iso, utc_now
 from ..errors import ThreadmindError, ThreadNotFound, ValidationError
 from ..processors import (
     OBSERVER_INSTRUCTIONS,
@@ -238,6 +243,167 @@ class ObservationalMemoryEngine:
             if self._inflight.get(key) is done:
                 del self._inflight[key]
             done.set()
+
+    # -- buffering (observation.bufferTokens) ---------------------------------------------------------
+    @staticmethod
+    def should_buffer(config: ObservationalMemoryConfig, record: OMRecord | None, tokens: int) -> bool:
+        """Whether ``tokens`` unobserved tokens crossed a new ``bufferTokens`` interval since the last buffering
+        (Mastra's ``shouldTriggerAsyncObservation``: intervals halve within 1.1 intervals of the threshold)."""
+        size = config.buffer_size
+        if size is None:
+            return False
+        last = record.last_buffered_at_tokens if record is not None else 0
+        threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
+        step = size / 2 if tokens >= threshold - size * 1.1 else size
+        return int(tokens // step) > int(last // step)
+
+    def buffer(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, tokens: int,
+               working_memory: WorkingMemoryConfig | None = None) -> bool:
+        """Start computing the next buffered chunk in the background unless one is being computed; True when
+        started."""
+        system = self._core.system
+        key = "buffer:" + self.key(config, thread_id, resource_id)
+        if system is None or not system.accepting_background or key in self._inflight:
+            return False
+        done = self._inflight[key] = anyio.Event()
+        system.spawn(self._buffer_job, config, thread_id, resource_id, tokens, key, done, working_memory,
+                     name=f"threadmind.om.buffer[{key}]")
+        return True
+
+    async def _buffer_job(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                          tokens: int, key: str, done: anyio.Event,
+                          working_memory: WorkingMemoryConfig | None) -> None:
+        forget_fences()  # spawned from a turn that ends before this does
+        try:
+            await self._buffer_once(config, thread_id, resource_id, tokens)
+        except Exception:
+            _log.warning("buffering observations for %s failed; the threshold observes instead", key,
+                         exc_info=True)
+        finally:
+            if self._inflight.get(key) is done:
+                del self._inflight[key]
+            done.set()
+
+    async def _buffer_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                           tokens: int) -> bool:
+        """Observe the unobserved messages no chunk holds yet into a new buffered chunk (not yet active): snapshot
+        under the owner, the Observer outside it, then a compare-and-set of the record. True if a chunk was
+        added."""
+        key = self.key(config, thread_id, resource_id)
+        store = self._store
+        records = self.records
+
+        async def _snapshot() -> _Snapshot:
+            record = await records.current(key)
+            held = {mid for chunk in (record.buffered_chunks if record is not None else ())
+                    for mid in chunk.get("messageIds") or ()}
+            messages = [m for m in await self._unobserved(store, config, thread_id, resource_id, record)
+                        if m.id not in held]
+            return _Snapshot(record=record, messages=messages, tokens=self.counter.count_messages(messages))
+
+        snap = await self._serialized(config, thread_id, resource_id, _snapshot, "om_buffer_snapshot")
+        model = self._model(config, thread_id, resource_id)
+        if not snap.messages or model is None:
+            return False
+        record = snap.record
+        previous = "\n\n".join(part for part in (
+            record.active_observations if record is not None else "",
+            *(str(c.get("observations") or "") for c in (record.buffered_chunks if record is not None else ())))
+            if part.strip())
+        prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
+                  f"New messages to observe:\n{observer_transcript(snap.messages)}")
+        output = await self._call(model, OBSERVER_INSTRUCTIONS + _custom(config.instruction), prompt, "observer",
+                                  observer_attachments(snap.messages, config.observe_attachments))
+        observed, extras = split_observer_output(output)
+        last = max(snap.messages, key=lambda m: m.created_at)
+        cycle = str(uuid.uuid4())
+        chunk: dict[str, Any] = {  # Mastra's BufferedObservationChunk
+            "id": f"ombuf-{uuid.uuid4()}", "cycleId": cycle,
+            "observations": f"{date_header(snap.messages)}\n{observed}",
+            "tokenCount": self.counter.count_text(observed), "messageIds": [m.id for m in snap.messages],
+            # the messages' own tokens (no per-conversation overhead), so chunks add up as the messages do
+            "messageTokens": sum(self.counter.count_message(m) for m in snap.messages),
+            "lastObservedAt": to_iso(last.created_at), "createdAt": to_iso(utc_now()),
+            **({"currentTask": extras["currentTask"]} if "currentTask" in extras else {}),
+            **({"suggestedContinuation": extras["suggestedResponse"]} if "suggestedResponse" in extras else {}),
+            **({"threadTitle": extras["threadTitle"]} if "threadTitle" in extras and config.thread_title else {}),
+        }
+
+        async def _commit() -> bool:
+            current = await records.current(key)
+            if not same_record(current, snap.record):
+                return False  # observed, activated or buffered meanwhile: this chunk may overlap; dropped
+            now = utc_now()
+            fresh = current.copy() if current is not None else OMRecord(
+                id=str(uuid.uuid4()), lookup_key=key, scope=config.scope, resource_id=resource_id,
+                thread_id=thread_id, origin_type="initialization", config=_config_json(config), created_at=now,
+                updated_at=now)
+            fresh.buffered_chunks = [*fresh.buffered_chunks, chunk]
+            fresh.last_buffered_at_tokens = tokens
+            fresh.updated_at = now
+            return await records.replace(fresh, expected=current)
+
+        with operation_span("threadmind.om.commit_buffer", "update_memory", thread_id=thread_id,
+                            resource_id=resource_id):
+            return await self._serialized(config, thread_id, resource_id, _commit, "om_buffer")
+
+    async def activate(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                       tokens: int) -> bool:
+        """Make buffered chunks active, with no model call (Mastra's ``swapBufferedToActive``): the oldest chunks
+        whose messages bring the unobserved tokens nearest ``(1 - bufferActivation)`` × the threshold; their
+        messages become observed. True if any chunk was activated."""
+        key = self.key(config, thread_id, resource_id)
+        records = self.records
+        store = self._store
+
+        async def _swap() -> tuple[OMRecord, list[str]] | None:
+            current = await records.current(key)
+            if current is None or not current.buffered_chunks:
+                return None
+            chunks = current.buffered_chunks
+            threshold = config.message_threshold(current.observation_token_count)
+            count = _chunks_to_activate(chunks, tokens, threshold, config.activation_ratio)
+            taken, left = chunks[:count], chunks[count:]
+            content = "\n\n".join(str(c.get("observations") or "") for c in taken)
+            last_seen = max((from_iso(str(c["lastObservedAt"])) for c in taken if c.get("lastObservedAt")),
+                            default=utc_now())
+            record = current.copy()
+            boundary = f"\n\n--- message boundary ({to_iso(last_seen)}) ---\n\n"
+            record.active_observations = f"{record.active_observations}{boundary}{content}" \
+                if record.active_observations else content
+            record.observation_token_count = self.counter.count_text(record.active_observations)
+            ids = [str(mid) for c in taken for mid in c.get("messageIds") or ()]
+            record.observed_message_ids = ids
+            record.last_observed_at = last_seen
+            record.total_tokens_observed += sum(int(c.get("messageTokens") or 0) for c in taken)
+            record.buffered_chunks = left
+            if record.origin_type == "initialization":
+                record.origin_type = "observation"
+            record.updated_at = utc_now()
+            if not await records.replace(record, expected=current):
+                return None
+            extras: dict[str, str] = {}
+            hints = taken[-1]
+            if isinstance(hints.get("currentTask"), str):
+                extras["currentTask"] = hints["currentTask"]
+            if isinstance(hints.get("suggestedContinuation"), str):
+                extras["suggestedResponse"] = hints["suggestedContinuation"]
+            observed = await store.get_messages_by_id(ids)
+            if observed:
+                await self._mark_observed(store, thread_id, observed, extras)
+            return record, ids
+
+        with operation_span("threadmind.om.activate", "update_memory", thread_id=thread_id, resource_id=resource_id):
+            swapped = await self._serialized(config, thread_id, resource_id, _swap, "om_activate")
+        if swapped is None:
+            return False
+        record, _ = swapped
+        if record.observation_token_count >= config.observation_tokens:
+            model = self._model(config, thread_id, resource_id, reflector=True) or \
+                self._model(config, thread_id, resource_id)
+            if model is not None:
+                await self._reflect(config, thread_id, resource_id, record, model)
+        return True
 
     def inflight(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
         """Whether an observation for this key is running now."""
@@ -502,6 +668,28 @@ class _ManagedWorkingMemory:
                 return None
             text = json.dumps(document, ensure_ascii=False)
         return None if text == (self.current or "").strip() else text
+
+
+def _chunks_to_activate(chunks: Sequence[Mapping[str, Any]], pending: int, threshold: int, ratio: float) -> int:
+    """How many of the oldest chunks an activation takes (Mastra's boundary: the cumulative message tokens nearest
+    ``pending - threshold × (1 - ratio)``, preferring a small overshoot that leaves messages, at least one)."""
+    floor = threshold * (1 - ratio)
+    target = max(0.0, pending - floor)
+    total = 0
+    over_at = over_tokens = under_at = under_tokens = 0
+    for at, chunk in enumerate(chunks, start=1):
+        total += int(chunk.get("messageTokens") or 0)
+        if total >= target:
+            if over_at == 0 or total < over_tokens:
+                over_at, over_tokens = at, total
+        elif total > under_tokens:
+            under_at, under_tokens = at, total
+    least = min(1000.0, floor)
+    if over_at and over_tokens - target <= floor * 0.95 and pending - over_tokens >= least:
+        return over_at
+    if under_at and pending - under_tokens >= least:
+        return under_at
+    return over_at or 1
 
 
 def _custom(instruction: str | None) -> str:

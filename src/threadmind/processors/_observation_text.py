@@ -55,6 +55,20 @@ class ObservationEngine(Protocol):
         ``working_memory``: the working memory the Observer also writes (``observation.manageWorkingMemory``)."""
         ...
 
+    def should_buffer(self, config: ObservationalMemoryConfig, record: OMRecord | None, tokens: int) -> bool:
+        """Whether ``tokens`` crossed a new ``bufferTokens`` interval since the last buffering."""
+        ...
+
+    def buffer(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, tokens: int,
+               working_memory: WorkingMemoryConfig | None = None) -> bool:
+        """Start computing the next buffered chunk in the background; True when started."""
+        ...
+
+    async def activate(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                       tokens: int) -> bool:
+        """Make buffered chunks active with no model call; True if any was."""
+        ...
+
     def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, *,
                  working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Start a background observation unless one runs; True when started."""

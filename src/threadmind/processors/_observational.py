@@ -102,7 +102,18 @@ class ObservationalMemory:
         record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
         tokens = engine.counter.count_messages(unobserved)
         threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
-        if tokens > block_after_tokens(config, threshold) and not args.context.memory_config.read_only:
+        writable = not args.context.memory_config.read_only
+        pending = tokens + engine.counter.count_messages(args.message_list.get_input())  # the turn's input too
+        if writable and record is not None and record.buffered_chunks and pending >= threshold:
+            # The threshold reached with observations computed ahead: they become active, no model call.
+            if await engine.activate(config, thread_id, resource_id, pending):
+                args.context.write_data("data-om-activation", {
+                    "operationType": "observation", "activatedAt": to_iso(utc_now()), "tokensBefore": pending,
+                    "recordId": record.id, "threadId": thread_id})
+                record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
+                tokens = engine.counter.count_messages(unobserved)
+                threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
+        if tokens > block_after_tokens(config, threshold) and writable:
             cycle = _Cycle(args, config, thread_id, record, tokens)
             failures: list[BaseException] = []
             if await engine.ensure_below_block(config, thread_id, resource_id, tokens, failures=failures,
@@ -171,6 +182,16 @@ class ObservationalMemory:
         rows = {m.id: m for m in (*(before if isinstance(before, list) else ()), *kept)}
         tokens = engine.counter.count_messages(rows.values())
         threshold = context.run_state.get(_THRESHOLD_KEY)
-        if tokens >= (threshold if isinstance(threshold, int) else config.message_tokens):  # at it, as the reference
-            engine.schedule(config, thread_id, resource_id, working_memory=_managed(args, config))
+        limit = threshold if isinstance(threshold, int) else config.message_tokens
+        record = context.run_state.get(_RECORD_KEY)
+        record = record if isinstance(record, OMRecord) else None
+        managed = _managed(args, config)
+        if config.buffer_size is not None:
+            if engine.should_buffer(config, record, tokens):  # observations computed ahead, in chunks
+                engine.buffer(config, thread_id, resource_id, tokens, working_memory=managed)
+            if tokens >= limit and (record is None or not record.buffered_chunks):
+                engine.schedule(config, thread_id, resource_id, working_memory=managed)  # nothing to activate
+            return None
+        if tokens >= limit:  # at it, as the reference
+            engine.schedule(config, thread_id, resource_id, working_memory=managed)
         return None

@@ -114,6 +114,11 @@ class OMRecord(msgspec.Struct, kw_only=True):
     observed_message_ids: list[str] = msgspec.field(default_factory=list)
     observed_timezone: str | None = None
     metadata: dict[str, Any] | None = None
+    #: Observations computed ahead of the threshold, not yet active (``bufferedObservationChunks``, Mastra's
+    #: chunk objects: ``cycleId``, ``observations``, ``tokenCount``, ``messageIds``, ``messageTokens``,
+    #: ``lastObservedAt``, ``createdAt``), oldest first; and the unobserved tokens at the last buffering.
+    buffered_chunks: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    last_buffered_at_tokens: int = 0
     created_at: datetime
     updated_at: datetime
 
@@ -121,7 +126,9 @@ class OMRecord(msgspec.Struct, kw_only=True):
         """An independent copy (records handed out are never shared with the store's own)."""
         return msgspec.structs.replace(self, config=dict(self.config),
                                        observed_message_ids=list(self.observed_message_ids),
-                                       metadata=dict(self.metadata) if self.metadata is not None else None)
+                                       metadata=dict(self.metadata) if self.metadata is not None else None,
+                                       buffered_chunks=[dict(c, messageIds=list(c.get("messageIds") or []))
+                                                        for c in self.buffered_chunks])
 
 
 def _row(record: OMRecord) -> tuple[Any, ...]:
@@ -144,9 +151,11 @@ def _row(record: OMRecord) -> tuple[Any, ...]:
         "isReflecting": int(record.is_reflecting),
         "observedMessageIds": json.dumps(record.observed_message_ids, separators=(",", ":")),
         "observedTimezone": record.observed_timezone,
+        "bufferedObservationChunks": json.dumps(record.buffered_chunks, separators=(",", ":"))
+        if record.buffered_chunks else None,
         "isBufferingObservation": 0,
         "isBufferingReflection": 0,
-        "lastBufferedAtTokens": 0,
+        "lastBufferedAtTokens": record.last_buffered_at_tokens,
         "metadata": json.dumps(record.metadata, separators=(",", ":")) if record.metadata is not None else None,
         "createdAt": to_iso(record.created_at),
         "updatedAt": to_iso(record.updated_at),
@@ -198,6 +207,9 @@ def _record_of(v: dict[str, Any], where: str) -> OMRecord:
         observed_message_ids=list(_json(v["observedMessageIds"], where + ".observedMessageIds") or []),
         observed_timezone=v["observedTimezone"],
         metadata=_json(v["metadata"], where + ".metadata"),
+        buffered_chunks=[c for c in _json(v["bufferedObservationChunks"], where + ".bufferedObservationChunks")
+                         or [] if isinstance(c, dict)],
+        last_buffered_at_tokens=int(v["lastBufferedAtTokens"] or 0),
         created_at=from_iso(v["createdAt"]),
         updated_at=from_iso(v["updatedAt"]),
     )
@@ -234,11 +246,12 @@ _CURRENT_KEYS = 4096  # most keys kept, least recently asked dropped first
 
 
 def same_record(a: OMRecord | None, b: OMRecord | None) -> bool:
-    """Whether two reads saw the same generation with the same observations (id, generation, cursor, text)."""
+    """Whether two reads saw the same generation with the same observations (id, generation, cursor, text,
+    buffered chunks)."""
     if a is None or b is None:
         return a is b
-    return (a.id, a.generation_count, a.last_observed_at, a.active_observations) == \
-        (b.id, b.generation_count, b.last_observed_at, b.active_observations)
+    return (a.id, a.generation_count, a.last_observed_at, a.active_observations, a.buffered_chunks) == \
+        (b.id, b.generation_count, b.last_observed_at, b.active_observations, b.buffered_chunks)
 
 
 class SQLiteOMStore:

@@ -29,14 +29,15 @@ _WRITE = (
     "generationCount", "lastObservedAt", "lastObservedAtZ", "lastReflectionAt", "lastReflectionAtZ",
     "pendingMessageTokens", "totalTokensObserved", "observationTokenCount", "isObserving", "isReflecting",
     "observedMessageIds", "observedTimezone", "metadata", "createdAt", "createdAtZ", "updatedAt", "updatedAtZ",
+    "bufferedObservationChunks", "lastBufferedAtTokens",
 )
-_CASTS = {"observedMessageIds": "::jsonb", "metadata": "::jsonb"}
+_CASTS = {"observedMessageIds": "::jsonb", "metadata": "::jsonb", "bufferedObservationChunks": "::jsonb"}
 _RESET = {
     "activeObservationsPendingUpdate": "NULL", "bufferedObservations": "NULL", "bufferedObservationTokens": "NULL",
     "bufferedMessageIds": "NULL", "bufferedReflection": "NULL", "bufferedReflectionTokens": "NULL",
     "bufferedReflectionInputTokens": "NULL", "reflectedObservationLineCount": "NULL",
-    "bufferedObservationChunks": "NULL", "isBufferingObservation": "false", "isBufferingReflection": "false",
-    "lastBufferedAtTokens": "0", "lastBufferedAtTime": "NULL", "lastBufferedAtTimeZ": "NULL",
+    "isBufferingObservation": "false", "isBufferingReflection": "false",
+    "lastBufferedAtTime": "NULL", "lastBufferedAtTimeZ": "NULL",
 }
 _PUT = (
     f"INSERT INTO {OM_TABLE} ({', '.join(f'{chr(34)}{c}{chr(34)}' for c in (*_WRITE, *_RESET))}) VALUES ("
@@ -49,7 +50,7 @@ _READ = (
     '"generationCount", "lastObservedAt", "lastObservedAtZ", "lastReflectionAt", "lastReflectionAtZ", '
     '"pendingMessageTokens", "totalTokensObserved", "observationTokenCount", "isObserving", "isReflecting", '
     '"observedMessageIds"::text, "observedTimezone", metadata::text, "createdAt", "createdAtZ", "updatedAt", '
-    '"updatedAtZ"'
+    '"updatedAtZ", "bufferedObservationChunks"::text, "lastBufferedAtTokens"'
 )
 _ORDER = 'ORDER BY "generationCount" {d}, COALESCE("createdAtZ", "createdAt") {d}'
 _CURRENT = f'SELECT {_READ} FROM {OM_TABLE} WHERE "lookupKey" = $1 {_ORDER.format(d="DESC")} LIMIT 1'
@@ -73,6 +74,8 @@ def _params(record: OMRecord) -> list[Any]:
         json.dumps(record.observed_message_ids, separators=(",", ":")), record.observed_timezone,
         None if record.metadata is None else json.dumps(record.metadata, separators=(",", ":")),
         created, created_z, updated, updated_z,
+        json.dumps(record.buffered_chunks, separators=(",", ":")) if record.buffered_chunks else None,
+        record.last_buffered_at_tokens,
     ]
 
 
@@ -93,6 +96,9 @@ def _from_row(row: Sequence[Any]) -> OMRecord:
         observed_timezone=row[19],
         metadata=decode_json(row[20], where + ".metadata"), created_at=from_columns(row[22], row[21]),
         updated_at=from_columns(row[24], row[23]),
+        buffered_chunks=[c for c in decode_json(row[25], where + ".bufferedObservationChunks") or []
+                         if isinstance(c, dict)],
+        last_buffered_at_tokens=int(row[26] or 0),
     )
 
 
