@@ -777,3 +777,38 @@ async def test_buffered_observations_activate_at_the_threshold_with_no_model_cal
         remaining = (await memory.recall("t1", per_page=False)).messages
         sealed = [m.id for m in remaining if ((m.content.metadata or {}).get("mastra") or {}).get("sealed")]
         assert len(sealed) == 6  # the three turns the chunks held
+
+
+async def test_two_processes_buffering_one_thread_store_one_chunk(tmp_path: Path) -> None:
+    """Two Memory objects on one SQLite file (as two processes have) both compute a chunk of the same messages at
+    once: one commits, the other finds the record changed and drops its chunk; nothing is buffered twice."""
+    from threadmind import Message
+
+    both = anyio.Event()
+    calls: list[int] = []
+
+    async def observe(request: ModelRequest) -> str:
+        calls.append(1)
+        if len(calls) == 2:
+            both.set()
+        with anyio.fail_after(5):
+            await both.wait()  # each Observer call answers once both took their snapshot
+        return f"* 🔴 chunk by call {len(calls)}"
+
+    options = {"observationalMemory": {"observation": {"model": ScriptedModel(iter(lambda: observe, None)),
+                                                       "messageTokens": 200, "bufferTokens": 50}}}
+    path = tmp_path / "shared.db"
+    async with Memory(storage=SQLiteStore(path), options=options) as first, \
+            Memory(storage=SQLiteStore(path), options=options) as second:
+        await first.create_thread(thread_id="t1", resource_id="r1")
+        await first.save_messages([Message.user(_long("one"), thread_id="t1", resource_id="r1")])
+        config = first.options.observational_memory_config
+        assert config is not None
+        for memory in (first, second):
+            memory.get_input_processors()  # makes the memory's engine, as a turn does
+            engine = memory.observational_engine
+            assert engine is not None and engine.buffer(config, "t1", "r1", 60)
+        await first.settled()
+        await second.settled()
+        records = await _records(first)
+    assert len(calls) == 2 and len(records) == 1 and len(records[0].buffered_chunks) == 1
