@@ -350,6 +350,9 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     #: (``processors._temporal_markers``).
     temporal_markers: bool = False
     reflection_model: Any = None  # the Reflector's model when it differs from the Observer's (``model``)
+    #: With ``buffer_tokens`` set: the share of ``observation_tokens`` at which a reflection is computed ahead,
+    #: in the background (``reflection.bufferActivation``, 0.5; 0: never).
+    reflection_buffer_activation: float | None = None
     #: The Observer also writes working memory (``observation.manageWorkingMemory``, with ``workingMemory``
     #: enabled): the agent then only reads it (``agentManaged`` false) as a state signal, unless those are set.
     manage_working_memory: bool = False
@@ -420,6 +423,15 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
         """The share of the threshold an activation takes out of the messages (``bufferActivation``, 0.8)."""
         value = self.buffer_activation
         return 0.8 if value is None else max(0.0, min(1.0, float(value)))
+
+    @property
+    def reflection_buffer_at(self) -> int | None:
+        """Observation tokens from which a reflection is computed ahead (``reflection.bufferActivation`` ×
+        ``reflection.observationTokens``), when observations are buffered; None: never."""
+        ratio = 0.5 if self.reflection_buffer_activation is None else float(self.reflection_buffer_activation)
+        if self.buffer_size is None or not ratio > 0:
+            return None
+        return max(1, round(min(ratio, 1.0) * self.observation_tokens))
 
     def message_threshold(self, observation_tokens: int) -> int:
         """Unobserved tokens at which an observation runs: ``message_tokens``; with ``share_token_budget``, what the
@@ -633,7 +645,8 @@ _OM_GROUPS: dict[str, dict[str, str | None]] = {
                     "observeAttachments": "observeAttachments",
                     "maxTokensPerBatch": None, "previousObserverTokens": None, "modelSettings": None,
                     "providerOptions": None},
-    "reflection": {"observationTokens": "observationTokens", "model": "reflectionModel", "bufferActivation": None,
+    "reflection": {"observationTokens": "observationTokens", "model": "reflectionModel",
+                   "bufferActivation": "reflectionBufferActivation",
                    "instruction": "reflectionInstruction", "blockAfter": None, "modelSettings": None,
                    "providerOptions": None},
 }

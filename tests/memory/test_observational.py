@@ -812,3 +812,61 @@ async def test_two_processes_buffering_one_thread_store_one_chunk(tmp_path: Path
         await second.settled()
         records = await _records(first)
     assert len(calls) == 2 and len(records) == 1 and len(records[0].buffered_chunks) == 1
+
+
+async def test_a_reflection_computed_ahead_becomes_the_next_generation_with_no_model_call() -> None:
+    """With observations buffered, past ``reflection.bufferActivation`` (0.5) of ``observationTokens`` the
+    Reflector runs in the background; reaching the threshold then makes its reflection, followed by the lines
+    observed since, the next generation, with no Reflector call of its own. Fast turns (a millisecond apart) keep
+    every message: a turn's input is dated after the observed rows it does not load."""
+    observer = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
+    reflector = _endless(lambda request: "* 🔴 condensed by the reflector")
+    options = {"observationalMemory": {"observation": {"model": observer, "messageTokens": 200, "bufferTokens": 50},
+                                       "reflection": {"model": reflector, "observationTokens": 60}}}
+    async with Memory(storage=InMemoryStore(), options=options) as memory:
+        agent = Agent("a", "i", _endless(lambda request: "ok"), memory=memory)
+        generations: list[tuple[int, int, bool]] = []
+        for n in range(7):
+            await agent.generate(_long(f"turn{n}"), thread_id="t1", resource_id="r1")
+            await memory.settled()
+            history = await _records(memory)
+            generations.append((len(history), reflector.calls, history[-1].buffered_reflection is not None))
+        assert generations[3] == (1, 1, True)  # the first activation passed half the threshold: reflected ahead
+        assert generations[6][:2] == (2, 1)  # the next activation reached it: a new generation, no new call
+        newest = (await _records(memory))[-1]
+        assert newest.origin_type == "reflection" and newest.buffered_reflection is None
+        assert newest.active_observations.startswith("* 🔴 condensed by the reflector\n\n")
+        assert "observed chunk 4" in newest.active_observations  # observed after the reflection began
+        messages = (await memory.recall("t1", per_page=False)).messages
+        assert [m.text for m in messages if m.role == "user"] == [_long(f"turn{n}") for n in range(7)]
+
+
+async def test_a_turns_input_is_dated_after_the_observed_rows_it_does_not_load() -> None:
+    """The newest stored row may be an observed one, which observational memory does not load (here dated 2 s
+    ahead, as a clock running ahead or fast turns leave it): the turn's input still sorts after it, so it is
+    neither hidden behind the observation cursor nor ever skipped by the Observer."""
+    from datetime import timedelta
+
+    from threadmind import Message
+    from threadmind.codecs import utc_now
+
+    async with _om_memory(InMemoryStore(), _endless(lambda request: "* x"), message_tokens=100_000) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        ahead = Message.user("from a clock ahead", id="ahead", thread_id="t1", resource_id="r1",
+                             created_at=utc_now() + timedelta(seconds=2))
+        await memory.save_messages([ahead])
+        memory.get_input_processors()
+        engine = memory.observational_engine
+        assert engine is not None
+        now = utc_now()
+        await engine.records.put(OMRecord(id="om-1", lookup_key="thread:t1", scope="thread", resource_id="r1",
+                                          thread_id="t1", active_observations="* 🔴 earlier", created_at=now,
+                                          updated_at=now, last_observed_at=ahead.created_at,
+                                          observed_message_ids=["ahead"]))
+        model = ScriptedModel(["one", "two"])
+        agent = Agent("a", "i", model, memory=memory)
+        await agent.generate("after it", thread_id="t1", resource_id="r1")
+        stored = {m.text: m for m in (await memory.recall("t1", per_page=False)).messages}
+        assert stored["after it"].created_at > ahead.created_at
+        await agent.generate("again", thread_id="t1", resource_id="r1")
+        assert "after it" in [m.text for m in model.requests[1].messages]  # unobserved, so sent verbatim

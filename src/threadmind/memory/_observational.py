@@ -375,8 +375,11 @@ class ObservationalMemoryEngine:
             ids = [str(mid) for c in taken for mid in c.get("messageIds") or ()]
             record.observed_message_ids = ids
             record.last_observed_at = last_seen
-            record.total_tokens_observed += sum(int(c.get("messageTokens") or 0) for c in taken)
+            moved = sum(int(c.get("messageTokens") or 0) for c in taken)
+            record.total_tokens_observed += moved
             record.buffered_chunks = left
+            if tokens - moved < record.last_buffered_at_tokens * 0.5:  # Mastra: a stale boundary starts over
+                record.last_buffered_at_tokens = 0
             if record.origin_type == "initialization":
                 record.origin_type = "observation"
             record.updated_at = utc_now()
@@ -403,6 +406,8 @@ class ObservationalMemoryEngine:
                 self._model(config, thread_id, resource_id)
             if model is not None:
                 await self._reflect(config, thread_id, resource_id, record, model)
+        else:
+            self._reflect_ahead(config, thread_id, resource_id, record)
         return True
 
     def inflight(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
@@ -531,6 +536,8 @@ class ObservationalMemoryEngine:
         if committed.observation_token_count >= config.observation_tokens:
             reflector = self._model(config, thread_id, resource_id, reflector=True) or model
             await self._reflect(config, thread_id, resource_id, committed, reflector)
+        else:
+            self._reflect_ahead(config, thread_id, resource_id, committed)
         return True
 
     async def _current_working_memory(self, working_memory: WorkingMemoryConfig, thread_id: str,
@@ -587,17 +594,72 @@ class ObservationalMemoryEngine:
         except ThreadNotFound:
             return
 
+    def _reflect_ahead(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                       record: OMRecord) -> bool:
+        """Past ``reflection.bufferActivation`` of the reflection threshold (observations buffered), compute the
+        reflection in the background now, so reaching the threshold needs no model call; True when started."""
+        at = config.reflection_buffer_at
+        system = self._core.system
+        key = "reflect:" + record.lookup_key
+        if at is None or record.observation_token_count < at or record.buffered_reflection is not None \
+                or system is None or not system.accepting_background or key in self._inflight:
+            return False
+        model = self._model(config, thread_id, resource_id, reflector=True) or \
+            self._model(config, thread_id, resource_id)
+        if model is None:
+            return False
+        done = self._inflight[key] = anyio.Event()
+        system.spawn(self._reflect_ahead_job, config, thread_id, resource_id, record, model, key, done,
+                     name=f"threadmind.om.reflect_ahead[{key}]")
+        return True
+
+    async def _reflect_ahead_job(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                                 base: OMRecord, model: LanguageModel, key: str, done: anyio.Event) -> None:
+        forget_fences()
+        try:
+            lines = base.active_observations.split("\n")
+            condensed = await self._call(model, REFLECTOR_INSTRUCTIONS + _custom(config.reflection_instruction),
+                                         base.active_observations, "reflector")
+            records = self.records
+
+            async def _commit() -> None:
+                current = await records.current(base.lookup_key)
+                if current is None or current.id != base.id or current.buffered_reflection is not None \
+                        or current.active_observations.split("\n")[:len(lines)] != lines:
+                    return  # a new generation, or the observations this reflected changed: not this one's
+                record = current.copy()
+                record.buffered_reflection = condensed
+                record.buffered_reflection_tokens = self.counter.count_text(condensed)
+                record.buffered_reflection_input_tokens = self.counter.count_text(base.active_observations)
+                record.reflected_line_count = len(lines)
+                record.updated_at = utc_now()
+                await records.replace(record, expected=current)
+
+            await self._serialized(config, thread_id, resource_id, _commit, "om_reflect_ahead")
+        except Exception:
+            _log.warning("reflecting ahead for %s failed; the threshold reflects instead", key, exc_info=True)
+        finally:
+            if self._inflight.get(key) is done:
+                del self._inflight[key]
+            done.set()
+
     async def _reflect(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,
         model: LanguageModel,
     ) -> None:
-        """Condense the observations into a new generation (``originType`` "reflection")."""
-        try:
-            condensed = await self._call(model, REFLECTOR_INSTRUCTIONS + _custom(config.reflection_instruction),
-                                         base.active_observations, "reflector")
-        except Exception:
-            _log.warning("reflection for %s failed; observations kept as they are", base.lookup_key, exc_info=True)
-            return
+        """Condense the observations into a new generation (``originType`` "reflection"): the reflection computed
+        ahead when there is one (with the lines observed since after it; no model call), else the Reflector's."""
+        if base.buffered_reflection is not None and base.reflected_line_count is not None:
+            rest = "\n".join(base.active_observations.split("\n")[base.reflected_line_count:]).strip()
+            condensed = f"{base.buffered_reflection}\n\n{rest}" if rest else base.buffered_reflection
+        else:
+            try:
+                condensed = await self._call(model, REFLECTOR_INSTRUCTIONS + _custom(config.reflection_instruction),
+                                             base.active_observations, "reflector")
+            except Exception:
+                _log.warning("reflection for %s failed; observations kept as they are", base.lookup_key,
+                             exc_info=True)
+                return
         records = self.records
 
         async def _commit() -> None:
@@ -613,6 +675,8 @@ class ObservationalMemoryEngine:
             record.observation_token_count = self.counter.count_text(condensed)
             record.last_reflection_at = now
             record.created_at = record.updated_at = now
+            record.buffered_reflection = record.buffered_reflection_tokens = None
+            record.buffered_reflection_input_tokens = record.reflected_line_count = None
             await records.replace(record, expected=current)
 
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,

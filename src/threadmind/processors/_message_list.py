@@ -222,6 +222,12 @@ class MessageList:
             messages.sort(key=_CREATED_AT)
             self._see(floor)
 
+    def keep_generated_after(self, stored: datetime) -> None:
+        """Generated times sort after ``stored``, the time of a stored row the list did not load (observational
+        memory loads only what its observations do not cover: the newest stored row may be an observed one)."""
+        if self._generated_floor is not None and self._generated_floor <= stored:
+            self._keep_generated_last(stored)
+
     def date_now(self, ids: Iterable[str]) -> None:
         """Give the live messages ``ids`` generated times, in their order in the list, as if they had come
         without one: now, after every other message of the list, and kept after stored rows added later.

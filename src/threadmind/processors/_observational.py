@@ -127,6 +127,10 @@ class ObservationalMemory:
         args.context.run_state[_UNOBSERVED_KEY] = unobserved
         args.context.run_state[_THRESHOLD_KEY] = threshold
         args.context.run_state[_RECORD_KEY] = record
+        if record is not None and record.last_observed_at is not None:
+            # The turn's new input is dated after every stored row, observed ones included: dated before the
+            # cursor, it would be neither loaded nor ever observed.
+            args.message_list.keep_generated_after(record.last_observed_at)
         own = [m for m in unobserved if m.thread_id in (None, thread_id)]
         if record is not None and record.active_observations.strip():
             args.message_list.add_system(observations_system_message(record.active_observations), "memory")

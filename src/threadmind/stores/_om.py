@@ -119,6 +119,13 @@ class OMRecord(msgspec.Struct, kw_only=True):
     #: ``lastObservedAt``, ``createdAt``), oldest first; and the unobserved tokens at the last buffering.
     buffered_chunks: list[dict[str, Any]] = msgspec.field(default_factory=list)
     last_buffered_at_tokens: int = 0
+    #: A reflection computed ahead (``bufferedReflection``) of the first ``reflected_line_count`` lines of the
+    #: observations, its tokens, and the tokens of what it condensed; the rest of the lines follow it when it
+    #: becomes the next generation.
+    buffered_reflection: str | None = None
+    buffered_reflection_tokens: int | None = None
+    buffered_reflection_input_tokens: int | None = None
+    reflected_line_count: int | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -153,6 +160,10 @@ def _row(record: OMRecord) -> tuple[Any, ...]:
         "observedTimezone": record.observed_timezone,
         "bufferedObservationChunks": json.dumps(record.buffered_chunks, separators=(",", ":"))
         if record.buffered_chunks else None,
+        "bufferedReflection": record.buffered_reflection,
+        "bufferedReflectionTokens": record.buffered_reflection_tokens,
+        "bufferedReflectionInputTokens": record.buffered_reflection_input_tokens,
+        "reflectedObservationLineCount": record.reflected_line_count,
         "isBufferingObservation": 0,
         "isBufferingReflection": 0,
         "lastBufferedAtTokens": record.last_buffered_at_tokens,
@@ -161,6 +172,10 @@ def _row(record: OMRecord) -> tuple[Any, ...]:
         "updatedAt": to_iso(record.updated_at),
     }
     return tuple(values.get(name) for name in _NAMES)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _json(value: Any, where: str) -> Any:
@@ -210,6 +225,10 @@ def _record_of(v: dict[str, Any], where: str) -> OMRecord:
         buffered_chunks=[c for c in _json(v["bufferedObservationChunks"], where + ".bufferedObservationChunks")
                          or [] if isinstance(c, dict)],
         last_buffered_at_tokens=int(v["lastBufferedAtTokens"] or 0),
+        buffered_reflection=v["bufferedReflection"] or None,
+        buffered_reflection_tokens=_int_or_none(v["bufferedReflectionTokens"]),
+        buffered_reflection_input_tokens=_int_or_none(v["bufferedReflectionInputTokens"]),
+        reflected_line_count=_int_or_none(v["reflectedObservationLineCount"]),
         created_at=from_iso(v["createdAt"]),
         updated_at=from_iso(v["updatedAt"]),
     )
@@ -247,11 +266,12 @@ _CURRENT_KEYS = 4096  # most keys kept, least recently asked dropped first
 
 def same_record(a: OMRecord | None, b: OMRecord | None) -> bool:
     """Whether two reads saw the same generation with the same observations (id, generation, cursor, text,
-    buffered chunks)."""
+    buffered chunks and reflection)."""
     if a is None or b is None:
         return a is b
-    return (a.id, a.generation_count, a.last_observed_at, a.active_observations, a.buffered_chunks) == \
-        (b.id, b.generation_count, b.last_observed_at, b.active_observations, b.buffered_chunks)
+    return (a.id, a.generation_count, a.last_observed_at, a.active_observations, a.buffered_chunks,
+            a.buffered_reflection) == \
+        (b.id, b.generation_count, b.last_observed_at, b.active_observations, b.buffered_chunks, b.buffered_reflection)
 
 
 class SQLiteOMStore:

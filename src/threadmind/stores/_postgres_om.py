@@ -29,13 +29,13 @@ _WRITE = (
     "generationCount", "lastObservedAt", "lastObservedAtZ", "lastReflectionAt", "lastReflectionAtZ",
     "pendingMessageTokens", "totalTokensObserved", "observationTokenCount", "isObserving", "isReflecting",
     "observedMessageIds", "observedTimezone", "metadata", "createdAt", "createdAtZ", "updatedAt", "updatedAtZ",
-    "bufferedObservationChunks", "lastBufferedAtTokens",
+    "bufferedObservationChunks", "lastBufferedAtTokens", "bufferedReflection", "bufferedReflectionTokens",
+    "bufferedReflectionInputTokens", "reflectedObservationLineCount",
 )
 _CASTS = {"observedMessageIds": "::jsonb", "metadata": "::jsonb", "bufferedObservationChunks": "::jsonb"}
 _RESET = {
     "activeObservationsPendingUpdate": "NULL", "bufferedObservations": "NULL", "bufferedObservationTokens": "NULL",
-    "bufferedMessageIds": "NULL", "bufferedReflection": "NULL", "bufferedReflectionTokens": "NULL",
-    "bufferedReflectionInputTokens": "NULL", "reflectedObservationLineCount": "NULL",
+    "bufferedMessageIds": "NULL",
     "isBufferingObservation": "false", "isBufferingReflection": "false",
     "lastBufferedAtTime": "NULL", "lastBufferedAtTimeZ": "NULL",
 }
@@ -50,7 +50,8 @@ _READ = (
     '"generationCount", "lastObservedAt", "lastObservedAtZ", "lastReflectionAt", "lastReflectionAtZ", '
     '"pendingMessageTokens", "totalTokensObserved", "observationTokenCount", "isObserving", "isReflecting", '
     '"observedMessageIds"::text, "observedTimezone", metadata::text, "createdAt", "createdAtZ", "updatedAt", '
-    '"updatedAtZ", "bufferedObservationChunks"::text, "lastBufferedAtTokens"'
+    '"updatedAtZ", "bufferedObservationChunks"::text, "lastBufferedAtTokens", "bufferedReflection", '
+    '"bufferedReflectionTokens", "bufferedReflectionInputTokens", "reflectedObservationLineCount"'
 )
 _ORDER = 'ORDER BY "generationCount" {d}, COALESCE("createdAtZ", "createdAt") {d}'
 _CURRENT = f'SELECT {_READ} FROM {OM_TABLE} WHERE "lookupKey" = $1 {_ORDER.format(d="DESC")} LIMIT 1'
@@ -75,7 +76,8 @@ def _params(record: OMRecord) -> list[Any]:
         None if record.metadata is None else json.dumps(record.metadata, separators=(",", ":")),
         created, created_z, updated, updated_z,
         json.dumps(record.buffered_chunks, separators=(",", ":")) if record.buffered_chunks else None,
-        record.last_buffered_at_tokens,
+        record.last_buffered_at_tokens, record.buffered_reflection, record.buffered_reflection_tokens,
+        record.buffered_reflection_input_tokens, record.reflected_line_count,
     ]
 
 
@@ -98,7 +100,10 @@ def _from_row(row: Sequence[Any]) -> OMRecord:
         updated_at=from_columns(row[24], row[23]),
         buffered_chunks=[c for c in decode_json(row[25], where + ".bufferedObservationChunks") or []
                          if isinstance(c, dict)],
-        last_buffered_at_tokens=int(row[26] or 0),
+        last_buffered_at_tokens=int(row[26] or 0), buffered_reflection=row[27] or None,
+        buffered_reflection_tokens=None if row[28] is None else int(row[28]),
+        buffered_reflection_input_tokens=None if row[29] is None else int(row[29]),
+        reflected_line_count=None if row[30] is None else int(row[30]),
     )
 
 
