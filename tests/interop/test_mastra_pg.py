@@ -247,7 +247,8 @@ async def test_mastra_reads_what_threadmind_wrote(mastra_pg_dir: Path, pg_dsn: s
                                         "tokenCount": 6, "messageIds": ["m-1", "m-2"], "messageTokens": 40,
                                         "lastObservedAt": "2026-01-02T03:04:05.678Z",
                                         "createdAt": "2026-01-02T03:04:06.000Z"}],
-                      last_buffered_at_tokens=42)
+                      last_buffered_at_tokens=42, buffered_reflection="* 🔴 tea, always", buffered_reflection_tokens=5,
+                      buffered_reflection_input_tokens=7, reflected_line_count=1)
     async with PostgresStore(pg_dsn) as store:
         await store.observational_records().put(record)
     theirs = _mastra(mastra_pg_dir, "read", pg_dsn)
@@ -285,6 +286,8 @@ async def test_mastra_reads_what_threadmind_wrote(mastra_pg_dir: Path, pg_dsn: s
     assert {k: om[k] for k in _om_view(record)} == _om_view(record)
     # observations computed ahead (observation.bufferTokens) read back as Mastra's own chunks
     assert om["bufferedObservationChunks"] == record.buffered_chunks and om["lastBufferedAtTokens"] == 42
+    assert (om["bufferedReflection"], om["bufferedReflectionTokens"], om["bufferedReflectionInputTokens"],
+            om["reflectedObservationLineCount"]) == ("* 🔴 tea, always", 5, 7, 1)
     assert om["originType"] == "observation" and "lastObservedAt" not in om
 
     # and after Mastra has opened the database, threadmind still reads it the same
