@@ -870,3 +870,34 @@ async def test_a_turns_input_is_dated_after_the_observed_rows_it_does_not_load()
         assert stored["after it"].created_at > ahead.created_at
         await agent.generate("again", thread_id="t1", resource_id="r1")
         assert "after it" in [m.text for m in model.requests[1].messages]  # unobserved, so sent verbatim
+
+
+async def test_buffered_chunks_carry_the_title_and_the_working_memory_to_their_activation() -> None:
+    """With observations buffered, what the Observer says beside them (``threadTitle``, and the working memory it
+    manages) is kept with the chunk (Mastra's ``threadTitle`` and ``extractedValues``) and applied when the chunk
+    becomes active, not before."""
+    def observe(request: ModelRequest) -> str:
+        n = len(observer.requests)
+        return (f"* 🔴 observed chunk {n}\n<thread-title>Trip number {n}</thread-title>\n"
+                f"<working-memory>\n# Me\n- trips: {n}\n</working-memory>")
+
+    observer = _endless(observe)
+    options = {"workingMemory": {"enabled": True, "template": "# Me\n- trips:"},
+               "observationalMemory": {"observation": {"model": observer, "messageTokens": 200, "bufferTokens": 50,
+                                                       "threadTitle": True, "manageWorkingMemory": True}}}
+    async with Memory(storage=InMemoryStore(), options=options) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1", title="Untitled")
+        agent = Agent("a", "i", _endless(lambda request: "ok"), memory=memory)
+        for n in range(3):
+            await agent.generate(_long(f"turn{n}"), thread_id="t1", resource_id="r1")
+            await memory.settled()
+        thread = await memory.get_thread_by_id("t1")
+        assert thread is not None and thread.title == "Untitled"  # buffered only: nothing applied yet
+        assert await memory.get_working_memory(thread_id="t1", resource_id="r1") is None
+        chunk = (await _records(memory))[-1].buffered_chunks[-1]
+        assert chunk["threadTitle"] == "Trip number 3" and chunk["extractedValues"] == {
+            "working-memory": "# Me\n- trips: 3"}
+        await agent.generate(_long("turn3"), thread_id="t1", resource_id="r1")  # reaches the threshold
+        thread = await memory.get_thread_by_id("t1")
+        assert thread is not None and thread.title == "Trip number 3"
+        assert await memory.get_working_memory(thread_id="t1", resource_id="r1") == "# Me\n- trips: 3"

@@ -275,7 +275,7 @@ class ObservationalMemoryEngine:
                           working_memory: WorkingMemoryConfig | None) -> None:
         forget_fences()  # spawned from a turn that ends before this does
         try:
-            await self._buffer_once(config, thread_id, resource_id, tokens)
+            await self._buffer_once(config, thread_id, resource_id, tokens, working_memory)
         except Exception:
             _log.warning("buffering observations for %s failed; the threshold observes instead", key,
                          exc_info=True)
@@ -285,7 +285,7 @@ class ObservationalMemoryEngine:
             done.set()
 
     async def _buffer_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                           tokens: int) -> bool:
+                           tokens: int, working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Observe the unobserved messages no chunk holds yet into a new buffered chunk (not yet active): snapshot
         under the owner, the Observer outside it, then a compare-and-set of the record. True if a chunk was
         added."""
@@ -312,8 +312,16 @@ class ObservationalMemoryEngine:
             if part.strip())
         prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
                   f"New messages to observe:\n{observer_transcript(snap.messages)}")
-        output = await self._call(model, OBSERVER_INSTRUCTIONS + _custom(config.instruction), prompt, "observer",
+        system = OBSERVER_INSTRUCTIONS + (THREAD_TITLE_INSTRUCTIONS if config.thread_title else "")
+        managed = _ManagedWorkingMemory(working_memory, await self._current_working_memory(
+            working_memory, thread_id, resource_id)) if working_memory is not None else None
+        if managed is not None:
+            system += "\n\n" + managed.section()
+        output = await self._call(model, system + _custom(config.instruction), prompt, "observer",
                                   observer_attachments(snap.messages, config.observe_attachments))
+        new_working_memory = managed.take(output) if managed is not None else None
+        if managed is not None:
+            output = managed.strip(output)
         observed, extras = split_observer_output(output)
         last = max(snap.messages, key=lambda m: m.created_at)
         cycle = str(uuid.uuid4())
@@ -327,6 +335,9 @@ class ObservationalMemoryEngine:
             **({"currentTask": extras["currentTask"]} if "currentTask" in extras else {}),
             **({"suggestedContinuation": extras["suggestedResponse"]} if "suggestedResponse" in extras else {}),
             **({"threadTitle": extras["threadTitle"]} if "threadTitle" in extras and config.thread_title else {}),
+            # Mastra keeps what the chunk's extractors found; the working memory is written when it activates
+            **({"extractedValues": {"working-memory": new_working_memory}} if new_working_memory is not None
+               else {}),
         }
 
         async def _commit() -> bool:
@@ -348,7 +359,7 @@ class ObservationalMemoryEngine:
             return await self._serialized(config, thread_id, resource_id, _commit, "om_buffer")
 
     async def activate(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                       tokens: int) -> bool:
+                       tokens: int, working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Make buffered chunks active, with no model call (Mastra's ``swapBufferedToActive``): the oldest chunks
         whose messages bring the unobserved tokens nearest ``(1 - bufferActivation)`` × the threshold; their
         messages become observed. True if any chunk was activated."""
@@ -391,16 +402,23 @@ class ObservationalMemoryEngine:
                 extras["currentTask"] = hints["currentTask"]
             if isinstance(hints.get("suggestedContinuation"), str):
                 extras["suggestedResponse"] = hints["suggestedContinuation"]
+            titles = [c["threadTitle"] for c in taken if isinstance(c.get("threadTitle"), str)]
+            if titles:
+                extras["threadTitle"] = titles[-1]
             observed = await store.get_messages_by_id(ids)
             if observed:
-                await self._mark_observed(store, thread_id, observed, extras)
-            return record, ids
+                await self._mark_observed(store, thread_id, observed, extras, retitle=config.thread_title)
+            documents = [v["working-memory"] for c in taken if isinstance(v := c.get("extractedValues"), dict)
+                         and isinstance(v.get("working-memory"), str)]
+            return record, documents[-1:]
 
         with operation_span("threadmind.om.activate", "update_memory", thread_id=thread_id, resource_id=resource_id):
             swapped = await self._serialized(config, thread_id, resource_id, _swap, "om_activate")
         if swapped is None:
             return False
-        record, _ = swapped
+        record, documents = swapped
+        if documents and working_memory is not None:  # the newest working memory the activated chunks hold
+            await self._write_working_memory(working_memory, thread_id, resource_id, documents[0])
         if record.observation_token_count >= config.observation_tokens:
             model = self._model(config, thread_id, resource_id, reflector=True) or \
                 self._model(config, thread_id, resource_id)

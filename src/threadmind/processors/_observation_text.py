@@ -65,7 +65,7 @@ class ObservationEngine(Protocol):
         ...
 
     async def activate(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                       tokens: int) -> bool:
+                       tokens: int, working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Make buffered chunks active with no model call; True if any was."""
         ...
 

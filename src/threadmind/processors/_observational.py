@@ -106,7 +106,7 @@ class ObservationalMemory:
         pending = tokens + engine.counter.count_messages(args.message_list.get_input())  # the turn's input too
         if writable and record is not None and record.buffered_chunks and pending >= threshold:
             # The threshold reached with observations computed ahead: they become active, no model call.
-            if await engine.activate(config, thread_id, resource_id, pending):
+            if await engine.activate(config, thread_id, resource_id, pending, working_memory=_managed(args, config)):
                 args.context.write_data("data-om-activation", {
                     "operationType": "observation", "activatedAt": to_iso(utc_now()), "tokensBefore": pending,
                     "recordId": record.id, "threadId": thread_id})
