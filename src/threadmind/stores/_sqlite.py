@@ -269,7 +269,7 @@ class SQLiteStore(GroupWriter):
         self._keyword_checked: dict[str, tuple[int, int, int]] = {}
         self._keyword_memory_hits = 0
         self._folded_at = -1  # the file's thread write count when this store's last keyword fold began
-        self._background_fold = BackgroundFold(self._folded_in_background)
+        self._background_fold = BackgroundFold(self._folded_in_background, lambda: self._versions.total)
         self._peers: Peers | None = None
         self._volatile = 0  # counts down: the versions handed out while another process may be writing
         self._row_leases = 0  # leases of this store object held through a takeover row (they need renewing)
@@ -792,13 +792,16 @@ class SQLiteStore(GroupWriter):
 
     def _fold_soon(self) -> None:
         """A write queued ids for the keyword index: fold them in the background (see ``_sqlite_fold``)."""
-        self._background_fold.soon(self._checkpointer, self._versions.total, self.cache_epoch())
+        self._background_fold.soon(self._checkpointer, self._versions.total, self.cache_epoch(),
+                                   list(self._keyword_checked))
 
     def _folded_in_background(self, advances: list[Advance], order: Neighbours, writes: int,
-                              epoch: int | None) -> None:
-        """A background fold committed (``writes`` -1: it failed): the blocks take its rows and the order of the
-        threads they grew in; when nothing was written since it was asked for, with no other process on the file
-        then, a block it left at the scope's new version is the scope's, as after a search."""
+                              epoch: int | None, versions: dict[str, int]) -> None:
+        """A background fold committed (``writes``: the write count when it began; -1: it failed): the blocks
+        take its rows and the order of the threads they grew in; when nothing was written since it began, with no
+        other process on the file, a block it left at the scope's new version is the scope's, as after a search,
+        and so is a searched scope's block at the version the fold read (``versions``: a fold that found the queue
+        emptied by an earlier one still tells which blocks are current)."""
         blocks = self._keyword_blocks
         blocks.advance_all(advances)
         if writes < 0:
@@ -808,6 +811,10 @@ class SQLiteStore(GroupWriter):
         for token, _, new, _ in advances:
             if blocks.remember(token, new, order) and current and epoch is not None:
                 self._keyword_checked[token] = (epoch, writes, new)
+        if current and epoch is not None:
+            for token, version in versions.items():
+                if blocks.version_of(token) == version:
+                    self._keyword_checked[token] = (epoch, writes, version)
 
     def cache_statistics(self) -> dict[str, int]:
         """Keyword searches answered without a trip to the database (``keyword_from_memory``: the scope unchanged

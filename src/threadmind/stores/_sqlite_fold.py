@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import aiosqlite
@@ -30,7 +30,7 @@ import aiosqlite
 from .._lowlevel import running_loop
 from ._aiosqlite import post_to_connection_thread
 from ._keywords import Neighbours
-from ._sqlite_keywords import FOLD_BATCH, THREAD_FILL, Advance, fold, thread_neighbours
+from ._sqlite_keywords import FOLD_BATCH, THREAD_FILL, Advance, fold, scope_versions, thread_neighbours
 
 __all__ = ("FOLD_DELAY", "BackgroundFold", "grown_threads")
 
@@ -47,26 +47,31 @@ class _Timer(Protocol):
 class BackgroundFold:
     """The debounced background fold of one store's keyword queue (event-loop side; see the module)."""
 
-    def __init__(self, done: Callable[[list[Advance], Neighbours, int, int | None], None]) -> None:
-        # (scopes advanced, the order of the threads they grew in as of the fold's commit, the write count the
-        # fold covers (-1: it failed), the store's cache epoch when it was asked for), on the event loop
+    def __init__(self, done: Callable[[list[Advance], Neighbours, int, int | None, dict[str, int]], None],
+                 count: Callable[[], int]) -> None:
+        # (scopes advanced, the order of the threads they grew in as of the fold's commit, the write count when
+        # the fold began (-1: it failed), the store's cache epoch when it was asked for, the versions of the
+        # watched scopes as of its commit), on the event loop
         self._done = done
+        self._count = count  # the store's write count (writes are counted once they have committed)
         self._running = False
         self._closed = False
-        self._wanted: tuple[aiosqlite.Connection, int, int | None] | None = None  # the latest ask not folded yet
+        # the latest ask not folded yet: the connection, the write count, the cache epoch, the scopes to watch
+        self._wanted: tuple[aiosqlite.Connection, int, int | None, tuple[str, ...]] | None = None
         self._asked_at = 0.0
         self._timer: _Timer | None = None
         #: Background folds committed, and folds that failed (left to the next search).
         self.folds = 0
         self.failures = 0
 
-    def soon(self, connection: aiosqlite.Connection | None, writes: int, epoch: int | None) -> None:
+    def soon(self, connection: aiosqlite.Connection | None, writes: int, epoch: int | None,
+             watched: Sequence[str] = ()) -> None:
         """Fold what the writes counted up to ``writes`` queued (they have all committed) once the store has been
-        quiet for :data:`FOLD_DELAY` seconds."""
+        quiet for :data:`FOLD_DELAY` seconds; the fold also reads the versions of the ``watched`` scopes."""
         if connection is None or self._closed:
             return
         loop = running_loop()
-        self._wanted = (connection, writes, epoch)
+        self._wanted = (connection, writes, epoch, tuple(watched))
         self._asked_at = loop.time()
         if self._timer is None and not self._running:
             self._timer = loop.call_later(FOLD_DELAY, self._when_quiet)
@@ -87,13 +92,17 @@ class BackgroundFold:
         if loop.time() < due:  # a write came meanwhile: wait for the quiet after it
             self._timer = loop.call_at(due, self._when_quiet)
             return
-        (connection, writes, epoch), self._wanted = self._wanted, None
+        (connection, _, epoch, watched), self._wanted = self._wanted, None
         self._running = True
+        count = self._count
 
         def job(conn: sqlite3.Connection) -> None:
             advances: list[Advance] = []
             order: Neighbours = {}
+            versions: dict[str, int] = {}
             ok = False
+            # Every write counted by now committed before this fold's first transaction: this fold sees it.
+            writes = count()
             try:
                 while True:
                     conn.execute("BEGIN IMMEDIATE")
@@ -102,6 +111,7 @@ class BackgroundFold:
                         advances.extend(changed)
                         if taken < FOLD_BATCH:  # the last batch: the threads' order as this commit leaves it
                             order = grown_threads(conn, advances)
+                            versions = scope_versions(conn, watched)
                         conn.execute("COMMIT")
                     except BaseException:
                         if conn.in_transaction:
@@ -115,7 +125,7 @@ class BackgroundFold:
             finally:
                 try:
                     loop.call_soon_threadsafe(self._ended, advances, order if ok else {}, writes if ok else -1,
-                                              epoch)
+                                              epoch, versions if ok else {})
                 except RuntimeError:  # the loop is closed: nothing is waiting for this any more
                     pass
 
@@ -124,13 +134,14 @@ class BackgroundFold:
         except ValueError:  # the connection is closing
             self._running = False
 
-    def _ended(self, advances: list[Advance], order: Neighbours, writes: int, epoch: int | None) -> None:
+    def _ended(self, advances: list[Advance], order: Neighbours, writes: int, epoch: int | None,
+               versions: dict[str, int]) -> None:
         self._running = False
         if writes < 0:
             self.failures += 1
         else:
             self.folds += 1
-        self._done(advances, order, writes, epoch)
+        self._done(advances, order, writes, epoch, versions)
         if self._wanted is not None and not self._closed and self._timer is None:  # asked again meanwhile
             self._timer = running_loop().call_later(FOLD_DELAY, self._when_quiet)
 

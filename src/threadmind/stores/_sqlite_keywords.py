@@ -67,7 +67,8 @@ from ._sqlite_rows import chunks, message_from_row, placeholders
 
 __all__ = ("CATCH_UP_BATCH", "Advance", "FOLD_BATCH", "KEYWORD_DDL", "catch_up_batch", "delete_keywords_of_ids",
            "delete_keywords_of_thread", "enqueue", "enqueue_thread", "fold", "fts5_available", "keyword_backlog",
-           "neighbour_ids", "queued", "scope_token", "search_in_memory", "search_keywords", "thread_neighbours")
+           "neighbour_ids", "queued", "scope_token", "scope_versions", "search_in_memory", "search_keywords",
+           "thread_neighbours")
 
 KEYWORD_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS threadmind_keywords USING fts5("
@@ -264,6 +265,16 @@ def fold(conn: sqlite3.Connection, size: int = FOLD_BATCH) -> tuple[int, list[Ad
 
 
 # -- reads -----------------------------------------------------------------------------------------------
+
+
+def scope_versions(conn: sqlite3.Connection, tokens: Sequence[str]) -> dict[str, int]:
+    """(in a transaction) The current version of each of these scope tokens that has one."""
+    out: dict[str, int] = {}
+    for chunk in chunks(list(tokens)):
+        out.update((token, int(version)) for token, version in conn.execute(
+            f"SELECT token, version FROM threadmind_keyword_scopes WHERE token IN ({placeholders(len(chunk))})",
+            chunk))
+    return out
 
 
 def queued(conn: sqlite3.Connection) -> bool:
