@@ -15,11 +15,9 @@ between two such steps, so a turn is never held up by a slow Observer unless it 
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
@@ -40,7 +38,6 @@ from ..processors import (
     observer_transcript,
     sealed_updates,
     split_observer_output,
-    template_for,
 )
 from ..stores import (
     DateRange,
@@ -54,7 +51,7 @@ from ..stores import (
 )
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
-from ._extractors import Extractor, extractor_sections, strip_sections
+from ._om_parts import ManagedWorkingMemory, chunks_to_activate, custom_instructions
 from ._working_memory import read_working_memory, scope_key, write_working_memory
 
 if TYPE_CHECKING:
@@ -310,19 +307,8 @@ class ObservationalMemoryEngine:
             record.active_observations if record is not None else "",
             *(str(c.get("observations") or "") for c in (record.buffered_chunks if record is not None else ())))
             if part.strip())
-        prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
-                  f"New messages to observe:\n{observer_transcript(snap.messages)}")
-        system = OBSERVER_INSTRUCTIONS + (THREAD_TITLE_INSTRUCTIONS if config.thread_title else "")
-        managed = _ManagedWorkingMemory(working_memory, await self._current_working_memory(
-            working_memory, thread_id, resource_id)) if working_memory is not None else None
-        if managed is not None:
-            system += "\n\n" + managed.section()
-        output = await self._call(model, system + _custom(config.instruction), prompt, "observer",
-                                  observer_attachments(snap.messages, config.observe_attachments))
-        new_working_memory = managed.take(output) if managed is not None else None
-        if managed is not None:
-            output = managed.strip(output)
-        observed, extras = split_observer_output(output)
+        observed, extras, new_working_memory = await self._ask_observer(
+            config, thread_id, resource_id, model, previous, snap.messages, None, working_memory)
         last = max(snap.messages, key=lambda m: m.created_at)
         cycle = str(uuid.uuid4())
         chunk: dict[str, Any] = {  # Mastra's BufferedObservationChunk
@@ -334,7 +320,7 @@ class ObservationalMemoryEngine:
             "lastObservedAt": to_iso(last.created_at), "createdAt": to_iso(utc_now()),
             **({"currentTask": extras["currentTask"]} if "currentTask" in extras else {}),
             **({"suggestedContinuation": extras["suggestedResponse"]} if "suggestedResponse" in extras else {}),
-            **({"threadTitle": extras["threadTitle"]} if "threadTitle" in extras and config.thread_title else {}),
+            **({"threadTitle": extras["threadTitle"]} if "threadTitle" in extras else {}),
             # Mastra keeps what the chunk's extractors found; the working memory is written when it activates
             **({"extractedValues": {"working-memory": new_working_memory}} if new_working_memory is not None
                else {}),
@@ -373,7 +359,7 @@ class ObservationalMemoryEngine:
                 return None
             chunks = current.buffered_chunks
             threshold = config.message_threshold(current.observation_token_count)
-            count = _chunks_to_activate(chunks, tokens, threshold, config.activation_ratio)
+            count = chunks_to_activate(chunks, tokens, threshold, config.activation_ratio)
             taken, left = chunks[:count], chunks[count:]
             content = "\n\n".join(str(c.get("observations") or "") for c in taken)
             last_seen = max((from_iso(str(c["lastObservedAt"])) for c in taken if c.get("lastObservedAt")),
@@ -460,6 +446,33 @@ class ObservationalMemoryEngine:
                 delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _ask_observer(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                            model: LanguageModel, previous: str, messages: Sequence[Message], title: str | None,
+                            working_memory: WorkingMemoryConfig | None) -> tuple[str, dict[str, str], str | None]:
+        """One Observer call over ``messages`` after ``previous`` observations: its observation lines, the tagged
+        extras (the title only with ``threadTitle``; ``title``: the one it gave last), and the working memory it
+        rewrote (``working_memory``: managed by observational memory)."""
+        prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
+                  f"New messages to observe:\n{observer_transcript(messages)}")
+        system = OBSERVER_INSTRUCTIONS
+        if config.thread_title:
+            system += THREAD_TITLE_INSTRUCTIONS
+            if title:
+                prompt = f"Prior thread-title: {title}\n\n{prompt}"
+        managed = ManagedWorkingMemory(working_memory, await self._current_working_memory(
+            working_memory, thread_id, resource_id)) if working_memory is not None else None
+        if managed is not None:
+            system += "\n\n" + managed.section()
+        output = await self._call(model, system + custom_instructions(config.instruction), prompt, "observer",
+                                  observer_attachments(messages, config.observe_attachments))
+        new_working_memory = managed.take(output) if managed is not None else None
+        if managed is not None:
+            output = managed.strip(output)
+        observed, extras = split_observer_output(output)
+        if not config.thread_title:
+            extras.pop("threadTitle", None)
+        return observed, extras, new_working_memory
+
     async def _observe_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
                             working_memory: WorkingMemoryConfig | None = None) -> bool:
         """One observation round: snapshot → Observer → commit (→ Reflector → new generation). True if observed.
@@ -490,26 +503,8 @@ class ObservationalMemoryEngine:
             _log.warning("observational memory for %s has no model (set observationalMemory.model)", key)
             return False
         previous = snap.record.active_observations if snap.record is not None else ""
-        prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
-                  f"New messages to observe:\n{observer_transcript(snap.messages)}")
-        system = OBSERVER_INSTRUCTIONS
-        if config.thread_title:
-            system += THREAD_TITLE_INSTRUCTIONS
-            if snap.title:
-                prompt = f"Prior thread-title: {snap.title}\n\n{prompt}"
-        managed = _ManagedWorkingMemory(working_memory, await self._current_working_memory(
-            working_memory, thread_id, resource_id)) if working_memory is not None else None
-        if managed is not None:
-            system += "\n\n" + managed.section()
-        system += _custom(config.instruction)
-        output = await self._call(model, system, prompt, "observer",
-                                  observer_attachments(snap.messages, config.observe_attachments))
-        new_working_memory = managed.take(output) if managed is not None else None
-        if managed is not None:
-            output = managed.strip(output)
-        observed, extras = split_observer_output(output)
-        if not config.thread_title:
-            extras.pop("threadTitle", None)
+        observed, extras, new_working_memory = await self._ask_observer(
+            config, thread_id, resource_id, model, previous, snap.messages, snap.title, working_memory)
         block = f"{date_header(snap.messages)}\n{observed}"
 
         async def _commit() -> OMRecord | None:
@@ -612,6 +607,11 @@ class ObservationalMemoryEngine:
         except ThreadNotFound:
             return
 
+    async def _reflector(self, config: ObservationalMemoryConfig, model: LanguageModel, observations: str) -> str:
+        """One Reflector call over ``observations`` (with ``reflection.instruction``)."""
+        return await self._call(model, REFLECTOR_INSTRUCTIONS + custom_instructions(config.reflection_instruction),
+                                observations, "reflector")
+
     def _reflect_ahead(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
                        record: OMRecord) -> bool:
         """Past ``reflection.bufferActivation`` of the reflection threshold (observations buffered), compute the
@@ -636,8 +636,7 @@ class ObservationalMemoryEngine:
         forget_fences()
         try:
             lines = base.active_observations.split("\n")
-            condensed = await self._call(model, REFLECTOR_INSTRUCTIONS + _custom(config.reflection_instruction),
-                                         base.active_observations, "reflector")
+            condensed = await self._reflector(config, model, base.active_observations)
             records = self.records
 
             async def _commit() -> None:
@@ -672,8 +671,7 @@ class ObservationalMemoryEngine:
             condensed = f"{base.buffered_reflection}\n\n{rest}" if rest else base.buffered_reflection
         else:
             try:
-                condensed = await self._call(model, REFLECTOR_INSTRUCTIONS + _custom(config.reflection_instruction),
-                                             base.active_observations, "reflector")
+                condensed = await self._reflector(config, model, base.active_observations)
             except Exception:
                 _log.warning("reflection for %s failed; observations kept as they are", base.lookup_key,
                              exc_info=True)
@@ -700,83 +698,6 @@ class ObservationalMemoryEngine:
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
             await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
-
-
-class _ManagedWorkingMemory:
-    """The working memory the Observer writes (Mastra's ``WorkingMemoryExtractor``): its section of the Observer's
-    instructions, and the new document read out of the Observer's answer (None: no change)."""
-
-    def __init__(self, config: WorkingMemoryConfig, current: str | None) -> None:
-        self.config = config
-        self.current = current
-        template = template_for(config)
-        self.schema = config.compiled_schema
-        lines = ["Update working memory with durable facts from the observations you made."]
-        if self.schema is not None:
-            lines += ["Return the full updated JSON object when working memory should change.",
-                      "Return null when no working memory update is needed."]
-            if template is not None:
-                lines.append(f"Working memory JSON schema:\n{template.content}")
-            if current:
-                lines.append(f"Current working memory JSON:\n{current}")
-        else:
-            lines.append("Return the full updated Markdown working memory. Preserve useful existing content and add "
-                         "or revise only what changed.")
-            if template is not None:
-                lines.append(f"Working memory template:\n{template.content}")
-            if current:
-                lines.append(f"Current working memory:\n{current}")
-        self.extractor = Extractor("Working Memory", "\n\n".join(lines))
-
-    def section(self) -> str:
-        return extractor_sections([self.extractor])
-
-    def strip(self, output: str) -> str:
-        return strip_sections(output, [self.extractor])
-
-    def take(self, output: str) -> str | None:
-        """The new document in ``output`` (checked against the schema; None: none, ``null``, or unchanged)."""
-        sections = re.findall(r"<working-memory>([\s\S]*?)</working-memory>", output, re.IGNORECASE)
-        text = sections[-1].strip() if sections else ""
-        if not text or text == "null":
-            return None
-        if self.schema is not None:
-            try:
-                document = json.loads(text)
-            except ValueError:
-                _log.warning("the Observer's working memory is not JSON; left as it was")
-                return None
-            if document is None or not isinstance(document, dict) or self.schema.errors(document):
-                return None
-            text = json.dumps(document, ensure_ascii=False)
-        return None if text == (self.current or "").strip() else text
-
-
-def _chunks_to_activate(chunks: Sequence[Mapping[str, Any]], pending: int, threshold: int, ratio: float) -> int:
-    """How many of the oldest chunks an activation takes (Mastra's boundary: the cumulative message tokens nearest
-    ``pending - threshold × (1 - ratio)``, preferring a small overshoot that leaves messages, at least one)."""
-    floor = threshold * (1 - ratio)
-    target = max(0.0, pending - floor)
-    total = 0
-    over_at = over_tokens = under_at = under_tokens = 0
-    for at, chunk in enumerate(chunks, start=1):
-        total += int(chunk.get("messageTokens") or 0)
-        if total >= target:
-            if over_at == 0 or total < over_tokens:
-                over_at, over_tokens = at, total
-        elif total > under_tokens:
-            under_at, under_tokens = at, total
-    least = min(1000.0, floor)
-    if over_at and over_tokens - target <= floor * 0.95 and pending - over_tokens >= least:
-        return over_at
-    if under_at and pending - under_tokens >= least:
-        return under_at
-    return over_at or 1
-
-
-def _custom(instruction: str | None) -> str:
-    """Mastra's ``=== CUSTOM INSTRUCTIONS ===`` tail of the Observer's or the Reflector's instructions."""
-    return f"\n\n=== CUSTOM INSTRUCTIONS ===\n\n{instruction}" if instruction else ""
 
 
 def _config_json(config: ObservationalMemoryConfig) -> dict[str, Any]:

@@ -1,0 +1,95 @@
+"""Parts of observational memory's engine that hold no state: the working memory the Observer manages, which
+buffered chunks an activation takes, and the custom-instructions tail."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._config import WorkingMemoryConfig
+from ..processors import template_for
+from ._extractors import Extractor, extractor_sections, strip_sections
+
+__all__ = ("ManagedWorkingMemory", "chunks_to_activate", "custom_instructions")
+
+_log = logging.getLogger("threadmind.memory")
+
+
+class ManagedWorkingMemory:
+    """The working memory the Observer writes (Mastra's ``WorkingMemoryExtractor``): its section of the Observer's
+    instructions, and the new document read out of the Observer's answer (None: no change)."""
+
+    def __init__(self, config: WorkingMemoryConfig, current: str | None) -> None:
+        self.config = config
+        self.current = current
+        template = template_for(config)
+        self.schema = config.compiled_schema
+        lines = ["Update working memory with durable facts from the observations you made."]
+        if self.schema is not None:
+            lines += ["Return the full updated JSON object when working memory should change.",
+                      "Return null when no working memory update is needed."]
+            if template is not None:
+                lines.append(f"Working memory JSON schema:\n{template.content}")
+            if current:
+                lines.append(f"Current working memory JSON:\n{current}")
+        else:
+            lines.append("Return the full updated Markdown working memory. Preserve useful existing content and add "
+                         "or revise only what changed.")
+            if template is not None:
+                lines.append(f"Working memory template:\n{template.content}")
+            if current:
+                lines.append(f"Current working memory:\n{current}")
+        self.extractor = Extractor("Working Memory", "\n\n".join(lines))
+
+    def section(self) -> str:
+        return extractor_sections([self.extractor])
+
+    def strip(self, output: str) -> str:
+        return strip_sections(output, [self.extractor])
+
+    def take(self, output: str) -> str | None:
+        """The new document in ``output`` (checked against the schema; None: none, ``null``, or unchanged)."""
+        sections = re.findall(r"<working-memory>([\s\S]*?)</working-memory>", output, re.IGNORECASE)
+        text = sections[-1].strip() if sections else ""
+        if not text or text == "null":
+            return None
+        if self.schema is not None:
+            try:
+                document = json.loads(text)
+            except ValueError:
+                _log.warning("the Observer's working memory is not JSON; left as it was")
+                return None
+            if document is None or not isinstance(document, dict) or self.schema.errors(document):
+                return None
+            text = json.dumps(document, ensure_ascii=False)
+        return None if text == (self.current or "").strip() else text
+
+
+def chunks_to_activate(chunks: Sequence[Mapping[str, Any]], pending: int, threshold: int, ratio: float) -> int:
+    """How many of the oldest chunks an activation takes (Mastra's boundary: the cumulative message tokens nearest
+    ``pending - threshold × (1 - ratio)``, preferring a small overshoot that leaves messages, at least one)."""
+    floor = threshold * (1 - ratio)
+    target = max(0.0, pending - floor)
+    total = 0
+    over_at = over_tokens = under_at = under_tokens = 0
+    for at, chunk in enumerate(chunks, start=1):
+        total += int(chunk.get("messageTokens") or 0)
+        if total >= target:
+            if over_at == 0 or total < over_tokens:
+                over_at, over_tokens = at, total
+        elif total > under_tokens:
+            under_at, under_tokens = at, total
+    least = min(1000.0, floor)
+    if over_at and over_tokens - target <= floor * 0.95 and pending - over_tokens >= least:
+        return over_at
+    if under_at and pending - under_tokens >= least:
+        return under_at
+    return over_at or 1
+
+
+def custom_instructions(instruction: str | None) -> str:
+    """Mastra's ``=== CUSTOM INSTRUCTIONS ===`` tail of the Observer's or the Reflector's instructions."""
+    return f"\n\n=== CUSTOM INSTRUCTIONS ===\n\n{instruction}" if instruction else ""
