@@ -204,6 +204,18 @@ async def test_turn_does_not_wait_below_block_after(tmp_path: Path) -> None:
     assert (await engine.records.current("thread:t1")) is not None
 
 
+async def test_background_work_refused_at_shutdown_leaves_nothing_in_flight() -> None:
+    async with _om_memory(InMemoryStore(), _endless(_observer([])), buffer_tokens=10) as memory:
+        await Agent("a", "i", ScriptedModel(["r1"]), memory=memory).generate("one", thread_id="t1", resource_id="r1")
+        engine = memory.observational_engine
+        config = memory.options.observational_memory_config
+    assert engine is not None and config is not None
+    assert not engine.schedule(config, "t1", "r1")
+    assert not engine.buffer(config, "t1", "r1", 10_000)
+    assert not engine.inflight(config, "t1", "r1")  # a key left behind would block every later observation
+    assert engine._inflight == {}
+
+
 async def test_turn_waits_past_block_after(tmp_path: Path) -> None:
     calls: list[str] = []
     observer = _endless(_observer(calls))

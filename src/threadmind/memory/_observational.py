@@ -188,30 +188,41 @@ class ObservationalMemoryEngine:
     def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, *,
                  working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Start a background observation for this key unless one is running; True when started."""
-        system = self._core.system
-        key = self.key(config, thread_id, resource_id)
-        if system is None or not system.accepting_background or key in self._inflight:
-            return False
-        done = self._inflight[key] = anyio.Event()
-        system.spawn(self._background_job, config, thread_id, resource_id, key, done, working_memory,
-                     name=f"threadmind.om.observe[{key}]")
-        return True
-
-    async def _background_job(
-        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, key: str,
-        done: anyio.Event, working_memory: WorkingMemoryConfig | None = None,
-    ) -> None:
-        forget_fences()  # spawned from a turn that ends before this does: its lease is not this job's
-        try:
+        async def _observe() -> None:
             for _ in range(_MAX_ROUNDS):
                 if not await self._observe_once(config, thread_id, resource_id, working_memory):
                     break
+
+        return self._start(self.key(config, thread_id, resource_id), "observe", _observe)
+
+    def _start(self, key: str, what: str, job: Callable[[], Awaitable[object]]) -> bool:
+        """Run ``job`` in the background unless work under ``key`` is in flight; True when started. A failure is
+        logged: the turn that reaches the threshold does the work itself."""
+        system = self._core.system
+        if system is None or key in self._inflight:
+            return False
+        done = self._inflight[key] = anyio.Event()
+        if system.spawn(self._run_started, key, done, what, job, name=f"threadmind.om.{what}[{key}]"):
+            return True
+        self._finish(key, done)
+        return False
+
+    async def _run_started(self, key: str, done: anyio.Event, what: str,
+                           job: Callable[[], Awaitable[object]]) -> None:
+        forget_fences()  # spawned from a turn that ends before this does: its lease is not this job's
+        try:
+            await job()
         except Exception:
-            _log.warning("observational memory for %s failed; history stays raw", key, exc_info=True)
+            _log.warning("observational memory (%s) for %s failed; the threshold does it instead", what, key,
+                         exc_info=True)
         finally:
-            if self._inflight.get(key) is done:
-                del self._inflight[key]
-            done.set()
+            self._finish(key, done)
+
+    def _finish(self, key: str, done: anyio.Event) -> None:
+        """Release ``key`` (unless a newer run holds it) and wake whoever waits on ``done``."""
+        if self._inflight.get(key) is done:
+            del self._inflight[key]
+        done.set()
 
     async def ensure_below_block(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, tokens: int,
@@ -237,9 +248,7 @@ class ObservationalMemoryEngine:
                 failures.append(exc)
             return False
         finally:
-            if self._inflight.get(key) is done:
-                del self._inflight[key]
-            done.set()
+            self._finish(key, done)
 
     # -- buffering (observation.bufferTokens) ---------------------------------------------------------
     @staticmethod
@@ -258,28 +267,8 @@ class ObservationalMemoryEngine:
                working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Start computing the next buffered chunk in the background unless one is being computed; True when
         started."""
-        system = self._core.system
-        key = "buffer:" + self.key(config, thread_id, resource_id)
-        if system is None or not system.accepting_background or key in self._inflight:
-            return False
-        done = self._inflight[key] = anyio.Event()
-        system.spawn(self._buffer_job, config, thread_id, resource_id, tokens, key, done, working_memory,
-                     name=f"threadmind.om.buffer[{key}]")
-        return True
-
-    async def _buffer_job(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                          tokens: int, key: str, done: anyio.Event,
-                          working_memory: WorkingMemoryConfig | None) -> None:
-        forget_fences()  # spawned from a turn that ends before this does
-        try:
-            await self._buffer_once(config, thread_id, resource_id, tokens, working_memory)
-        except Exception:
-            _log.warning("buffering observations for %s failed; the threshold observes instead", key,
-                         exc_info=True)
-        finally:
-            if self._inflight.get(key) is done:
-                del self._inflight[key]
-            done.set()
+        return self._start("buffer:" + self.key(config, thread_id, resource_id), "buffer",
+                           lambda: self._buffer_once(config, thread_id, resource_id, tokens, working_memory))
 
     async def _buffer_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
                            tokens: int, working_memory: WorkingMemoryConfig | None = None) -> bool:
@@ -617,48 +606,37 @@ class ObservationalMemoryEngine:
         """Past ``reflection.bufferActivation`` of the reflection threshold (observations buffered), compute the
         reflection in the background now, so reaching the threshold needs no model call; True when started."""
         at = config.reflection_buffer_at
-        system = self._core.system
-        key = "reflect:" + record.lookup_key
-        if at is None or record.observation_token_count < at or record.buffered_reflection is not None \
-                or system is None or not system.accepting_background or key in self._inflight:
+        if at is None or record.observation_token_count < at or record.buffered_reflection is not None:
             return False
         model = self._model(config, thread_id, resource_id, reflector=True) or \
             self._model(config, thread_id, resource_id)
         if model is None:
             return False
-        done = self._inflight[key] = anyio.Event()
-        system.spawn(self._reflect_ahead_job, config, thread_id, resource_id, record, model, key, done,
-                     name=f"threadmind.om.reflect_ahead[{key}]")
-        return True
+        return self._start("reflect:" + record.lookup_key, "reflect_ahead",
+                           lambda: self._reflect_ahead_once(config, thread_id, resource_id, record, model))
 
-    async def _reflect_ahead_job(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                                 base: OMRecord, model: LanguageModel, key: str, done: anyio.Event) -> None:
-        forget_fences()
-        try:
-            lines = base.active_observations.split("\n")
-            condensed = await self._reflector(config, model, base.active_observations)
-            records = self.records
+    async def _reflect_ahead_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                                  base: OMRecord, model: LanguageModel) -> None:
+        """Reflect ``base``'s observations and store the result as the buffered reflection, unless the
+        observations it read changed meanwhile."""
+        lines = base.active_observations.split("\n")
+        condensed = await self._reflector(config, model, base.active_observations)
+        records = self.records
 
-            async def _commit() -> None:
-                current = await records.current(base.lookup_key)
-                if current is None or current.id != base.id or current.buffered_reflection is not None \
-                        or current.active_observations.split("\n")[:len(lines)] != lines:
-                    return  # a new generation, or the observations this reflected changed: not this one's
-                record = current.copy()
-                record.buffered_reflection = condensed
-                record.buffered_reflection_tokens = self.counter.count_text(condensed)
-                record.buffered_reflection_input_tokens = self.counter.count_text(base.active_observations)
-                record.reflected_line_count = len(lines)
-                record.updated_at = utc_now()
-                await records.replace(record, expected=current)
+        async def _commit() -> None:
+            current = await records.current(base.lookup_key)
+            if current is None or current.id != base.id or current.buffered_reflection is not None \
+                    or current.active_observations.split("\n")[:len(lines)] != lines:
+                return  # a new generation, or the observations this reflected changed: not this one's
+            record = current.copy()
+            record.buffered_reflection = condensed
+            record.buffered_reflection_tokens = self.counter.count_text(condensed)
+            record.buffered_reflection_input_tokens = self.counter.count_text(base.active_observations)
+            record.reflected_line_count = len(lines)
+            record.updated_at = utc_now()
+            await records.replace(record, expected=current)
 
-            await self._serialized(config, thread_id, resource_id, _commit, "om_reflect_ahead")
-        except Exception:
-            _log.warning("reflecting ahead for %s failed; the threshold reflects instead", key, exc_info=True)
-        finally:
-            if self._inflight.get(key) is done:
-                del self._inflight[key]
-            done.set()
+        await self._serialized(config, thread_id, resource_id, _commit, "om_reflect_ahead")
 
     async def _reflect(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,
