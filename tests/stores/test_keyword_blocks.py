@@ -49,6 +49,20 @@ def searched(path: Path, query: str, scope: tuple[str | None, str | None], block
     return [(c.message_id, c.score) for c in found.candidates]
 
 
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The scope tokens whose rows were read whole to build a block, in order."""
+    tokens: list[str] = []
+    scope_rows = sql_keywords._scope_rows
+
+    def counted(conn: sqlite3.Connection, token: str) -> list[tuple[str, str, str, str]]:
+        tokens.append(token)
+        return scope_rows(conn, token)
+
+    monkeypatch.setattr(sql_keywords, "_scope_rows", counted)
+    return tokens
+
+
 async def test_a_block_answers_exactly_what_the_index_answers(tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
     async with SQLiteStore(path) as store:
@@ -63,18 +77,9 @@ async def test_a_block_answers_exactly_what_the_index_answers(tmp_path: Path) ->
     assert len(blocks) == 3  # r0, r1, t3 (a thread asked within a resource uses the thread's block)
 
 
-async def test_blocks_folds_grew_answer_exactly_what_the_index_answers(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_blocks_folds_grew_answer_exactly_what_the_index_answers(tmp_path: Path, builds: list[str]) -> None:
     """Blocks built by a first search, then grown by folds of saves of several messages each (ids out of their
     rows' order: x100 sorts before x98), answer as the index does, ties included, and are never read back."""
-    builds: list[str] = []
-    scope_rows = sql_keywords._scope_rows
-
-    def counted(conn: sqlite3.Connection, token: str) -> list[tuple[str, str, str, str]]:
-        builds.append(token)
-        return scope_rows(conn, token)
-
-    monkeypatch.setattr(sql_keywords, "_scope_rows", counted)
     path = tmp_path / "memory.db"
     scopes = (("r0", None), ("r1", None), (None, "t3"), ("r0", "t2"), (None, "t1"))
     async with SQLiteStore(path) as store:
@@ -154,16 +159,7 @@ async def test_every_change_through_another_store_object_is_seen(tmp_path: Path)
         assert len(reader._keyword_blocks) >= 1  # the reader did search from blocks
 
 
-async def test_a_chat_that_saves_then_searches_keeps_its_block(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    builds: list[str] = []
-    scope_rows = sql_keywords._scope_rows
-
-    def counted(conn: sqlite3.Connection, token: str) -> list[tuple[str, str, str, str]]:
-        builds.append(token)
-        return scope_rows(conn, token)
-
-    monkeypatch.setattr(sql_keywords, "_scope_rows", counted)
+async def test_a_chat_that_saves_then_searches_keeps_its_block(tmp_path: Path, builds: list[str]) -> None:
     async with SQLiteStore(tmp_path / "memory.db") as store:
         await store.create_thread(Thread(id="t1", resource_id="r1"))
         for i in range(20):
