@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import math
+import re
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -69,6 +70,31 @@ def _unsupported(value: object, supported: object, name: str, why: str) -> None:
     """A reference option threadmind accepts only at the value whose behaviour it has."""
     if value != supported:
         raise ConfigError(f"{name}={value!r} is not supported by threadmind: {why}")
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|msecs?|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hrs?|hours?)$",
+                       re.IGNORECASE)
+
+
+def parse_activation_ttl(value: object, path: str) -> float | Literal["auto"] | None:
+    """Mastra's ``parseActivationTTL``: milliseconds, a duration string (``"5m"``, ``"1hr"``), ``"auto"`` (chosen
+    from the agent's provider when a turn runs), or None/False (off); anything else raises with Mastra's text."""
+    if value is None or value is False:
+        return None
+    if value == "auto":
+        return "auto"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f'{path} must be a non-negative number of milliseconds or a duration string like "5m".')
+        return float(value)
+    match = _DURATION.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise ConfigError(f'{path} must be a non-negative number of milliseconds or a duration string like "5m" '
+                          'or "1hr".')
+    unit = match.group(2).lower()
+    scale = 60_000 if unit in ("m", "min", "mins", "minute", "minutes") else 1 if unit.startswith("m") else \
+        1000 if unit.startswith("s") else 3_600_000
+    return float(match.group(1)) * scale
 
 
 class MessageHistoryConfig(msgspec.Struct, **_CFG):
@@ -363,9 +389,36 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     #: instructions under ``=== CUSTOM INSTRUCTIONS ===``, as Mastra appends them.
     instruction: str | None = None
     reflection_instruction: str | None = None
+    #: Buffered observations activate when the thread has been idle this long (ms, a duration such as ``"5m"``,
+    #: or ``"auto"``: the agent provider's prompt-cache lifetime), threshold or not (``activateAfterIdle``, top
+    #: level or ``observation.``; the reflection's own is ``reflection.activateAfterIdle``). Idle is measured
+    #: from the last reply's last part.
+    activate_after_idle: float | str | bool | None = None
+    #: Buffered observations activate when the agent's model differs from the one that wrote the last reply.
+    activate_on_provider_change: bool = False
+    reflection_activate_after_idle: float | str | bool | None = None
+    reflection_activate_on_provider_change: bool = False
+    #: The previous observations the Observer is shown, cut from the oldest end to this many tokens
+    #: (``observation.previousObserverTokens``; 0: none; None or False: all).
+    previous_observer_tokens: int | bool | None = None
+    #: Retrieval mode (``retrieval``: true or ``{vector, scope, instructions}``): observation groups keep the range
+    #: of messages they came from, and the agent gets the ``recall`` tool to read those messages back.
+    retrieval: bool | dict[str, Any] = False
 
     def __post_init__(self) -> None:
         _one_of(self.enabled, (True, False), "observationalMemory.enabled")
+        for name, ttl in (("activateAfterIdle", self.activate_after_idle),
+                          ("reflection.activateAfterIdle", self.reflection_activate_after_idle)):
+            parse_activation_ttl(ttl, name)
+        _one_of(self.activate_on_provider_change, (True, False), "observationalMemory.activateOnProviderChange")
+        _one_of(self.reflection_activate_on_provider_change, (True, False),
+                "observationalMemory.reflection.activateOnProviderChange")
+        previous = self.previous_observer_tokens
+        if previous is not None and previous is not False and (
+                isinstance(previous, bool) or not isinstance(previous, int) or previous < 0):
+            raise ConfigError("observation.previousObserverTokens must be a non-negative integer or false, got "
+                              f"{previous!r}")
+        _retrieval_options(self.retrieval)
         _one_of(self.scope, ("thread", "resource"), "observationalMemory.scope")
         for name, value in (("observation.messageTokens", self.message_tokens),
                             ("reflection.observationTokens", self.observation_tokens)):
@@ -410,6 +463,21 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
                         "using shareTokenBudget."))
 
     @property
+    def idle_ttl(self) -> float | Literal["auto"] | None:
+        """Milliseconds of idleness after which buffered observations activate (``"auto"``: by provider)."""
+        return parse_activation_ttl(self.activate_after_idle, "activateAfterIdle")
+
+    @property
+    def reflection_idle_ttl(self) -> float | Literal["auto"] | None:
+        """As :attr:`idle_ttl`, for a buffered reflection (``reflection.activateAfterIdle``; not inherited)."""
+        return parse_activation_ttl(self.reflection_activate_after_idle, "reflection.activateAfterIdle")
+
+    @property
+    def retrieval_options(self) -> tuple[bool, Literal["thread", "resource"], bool, str | None]:
+        """``retrieval`` as (on, the recall tool's scope, vector search on, extra instructions)."""
+        return _retrieval_options(self.retrieval)
+
+    @property
     def buffer_size(self) -> int | None:
         """Unobserved tokens between two observations computed ahead (``observation.bufferTokens``, a share of
         ``messageTokens`` below 1), thread scope; None: buffering off (not set, ``false``, or resource scope)."""
@@ -441,6 +509,25 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
             return int(self.message_tokens)
         total = self.message_tokens + self.observation_tokens
         return math.floor(max(total - observation_tokens, self.message_tokens) + 0.5)
+
+
+def _retrieval_options(value: object) -> tuple[bool, Literal["thread", "resource"], bool, str | None]:
+    """Validate ``observationalMemory.retrieval`` (true/false or ``{vector, scope, instructions}``)."""
+    if value is True or value is False:
+        return bool(value), "resource", False, None
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"observationalMemory.retrieval must be a boolean or an object, got {value!r}")
+    unknown = sorted(set(value) - {"vector", "scope", "instructions"})
+    if unknown:
+        raise ConfigError(f"observationalMemory.retrieval has unknown option(s) {', '.join(map(str, unknown))}; "
+                          "known: instructions, scope, vector")
+    vector, scope, instructions = value.get("vector", False), value.get("scope", "resource"), \
+        value.get("instructions")
+    _one_of(vector, (True, False), "observationalMemory.retrieval.vector")
+    _one_of(scope, ("thread", "resource"), "observationalMemory.retrieval.scope")
+    if instructions is not None and not isinstance(instructions, str):
+        raise ConfigError(f"observationalMemory.retrieval.instructions must be a string, got {instructions!r}")
+    return True, scope, bool(vector), instructions
 
 
 class GenerateTitleConfig(msgspec.Struct, **_CFG):
@@ -620,6 +707,8 @@ def _prepare(options: Mapping[str, Any]) -> dict[str, Any]:
             for key, field in keys.items():
                 if key in values and field is not None:
                     flat[field] = values[key]
+            if "activateAfterIdle" in values:  # named by where it was set, as Mastra names it
+                parse_activation_ttl(values["activateAfterIdle"], f"{group}.activateAfterIdle")
         data["observationalMemory"] = flat
     return data
 
@@ -642,13 +731,15 @@ _OM_GROUPS: dict[str, dict[str, str | None]] = {
     "observation": {"messageTokens": "messageTokens", "bufferTokens": "bufferTokens", "blockAfter": "blockAfter",
                     "bufferActivation": "bufferActivation", "threadTitle": "threadTitle", "model": "model",
                     "instruction": "instruction", "manageWorkingMemory": "manageWorkingMemory",
-                    "observeAttachments": "observeAttachments",
-                    "maxTokensPerBatch": None, "previousObserverTokens": None, "modelSettings": None,
-                    "providerOptions": None},
+                    "observeAttachments": "observeAttachments", "activateAfterIdle": "activateAfterIdle",
+                    "activateOnProviderChange": "activateOnProviderChange",
+                    "previousObserverTokens": "previousObserverTokens",
+                    "maxTokensPerBatch": None, "modelSettings": None, "providerOptions": None},
     "reflection": {"observationTokens": "observationTokens", "model": "reflectionModel",
                    "bufferActivation": "reflectionBufferActivation",
-                   "instruction": "reflectionInstruction", "blockAfter": None, "modelSettings": None,
-                   "providerOptions": None},
+                   "instruction": "reflectionInstruction", "activateAfterIdle": "reflectionActivateAfterIdle",
+                   "activateOnProviderChange": "reflectionActivateOnProviderChange",
+                   "blockAfter": None, "modelSettings": None, "providerOptions": None},
 }
 
 

@@ -25,7 +25,7 @@ import logging
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -132,6 +132,7 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
             if turn is not None:
                 turn.order_input(message_list)
             context = turn.context() if turn is not None else RequestContext(resource_id=resource_id)
+            context.model_id = agent.model.model_id
             inputs = [*(turn.input_processors if turn is not None else ()), *agent.input_processors]
             outputs = [*agent.output_processors, *(turn.output_processors if turn is not None else ())]
             tools: dict[str, Tool] = {t.name: t for t in agent.tools}
@@ -200,6 +201,13 @@ class _Run:
         self.outputs = outputs
         self.streaming = streaming
         self.finish_reason = "stop"
+
+    @property
+    def model_metadata(self) -> dict[str, Any]:
+        """The reply's ``content.metadata`` naming the model that wrote it, as Mastra's ``provider`` and
+        ``modelId`` (what ``activateOnProviderChange`` compares with the next turn's model)."""
+        provider, slash, name = self.agent.model.model_id.partition("/")
+        return {"provider": provider, "modelId": name} if slash else {"modelId": provider}
 
     async def steps(self, max_steps: int) -> AsyncGenerator[StreamEvent, None]:
         """``start``, then each model step with its tool calls, until the model stops calling tools, a client
@@ -275,7 +283,7 @@ class _Run:
                 state.parts += produced
                 state.text = step.text or state.text
                 publish(self.message_list, state.response_id, state.started_at, state.parts, state.text,
-                        continues=state.message_id != state.response_id)
+                        self.model_metadata, continues=state.message_id != state.response_id)
             state.step = None
             yield FinishStepEvent()
             if not calls:
@@ -316,7 +324,8 @@ class _Run:
         with anyio.CancelScope(shield=True):
             if parts:
                 publish(self.message_list, state.response_id, state.started_at, parts, text,
-                        metadata={"aborted": True}, continues=state.message_id != state.response_id)
+                        metadata={**self.model_metadata, "aborted": True},
+                        continues=state.message_id != state.response_id)
             self.context.finish_reason = "aborted"
             try:
                 self.message_list = await run_output_processors(self.outputs, self.message_list, self.context)

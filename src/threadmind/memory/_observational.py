@@ -51,7 +51,7 @@ from ..stores import (
 )
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
-from ._om_parts import ManagedWorkingMemory, chunks_to_activate, custom_instructions
+from ._om_parts import ManagedWorkingMemory, chunks_to_activate, custom_instructions, newest_within
 from ._working_memory import read_working_memory, scope_key, write_working_memory
 
 if TYPE_CHECKING:
@@ -403,6 +403,17 @@ class ObservationalMemoryEngine:
             self._reflect_ahead(config, thread_id, resource_id, record)
         return True
 
+    async def activate_reflection(self, config: ObservationalMemoryConfig, thread_id: str,
+                                  resource_id: str | None) -> bool:
+        """Make the reflection computed ahead the next generation before the reflection threshold (the thread
+        sat idle, or the agent's model changed): no model call. True if a new generation was made."""
+        record = await self.records.current(self.key(config, thread_id, resource_id))
+        if record is None or record.buffered_reflection is None or record.reflected_line_count is None:
+            return False
+        model = self._model(config, thread_id, resource_id, reflector=True) or \
+            self._model(config, thread_id, resource_id)
+        return await self._reflect(config, thread_id, resource_id, record, model)
+
     def inflight(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
         """Whether an observation for this key is running now."""
         return self.key(config, thread_id, resource_id) in self._inflight
@@ -441,6 +452,7 @@ class ObservationalMemoryEngine:
         """One Observer call over ``messages`` after ``previous`` observations: its observation lines, the tagged
         extras (the title only with ``threadTitle``; ``title``: the one it gave last), and the working memory it
         rewrote (``working_memory``: managed by observational memory)."""
+        previous = newest_within(previous, config.previous_observer_tokens, self.counter)
         prompt = (f"Previous observations:\n{previous or '(none)'}\n\n"
                   f"New messages to observe:\n{observer_transcript(messages)}")
         system = OBSERVER_INSTRUCTIONS
@@ -640,26 +652,28 @@ class ObservationalMemoryEngine:
 
     async def _reflect(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,
-        model: LanguageModel,
-    ) -> None:
+        model: LanguageModel | None,
+    ) -> bool:
         """Condense the observations into a new generation (``originType`` "reflection"): the reflection computed
         ahead when there is one (with the lines observed since after it; no model call), else the Reflector's."""
         if base.buffered_reflection is not None and base.reflected_line_count is not None:
             rest = "\n".join(base.active_observations.split("\n")[base.reflected_line_count:]).strip()
             condensed = f"{base.buffered_reflection}\n\n{rest}" if rest else base.buffered_reflection
+        elif model is None:
+            return False
         else:
             try:
                 condensed = await self._reflector(config, model, base.active_observations)
             except Exception:
                 _log.warning("reflection for %s failed; observations kept as they are", base.lookup_key,
                              exc_info=True)
-                return
+                return False
         records = self.records
 
-        async def _commit() -> None:
+        async def _commit() -> bool:
             current = await records.current(base.lookup_key)
             if not same_record(current, base):
-                return
+                return False
             now = utc_now()
             record = base.copy()
             record.id = str(uuid.uuid4())
@@ -671,11 +685,11 @@ class ObservationalMemoryEngine:
             record.created_at = record.updated_at = now
             record.buffered_reflection = record.buffered_reflection_tokens = None
             record.buffered_reflection_input_tokens = record.reflected_line_count = None
-            await records.replace(record, expected=current)
+            return await records.replace(record, expected=current)
 
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
+            return await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
 
 
 def _config_json(config: ObservationalMemoryConfig) -> dict[str, Any]:

@@ -11,9 +11,10 @@ from typing import Any
 
 from .._config import WorkingMemoryConfig
 from ..processors import template_for
+from ..tokens import TokenCounter
 from ._extractors import Extractor, extractor_sections, strip_sections
 
-__all__ = ("ManagedWorkingMemory", "chunks_to_activate", "custom_instructions")
+__all__ = ("ManagedWorkingMemory", "chunks_to_activate", "custom_instructions", "newest_within")
 
 _log = logging.getLogger("threadmind.memory")
 
@@ -93,3 +94,23 @@ def chunks_to_activate(chunks: Sequence[Mapping[str, Any]], pending: int, thresh
 def custom_instructions(instruction: str | None) -> str:
     """Mastra's ``=== CUSTOM INSTRUCTIONS ===`` tail of the Observer's or the Reflector's instructions."""
     return f"\n\n=== CUSTOM INSTRUCTIONS ===\n\n{instruction}" if instruction else ""
+
+
+def newest_within(observations: str, budget: int | bool | None, counter: TokenCounter) -> str:
+    """The previous observations the Observer is shown under ``observation.previousObserverTokens``: the newest
+    lines that fit ``budget`` tokens (0: none; None or False: all), cut at a line, never mid-line."""
+    if budget is None or budget is False or not observations:
+        return observations
+    if budget <= 0:
+        return ""
+    if counter.count_text(observations) <= budget:
+        return observations
+    kept: list[str] = []
+    used = 0
+    for line in reversed(observations.split("\n")):
+        cost = counter.count_text(line) if line else 0
+        if used + cost > budget:
+            break
+        kept.append(line)
+        used += cost
+    return "\n".join(reversed(kept)).strip("\n")

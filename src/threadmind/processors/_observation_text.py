@@ -69,6 +69,11 @@ class ObservationEngine(Protocol):
         """Make buffered chunks active with no model call; True if any was."""
         ...
 
+    async def activate_reflection(self, config: ObservationalMemoryConfig, thread_id: str,
+                                  resource_id: str | None) -> bool:
+        """Make the reflection computed ahead the next generation now, with no model call; True if it did."""
+        ...
+
     def schedule(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, *,
                  working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Start a background observation unless one runs; True when started."""

@@ -23,6 +23,7 @@ from ._observation_text import (
     block_after_tokens,
     observations_system_message,
 )
+from ._om_triggers import activation_trigger
 from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs
 from ._temporal_markers import add_temporal_gap_marker
 
@@ -104,12 +105,27 @@ class ObservationalMemory:
         threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
         writable = not args.context.memory_config.read_only
         pending = tokens + engine.counter.count_messages(args.message_list.get_input())  # the turn's input too
-        if writable and record is not None and record.buffered_chunks and pending >= threshold:
-            # The threshold reached with observations computed ahead: they become active, no model call.
-            if await engine.activate(config, thread_id, resource_id, pending, working_memory=_managed(args, config)):
+        model_id = args.context.model_id
+        if writable and record is not None and record.buffered_chunks:
+            # Observations computed ahead become active, with no model call, at the threshold, or before it after
+            # the thread sat idle (activateAfterIdle) or under another model (activateOnProviderChange).
+            trigger = "threshold" if pending >= threshold else activation_trigger(
+                unobserved, model_id, config.idle_ttl, config.activate_on_provider_change)
+            if trigger is not None and await engine.activate(config, thread_id, resource_id, pending,
+                                                             working_memory=_managed(args, config)):
                 args.context.write_data("data-om-activation", {
                     "operationType": "observation", "activatedAt": to_iso(utc_now()), "tokensBefore": pending,
-                    "recordId": record.id, "threadId": thread_id})
+                    "recordId": record.id, "threadId": thread_id, "triggeredBy": trigger})
+                record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
+                tokens = engine.counter.count_messages(unobserved)
+                threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
+        if writable and record is not None and record.buffered_reflection is not None:
+            trigger = activation_trigger(unobserved, model_id, config.reflection_idle_ttl,
+                                         config.reflection_activate_on_provider_change)
+            if trigger is not None and await engine.activate_reflection(config, thread_id, resource_id):
+                args.context.write_data("data-om-activation", {
+                    "operationType": "reflection", "activatedAt": to_iso(utc_now()), "recordId": record.id,
+                    "threadId": thread_id, "triggeredBy": trigger})
                 record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
                 tokens = engine.counter.count_messages(unobserved)
                 threshold = config.message_threshold(record.observation_token_count if record is not None else 0)

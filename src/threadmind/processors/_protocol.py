@@ -55,8 +55,8 @@ class RequestContext:
     save that failed, whatever order the processors run in.
     """
 
-    __slots__ = ("_after_persist", "data_parts", "finish_reason", "mark_pending", "memory_config", "persisted",
-                 "resource_id", "run_state", "thread")
+    __slots__ = ("_after_persist", "data_parts", "finish_reason", "mark_pending", "memory_config", "model_id",
+                 "persisted", "resource_id", "run_state", "thread")
 
     def __init__(
         self,
@@ -76,6 +76,8 @@ class RequestContext:
         self._after_persist: list[AfterPersist] = []
         #: Transient ``data-*`` parts written for the stream's consumer, not yet sent (the run drains them).
         self.data_parts: list[tuple[str, dict[str, Any]]] = []
+        #: The agent's model (its ``model_id``), when an agent runs the turn.
+        self.model_id: str | None = None
 
     def write_data(self, kind: str, data: Mapping[str, Any]) -> None:
         """Send a transient ``data-*`` part (``kind``, e.g. ``data-om-status``) to the stream's consumer before
