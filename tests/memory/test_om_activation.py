@@ -40,7 +40,7 @@ async def _stream_kinds(agent: Agent, text: str) -> list[Any]:
 async def test_buffered_observations_activate_once_the_thread_sat_idle(idle: str | None) -> None:
     """A chunk computed ahead, far below ``messageTokens``: after 0.35 s away the next turn activates it with no
     Observer call when ``activateAfterIdle`` is 300 ms (the stream says "ttl"), and leaves it buffered without."""
-    observer = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
+    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
     seen: list[tuple[int, str]] = []
 
     def reply(request: ModelRequest) -> str:
@@ -72,7 +72,7 @@ async def test_buffered_observations_activate_once_the_thread_sat_idle(idle: str
 async def test_buffered_observations_activate_when_the_agents_model_changes() -> None:
     """``activateOnProviderChange``: the reply names its model (``metadata.provider``/``modelId``, as Mastra reads
     it); the same model again leaves the chunk buffered, another one activates it before the model call."""
-    observer = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
+    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
     options = {"observationalMemory": {"activateOnProviderChange": True,
                                        "observation": {"model": observer, "messageTokens": 1000, "bufferTokens": 50}}}
     async with Memory(storage=InMemoryStore(), options=options) as memory:
@@ -95,7 +95,7 @@ async def test_buffered_observations_activate_when_the_agents_model_changes() ->
 async def test_a_buffered_reflection_activates_once_the_thread_sat_idle() -> None:
     """``reflection.activateAfterIdle``: a reflection computed ahead becomes the next generation after the thread
     sat idle, before ``observationTokens``, with no Reflector call of its own."""
-    observer = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
+    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
     reflector = _endless(lambda request: "* 🔴 condensed by the reflector")
     options = {"observationalMemory": {
         "observation": {"model": observer, "messageTokens": 200, "bufferTokens": 50},

@@ -47,6 +47,7 @@ from ._extractors import Extractor, check_extractors
 from ._messages import delete_messages, save_batch, update_messages
 from ._pipeline import Pipeline
 from ._recall import recall, search_messages
+from ._recall_tool import recall_tool
 from ._summarize import MAX_INPUT_TOKENS, ThreadSummary, check_limits, summarize
 from ._threads import create_thread
 from ._turn import Turn, open_turn
@@ -771,10 +772,11 @@ class Memory:
                                last_messages=last_messages, max_input_tokens=max_input_tokens, extract=extractors)
 
     def list_tools(self, *, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> dict[str, Tool]:
-        """``{"updateWorkingMemory": Tool}`` when working memory is on and writable (``setWorkingMemory`` with
-        ``useStateSignals``), else ``{}``."""
-        tool = working_memory_tool(self._core, self._core.call_config(memory_config))
-        return {tool.name: tool} if tool is not None else {}
+        """Memory's tools: ``updateWorkingMemory`` when working memory is on and writable (``setWorkingMemory`` with
+        ``useStateSignals``), and ``recall`` when observational memory runs in ``retrieval`` mode."""
+        config = self._core.call_config(memory_config)
+        return {tool.name: tool for tool in (working_memory_tool(self._core, config), recall_tool(config))
+                if tool is not None}
 
     # processors and turns ------------------------------------------------------------------------
     def get_input_processors(

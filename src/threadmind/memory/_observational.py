@@ -34,10 +34,14 @@ from ..processors import (
     MemoryAccess,
     date_header,
     is_transient_signal,
+    message_range,
     observer_attachments,
     observer_transcript,
+    reconcile_after_reflection,
+    render_groups,
     sealed_updates,
     split_observer_output,
+    wrap_in_group,
 )
 from ..stores import (
     DateRange,
@@ -302,7 +306,7 @@ class ObservationalMemoryEngine:
         cycle = str(uuid.uuid4())
         chunk: dict[str, Any] = {  # Mastra's BufferedObservationChunk
             "id": f"ombuf-{uuid.uuid4()}", "cycleId": cycle,
-            "observations": f"{date_header(snap.messages)}\n{observed}",
+            "observations": _grouped(config, f"{date_header(snap.messages)}\n{observed}", snap.messages),
             "tokenCount": self.counter.count_text(observed), "messageIds": [m.id for m in snap.messages],
             # the messages' own tokens (no per-conversation overhead), so chunks add up as the messages do
             "messageTokens": sum(self.counter.count_message(m) for m in snap.messages),
@@ -506,7 +510,7 @@ class ObservationalMemoryEngine:
         previous = snap.record.active_observations if snap.record is not None else ""
         observed, extras, new_working_memory = await self._ask_observer(
             config, thread_id, resource_id, model, previous, snap.messages, snap.title, working_memory)
-        block = f"{date_header(snap.messages)}\n{observed}"
+        block = _grouped(config, f"{date_header(snap.messages)}\n{observed}", snap.messages)
 
         async def _commit() -> OMRecord | None:
             current = await records.current(key)
@@ -609,9 +613,10 @@ class ObservationalMemoryEngine:
             return
 
     async def _reflector(self, config: ObservationalMemoryConfig, model: LanguageModel, observations: str) -> str:
-        """One Reflector call over ``observations`` (with ``reflection.instruction``)."""
+        """One Reflector call over ``observations`` (with ``reflection.instruction``); observation groups are shown
+        as ``## Group`` sections, so the reflection can keep them."""
         return await self._call(model, REFLECTOR_INSTRUCTIONS + custom_instructions(config.reflection_instruction),
-                                observations, "reflector")
+                                render_groups(observations) or observations, "reflector")
 
     def _reflect_ahead(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
                        record: OMRecord) -> bool:
@@ -633,6 +638,7 @@ class ObservationalMemoryEngine:
         observations it read changed meanwhile."""
         lines = base.active_observations.split("\n")
         condensed = await self._reflector(config, model, base.active_observations)
+        condensed = reconcile_after_reflection(condensed, base.active_observations) or condensed
         records = self.records
 
         async def _commit() -> None:
@@ -664,6 +670,7 @@ class ObservationalMemoryEngine:
         else:
             try:
                 condensed = await self._reflector(config, model, base.active_observations)
+                condensed = reconcile_after_reflection(condensed, base.active_observations) or condensed
             except Exception:
                 _log.warning("reflection for %s failed; observations kept as they are", base.lookup_key,
                              exc_info=True)
@@ -690,6 +697,11 @@ class ObservationalMemoryEngine:
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
             return await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
+
+
+def _grouped(config: ObservationalMemoryConfig, block: str, messages: Sequence[Message]) -> str:
+    """In ``retrieval`` mode, a new block of observations as an observation group naming its messages."""
+    return wrap_in_group(block, message_range(messages)) if config.retrieval_options[0] and messages else block
 
 
 def _config_json(config: ObservationalMemoryConfig) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ..codecs import Thread
 from ..errors import EmbedderError, MessageIdTaken
 from ..processors import MemoryAccess, MessageList, RequestContext
 from ..tools import Tool
+from ._recall_tool import recall_tool
 from ._threads import ensure_thread
 from ._titles import TITLE_INSTRUCTIONS, generate_title
 from ._working_memory import working_memory_tool
@@ -137,9 +138,9 @@ async def open_turn(
         thread = await ensure_thread(core, thread_id, resource_id, admit if input_ids else None)
         inputs, outputs = await _processors(core, pipeline, config, input_processors, output_processors)
         tools: dict[str, Tool] = {}
-        tool = working_memory_tool(core, config)
-        if tool is not None:
-            tools[tool.name] = tool
+        for tool in (working_memory_tool(core, config), recall_tool(config)):
+            if tool is not None:
+                tools[tool.name] = tool
         yield Turn(core, thread, resource_id, config, inputs, outputs, tools, stored_input)
 
 

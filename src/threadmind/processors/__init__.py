@@ -23,6 +23,10 @@ from ._merge import has_client_outcome as has_client_outcome
 from ._merge import is_system_reminder as is_system_reminder
 from ._merge import should_merge as should_merge
 from ._message_list import MessageList as MessageList
+from ._observation_groups import message_range as message_range
+from ._observation_groups import reconcile_after_reflection as reconcile_after_reflection
+from ._observation_groups import render_groups as render_groups
+from ._observation_groups import wrap_in_group as wrap_in_group
 from ._observation_text import CONTINUATION_ID as CONTINUATION_ID
 from ._observation_text import CONTINUATION_REMINDER as CONTINUATION_REMINDER
 from ._observation_text import OBSERVATIONS_PREAMBLE as OBSERVATIONS_PREAMBLE
@@ -112,6 +116,7 @@ __all__ = (
     "is_system_reminder",
     "is_transient_signal",
     "load_token_window",
+    "message_range",
     "normalize_ws",
     "observations_system_message",
     "observer_attachments",
@@ -120,6 +125,8 @@ __all__ = (
     "persistable",
     "processor_id",
     "readonly_instruction",
+    "reconcile_after_reflection",
+    "render_groups",
     "render_remembered",
     "run_input_processors",
     "run_input_step_processors",
@@ -129,4 +136,5 @@ __all__ = (
     "split_observer_output",
     "template_for",
     "validate_schema",
+    "wrap_in_group",
 )

@@ -14,6 +14,7 @@ from .._config import ObservationalMemoryConfig, WorkingMemoryConfig
 from ..codecs import FilePart, Message, part_texts
 from ..stores import OMRecord
 from ..tokens import TokenCounter
+from ._observation_groups import render_groups
 
 if TYPE_CHECKING:
     from ._access import MemoryAccess
@@ -179,10 +180,15 @@ CONTINUATION_REMINDER = (
 CONTINUATION_ID = "om-continuation"
 
 
-def observations_system_message(observations: str) -> str:
-    """The system text the model sees: the preamble, the ``<observations>`` block and how to read it."""
-    return (f"{OBSERVATIONS_PREAMBLE}\n\n<observations>\n{observations.strip()}\n</observations>\n\n"
+def observations_system_message(observations: str, retrieval: str | None = None) -> str:
+    """The system text the model sees: the preamble, the ``<observations>`` block and how to read it; in
+    ``retrieval`` mode the groups shown as ``## Group`` sections with their ranges, then ``retrieval`` (the recall
+    tool's instructions)."""
+    if retrieval is not None:
+        observations = render_groups(observations) or observations
+    text = (f"{OBSERVATIONS_PREAMBLE}\n\n<observations>\n{observations.strip()}\n</observations>\n\n"
             f"{OBSERVATIONS_GUIDANCE}")
+    return f"{text}\n\n{retrieval}" if retrieval else text
 
 
 def date_header(messages: Sequence[Message]) -> str:

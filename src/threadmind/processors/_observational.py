@@ -16,6 +16,7 @@ from ..codecs import Message, to_iso, utc_now
 from ..stores import OMRecord, Store
 from ._access import MemoryAccess, as_access
 from ._history import persist_turn
+from ._observation_groups import retrieval_instructions
 from ._observation_text import (
     CONTINUATION_ID,
     CONTINUATION_REMINDER,
@@ -148,13 +149,18 @@ class ObservationalMemory:
             # cursor, it would be neither loaded nor ever observed.
             args.message_list.keep_generated_after(record.last_observed_at)
         own = [m for m in unobserved if m.thread_id in (None, thread_id)]
+        retrieval, scope, search, extra = config.retrieval_options
+        guidance = retrieval_instructions(scope, extra, search) if retrieval else None
         if record is not None and record.active_observations.strip():
-            args.message_list.add_system(observations_system_message(record.active_observations), "memory")
+            args.message_list.add_system(observations_system_message(record.active_observations, guidance),
+                                         "memory")
             # Opens what is left of the history (memory-sourced: never stored); it sorts first.
             first = min((m.created_at for m in own), default=None) or utc_now()
             args.message_list.add(Message.user(CONTINUATION_REMINDER, id=CONTINUATION_ID, thread_id=thread_id,
                                                resource_id=resource_id, created_at=first - timedelta(milliseconds=1)),
                                   "memory")
+        elif guidance is not None and scope == "resource":  # other threads may hold it: say how to look
+            args.message_list.add_system(guidance, "memory")
         if own:
             args.message_list.add(own, "memory")
         return None
