@@ -17,6 +17,7 @@ from threadmind.events import (
     FinishEvent,
     FinishStepEvent,
     OMActivationEvent,
+    OMBufferingStartEvent,
     OMObservationEndEvent,
     OMObservationFailedEvent,
     OMObservationStartEvent,
@@ -78,6 +79,8 @@ WIRE: list[tuple[Any, dict[str, Any]]] = [
      {"type": "data-om-observation-failed", "data": {"cycleId": "c", "error": "down"}, "transient": True}),
     (OMActivationEvent(data={"tokensBefore": 120}),
      {"type": "data-om-activation", "data": {"tokensBefore": 120}, "transient": True}),
+    (OMBufferingStartEvent(data={"cycleId": "buffer-obs-1"}),
+     {"type": "data-om-buffering-start", "data": {"cycleId": "buffer-obs-1"}, "transient": True}),
 ]
 
 

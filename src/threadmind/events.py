@@ -29,6 +29,7 @@ __all__ = (
     "FinishEvent",
     "FinishStepEvent",
     "OMActivationEvent",
+    "OMBufferingStartEvent",
     "OMObservationEndEvent",
     "OMObservationFailedEvent",
     "OMObservationStartEvent",
@@ -219,14 +220,20 @@ class OMActivationEvent(_DataPart, frozen=True, tag="data-om-activation"):
     """Observations computed ahead became active at the threshold, with no model call on the turn."""
 
 
+class OMBufferingStartEvent(_DataPart, frozen=True, tag="data-om-buffering-start"):
+    """The turn started computing observations ahead, in the background (``observation.bufferTokens``): its
+    ``cycleId`` (the chunk's), the tokens to buffer, record and thread; the chunk shows in the next turn's status."""
+
+
 DataPart: TypeAlias = Union[OMStatusEvent, OMObservationStartEvent, OMObservationEndEvent,
-                            OMObservationFailedEvent, OMActivationEvent]
+                            OMObservationFailedEvent, OMActivationEvent, OMBufferingStartEvent]
 DATA_PART_EVENTS: dict[str, type[DataPart]] = {
     "data-om-status": OMStatusEvent,
     "data-om-observation-start": OMObservationStartEvent,
     "data-om-observation-end": OMObservationEndEvent,
     "data-om-observation-failed": OMObservationFailedEvent,
     "data-om-activation": OMActivationEvent,
+    "data-om-buffering-start": OMBufferingStartEvent,
 }
 """The data parts processors may write (``RequestContext.write_data``), by chunk type."""
 
@@ -255,6 +262,7 @@ StreamEvent: TypeAlias = Union[
     OMObservationEndEvent,
     OMObservationFailedEvent,
     OMActivationEvent,
+    OMBufferingStartEvent,
 ]
 
 

@@ -171,3 +171,28 @@ def test_what_decides_an_early_activation() -> None:
     assert activation_trigger([reply], "m", 500.0, False, now=1_499) is None
     assert activation_trigger([reply], "m", 500.0, False, now=1_500) == "ttl"
     assert activation_trigger([reply], "m", None, False, now=10**12) is None
+
+
+async def test_the_stream_says_when_buffering_starts_and_the_status_shows_what_is_buffered() -> None:
+    """Through ``Agent.stream``: the turn that starts computing a chunk ahead sends ``data-om-buffering-start``
+    (the chunk's own ``cycleId``) before ``finish``; the next turn's ``data-om-status`` counts the chunk as
+    complete, its message and observation tokens, and what an activation now would take out."""
+    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
+    options = {"observationalMemory": {"observation": {"model": observer, "messageTokens": 1000,
+                                                       "bufferTokens": 50}}}
+    async with Memory(storage=InMemoryStore(), options=options) as memory:
+        agent = Agent("a", "i", _endless(lambda request: "ok"), memory=memory)
+        first = await _stream_kinds(agent, _long("turn0"))
+        await memory.settled()
+        [chunk] = (await _records(memory))[-1].buffered_chunks
+        second = await _stream_kinds(agent, "and then?")
+    kinds = [event.type for event in first]
+    started = next(event for event in first if event.type == "data-om-buffering-start")
+    assert kinds.index("data-om-buffering-start") < kinds.index("finish")
+    assert started.data["cycleId"] == chunk["cycleId"] and started.data["tokensToBuffer"] > 0
+    status = next(event for event in second if event.type == "data-om-status").data["windows"]["buffered"]
+    assert status["observations"]["chunks"] == 1 and status["observations"]["status"] == "complete"
+    assert status["observations"]["messageTokens"] == chunk["messageTokens"] > 0
+    assert status["observations"]["observationTokens"] == chunk["tokenCount"] > 0
+    assert status["observations"]["projectedMessageRemoval"] == 0  # far below the threshold: nothing yet
+    assert status["reflection"]["status"] == "idle"

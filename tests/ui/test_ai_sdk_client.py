@@ -23,6 +23,8 @@ from threadmind.events import (
     ErrorEvent,
     FinishEvent,
     FinishStepEvent,
+    OMActivationEvent,
+    OMBufferingStartEvent,
     OMObservationEndEvent,
     OMObservationFailedEvent,
     OMObservationStartEvent,
@@ -55,10 +57,22 @@ CHAT_ID = "chat-1"
 WEATHER_QUESTION = "What's the weather in Paris?"
 
 
+# What observational memory streams before a model call (shapes as the OM processor writes them).
+OM_PARTS = [
+    OMActivationEvent(data={"operationType": "observation", "tokensBefore": 240, "threadId": CHAT_ID,
+                            "triggeredBy": "threshold"}),
+    OMStatusEvent(data={"windows": {"active": {"messages": {"tokens": 48, "threshold": 200}},
+                                    "buffered": {"observations": {"chunks": 1, "status": "complete"}}},
+                        "threadId": CHAT_ID, "stepNumber": 0, "generationCount": 0}),
+    OMBufferingStartEvent(data={"cycleId": "buffer-obs-1", "operationType": "observation", "tokensToBuffer": 60,
+                                "threadId": CHAT_ID, "threadIds": [CHAT_ID]}),
+]
+
+
 def _weather_reply() -> list[Step]:
     """Reasoning, text, a server tool with streamed input and its output, then a client tool's call."""
     return [
-        StartEvent(message_id="asst-1"), StartStepEvent(),
+        StartEvent(message_id="asst-1"), *OM_PARTS, StartStepEvent(),
         ReasoningStartEvent(id="r1"), ReasoningDeltaEvent(id="r1", delta="The user wants "),
         ReasoningDeltaEvent(id="r1", delta="the weather."), ReasoningEndEvent(id="r1"),
         TextStartEvent(id="t1"), TextDeltaEvent(id="t1", delta="Let me "), TextDeltaEvent(id="t1", delta="check."),
@@ -173,12 +187,14 @@ class TestTheClientSees:
                             ("asst-2", None, True, False), ("asst-3", None, True, False),
                             ("asst-4", None, False, True)]
 
-    def test_the_title_arrives_as_a_transient_data_part(self, conversation: Conversation) -> None:
+    def test_memory_parts_and_the_title_arrive_as_transient_data_parts(self, conversation: Conversation) -> None:
+        """Observational memory's parts and the title reach ``onData`` as sent, and never the message."""
+        om = [{"type": event.type, "data": event.data, "transient": True} for event in OM_PARTS]
         assert conversation.client["data"] == [
-            {"type": "data-thread-title", "data": {"threadId": CHAT_ID, "title": "Weather in Paris"},
-             "transient": True}]
+            *om, {"type": "data-thread-title", "data": {"threadId": CHAT_ID, "title": "Weather in Paris"},
+                  "transient": True}]
         for message in conversation.client["messages"]:
-            assert not any(p["type"] == "data-thread-title" for p in message["parts"])
+            assert not any(p["type"].startswith("data-") for p in message["parts"])
 
     def test_a_tripwire_and_a_mid_stream_failure_are_errors_with_their_text(self, conversation: Conversation) -> None:
         assert conversation.client["errors"] == ["Blocked: rude words", "model connection dropped"]
@@ -245,6 +261,8 @@ ALL_EVENTS: list[StreamEvent] = [
     OMObservationStartEvent(data={"cycleId": "c", "operationType": "observation", "tokensToObserve": 36001}),
     OMObservationEndEvent(data={"cycleId": "c", "observations": "* 🔴 noted", "observationTokens": 5}),
     OMObservationFailedEvent(data={"cycleId": "c", "error": "observer down"}),
+    OMActivationEvent(data={"operationType": "reflection", "triggeredBy": "ttl"}),
+    OMBufferingStartEvent(data={"cycleId": "buffer-obs-2", "tokensToBuffer": 12}),
     ErrorEvent(error_text="guardrail"), AbortEvent(reason="stopped"), AbortEvent(),
     FinishEvent(finish_reason="tripwire"),
 ]

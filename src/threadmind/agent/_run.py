@@ -157,6 +157,8 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
                 state.phase = _PERSISTED
                 state.result = GenerateResult(text=text, messages=run.message_list.get_response(), usage=state.usage,
                                               finish_reason=run.finish_reason)
+                for event in run.data_parts():  # what the output processors wrote (background work begun)
+                    yield event
                 if turn is not None:
                     title = await run.title(turn, emit=streaming)
                     if title is not None:
@@ -182,7 +184,7 @@ async def run_turn(agent: Agent, call: RunCall, state: RunState, *, streaming: b
 class _Run:
     """The steps of one turn and how it ends (used by :func:`run_turn` only)."""
 
-    def _data_parts(self) -> list[StreamEvent]:
+    def data_parts(self) -> list[StreamEvent]:
         """The ``data-*`` parts processors wrote since the last model call, as events (unknown kinds dropped)."""
         parts, self.context.data_parts = self.context.data_parts, []
         return [DATA_PART_EVENTS[kind](data=data) for kind, data in parts if kind in DATA_PART_EVENTS]
@@ -226,7 +228,7 @@ class _Run:
                 state.message_id = stored_id(self.message_list, state.response_id)
                 state.started_at = utc_now()
                 yield StartEvent(message_id=state.message_id)
-            for event in self._data_parts():
+            for event in self.data_parts():
                 yield event
             request = ModelRequest(system=self.message_list.get_system_messages(),
                                    messages=for_model(self.message_list.get_all()),  # signals as the model reads them

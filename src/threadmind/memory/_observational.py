@@ -32,6 +32,7 @@ from ..processors import (
     REFLECTOR_INSTRUCTIONS,
     THREAD_TITLE_INSTRUCTIONS,
     MemoryAccess,
+    chunks_to_activate,
     date_header,
     is_transient_signal,
     message_range,
@@ -55,7 +56,7 @@ from ..stores import (
 )
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
-from ._om_parts import ManagedWorkingMemory, chunks_to_activate, custom_instructions, newest_within
+from ._om_parts import ManagedWorkingMemory, custom_instructions, newest_within
 from ._working_memory import read_working_memory, scope_key, write_working_memory
 
 if TYPE_CHECKING:
@@ -268,14 +269,22 @@ class ObservationalMemoryEngine:
         return int(tokens // step) > int(last // step)
 
     def buffer(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, tokens: int,
-               working_memory: WorkingMemoryConfig | None = None) -> bool:
-        """Start computing the next buffered chunk in the background unless one is being computed; True when
-        started."""
+               working_memory: WorkingMemoryConfig | None = None, cycle_id: str | None = None) -> bool:
+        """Start computing the next buffered chunk (its ``cycleId``: ``cycle_id``) in the background unless one is
+        being computed; True when started."""
+        cycle = cycle_id or str(uuid.uuid4())
         return self._start("buffer:" + self.key(config, thread_id, resource_id), "buffer",
-                           lambda: self._buffer_once(config, thread_id, resource_id, tokens, working_memory))
+                           lambda: self._buffer_once(config, thread_id, resource_id, tokens, working_memory, cycle))
+
+    def buffering(self, config: ObservationalMemoryConfig, thread_id: str,
+                  resource_id: str | None) -> tuple[bool, bool]:
+        """Whether a chunk of observations, and a reflection, are being computed ahead in this process now."""
+        key = self.key(config, thread_id, resource_id)
+        return f"buffer:{key}" in self._inflight, f"reflect:{key}" in self._inflight
 
     async def _buffer_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                           tokens: int, working_memory: WorkingMemoryConfig | None = None) -> bool:
+                           tokens: int, working_memory: WorkingMemoryConfig | None = None,
+                           cycle: str | None = None) -> bool:
         """Observe the unobserved messages no chunk holds yet into a new buffered chunk (not yet active): snapshot
         under the owner, the Observer outside it, then a compare-and-set of the record. True if a chunk was
         added."""
@@ -303,7 +312,7 @@ class ObservationalMemoryEngine:
         observed, extras, new_working_memory = await self._ask_observer(
             config, thread_id, resource_id, model, previous, snap.messages, None, working_memory)
         last = max(snap.messages, key=lambda m: m.created_at)
-        cycle = str(uuid.uuid4())
+        cycle = cycle or str(uuid.uuid4())
         chunk: dict[str, Any] = {  # Mastra's BufferedObservationChunk
             "id": f"ombuf-{uuid.uuid4()}", "cycleId": cycle,
             "observations": _grouped(config, f"{date_header(snap.messages)}\n{observed}", snap.messages),

@@ -1,20 +1,18 @@
-"""Parts of observational memory's engine that hold no state: the working memory the Observer manages, which
-buffered chunks an activation takes, and the custom-instructions tail."""
+"""Parts of observational memory's engine that hold no state: the working memory the Observer manages, the
+previous observations the Observer is shown, and the custom-instructions tail."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from .._config import WorkingMemoryConfig
 from ..processors import template_for
 from ..tokens import TokenCounter
 from ._extractors import Extractor, extractor_sections, strip_sections
 
-__all__ = ("ManagedWorkingMemory", "chunks_to_activate", "custom_instructions", "newest_within")
+__all__ = ("ManagedWorkingMemory", "custom_instructions", "newest_within")
 
 _log = logging.getLogger("threadmind.memory")
 
@@ -67,28 +65,6 @@ class ManagedWorkingMemory:
                 return None
             text = json.dumps(document, ensure_ascii=False)
         return None if text == (self.current or "").strip() else text
-
-
-def chunks_to_activate(chunks: Sequence[Mapping[str, Any]], pending: int, threshold: int, ratio: float) -> int:
-    """How many of the oldest chunks an activation takes (Mastra's boundary: the cumulative message tokens nearest
-    ``pending - threshold × (1 - ratio)``, preferring a small overshoot that leaves messages, at least one)."""
-    floor = threshold * (1 - ratio)
-    target = max(0.0, pending - floor)
-    total = 0
-    over_at = over_tokens = under_at = under_tokens = 0
-    for at, chunk in enumerate(chunks, start=1):
-        total += int(chunk.get("messageTokens") or 0)
-        if total >= target:
-            if over_at == 0 or total < over_tokens:
-                over_at, over_tokens = at, total
-        elif total > under_tokens:
-            under_at, under_tokens = at, total
-    least = min(1000.0, floor)
-    if over_at and over_tokens - target <= floor * 0.95 and pending - over_tokens >= least:
-        return over_at
-    if under_at and pending - under_tokens >= least:
-        return under_at
-    return over_at or 1
 
 
 def custom_instructions(instruction: str | None) -> str:

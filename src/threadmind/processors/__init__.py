@@ -43,6 +43,7 @@ from ._observation_text import observer_transcript as observer_transcript
 from ._observation_text import sealed_updates as sealed_updates
 from ._observation_text import split_observer_output as split_observer_output
 from ._observational import ObservationalMemory as ObservationalMemory
+from ._om_triggers import chunks_to_activate as chunks_to_activate
 from ._protocol import AfterPersist as AfterPersist
 from ._protocol import ProcessInputArgs as ProcessInputArgs
 from ._protocol import ProcessInputStepArgs as ProcessInputStepArgs
@@ -107,6 +108,7 @@ __all__ = (
     "WorkingMemoryState",
     "as_access",
     "block_after_tokens",
+    "chunks_to_activate",
     "date_header",
     "deep_merge",
     "drop_optional_nulls",

@@ -61,8 +61,14 @@ class ObservationEngine(Protocol):
         ...
 
     def buffer(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, tokens: int,
-               working_memory: WorkingMemoryConfig | None = None) -> bool:
-        """Start computing the next buffered chunk in the background; True when started."""
+               working_memory: WorkingMemoryConfig | None = None, cycle_id: str | None = None) -> bool:
+        """Start computing the next buffered chunk (``cycle_id``: its ``cycleId``) in the background; True when
+        started."""
+        ...
+
+    def buffering(self, config: ObservationalMemoryConfig, thread_id: str,
+                  resource_id: str | None) -> tuple[bool, bool]:
+        """Whether observations, and a reflection, are being computed ahead in this process now."""
         ...
 
     async def activate(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,

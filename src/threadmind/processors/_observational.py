@@ -24,7 +24,7 @@ from ._observation_text import (
     block_after_tokens,
     observations_system_message,
 )
-from ._om_triggers import activation_trigger
+from ._om_triggers import activation_trigger, projected_removal
 from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs
 from ._temporal_markers import add_temporal_gap_marker
 
@@ -55,8 +55,7 @@ class _Cycle:
         self.context.write_data("data-om-observation-start", {
             "cycleId": self.id, "operationType": "observation", "startedAt": to_iso(self.started),
             "tokensToObserve": tokens, "recordId": record.id if record is not None else None, "threadId": thread_id,
-            "config": {"messageTokens": config.message_tokens, "observationTokens": config.observation_tokens,
-                       "scope": config.scope}})
+            "config": _marker_config(config)})
 
     def _elapsed(self) -> tuple[str, int]:
         now = utc_now()
@@ -77,6 +76,12 @@ class _Cycle:
             "tokensAttempted": self.tokens, "error": str(error) if error is not None else "observation failed",
             "threadId": self.thread_id})
 
+
+
+def _marker_config(config: ObservationalMemoryConfig) -> dict[str, object]:
+    """The thresholds a marker part carries (Mastra's ``getObservationMarkerConfig``)."""
+    return {"messageTokens": config.message_tokens, "observationTokens": config.observation_tokens,
+            "scope": config.scope}
 
 
 class ObservationalMemory:
@@ -175,22 +180,35 @@ class ObservationalMemory:
         if args.step_number == 0 and config.temporal_markers and not args.context.memory_config.read_only:
             add_temporal_gap_marker(args.message_list, thread_id, resource_id)
         record = args.context.run_state.get(_RECORD_KEY)
-        observed = record.observation_token_count if isinstance(record, OMRecord) else 0
+        record = record if isinstance(record, OMRecord) else None
+        observed = record.observation_token_count if record is not None else 0
         context = {m.id for m in args.message_list.get_context()}
         pending = self.engine.counter.count_messages(
             [m for m in args.message_list.get_all() if m.id != CONTINUATION_ID and m.id not in context])
-        idle = "idle"
+        threshold = config.message_threshold(observed)
+        chunks = record.buffered_chunks if record is not None else []
+        observing, reflecting = self.engine.buffering(config, thread_id, resource_id)
+        reflection = record.buffered_reflection if record is not None else None
         args.context.write_data("data-om-status", {
             "windows": {
-                "active": {"messages": {"tokens": pending, "threshold": config.message_threshold(observed)},
+                "active": {"messages": {"tokens": pending, "threshold": threshold},
                            "observations": {"tokens": observed, "threshold": config.observation_tokens}},
-                "buffered": {"observations": {"chunks": 0, "messageTokens": 0, "projectedMessageRemoval": 0,
-                                              "observationTokens": 0, "status": idle},
-                             "reflection": {"inputObservationTokens": 0, "observationTokens": 0, "status": idle}},
+                "buffered": {
+                    "observations": {
+                        "chunks": len(chunks),
+                        "messageTokens": min(sum(int(c.get("messageTokens") or 0) for c in chunks), pending),
+                        "projectedMessageRemoval": projected_removal(chunks, pending, threshold,
+                                                                     config.activation_ratio),
+                        "observationTokens": sum(int(c.get("tokenCount") or 0) for c in chunks),
+                        "status": "running" if observing else "complete" if chunks else "idle"},
+                    "reflection": {
+                        "inputObservationTokens": (record.buffered_reflection_input_tokens or 0) if record else 0,
+                        "observationTokens": (record.buffered_reflection_tokens or 0) if record else 0,
+                        "status": "running" if reflecting else "complete" if reflection else "idle"}},
             },
-            "recordId": record.id if isinstance(record, OMRecord) else None, "threadId": thread_id,
+            "recordId": record.id if record is not None else None, "threadId": thread_id,
             "stepNumber": args.step_number,
-            "generationCount": record.generation_count if isinstance(record, OMRecord) else 0,
+            "generationCount": record.generation_count if record is not None else 0,
         })
         return None
 
@@ -213,8 +231,15 @@ class ObservationalMemory:
         record = record if isinstance(record, OMRecord) else None
         managed = _managed(args, config)
         if config.buffer_size is not None:
-            if engine.should_buffer(config, record, tokens):  # observations computed ahead, in chunks
-                engine.buffer(config, thread_id, resource_id, tokens, working_memory=managed)
+            cycle = f"buffer-obs-{uuid.uuid4()}"
+            # observations computed ahead, in chunks
+            if engine.should_buffer(config, record, tokens) and engine.buffer(
+                    config, thread_id, resource_id, tokens, working_memory=managed, cycle_id=cycle):
+                context.write_data("data-om-buffering-start", {
+                    "cycleId": cycle, "operationType": "observation", "startedAt": to_iso(utc_now()),
+                    "tokensToBuffer": tokens - (record.last_buffered_at_tokens if record is not None else 0),
+                    "recordId": record.id if record is not None else None, "threadId": thread_id,
+                    "threadIds": [thread_id], "config": _marker_config(config)})
             if tokens >= limit and (record is None or not record.buffered_chunks):
                 engine.schedule(config, thread_id, resource_id, working_memory=managed)  # nothing to activate
             return None

@@ -1,5 +1,6 @@
-"""When buffered observational memory activates before its token threshold: after the thread was idle
-(``activateAfterIdle``) or when the agent's model changed (``activateOnProviderChange``), as Mastra 1.71 decides.
+"""When buffered observational memory activates and how much of it: before its token threshold after the thread
+was idle (``activateAfterIdle``) or when the agent's model changed (``activateOnProviderChange``), and which
+buffered chunks an activation takes, as Mastra 1.71 decides.
 
 Both read the unobserved messages a turn loaded: idleness runs from the newest reply's last timed part (data
 parts skipped), the previous model is the newest reply's ``step-start`` ``model`` (else its
@@ -8,12 +9,13 @@ parts skipped), the previous model is the newest reply's ``step-start`` ``model`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from ..codecs import Message, StepStartPart, UnknownPart, utc_now
 
-__all__ = ("activation_trigger", "auto_ttl_ms", "last_activity_ms", "last_model", "provider_changed")
+__all__ = ("activation_trigger", "auto_ttl_ms", "chunks_to_activate", "last_activity_ms", "last_model",
+           "projected_removal", "provider_changed")
 
 _MINUTE = 60_000
 _HOUR = 60 * _MINUTE
@@ -99,3 +101,32 @@ def activation_trigger(messages: Sequence[Message], model_id: str | None, ttl: f
     if active is not None and (now if now is not None else int(utc_now().timestamp() * 1000)) - active >= limit:
         return "ttl"
     return None
+
+
+def chunks_to_activate(chunks: Sequence[Mapping[str, Any]], pending: int, threshold: int, ratio: float) -> int:
+    """How many of the oldest chunks an activation takes (Mastra's boundary: the cumulative message tokens nearest
+    ``pending - threshold × (1 - ratio)``, preferring a small overshoot that leaves messages, at least one)."""
+    floor = threshold * (1 - ratio)
+    target = max(0.0, pending - floor)
+    total = 0
+    over_at = over_tokens = under_at = under_tokens = 0
+    for at, chunk in enumerate(chunks, start=1):
+        total += int(chunk.get("messageTokens") or 0)
+        if total >= target:
+            if over_at == 0 or total < over_tokens:
+                over_at, over_tokens = at, total
+        elif total > under_tokens:
+            under_at, under_tokens = at, total
+    least = min(1000.0, floor)
+    if over_at and over_tokens - target <= floor * 0.95 and pending - over_tokens >= least:
+        return over_at
+    if under_at and pending - under_tokens >= least:
+        return under_at
+    return over_at or 1
+
+
+def projected_removal(chunks: Sequence[Mapping[str, Any]], pending: int, threshold: int, ratio: float) -> int:
+    """The message tokens an activation now would take out (Mastra's ``calculateProjectedMessageRemoval``)."""
+    if not chunks or pending - threshold * (1 - ratio) <= 0:
+        return 0
+    return sum(int(c.get("messageTokens") or 0) for c in chunks[:chunks_to_activate(chunks, pending, threshold, ratio)])
