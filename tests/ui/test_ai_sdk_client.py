@@ -20,6 +20,7 @@ import pytest
 from threadmind.codecs import ToolInvocationPart
 from threadmind.events import (
     AbortEvent,
+    DataPart,
     ErrorEvent,
     FinishEvent,
     FinishStepEvent,
@@ -58,7 +59,7 @@ WEATHER_QUESTION = "What's the weather in Paris?"
 
 
 # What observational memory streams before a model call (shapes as the OM processor writes them).
-OM_PARTS = [
+OM_PARTS: list[DataPart] = [
     OMActivationEvent(data={"operationType": "observation", "tokensBefore": 240, "threadId": CHAT_ID,
                             "triggeredBy": "threshold"}),
     OMStatusEvent(data={"windows": {"active": {"messages": {"tokens": 48, "threshold": 200}},
