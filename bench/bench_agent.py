@@ -353,6 +353,50 @@ async def _observational(workdir: str, turns: int) -> dict[str, Any]:
             "observation": _pcts(observations) if observations else {}}
 
 
+class _SlowObserver:
+    """An Observer that takes ``delay`` seconds a call (a remote model's latency) and notes when each call ran."""
+
+    model_id = "bench/observer"
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.calls: list[tuple[float, float]] = []
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        await anyio.sleep(self.delay)
+        self.calls.append((started, time.perf_counter()))
+        return ModelResponse(text=f"* 🔴 (10:00) observation {len(self.calls)} of the tokyo trip")
+
+
+async def _observational_buffering(workdir: str, turns: int, buffered: bool, delay: float = 0.025,
+                                   pause: float = 0.01) -> dict[str, Any]:
+    """A long conversation crossing ``messageTokens`` (600) many times, ``pause`` s between turns, with an Observer
+    taking ``delay`` s a call: each turn's latency without the agent model's own time, and how many turns waited
+    for an Observer call (took over half a call). ``buffered``: ``bufferTokens`` 0.2 (chunks computed ahead,
+    activated at the threshold), else ``false`` (observation at the threshold, in the background; a turn waits
+    past ``blockAfter``)."""
+    observer = _SlowObserver(delay)
+    options = {"observationalMemory": {"model": observer, "observation": {
+        "messageTokens": 600, "bufferTokens": 0.2 if buffered else False}}}
+    model = _TimedModel()
+    path = os.path.join(workdir, f"om_{'buffered' if buffered else 'unbuffered'}.db")
+    latencies: list[float] = []
+    async with Memory(storage=SQLiteStore(path), options=options) as memory:
+        agent = Agent("bench", "You are a benchmark.", model, memory=memory)
+        for i in range(turns):
+            before = model.seconds
+            started = time.perf_counter()
+            await agent.generate(f"turn {i}: " + "please remember the tokyo flight and the hotel " * 3,
+                                 thread_id="om-buffering", resource_id="om-resource")
+            latencies.append(time.perf_counter() - started - (model.seconds - before))
+            await anyio.sleep(pause)
+        await memory.settled()
+    return {"turns": turns, **_pcts(latencies), "max_ms": round(max(latencies) * 1000, 3),
+            "observer_calls": len(observer.calls), "observer_delay_ms": delay * 1000, "pause_ms": pause * 1000,
+            "turns_waiting": sum(latency > delay / 2 for latency in latencies)}
+
+
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"synchronous": "FULL"}
     with tempfile.TemporaryDirectory(prefix="threadmind-bench-agent-") as workdir:
@@ -369,6 +413,10 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
             "semantic", {"lastMessages": 10, "semanticRecall": {"topK": 4, "messageRange": 1}}, workdir,
             args.history, args.turns, semantic=True)
         report["observational_memory"] = await _observational(workdir, min(args.turns, 100))
+        # The same long conversation with observations computed ahead (Mastra's default) and without.
+        report["observational_memory_buffered"] = await _observational_buffering(workdir, min(args.turns, 150), True)
+        report["observational_memory_unbuffered"] = await _observational_buffering(
+            workdir, min(args.turns, 150), False)
         report["agent_without_memory"] = await _without_memory(args.turns)
         report["concurrent_64_conversations"] = await _concurrent(workdir, 64, max(1, args.turns // 10))
         report["last_10_after_a_pause"] = await _cold_turns(workdir, min(args.turns, 200))
