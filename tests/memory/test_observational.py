@@ -791,20 +791,19 @@ async def test_buffered_observations_activate_at_the_threshold_with_no_model_cal
         assert len(sealed) == 6  # the three turns the chunks held
 
 
-async def test_two_processes_buffering_one_thread_store_one_chunk(tmp_path: Path) -> None:
-    """Two Memory objects on one SQLite file (as two processes have) both compute a chunk of the same messages at
-    once: one commits, the other finds the record changed and drops its chunk; nothing is buffered twice."""
+async def test_two_processes_buffering_one_thread_make_one_observer_call(tmp_path: Path) -> None:
+    """Two Memory objects on one SQLite file (as two processes have) asked to compute the same chunk at once: the
+    Observer's claim (a lease on the store) lets one run it; the other leaves the cycle to it. One Observer call,
+    one chunk."""
     from threadmind import Message
 
-    both = anyio.Event()
+    release = anyio.Event()
     calls: list[int] = []
 
     async def observe(request: ModelRequest) -> str:
         calls.append(1)
-        if len(calls) == 2:
-            both.set()
         with anyio.fail_after(5):
-            await both.wait()  # each Observer call answers once both took their snapshot
+            await release.wait()
         return f"* 🔴 chunk by call {len(calls)}"
 
     options = {"observationalMemory": {"observation": {"model": ScriptedModel(iter(lambda: observe, None)),
@@ -820,10 +819,15 @@ async def test_two_processes_buffering_one_thread_store_one_chunk(tmp_path: Path
             memory.get_input_processors()  # makes the memory's engine, as a turn does
             engine = memory.observational_engine
             assert engine is not None and engine.buffer(config, "t1", "r1", 60)
+        with anyio.fail_after(5):
+            while not calls:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.1)  # time for the other to try
+        release.set()
         await first.settled()
         await second.settled()
         records = await _records(first)
-    assert len(calls) == 2 and len(records) == 1 and len(records[0].buffered_chunks) == 1
+    assert len(calls) == 1 and len(records) == 1 and len(records[0].buffered_chunks) == 1
 
 
 async def test_a_reflection_computed_ahead_becomes_the_next_generation_with_no_model_call() -> None:

@@ -26,7 +26,7 @@ from threadmind.agent import Agent
 from threadmind.embedders import HashEmbedder
 from threadmind.errors import ThreadmindError
 from threadmind.events import StartEvent
-from threadmind.memory import MemoryConfig, SemanticRecallConfig, WorkingMemoryConfig
+from threadmind.memory import MemoryConfig, ObservationalMemoryConfig, SemanticRecallConfig, WorkingMemoryConfig
 from threadmind.models import ModelRequest, ModelResponse, ToolCall
 from threadmind.models._scripted import ScriptedModel
 from threadmind.stores import HnswVectorStore, MessageQuery, PostgresStore, SQLiteStore, Store, supports_keywords
@@ -61,9 +61,38 @@ def make_store(spec: dict[str, Any]) -> Store:
     return PostgresStore(spec["target"], max_size=4)
 
 
+class Observer:
+    """The Observer of the ``om`` scenarios: reports each call (``observing``: the message texts it was given),
+    takes ``delay`` seconds, and with ``block`` never answers (its process is to be killed mid-cycle)."""
+
+    model_id = "test/observer"
+
+    def __init__(self) -> None:
+        self.proc = 0
+        self.delay = 0.0
+        self.block = False
+        self.calls = 0
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        prompt = request.messages[0].text
+        new = prompt.split("New messages to observe:\n", 1)[-1]
+        observed = re.findall(r"\] (?:User|Assistant): (p\d+ t\d+|reply to p\d+ t\d+)", new)
+        say(event="observing", call=f"p{self.proc}-c{self.calls}", texts=observed)
+        if self.block:
+            await anyio.sleep_forever()
+        await anyio.sleep(self.delay)
+        return ModelResponse(text=f"* 🔴 obs p{self.proc}-c{self.calls}: " + ", ".join(observed))
+
+
+OBSERVER = Observer()
+
+
 def options(config: dict[str, Any]) -> MemoryConfig:
     wm = config.get("working_memory")
+    om = config.get("om")
     return MemoryConfig(
+        observational_memory=ObservationalMemoryConfig(model=OBSERVER, **om) if om else False,
         last_messages=config.get("last_messages", 10),
         working_memory=WorkingMemoryConfig(enabled=True, scope="resource", **wm) if wm else WorkingMemoryConfig(),
         semantic_recall=SemanticRecallConfig(top_k=3, message_range=0, scope="resource")
@@ -244,7 +273,23 @@ async def opening(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
     say(event="done")
 
 
-SCENARIOS = {"wm": wm, "turns": turns, "chat": chat, "hold": hold, "serve": serve, "ties": ties, "opening": opening}
+async def om(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
+    """``turns`` enqueued turns on t-om with observational memory computing observations ahead; the Observer reports
+    what it is given (``observing``). Waits for ``settle`` before letting its background work finish."""
+    proc = config["proc"]
+    OBSERVER.proc, OBSERVER.delay, OBSERVER.block = proc, config.get("observer_delay", 0.0), config.get("block", False)
+    agent = Agent("om", "Answer.", ScriptedModel(iter(lambda: lambda request: f"reply to {texts(request)[-1]}",
+                                                      None)), memory=memory)
+    for j in range(config["turns"]):
+        await agent.generate(f"p{proc} t{j}", thread_id="t-om", resource_id="r1")
+        await anyio.sleep(config.get("pause", 0.0))
+    say(event="turns-done")
+    await memory.settled()
+    say(event="done", observer_calls=OBSERVER.calls)
+
+
+SCENARIOS = {"wm": wm, "turns": turns, "chat": chat, "hold": hold, "serve": serve, "ties": ties, "opening": opening,
+             "om": om}
 
 
 async def catch_up(config: dict[str, Any], lines: Lines) -> None:

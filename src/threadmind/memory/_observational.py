@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
@@ -26,7 +27,7 @@ import msgspec
 from .._config import MemoryConfig, ObservationalMemoryConfig, WorkingMemoryConfig
 from ..actors import forget_fences
 from ..codecs import FilePart, Message, Thread, from_iso, to_iso, utc_now
-from ..errors import ThreadmindError, ThreadNotFound, ValidationError
+from ..errors import ThreadBusy, ThreadmindError, ThreadNotFound, ValidationError
 from ..processors import (
     OBSERVER_INSTRUCTIONS,
     REFLECTOR_INSTRUCTIONS,
@@ -159,6 +160,31 @@ class ObservationalMemoryEngine:
         # Observation reads messages and writes only OM records: the thread actor keeps its tail and row.
         return await system.exclusive(thread_id, fn, name, thread_unchanged=True, background=True)
 
+    @asynccontextmanager
+    async def _claim(self, role: str, key: str, *, wait: bool) -> AsyncIterator[bool | None]:
+        """Hold the lease ``om-<role>:<key>`` against every process on the store (and every task of this one) while
+        an Observer (``role`` "observer": buffering and observing) or Reflector cycle runs, so each runs once; the
+        heartbeat renews it, a dead holder's lapses within seconds. Yields True when taken at once, None when taken
+        after waiting for another holder (``wait``), False when another holds it (not ``wait``)."""
+        system = self._core.system
+        if system is None:
+            raise ThreadmindError("this Memory has no store", code="THREADMIND_CLOSED")
+        store, name = self._store, f"om-{role}:{key}"
+        waited = False
+        try:
+            lease = await store.acquire_lease(name, owner=system.owner, ttl=system.lease_ttl, wait=False)
+        except ThreadBusy:
+            if not wait:
+                yield False
+                return
+            lease = await store.acquire_lease(name, owner=system.owner, ttl=system.lease_ttl, wait=True)
+            waited = True
+        try:
+            yield None if waited else True
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.release_lease(lease)
+
     # -- reading -------------------------------------------------------------------------------------
     async def _unobserved(
         self, store: MemoryAccess | Store, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
@@ -195,7 +221,7 @@ class ObservationalMemoryEngine:
         """Start a background observation for this key unless one is running; True when started."""
         async def _observe() -> None:
             for _ in range(_MAX_ROUNDS):
-                if not await self._observe_once(config, thread_id, resource_id, working_memory):
+                if not await self._observe_once(config, thread_id, resource_id, working_memory, wait=False):
                     break
 
         return self._start(self.key(config, thread_id, resource_id), "observe", _observe)
@@ -245,7 +271,7 @@ class ObservationalMemoryEngine:
             return True
         done = self._inflight[key] = anyio.Event()
         try:
-            return await self._observe_once(config, thread_id, resource_id, working_memory)
+            return await self._observe_once(config, thread_id, resource_id, working_memory, wait=True)
         except Exception as exc:
             _log.warning("observational memory for %s failed; the turn proceeds on raw history", key,
                          exc_info=True)
@@ -288,6 +314,14 @@ class ObservationalMemoryEngine:
         """Observe the unobserved messages no chunk holds yet into a new buffered chunk (not yet active): snapshot
         under the owner, the Observer outside it, then a compare-and-set of the record. True if a chunk was
         added."""
+        async with self._claim("observer", self.key(config, thread_id, resource_id), wait=False) as held:
+            if held is False:
+                return False  # another process (or task) runs the Observer for this key now: this cycle is theirs
+            return await self._buffer_claimed(config, thread_id, resource_id, tokens, working_memory, cycle)
+
+    async def _buffer_claimed(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                              tokens: int, working_memory: WorkingMemoryConfig | None, cycle: str | None) -> bool:
+        """:meth:`_buffer_once` with the Observer's claim held."""
         key = self.key(config, thread_id, resource_id)
         store = self._store
         records = self.records
@@ -330,8 +364,8 @@ class ObservationalMemoryEngine:
 
         async def _commit() -> bool:
             current = await records.current(key)
-            if not same_record(current, snap.record):
-                return False  # observed, activated or buffered meanwhile: this chunk may overlap; dropped
+            if not same_record(current, snap.record) and not _still_unobserved(current, snap.messages):
+                return False  # observed meanwhile (the chunk would overlap): dropped, never duplicated
             now = utc_now()
             fresh = current.copy() if current is not None else OMRecord(
                 id=str(uuid.uuid4()), lookup_key=key, scope=config.scope, resource_id=resource_id,
@@ -347,10 +381,11 @@ class ObservationalMemoryEngine:
             return await self._serialized(config, thread_id, resource_id, _commit, "om_buffer")
 
     async def activate(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                       tokens: int, working_memory: WorkingMemoryConfig | None = None) -> bool:
+                       tokens: int | None, working_memory: WorkingMemoryConfig | None = None) -> bool:
         """Make buffered chunks active, with no model call (Mastra's ``swapBufferedToActive``): the oldest chunks
-        whose messages bring the unobserved tokens nearest ``(1 - bufferActivation)`` × the threshold; their
-        messages become observed. True if any chunk was activated."""
+        whose messages bring the unobserved ``tokens`` nearest ``(1 - bufferActivation)`` × the threshold (None:
+        every chunk, before an observation of what follows them); their messages become observed. True if any
+        chunk was activated."""
         key = self.key(config, thread_id, resource_id)
         records = self.records
         store = self._store
@@ -361,7 +396,8 @@ class ObservationalMemoryEngine:
                 return None
             chunks = current.buffered_chunks
             threshold = config.message_threshold(current.observation_token_count)
-            count = chunks_to_activate(chunks, tokens, threshold, config.activation_ratio)
+            count = len(chunks) if tokens is None else \
+                chunks_to_activate(chunks, tokens, threshold, config.activation_ratio)
             taken, left = chunks[:count], chunks[count:]
             content = "\n\n".join(str(c.get("observations") or "") for c in taken)
             last_seen = max((from_iso(str(c["lastObservedAt"])) for c in taken if c.get("lastObservedAt")),
@@ -377,7 +413,7 @@ class ObservationalMemoryEngine:
             moved = sum(int(c.get("messageTokens") or 0) for c in taken)
             record.total_tokens_observed += moved
             record.buffered_chunks = left
-            if tokens - moved < record.last_buffered_at_tokens * 0.5:  # Mastra: a stale boundary starts over
+            if tokens is None or tokens - moved < record.last_buffered_at_tokens * 0.5:  # a stale boundary: anew
                 record.last_buffered_at_tokens = 0
             if record.origin_type == "initialization":
                 record.origin_type = "observation"
@@ -488,9 +524,23 @@ class ObservationalMemoryEngine:
         return observed, extras, new_working_memory
 
     async def _observe_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                            working_memory: WorkingMemoryConfig | None = None) -> bool:
-        """One observation round: snapshot → Observer → commit (→ Reflector → new generation). True if observed.
-        With ``working_memory`` the Observer also rewrites it (``observation.manageWorkingMemory``)."""
+                            working_memory: WorkingMemoryConfig | None = None, *, wait: bool = True) -> bool:
+        """One observation round, under the Observer's claim: buffered chunks made active first, then snapshot →
+        Observer → commit (→ Reflector → new generation). True if observed, or (``wait``) if another holder's
+        cycle left nothing to observe. With ``working_memory`` the Observer also rewrites it
+        (``observation.manageWorkingMemory``)."""
+        async with self._claim("observer", self.key(config, thread_id, resource_id), wait=wait) as held:
+            if held is False:
+                return False
+            current = await self.records.current(self.key(config, thread_id, resource_id))
+            if current is not None and current.buffered_chunks:  # they hold the oldest messages: they go first
+                await self.activate(config, thread_id, resource_id, None, working_memory)
+            observed = await self._observe_claimed(config, thread_id, resource_id, working_memory)
+            return observed or held is None
+
+    async def _observe_claimed(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
+                               working_memory: WorkingMemoryConfig | None) -> bool:
+        """:meth:`_observe_once` with the Observer's claim held."""
         key = self.key(config, thread_id, resource_id)
         store = self._store
         records = self.records
@@ -644,7 +694,17 @@ class ObservationalMemoryEngine:
     async def _reflect_ahead_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
                                   base: OMRecord, model: LanguageModel) -> None:
         """Reflect ``base``'s observations and store the result as the buffered reflection, unless the
-        observations it read changed meanwhile."""
+        observations it read changed meanwhile (under the Reflector's claim: once across processes)."""
+        async with self._claim("reflector", base.lookup_key, wait=False) as held:
+            if held is not False:
+                await self._reflect_ahead_claimed(config, thread_id, resource_id, base, model)
+
+    async def _reflect_ahead_claimed(self, config: ObservationalMemoryConfig, thread_id: str,
+                                     resource_id: str | None, base: OMRecord, model: LanguageModel) -> None:
+        """:meth:`_reflect_ahead_once` with the Reflector's claim held."""
+        current = await self.records.current(base.lookup_key)
+        if current is None or current.id != base.id or current.buffered_reflection is not None:
+            return  # another holder reflected (or a new generation began) meanwhile
         lines = base.active_observations.split("\n")
         condensed = await self._reflector(config, model, base.active_observations)
         condensed = reconcile_after_reflection(condensed, base.active_observations) or condensed
@@ -706,6 +766,18 @@ class ObservationalMemoryEngine:
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
             return await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
+
+
+def _still_unobserved(record: OMRecord | None, messages: Sequence[Message]) -> bool:
+    """Whether a chunk of ``messages`` computed before ``record`` changed still fits it: none of them became observed
+    (behind its cursor) or part of another chunk meanwhile. A turn activating older chunks, or a reflection, leaves
+    a chunk of newer messages valid; it is added instead of being computed again."""
+    if record is None:
+        return False
+    held = {mid for chunk in record.buffered_chunks for mid in chunk.get("messageIds") or ()}
+    cursor, seen = record.last_observed_at, set(record.observed_message_ids)
+    return all(m.id not in held and (cursor is None or m.created_at > cursor or
+                                     (m.created_at == cursor and m.id not in seen)) for m in messages)
 
 
 def _grouped(config: ObservationalMemoryConfig, block: str, messages: Sequence[Message]) -> str:

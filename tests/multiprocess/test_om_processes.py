@@ -1,0 +1,86 @@
+"""Observational memory computed ahead by several OS processes on one thread: each Observer cycle runs once (no
+message is given to the Observer twice), activations never duplicate an observation, nothing a buffer produced is
+stored as a message, and a process killed in the middle of a cycle leaves it to the next."""
+
+from __future__ import annotations
+
+import collections
+import signal
+from typing import Any
+
+import anyio
+import pytest
+from tests.multiprocess._harness import note, workers
+from tests.multiprocess._worker import make_memory
+
+from threadmind.memory import Memory
+from threadmind.stores import OMRecord
+
+LEASE_TTL = 1.0
+OM = {"message_tokens": 120, "buffer_tokens": 30}
+
+
+def _config(backend: dict[str, Any], proc: int, **extra: Any) -> dict[str, Any]:
+    return {"store": backend, "scenario": "om", "proc": proc, "lease_ttl": LEASE_TTL, "om": OM, **extra}
+
+
+def _memory(backend: dict[str, Any]) -> Memory:
+    return make_memory({"store": backend, "lease_ttl": LEASE_TTL, "om": OM, "last_messages": 1000})
+
+
+async def _history(memory: Memory) -> list[OMRecord]:
+    memory.get_input_processors()  # makes the memory's engine, as a turn does
+    assert memory.observational_engine is not None
+    return await memory.observational_engine.records.history("thread:t-om")
+
+
+@pytest.mark.slow  # four worker processes at once
+async def test_four_processes_buffering_one_thread_observe_each_message_once(backend: dict[str, Any]) -> None:
+    turns = 8
+    calls: list[tuple[str, list[str]]] = []
+    async with workers([_config(backend, proc, turns=turns, observer_delay=0.03, pause=0.01)
+                        for proc in range(4)]) as running:
+        for worker in running:
+            while (event := await worker.event(limit=120))["event"] != "done":
+                if event["event"] == "observing":
+                    calls.append((event["call"], event["texts"]))
+    async with _memory(backend) as memory:
+        stored = (await memory.recall("t-om", resource_id="r1", per_page=False)).messages
+        history = await _history(memory)
+    users = sorted(m.text for m in stored if m.role == "user")
+    assert users == sorted(f"p{p} t{j}" for p in range(4) for j in range(turns))
+    assert [m.role for m in stored].count("assistant") == 4 * turns and len(stored) == 8 * turns  # no ghost rows
+    given = collections.Counter(text for _, texts in calls for text in texts)
+    assert given and max(given.values()) == 1, given.most_common(3)  # each cycle once: nobody observed twice
+    kept = "\n".join([history[-1].active_observations, *(str(c["observations"]) for c in history[-1].buffered_chunks)])
+    written = collections.Counter(call for call, _ in calls if f"obs {call}:" in kept)
+    assert written and max(written.values()) == 1  # each Observer answer is kept at most once
+    assert sum(f"obs {call}:" in kept for call, _ in calls) >= 2  # thresholds crossed: several cycles kept
+    assert "obs p" in history[-1].active_observations  # and activated
+    note(test="om_four_processes", backend=backend["kind"], observer_calls=len(calls), kept=len(written),
+         generations=len(history))
+
+
+async def test_a_process_killed_mid_buffer_leaves_the_cycle_to_the_next(backend: dict[str, Any]) -> None:
+    """The first process's Observer never answers and the process is killed (SIGKILL) in the middle of the cycle;
+    the next process's turn claims the cycle (the dead holder's claim lapses) and buffers the same messages."""
+    async with workers([_config(backend, 0, turns=3, block=True)]) as (doomed,):
+        while (event := await doomed.event(limit=60))["event"] != "observing":
+            pass
+        first = set(event["texts"])
+        doomed.signal(signal.SIGKILL)
+        await anyio.sleep(0.2)
+    assert first
+    async with workers([_config(backend, 1, turns=1, observer_delay=0.0)]) as (heir,):
+        seen: list[str] = []
+        with anyio.fail_after(60):
+            while (event := await heir.event(limit=60))["event"] != "done":
+                if event["event"] == "observing":
+                    seen += event["texts"]
+    assert first <= set(seen)  # the dead process's cycle was taken up by the next owner
+    async with _memory(backend) as memory:
+        history = await _history(memory)
+        stored = (await memory.recall("t-om", resource_id="r1", per_page=False)).messages
+    chunked = {mid for chunk in history[-1].buffered_chunks for mid in chunk["messageIds"]}
+    assert {m.id for m in stored if m.text in first} <= chunked | set(history[-1].observed_message_ids)
+    assert all(m.role in ("user", "assistant") for m in stored)
