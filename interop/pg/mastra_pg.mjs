@@ -9,7 +9,8 @@
 //
 // Output of read/write: one JSON object { threads: [...listThreads createdAt ASC], messages: {threadId: [...recall
 // perPage false]}, resources: {resourceId: getResourceById}, workingMemory: {resource: {...}, thread: {...}},
-// observationalMemory: {threadId: getObservationalMemory(threadId, resourceId)} }.
+// observationalMemory: {threadId: getObservationalMemory(threadId, resourceId)} }. write also leaves one buffered chunk
+// (Mastra's async buffering) on thread-basic's observational-memory record.
 
 import { PostgresStore } from '@mastra/pg';
 import { Memory } from '@mastra/memory';
@@ -83,12 +84,26 @@ async function write(manifest) {
     memoryConfig: threadScope,
   });
   await store.updateThread({ id: 'thread-meta', title: 'Café ✓ 日本語 notes', metadata: { editedBy: 'mastra' } });
-  await store.initializeObservationalMemory({
+  const record = await store.initializeObservationalMemory({
     threadId: 'thread-basic',
     resourceId: 'res-alice',
     scope: 'thread',
     config: { observation: { messageTokens: 30000 }, reflection: { observationTokens: 40000 } },
     observedTimezone: 'Europe/Berlin',
+  });
+  // Observations computed ahead by Mastra's async buffering: one chunk of the first exchange, not yet active.
+  await store.updateBufferedObservations({
+    id: record.id,
+    chunk: {
+      cycleId: 'mastra-cycle-1',
+      observations: 'Date: Mar 1, 2025\n* 🔴 (09:00) Alice plans a trip to Kyoto',
+      tokenCount: 12,
+      messageIds: ['msg-basic-01', 'msg-basic-02'],
+      messageTokens: 40,
+      lastObservedAt: new Date('2025-03-01T09:00:05.000Z'),
+      suggestedContinuation: 'Ask about her hotel.',
+    },
+    lastBufferedAtTime: new Date('2025-03-01T09:00:06.000Z'),
   });
   return read();
 }

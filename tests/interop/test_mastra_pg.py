@@ -206,6 +206,46 @@ async def test_threadmind_reads_a_mastra_database_as_mastra_does(mastra_pg_dir: 
     want_om = theirs["observationalMemory"]["thread-basic"]
     assert _om_view(record) == {key: want_om[key] for key in _om_view(record)}
     assert record.origin_type == want_om["originType"] == "initial" and record.last_observed_at is None
+    # the chunk Mastra's async buffering left, read as Mastra reads it
+    [chunk] = record.buffered_chunks
+    [want_chunk] = want_om["bufferedObservationChunks"]
+    assert chunk == want_chunk and chunk["messageIds"] == ["msg-basic-01", "msg-basic-02"]
+
+
+async def test_threadmind_activates_what_mastra_buffered_and_mastra_reads_the_result(mastra_pg_dir: Path,
+                                                                                      pg_dsn: str) -> None:
+    """A turn in threadmind on a thread whose observations Mastra computed ahead reaches the threshold: Mastra's
+    chunk becomes active with no Observer call, its messages are sealed, its continuation hint noted; Mastra then
+    reads the record as its own (the chunk active, none left buffered)."""
+    from threadmind.agent import Agent
+    from threadmind.models import ModelRequest, ScriptedModel
+
+    _mastra(mastra_pg_dir, "write", pg_dsn, str(MANIFEST_PATH))
+    observer = ScriptedModel(iter(lambda: lambda request: "* 🔴 observed by threadmind", None))
+    at_model: list[tuple[int, str]] = []
+
+    def reply(request: ModelRequest) -> str:
+        at_model.append((observer.calls, "\n".join(request.system)))
+        return "Kyoto in spring, then."
+
+    options = {"observationalMemory": {"observation": {"model": observer, "messageTokens": 60, "bufferTokens": 20,
+                                                       "blockAfter": 50}}}  # no turn waits here
+    async with Memory(storage=PostgresStore(pg_dsn), options=options) as memory:
+        agent = Agent("a", "i", ScriptedModel([reply]), memory=memory)
+        await agent.generate("When should I go?", thread_id="thread-basic", resource_id="res-alice")
+        await memory.settled()
+        first = {m.id: m for m in (await memory.recall("thread-basic", per_page=False)).messages}
+    [(calls, system)] = at_model
+    assert calls == 0 and "Alice plans a trip to Kyoto" in system  # active before the model call, no Observer
+    assert all(((first[i].content.metadata or {}).get("mastra") or {}).get("sealed")
+               for i in ("msg-basic-01", "msg-basic-02"))
+    theirs = _mastra(mastra_pg_dir, "read", pg_dsn)
+    om = theirs["observationalMemory"]["thread-basic"]
+    assert "Alice plans a trip to Kyoto" in om["activeObservations"] and om["generationCount"] == 0
+    assert "mastra-cycle-1" not in json.dumps(om.get("bufferedObservationChunks") or [])
+    assert om["lastObservedAt"].startswith("2025-03-01T09:00:05")
+    thread = next(t for t in theirs["threads"] if t["id"] == "thread-basic")
+    assert thread["metadata"]["mastra"]["om"]["suggestedResponse"] == "Ask about her hotel."
 
 
 async def _write_with_threadmind(dsn: str) -> dict[str, Any]:
