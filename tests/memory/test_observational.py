@@ -797,11 +797,12 @@ async def test_two_processes_buffering_one_thread_make_one_observer_call(tmp_pat
     one chunk."""
     from threadmind import Message
 
-    release = anyio.Event()
+    release, called = anyio.Event(), anyio.Event()
     calls: list[int] = []
 
     async def observe(request: ModelRequest) -> str:
         calls.append(1)
+        called.set()
         with anyio.fail_after(5):
             await release.wait()
         return f"* 🔴 chunk by call {len(calls)}"
@@ -820,9 +821,8 @@ async def test_two_processes_buffering_one_thread_make_one_observer_call(tmp_pat
             engine = memory.observational_engine
             assert engine is not None and engine.buffer(config, "t1", "r1", 60)
         with anyio.fail_after(5):
-            while not calls:
-                await anyio.sleep(0.01)
-        await anyio.sleep(0.1)  # time for the other to try
+            await called.wait()
+        await anyio.sleep(0.1)  # time for the other to try (it was started first)
         release.set()
         await first.settled()
         await second.settled()
