@@ -396,6 +396,10 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
     activate_after_idle: float | str | bool | None = None
     #: Buffered observations activate when the agent's model differs from the one that wrote the last reply.
     activate_on_provider_change: bool = False
+    #: With reflections computed ahead: below this many observation tokens (a multiple of ``observation_tokens``
+    #: from 1 to 100, or a count) a reflection the threshold needs runs in the background, nobody waiting for it
+    #: (``reflection.blockAfter``; default 1.2).
+    reflection_block_after: float | None = None
     reflection_activate_after_idle: float | str | bool | None = None
     reflection_activate_on_provider_change: bool = False
     #: The previous observations the Observer is shown, cut from the oldest end to this many tokens
@@ -410,6 +414,17 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
         for name, ttl in (("activateAfterIdle", self.activate_after_idle),
                           ("reflection.activateAfterIdle", self.reflection_activate_after_idle)):
             parse_activation_ttl(ttl, name)
+        if self.reflection_block_after is not None:
+            at = self.reflection_block_after
+            if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+                raise ConfigError(f"reflection.blockAfter must be a number, got {at!r}")
+            resolved = round(self.observation_tokens * at) if 1 <= at < 100 else at
+            if resolved < self.observation_tokens:
+                raise ConfigError(f"reflection.blockAfter ({_num(resolved)}) must be >= reflection.observationTokens "
+                                  f"({_num(self.observation_tokens)})")
+            if self.reflection_buffer_activation is not None and not self.reflection_buffer_activation:
+                raise ConfigError("reflection.blockAfter requires reflection.bufferActivation to be set (blockAfter "
+                                  "only applies when async reflection is enabled)")
         _one_of(self.activate_on_provider_change, (True, False), "observationalMemory.activateOnProviderChange")
         _one_of(self.reflection_activate_on_provider_change, (True, False),
                 "observationalMemory.reflection.activateOnProviderChange")
@@ -500,6 +515,15 @@ class ObservationalMemoryConfig(msgspec.Struct, kw_only=True, **_CFG):
         if self.buffer_size is None or not ratio > 0:
             return None
         return max(1, round(min(ratio, 1.0) * self.observation_tokens))
+
+    @property
+    def reflection_block_at(self) -> int | None:
+        """Observation tokens from which a turn waits for a reflection the threshold needs (``reflection.blockAfter``
+        resolved, 1.2× ``observationTokens`` by default) when reflections are computed ahead; None: always waits."""
+        if self.reflection_buffer_at is None:
+            return None
+        at = 1.2 if self.reflection_block_after is None else float(self.reflection_block_after)
+        return round(self.observation_tokens * at) if 1 <= at < 100 else int(at)
 
     def message_threshold(self, observation_tokens: int) -> int:
         """Unobserved tokens at which an observation runs: ``message_tokens``; with ``share_token_budget``, what the
@@ -739,7 +763,7 @@ _OM_GROUPS: dict[str, dict[str, str | None]] = {
                    "bufferActivation": "reflectionBufferActivation",
                    "instruction": "reflectionInstruction", "activateAfterIdle": "reflectionActivateAfterIdle",
                    "activateOnProviderChange": "reflectionActivateOnProviderChange",
-                   "blockAfter": None, "modelSettings": None, "providerOptions": None},
+                   "blockAfter": "reflectionBlockAfter", "modelSettings": None, "providerOptions": None},
 }
 
 

@@ -196,3 +196,48 @@ async def test_the_stream_says_when_buffering_starts_and_the_status_shows_what_i
     assert status["observations"]["observationTokens"] == chunk["tokenCount"] > 0
     assert status["observations"]["projectedMessageRemoval"] == 0  # far below the threshold: nothing yet
     assert status["reflection"]["status"] == "idle"
+
+
+@pytest.mark.parametrize("block_after", [10, 1])
+async def test_a_reflection_below_block_after_runs_while_the_turn_goes_on(block_after: int) -> None:
+    """Reflections computed ahead (``reflection.bufferActivation``), none ready when an activation takes the
+    observations past ``observationTokens``: below ``reflection.blockAfter`` the Reflector runs in the background
+    (here it waits for the turn's model call, so a waiting turn would never get there); past it the turn waits
+    and its model reads the new generation."""
+    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}: " + " ".join(
+        f"fact{i}" for i in range(12)))
+    model_ran = anyio.Event()
+
+    async def reflect(request: ModelRequest) -> str:
+        if block_after == 10:
+            with anyio.fail_after(5):
+                await model_ran.wait()
+        return "* 🔴 condensed by the reflector"
+
+    reflector = ScriptedModel(iter(lambda: reflect, None))
+    seen: list[tuple[int, str]] = []
+
+    def reply(request: ModelRequest) -> str:
+        seen.append((reflector.calls, "\n".join(request.system)))
+        model_ran.set()
+        return "ok"
+
+    options = {"observationalMemory": {
+        "observation": {"model": observer, "messageTokens": 200, "bufferTokens": 50},
+        "reflection": {"model": reflector, "observationTokens": 40, "bufferActivation": 1, "blockAfter": block_after}}}
+    async with Memory(storage=InMemoryStore(), options=options) as memory:
+        agent = Agent("a", "i", _endless(reply), memory=memory)
+        for n in range(3):
+            await agent.generate(_long(f"turn{n}"), thread_id="t1", resource_id="r1")
+            await memory.settled()
+        assert len(await _records(memory)) == 1 and reflector.calls == 0 and len(seen) == 3
+        with anyio.fail_after(10):
+            await agent.generate(_long("turn3"), thread_id="t1", resource_id="r1")
+            await memory.settled()
+        history = await _records(memory)
+    calls_at_model, system = seen[-1]
+    assert len(history) == 2 and history[-1].active_observations.startswith("* 🔴 condensed by the reflector")
+    if block_after == 10:
+        assert "condensed by the reflector" not in system  # the turn did not wait; the next turn reads it
+    else:
+        assert calls_at_model == 1 and "condensed by the reflector" in system

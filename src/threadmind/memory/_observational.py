@@ -447,7 +447,7 @@ class ObservationalMemoryEngine:
             model = self._model(config, thread_id, resource_id, reflector=True) or \
                 self._model(config, thread_id, resource_id)
             if model is not None:
-                await self._reflect(config, thread_id, resource_id, record, model)
+                await self._reflect_at_threshold(config, thread_id, resource_id, record, model)
         else:
             self._reflect_ahead(config, thread_id, resource_id, record)
         return True
@@ -612,7 +612,7 @@ class ObservationalMemoryEngine:
             await self._write_working_memory(working_memory, thread_id, resource_id, new_working_memory)
         if committed.observation_token_count >= config.observation_tokens:
             reflector = self._model(config, thread_id, resource_id, reflector=True) or model
-            await self._reflect(config, thread_id, resource_id, committed, reflector)
+            await self._reflect_at_threshold(config, thread_id, resource_id, committed, reflector)
         else:
             self._reflect_ahead(config, thread_id, resource_id, committed)
         return True
@@ -676,6 +676,24 @@ class ObservationalMemoryEngine:
         as ``## Group`` sections, so the reflection can keep them."""
         return await self._call(model, REFLECTOR_INSTRUCTIONS + custom_instructions(config.reflection_instruction),
                                 render_groups(observations) or observations, "reflector")
+
+    async def _reflect_at_threshold(self, config: ObservationalMemoryConfig, thread_id: str,
+                                    resource_id: str | None, record: OMRecord, model: LanguageModel) -> None:
+        """The observations reached ``reflection.observationTokens``: the reflection computed ahead becomes the next
+        generation now; without one, below ``reflection.blockAfter`` (reflections computed ahead: 1.2× by
+        default) the Reflector runs in the background, once across processes, and nobody waits for it; past it
+        (or with reflections not computed ahead) the caller waits."""
+        block_at = config.reflection_block_at
+        if record.buffered_reflection is not None or block_at is None or record.observation_token_count >= block_at:
+            await self._reflect(config, thread_id, resource_id, record, model)
+            return
+
+        async def _in_background() -> None:
+            async with self._claim("reflector", record.lookup_key, wait=False) as held:
+                if held is not False:
+                    await self._reflect(config, thread_id, resource_id, record, model)
+
+        self._start("reflect:" + record.lookup_key, "reflect", _in_background)
 
     def _reflect_ahead(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
                        record: OMRecord) -> bool:
