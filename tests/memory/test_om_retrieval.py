@@ -185,3 +185,28 @@ def test_observation_groups_survive_a_reflection() -> None:
     assert (merged.range, merged.kind) == ("m1:m4", "reflection")
     assert combine_ranges(parse_groups(wrap_in_group("x", "7:9") + wrap_in_group("y", "3:4"))) == "3:9"
     assert reconcile_after_reflection("* plain", "* no groups here") is None
+
+
+async def test_the_recall_tool_through_the_chat_servers_door() -> None:
+    """``messages_from_ui`` + ``Agent.stream``: the model's ``recall`` call and its output reach the chat client as
+    tool parts, and the reply that follows is stored with the call."""
+    from threadmind.events import ToolInputAvailableEvent, ToolOutputAvailableEvent
+    from threadmind.ui import messages_from_ui
+
+    async with Memory(storage=InMemoryStore(), options=_options({"scope": "thread"})) as memory:
+        [first, _] = await _thread(memory, "chat-1", "alice", ["my locker code is 7731", "noted"])
+        model = ScriptedModel([ModelResponse(tool_calls=[ToolCall("c1", "recall", {"cursor": first.id, "page": 1})]),
+                               "Your locker code is 7731."])
+        agent = Agent("a", "i", model, memory=memory)
+        body = {"id": "chat-1", "trigger": "submit-message",
+                "messages": [{"id": "q1", "role": "user", "parts": [{"type": "text", "text": "what was my code?"}]}]}
+        async with agent.stream(messages_from_ui(body), thread_id="chat-1", resource_id="alice") as stream:
+            events = [event async for event in stream]
+        stored = (await memory.recall("chat-1", per_page=False)).messages
+    called = next(e for e in events if isinstance(e, ToolInputAvailableEvent))
+    output = next(e for e in events if isinstance(e, ToolOutputAvailableEvent))
+    assert called.tool_name == "recall" and "noted" in output.output["messages"] and output.output["count"] == 1
+    reply = stored[-1]
+    assert reply.role == "assistant" and "7731" in reply.text
+    assert any(isinstance(p, ToolInvocationPart) and p.tool_invocation.tool_name == "recall"
+               for p in reply.content.parts)
