@@ -30,7 +30,6 @@ from ..codecs import FilePart, Message, Thread, from_iso, to_iso, utc_now
 from ..errors import ThreadBusy, ThreadmindError, ThreadNotFound, ValidationError
 from ..processors import (
     OBSERVER_INSTRUCTIONS,
-    REFLECTOR_INSTRUCTIONS,
     THREAD_TITLE_INSTRUCTIONS,
     MemoryAccess,
     chunks_to_activate,
@@ -39,8 +38,6 @@ from ..processors import (
     message_range,
     observer_attachments,
     observer_transcript,
-    reconcile_after_reflection,
-    render_groups,
     sealed_updates,
     split_observer_output,
     wrap_in_group,
@@ -58,6 +55,7 @@ from ..stores import (
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
 from ._om_parts import ManagedWorkingMemory, custom_instructions, newest_within
+from ._om_reflection import Reflections
 from ._working_memory import read_working_memory, scope_key, write_working_memory
 
 if TYPE_CHECKING:
@@ -109,6 +107,8 @@ class ObservationalMemoryEngine:
         self._inflight: dict[str, anyio.Event] = {}
         self._agent_models: dict[str, LanguageModel] = {}
         self.observer_failures = 0
+        #: The Reflector's side: reflections computed ahead, at the threshold, and made active.
+        self.reflections = Reflections(self)
 
     # -- plumbing ------------------------------------------------------------------------------------
     @property
@@ -133,7 +133,7 @@ class ObservationalMemoryEngine:
         if resource_id:
             self._agent_models[f"resource:{resource_id}"] = model
 
-    def _model(
+    def model_for(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, *, reflector: bool = False
     ) -> LanguageModel | None:
         model = (config.reflection_model or config.model) if reflector else config.model
@@ -147,7 +147,7 @@ class ObservationalMemoryEngine:
         return self._agent_models.get(f"thread:{thread_id}") or (
             self._agent_models.get(f"resource:{resource_id}") if resource_id else None)
 
-    async def _serialized(
+    async def serialized(
         self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
         fn: Callable[[], Awaitable[T]], name: str,
     ) -> T:
@@ -161,7 +161,7 @@ class ObservationalMemoryEngine:
         return await system.exclusive(thread_id, fn, name, thread_unchanged=True, background=True)
 
     @asynccontextmanager
-    async def _claim(self, role: str, key: str, *, wait: bool) -> AsyncIterator[bool | None]:
+    async def claim(self, role: str, key: str, *, wait: bool) -> AsyncIterator[bool | None]:
         """Hold the lease ``om-<role>:<key>`` against every process on the store (and every task of this one) while
         an Observer (``role`` "observer": buffering and observing) or Reflector cycle runs, so each runs once; the
         heartbeat renews it, a dead holder's lapses within seconds. Yields True when taken at once, None when taken
@@ -224,9 +224,9 @@ class ObservationalMemoryEngine:
                 if not await self._observe_once(config, thread_id, resource_id, working_memory, wait=False):
                     break
 
-        return self._start(self.key(config, thread_id, resource_id), "observe", _observe)
+        return self.start_background(self.key(config, thread_id, resource_id), "observe", _observe)
 
-    def _start(self, key: str, what: str, job: Callable[[], Awaitable[object]]) -> bool:
+    def start_background(self, key: str, what: str, job: Callable[[], Awaitable[object]]) -> bool:
         """Run ``job`` in the background unless work under ``key`` is in flight; True when started. A failure is
         logged: the turn that reaches the threshold does the work itself."""
         system = self._core.system
@@ -299,7 +299,7 @@ class ObservationalMemoryEngine:
         """Start computing the next buffered chunk (its ``cycleId``: ``cycle_id``) in the background unless one is
         being computed; True when started."""
         cycle = cycle_id or str(uuid.uuid4())
-        return self._start("buffer:" + self.key(config, thread_id, resource_id), "buffer",
+        return self.start_background("buffer:" + self.key(config, thread_id, resource_id), "buffer",
                            lambda: self._buffer_once(config, thread_id, resource_id, tokens, working_memory, cycle))
 
     def buffering(self, config: ObservationalMemoryConfig, thread_id: str,
@@ -314,7 +314,7 @@ class ObservationalMemoryEngine:
         """Observe the unobserved messages no chunk holds yet into a new buffered chunk (not yet active): snapshot
         under the owner, the Observer outside it, then a compare-and-set of the record. True if a chunk was
         added."""
-        async with self._claim("observer", self.key(config, thread_id, resource_id), wait=False) as held:
+        async with self.claim("observer", self.key(config, thread_id, resource_id), wait=False) as held:
             if held is False:
                 return False  # another process (or task) runs the Observer for this key now: this cycle is theirs
             return await self._buffer_claimed(config, thread_id, resource_id, tokens, working_memory, cycle)
@@ -334,8 +334,8 @@ class ObservationalMemoryEngine:
                         if m.id not in held]
             return _Snapshot(record=record, messages=messages, tokens=self.counter.count_messages(messages))
 
-        snap = await self._serialized(config, thread_id, resource_id, _snapshot, "om_buffer_snapshot")
-        model = self._model(config, thread_id, resource_id)
+        snap = await self.serialized(config, thread_id, resource_id, _snapshot, "om_buffer_snapshot")
+        model = self.model_for(config, thread_id, resource_id)
         if not snap.messages or model is None:
             return False
         record = snap.record
@@ -378,7 +378,7 @@ class ObservationalMemoryEngine:
 
         with operation_span("threadmind.om.commit_buffer", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            return await self._serialized(config, thread_id, resource_id, _commit, "om_buffer")
+            return await self.serialized(config, thread_id, resource_id, _commit, "om_buffer")
 
     async def activate(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
                        tokens: int | None, working_memory: WorkingMemoryConfig | None = None) -> bool:
@@ -437,19 +437,19 @@ class ObservationalMemoryEngine:
             return record, documents[-1:]
 
         with operation_span("threadmind.om.activate", "update_memory", thread_id=thread_id, resource_id=resource_id):
-            swapped = await self._serialized(config, thread_id, resource_id, _swap, "om_activate")
+            swapped = await self.serialized(config, thread_id, resource_id, _swap, "om_activate")
         if swapped is None:
             return False
         record, documents = swapped
         if documents and working_memory is not None:  # the newest working memory the activated chunks hold
             await self._write_working_memory(working_memory, thread_id, resource_id, documents[0])
         if record.observation_token_count >= config.observation_tokens:
-            model = self._model(config, thread_id, resource_id, reflector=True) or \
-                self._model(config, thread_id, resource_id)
+            model = self.model_for(config, thread_id, resource_id, reflector=True) or \
+                self.model_for(config, thread_id, resource_id)
             if model is not None:
-                await self._reflect_at_threshold(config, thread_id, resource_id, record, model)
+                await self.reflections.at_threshold(config, thread_id, resource_id, record, model)
         else:
-            self._reflect_ahead(config, thread_id, resource_id, record)
+            self.reflections.ahead(config, thread_id, resource_id, record)
         return True
 
     async def activate_reflection(self, config: ObservationalMemoryConfig, thread_id: str,
@@ -459,16 +459,14 @@ class ObservationalMemoryEngine:
         record = await self.records.current(self.key(config, thread_id, resource_id))
         if record is None or record.buffered_reflection is None or record.reflected_line_count is None:
             return False
-        model = self._model(config, thread_id, resource_id, reflector=True) or \
-            self._model(config, thread_id, resource_id)
-        return await self._reflect(config, thread_id, resource_id, record, model)
+        return await self.reflections.now(config, thread_id, resource_id, record, None)
 
     def inflight(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> bool:
         """Whether an observation for this key is running now."""
         return self.key(config, thread_id, resource_id) in self._inflight
 
     # -- the Observer and the Reflector -------------------------------------------------------------
-    async def _call(self, model: LanguageModel, system: str, prompt: str, what: str,
+    async def call_model(self, model: LanguageModel, system: str, prompt: str, what: str,
                     attachments: Sequence[FilePart] = ()) -> str:
         """One model call with bounded retries (exponential backoff); raises the last error. ``attachments``
         follow the prompt in its user message."""
@@ -513,7 +511,7 @@ class ObservationalMemoryEngine:
             working_memory, thread_id, resource_id)) if working_memory is not None else None
         if managed is not None:
             system += "\n\n" + managed.section()
-        output = await self._call(model, system + custom_instructions(config.instruction), prompt, "observer",
+        output = await self.call_model(model, system + custom_instructions(config.instruction), prompt, "observer",
                                   observer_attachments(messages, config.observe_attachments))
         new_working_memory = managed.take(output) if managed is not None else None
         if managed is not None:
@@ -529,7 +527,7 @@ class ObservationalMemoryEngine:
         Observer → commit (→ Reflector → new generation). True if observed, or (``wait``) if another holder's
         cycle left nothing to observe. With ``working_memory`` the Observer also rewrites it
         (``observation.manageWorkingMemory``)."""
-        async with self._claim("observer", self.key(config, thread_id, resource_id), wait=wait) as held:
+        async with self.claim("observer", self.key(config, thread_id, resource_id), wait=wait) as held:
             if held is False:
                 return False
             current = await self.records.current(self.key(config, thread_id, resource_id))
@@ -558,11 +556,11 @@ class ObservationalMemoryEngine:
             return _Snapshot(record=record, messages=messages, tokens=self.counter.count_messages(messages),
                              title=title)
 
-        snap = await self._serialized(config, thread_id, resource_id, _snapshot, "om_snapshot")
+        snap = await self.serialized(config, thread_id, resource_id, _snapshot, "om_snapshot")
         threshold = config.message_threshold(snap.record.observation_token_count if snap.record is not None else 0)
         if snap.tokens < threshold or not snap.messages:  # observe at the threshold (reference: >=)
             return False
-        model = self._model(config, thread_id, resource_id)
+        model = self.model_for(config, thread_id, resource_id)
         if model is None:
             _log.warning("observational memory for %s has no model (set observationalMemory.model)", key)
             return False
@@ -605,16 +603,16 @@ class ObservationalMemoryEngine:
 
         with operation_span("threadmind.om.commit_observation", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            committed = await self._serialized(config, thread_id, resource_id, _commit, "om_observe")
+            committed = await self.serialized(config, thread_id, resource_id, _commit, "om_observe")
         if committed is None:
             return False
         if new_working_memory is not None and working_memory is not None:
             await self._write_working_memory(working_memory, thread_id, resource_id, new_working_memory)
         if committed.observation_token_count >= config.observation_tokens:
-            reflector = self._model(config, thread_id, resource_id, reflector=True) or model
-            await self._reflect_at_threshold(config, thread_id, resource_id, committed, reflector)
+            reflector = self.model_for(config, thread_id, resource_id, reflector=True) or model
+            await self.reflections.at_threshold(config, thread_id, resource_id, committed, reflector)
         else:
-            self._reflect_ahead(config, thread_id, resource_id, committed)
+            self.reflections.ahead(config, thread_id, resource_id, committed)
         return True
 
     async def _current_working_memory(self, working_memory: WorkingMemoryConfig, thread_id: str,
@@ -670,120 +668,6 @@ class ObservationalMemoryEngine:
             await store.modify_thread(thread_id, note)  # one transaction: no other metadata write is lost
         except ThreadNotFound:
             return
-
-    async def _reflector(self, config: ObservationalMemoryConfig, model: LanguageModel, observations: str) -> str:
-        """One Reflector call over ``observations`` (with ``reflection.instruction``); observation groups are shown
-        as ``## Group`` sections, so the reflection can keep them."""
-        return await self._call(model, REFLECTOR_INSTRUCTIONS + custom_instructions(config.reflection_instruction),
-                                render_groups(observations) or observations, "reflector")
-
-    async def _reflect_at_threshold(self, config: ObservationalMemoryConfig, thread_id: str,
-                                    resource_id: str | None, record: OMRecord, model: LanguageModel) -> None:
-        """The observations reached ``reflection.observationTokens``: the reflection computed ahead becomes the next
-        generation now; without one, below ``reflection.blockAfter`` (reflections computed ahead: 1.2× by
-        default) the Reflector runs in the background, once across processes, and nobody waits for it; past it
-        (or with reflections not computed ahead) the caller waits."""
-        block_at = config.reflection_block_at
-        if record.buffered_reflection is not None or block_at is None or record.observation_token_count >= block_at:
-            await self._reflect(config, thread_id, resource_id, record, model)
-            return
-
-        async def _in_background() -> None:
-            async with self._claim("reflector", record.lookup_key, wait=False) as held:
-                if held is not False:
-                    await self._reflect(config, thread_id, resource_id, record, model)
-
-        self._start("reflect:" + record.lookup_key, "reflect", _in_background)
-
-    def _reflect_ahead(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                       record: OMRecord) -> bool:
-        """Past ``reflection.bufferActivation`` of the reflection threshold (observations buffered), compute the
-        reflection in the background now, so reaching the threshold needs no model call; True when started."""
-        at = config.reflection_buffer_at
-        if at is None or record.observation_token_count < at or record.buffered_reflection is not None:
-            return False
-        model = self._model(config, thread_id, resource_id, reflector=True) or \
-            self._model(config, thread_id, resource_id)
-        if model is None:
-            return False
-        return self._start("reflect:" + record.lookup_key, "reflect_ahead",
-                           lambda: self._reflect_ahead_once(config, thread_id, resource_id, record, model))
-
-    async def _reflect_ahead_once(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-                                  base: OMRecord, model: LanguageModel) -> None:
-        """Reflect ``base``'s observations and store the result as the buffered reflection, unless the
-        observations it read changed meanwhile (under the Reflector's claim: once across processes)."""
-        async with self._claim("reflector", base.lookup_key, wait=False) as held:
-            if held is not False:
-                await self._reflect_ahead_claimed(config, thread_id, resource_id, base, model)
-
-    async def _reflect_ahead_claimed(self, config: ObservationalMemoryConfig, thread_id: str,
-                                     resource_id: str | None, base: OMRecord, model: LanguageModel) -> None:
-        """:meth:`_reflect_ahead_once` with the Reflector's claim held."""
-        current = await self.records.current(base.lookup_key)
-        if current is None or current.id != base.id or current.buffered_reflection is not None:
-            return  # another holder reflected (or a new generation began) meanwhile
-        lines = base.active_observations.split("\n")
-        condensed = await self._reflector(config, model, base.active_observations)
-        condensed = reconcile_after_reflection(condensed, base.active_observations) or condensed
-        records = self.records
-
-        async def _commit() -> None:
-            current = await records.current(base.lookup_key)
-            if current is None or current.id != base.id or current.buffered_reflection is not None \
-                    or current.active_observations.split("\n")[:len(lines)] != lines:
-                return  # a new generation, or the observations this reflected changed: not this one's
-            record = current.copy()
-            record.buffered_reflection = condensed
-            record.buffered_reflection_tokens = self.counter.count_text(condensed)
-            record.buffered_reflection_input_tokens = self.counter.count_text(base.active_observations)
-            record.reflected_line_count = len(lines)
-            record.updated_at = utc_now()
-            await records.replace(record, expected=current)
-
-        await self._serialized(config, thread_id, resource_id, _commit, "om_reflect_ahead")
-
-    async def _reflect(
-        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,
-        model: LanguageModel | None,
-    ) -> bool:
-        """Condense the observations into a new generation (``originType`` "reflection"): the reflection computed
-        ahead when there is one (with the lines observed since after it; no model call), else the Reflector's."""
-        if base.buffered_reflection is not None and base.reflected_line_count is not None:
-            rest = "\n".join(base.active_observations.split("\n")[base.reflected_line_count:]).strip()
-            condensed = f"{base.buffered_reflection}\n\n{rest}" if rest else base.buffered_reflection
-        elif model is None:
-            return False
-        else:
-            try:
-                condensed = await self._reflector(config, model, base.active_observations)
-                condensed = reconcile_after_reflection(condensed, base.active_observations) or condensed
-            except Exception:
-                _log.warning("reflection for %s failed; observations kept as they are", base.lookup_key,
-                             exc_info=True)
-                return False
-        records = self.records
-
-        async def _commit() -> bool:
-            current = await records.current(base.lookup_key)
-            if not same_record(current, base):
-                return False
-            now = utc_now()
-            record = base.copy()
-            record.id = str(uuid.uuid4())
-            record.origin_type = "reflection"
-            record.generation_count = base.generation_count + 1
-            record.active_observations = condensed
-            record.observation_token_count = self.counter.count_text(condensed)
-            record.last_reflection_at = now
-            record.created_at = record.updated_at = now
-            record.buffered_reflection = record.buffered_reflection_tokens = None
-            record.buffered_reflection_input_tokens = record.reflected_line_count = None
-            return await records.replace(record, expected=current)
-
-        with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
-                            resource_id=resource_id):
-            return await self._serialized(config, thread_id, resource_id, _commit, "om_reflect")
 
 
 def _still_unobserved(record: OMRecord | None, messages: Sequence[Message]) -> bool:
