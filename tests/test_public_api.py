@@ -116,3 +116,12 @@ def test_errors_are_importable_from_the_top() -> None:
 
     for name in SPEC_NAMES["threadmind.errors"] | {"LeaseLost"}:
         assert getattr(threadmind, name) is getattr(errors, name), name
+
+
+def test_the_quick_start_imports_from_the_top() -> None:
+    """``from threadmind import Agent, Memory, SQLiteStore`` works (outside ``__all__``, like the errors)."""
+    import threadmind
+    from threadmind.agent import Agent
+    from threadmind.stores import InMemoryStore, SQLiteStore
+
+    assert (threadmind.Agent, threadmind.SQLiteStore, threadmind.InMemoryStore) == (Agent, SQLiteStore, InMemoryStore)

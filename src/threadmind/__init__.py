@@ -21,6 +21,7 @@ from ._results import RecallResult as RecallResult
 from ._results import SaveResult as SaveResult
 from ._results import Usage as Usage
 from ._results import WorkingMemoryTemplate as WorkingMemoryTemplate
+from .agent import Agent as Agent
 from .codecs import FilePart as FilePart
 from .codecs import Message as Message
 from .codecs import MessageContent as MessageContent
@@ -52,12 +53,15 @@ from .errors import ThreadNotFound as ThreadNotFound
 from .errors import TripWire as TripWire
 from .errors import ValidationError as ValidationError
 from .memory import Memory as Memory
+from .stores import InMemoryStore as InMemoryStore
+from .stores import SQLiteStore as SQLiteStore
 from .stores import ThreadPage as ThreadPage
 
 __version__ = "0.1.0"
 
-# The errors are importable from here too (``from threadmind import ValidationError``); ``__all__`` lists SPEC's
-# top-level names, and the error tree is ``threadmind.errors``'s.
+# The errors are importable from here too (``from threadmind import ValidationError``), and so are the pieces of the
+# quick start (``from threadmind import Agent, Memory, SQLiteStore``); ``__all__`` lists SPEC's top-level names, the
+# error tree is ``threadmind.errors``'s, ``Agent`` is ``threadmind.agent``'s and the stores ``threadmind.stores``'.
 
 __all__ = (
     "CloneResult",
