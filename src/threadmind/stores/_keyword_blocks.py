@@ -78,7 +78,7 @@ class KeywordBlock:
         self.threads: list[str] = []
         self.resources: list[str] = []
         self._lengths: list[float] = []
-        self._lengths_array: npt.NDArray[np.float64] | None = None
+        self._lengths_array: npt.NDArray[np.float64] | None = None  # the length norms (made by a search)
         self._docs: dict[str, int] = {}
         self.words = 0
         self.size = 0
@@ -157,7 +157,8 @@ class KeywordBlock:
         lexemes = lexemes_of(terms)
         table = self.postings
         n = len(self.ids)
-        frequencies = {lexeme: len(table[lexeme].docs) if lexeme in table else 0 for lexeme in lexemes}
+        frequencies = {lexeme: len(entry.docs) if (entry := table.get(lexeme)) is not None else 0
+                       for lexeme in lexemes}
         if not n:
             return KeywordMatches(0, 0.0, frequencies, [])
         average = self.words / n
@@ -165,9 +166,9 @@ class KeywordBlock:
         kept = [lexeme for _, _, lexeme in present[:KEYWORD_TERMS]]
         if not kept:
             return KeywordMatches(n, average, frequencies, [])
-        if self._lengths_array is None:
-            self._lengths_array = np.asarray(self._lengths, dtype=_F64)
-        lengths = self._lengths_array
+        if self._lengths_array is None:  # each message's BM25 length norm, k1 (0.25 + 0.75 length / average)
+            self._lengths_array = 1.2 * (0.25 + 0.75 * np.asarray(self._lengths, dtype=_F64) / average)
+        norm = self._lengths_array
         postings = [table[lexeme].arrays() for lexeme in kept]
         sizes = np.array([frequencies[lexeme] for lexeme in kept], dtype=np.int64)
         raw = np.log((n - sizes + 0.5) / (sizes + 0.5))
@@ -175,7 +176,7 @@ class KeywordBlock:
         docs = np.concatenate([p[0] for p in postings])
         tf = np.concatenate([p[1] for p in postings])
         # BM25 (k1 1.2, b 0.75) with FTS5's idf floor, and the idf coverage the classic coordination factor uses.
-        part = np.maximum(raw, 1e-6)[which] * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * lengths[docs] / average))
+        part = np.maximum(raw, 1e-6)[which] * tf * 2.2 / (tf + norm[docs])
         bm25 = np.bincount(docs, weights=part, minlength=n)
         cover = np.maximum(raw, 0.0)
         total = float(cover.sum())
