@@ -36,10 +36,20 @@ async def _stream_kinds(agent: Agent, text: str) -> list[Any]:
         return [event async for event in stream]
 
 
-@pytest.mark.parametrize("idle", [None, "300ms"])
-async def test_buffered_observations_activate_once_the_thread_sat_idle(idle: str | None) -> None:
-    """A chunk computed ahead, far below ``messageTokens``: after 0.35 s away the next turn activates it with no
-    Observer call when ``activateAfterIdle`` is 300 ms (the stream says "ttl"), and leaves it buffered without."""
+def _away(monkeypatch: pytest.MonkeyPatch, minutes: float) -> None:
+    """The user comes back ``minutes`` later, as the activation triggers see the clock."""
+    from datetime import timedelta
+
+    from threadmind.codecs import utc_now
+
+    monkeypatch.setattr("threadmind.processors._om_triggers.utc_now", lambda: utc_now() + timedelta(minutes=minutes))
+
+
+@pytest.mark.parametrize("idle", [None, "5m"])
+async def test_buffered_observations_activate_once_the_thread_sat_idle(idle: str | None,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk computed ahead, far below ``messageTokens``: six minutes later the next turn activates it with no
+    Observer call when ``activateAfterIdle`` is "5m" (the stream says "ttl"), and leaves it buffered without."""
     observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
     seen: list[tuple[int, str]] = []
 
@@ -56,7 +66,7 @@ async def test_buffered_observations_activate_once_the_thread_sat_idle(idle: str
         await agent.generate(_long("turn0"), thread_id="t1", resource_id="r1")
         await memory.settled()
         assert len((await _records(memory))[-1].buffered_chunks) == 1
-        await anyio.sleep(0.35)
+        _away(monkeypatch, 6)
         events = await _stream_kinds(agent, "a short question")
         calls_at_model, system = seen[-1]
         record = (await _records(memory))[-1]
@@ -92,14 +102,14 @@ async def test_buffered_observations_activate_when_the_agents_model_changes() ->
     assert "observed chunk 1" in record.active_observations
 
 
-async def test_a_buffered_reflection_activates_once_the_thread_sat_idle() -> None:
+async def test_a_buffered_reflection_activates_once_the_thread_sat_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     """``reflection.activateAfterIdle``: a reflection computed ahead becomes the next generation after the thread
     sat idle, before ``observationTokens``, with no Reflector call of its own."""
     observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
     reflector = _endless(lambda request: "* 🔴 condensed by the reflector")
     options = {"observationalMemory": {
         "observation": {"model": observer, "messageTokens": 200, "bufferTokens": 50},
-        "reflection": {"model": reflector, "observationTokens": 60, "activateAfterIdle": 300}}}
+        "reflection": {"model": reflector, "observationTokens": 60, "activateAfterIdle": "1hr"}}}
     async with Memory(storage=InMemoryStore(), options=options) as memory:
         agent = Agent("a", "i", _endless(lambda request: "ok"), memory=memory)
         for n in range(4):
@@ -107,7 +117,7 @@ async def test_a_buffered_reflection_activates_once_the_thread_sat_idle() -> Non
             await memory.settled()
         history = await _records(memory)
         assert len(history) == 1 and history[-1].buffered_reflection is not None and reflector.calls == 1
-        await anyio.sleep(0.35)
+        _away(monkeypatch, 61)
         events = await _stream_kinds(agent, "back again")
         history = await _records(memory)
     assert [e.data["operationType"] for e in events if e.type == "data-om-activation"] == ["reflection"]
