@@ -71,7 +71,8 @@ async def test_a_process_killed_mid_buffer_leaves_the_cycle_to_the_next(backend:
         doomed.signal(signal.SIGKILL)
         await anyio.sleep(0.2)
     assert first
-    async with workers([_config(backend, 1, turns=1, observer_delay=0.0)]) as (heir,):
+    # a few turns, so a lease the dead process left is retried past its lapse (PostgreSQL: the session ending)
+    async with workers([_config(backend, 1, turns=4, observer_delay=0.0, pause=0.15)]) as (heir,):
         seen: list[str] = []
         with anyio.fail_after(60):
             while (event := await heir.event(limit=60))["event"] != "done":
