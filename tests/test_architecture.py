@@ -1,4 +1,5 @@
-"""The shape of the source tree: no import cycles, packages reached only through their ``__init__``, and the
+"""The shape of the source tree: no import cycles, packages reached only through their ``__init__`` or the names a
+module exports (its ``__all__``), and the
 runners (``agent.py``, ``cli.py``) using Memory's public API only.
 
 Imports are read from the source. For cycles every import counts (module level and inside functions: a lazy
@@ -115,8 +116,26 @@ def test_the_source_tree_has_no_import_cycle() -> None:
     assert _cycles() == []
 
 
+def _exported(module: str) -> set[str]:
+    """The names a module lists in ``__all__`` (its contract with the rest of the library)."""
+    for node in ast.parse(MODULES[module].read_text()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def _names_at(module: str, line: int) -> list[str]:
+    """The names the ``from ... import`` statement at ``line`` of ``module`` imports."""
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and node.lineno == line:
+            return [alias.name for alias in node.names]
+    return []
+
+
 def _private_reaches() -> list[str]:
-    """Imports of another package's underscore module (``from ..stores._sqlite import X`` from outside stores)."""
+    """Imports from another package's underscore module of a name that module does not export: ``from
+    ..stores._sqlite import X`` is an internal contract when ``X`` is in ``stores/_sqlite.py``'s ``__all__``
+    (anyio's practice), and a reach into its insides otherwise; a whole underscore module is never imported."""
     bad: list[str] = []
     for module in sorted(MODULES):
         own = _package_of(module)
@@ -128,12 +147,32 @@ def _private_reaches() -> list[str]:
                 continue
             if target_package == ROOT:  # the root's own private modules are shared leaves (_config, _results)
                 continue
-            bad.append(f"{module}:{line} imports {target}")
-    return bad
+            names = _names_at(module, line)
+            if leaf in names or not names or not set(names) <= _exported(target):
+                bad.append(f"{module}:{line} imports {target}" + (
+                    f" names it does not export: {sorted(set(names) - _exported(target))}" if names else ""))
+    return list(dict.fromkeys(bad))  # one line per statement (each of its names is one import)
 
 
-def test_packages_are_reached_through_their_init_only() -> None:
+def test_packages_are_reached_through_their_init_or_a_modules_all_only() -> None:
     assert _private_reaches() == []
+
+
+def test_the_reach_check_tells_an_exported_name_from_an_insider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From ``memory``: ``Reflections`` is not a name of ``processors/_om_triggers.py``'s ``__all__`` (refused),
+    ``activation_trigger`` is (allowed)."""
+    def fake_imports(module: str, *, typing_only: bool = True) -> Iterator[tuple[str, int]]:
+        if module == "threadmind.memory._turn":
+            yield "threadmind.processors._om_triggers", 1
+            yield "threadmind.processors._om_triggers", 2
+
+    def fake_names(module: str, line: int) -> list[str]:
+        return ["Reflections"] if line == 1 else ["activation_trigger"]
+
+    monkeypatch.setattr(sys.modules[__name__], "_imports", fake_imports)
+    monkeypatch.setattr(sys.modules[__name__], "_names_at", fake_names)
+    assert _private_reaches() == ["threadmind.memory._turn:1 imports threadmind.processors._om_triggers names it "
+                                  "does not export: ['Reflections']"]
 
 
 def test_the_checks_catch_what_they_look_for() -> None:

@@ -13,7 +13,7 @@ from threadmind.agent import Agent
 from threadmind.errors import ValidationError
 from threadmind.memory import Memory, MemoryContext
 from threadmind.models._scripted import ScriptedModel
-from threadmind.processors import CONTINUATION_REMINDER, OBSERVATIONS_PREAMBLE
+from threadmind.processors._observation_text import CONTINUATION_REMINDER, OBSERVATIONS_PREAMBLE
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
 

@@ -15,7 +15,7 @@ from threadmind.errors import ModelError
 from threadmind.memory import Memory, MemoryConfig, ObservationalMemoryConfig
 from threadmind.models import ModelRequest, ModelResponse
 from threadmind.models._scripted import ScriptedModel
-from threadmind.processors import (
+from threadmind.processors._observation_text import (
     CONTINUATION_REMINDER,
     OBSERVATIONS_PREAMBLE,
     OBSERVER_INSTRUCTIONS,
@@ -522,7 +522,7 @@ async def test_the_reflector_can_have_its_own_model() -> None:
 async def test_the_observer_titles_the_thread_when_asked(tmp_path: Path, setting: str) -> None:
     """``observation.threadTitle``: the Observer is asked for a title beside its observations, is shown the one it
     gave last, and its title becomes the thread's unless the thread's title is pinned; off, the title stays."""
-    from threadmind.processors import THREAD_TITLE_INSTRUCTIONS
+    from threadmind.processors._observation_text import THREAD_TITLE_INSTRUCTIONS
 
     requests: list[ModelRequest] = []
 

@@ -13,7 +13,7 @@ from threadmind import Message
 from threadmind.errors import ConfigError, ModelError, ResourceMismatch, ValidationError
 from threadmind.memory import ExtractedValue, Extractor, Memory, ThreadSummary
 from threadmind.models._scripted import ScriptedModel
-from threadmind.processors import OBSERVER_INSTRUCTIONS
+from threadmind.processors._observation_text import OBSERVER_INSTRUCTIONS
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
 

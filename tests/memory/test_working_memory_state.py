@@ -19,7 +19,8 @@ from threadmind.codecs import Message, ToolInvocationPart, message_from_dict
 from threadmind.errors import ConfigError
 from threadmind.memory import Memory
 from threadmind.models import ModelResponse, ScriptedModel, ToolCall
-from threadmind.processors import WorkingMemoryState, for_model
+from threadmind.processors import WorkingMemoryState
+from threadmind.processors._signals import for_model
 from threadmind.processors._working_memory_state import markdown_delta
 from threadmind.stores import InMemoryStore, PostgresStore, SQLiteStore, Store
 from threadmind.ui import MEMORY_TOOLS, messages_from_ui

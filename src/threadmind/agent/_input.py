@@ -7,7 +7,7 @@ from typing import Any
 
 from ..codecs import Message, checked_message
 from ..errors import ValidationError
-from ..processors import processor_id
+from ..processors._protocol import processor_id
 
 __all__ = ("AgentInput", "ConversationItem", "RunCall", "checked_processors", "client_ids", "prepare_input")
 

@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 
 from ..codecs import Message, MessageContent, Part, StepStartPart, TextPart
-from ..processors import MessageList, has_client_outcome, should_merge
+from ..processors import MessageList
+from ..processors._merge import has_client_outcome, should_merge
 
 __all__ = ("final_text", "publish", "stored_id")
 

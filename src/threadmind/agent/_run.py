@@ -45,14 +45,9 @@ from ..events import (
     ToolOutputErrorEvent,
 )
 from ..models import ModelRequest
-from ..processors import (
-    MessageList,
-    RequestContext,
-    for_model,
-    run_input_processors,
-    run_input_step_processors,
-    run_output_processors,
-)
+from ..processors import MessageList, RequestContext
+from ..processors._protocol import run_input_processors, run_input_step_processors, run_output_processors
+from ..processors._signals import for_model
 from ..tools import Tool, ToolContext
 from ..tracing import mark_error, operation_span
 from ._input import RunCall, client_ids, prepare_input

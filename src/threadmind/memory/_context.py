@@ -10,7 +10,7 @@ import msgspec
 
 from .._config import MemoryConfig
 from ..codecs import Message
-from ..processors import CONTINUATION_ID, CONTINUATION_REMINDER, observations_system_message
+from ..processors._observation_text import CONTINUATION_ID, CONTINUATION_REMINDER, observations_system_message
 from ..stores import OMRecord
 
 if TYPE_CHECKING:

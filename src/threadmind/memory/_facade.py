@@ -25,7 +25,8 @@ from ..actors import ActorSystem, DeleteThread, UpdateThread
 from ..codecs import Message, Thread, utc_now
 from ..errors import ConfigError, ValidationError
 from ..models import LanguageModel
-from ..processors import instruction, persistable, readonly_instruction, template_for
+from ..processors._hygiene import persistable
+from ..processors._working_memory_text import instruction, readonly_instruction, template_for
 from ..search import SEARCH_MODES
 from ..stores import (
     DateRange,

@@ -19,7 +19,7 @@ from .._metadata_filter import MetadataFilter
 from ..actors import TAIL_MAX, CreateThread, LoadMessages, LoadWindow, SaveMessages, current_fence
 from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
-from ..processors import AccessBase
+from ..processors._access import AccessBase
 from ..search import as_vector_hits
 from ..stores import MessagePage, MessageQuery, ThreadPage
 from ..tracing import operation_span

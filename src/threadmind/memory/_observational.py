@@ -28,20 +28,19 @@ from .._config import MemoryConfig, ObservationalMemoryConfig, WorkingMemoryConf
 from ..actors import forget_fences
 from ..codecs import FilePart, Message, Thread, from_iso, to_iso, utc_now
 from ..errors import ThreadBusy, ThreadmindError, ThreadNotFound, ValidationError
-from ..processors import (
+from ..processors import MemoryAccess
+from ..processors._hygiene import is_transient_signal
+from ..processors._observation_groups import message_range, wrap_in_group
+from ..processors._observation_text import (
     OBSERVER_INSTRUCTIONS,
     THREAD_TITLE_INSTRUCTIONS,
-    MemoryAccess,
-    chunks_to_activate,
     date_header,
-    is_transient_signal,
-    message_range,
     observer_attachments,
     observer_transcript,
     sealed_updates,
     split_observer_output,
-    wrap_in_group,
 )
+from ..processors._om_triggers import chunks_to_activate
 from ..stores import (
     DateRange,
     MessageQuery,

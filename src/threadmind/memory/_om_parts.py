@@ -8,7 +8,7 @@ import logging
 import re
 
 from .._config import WorkingMemoryConfig
-from ..processors import template_for
+from ..processors._working_memory_text import template_for
 from ..tokens import TokenCounter
 from ._extractors import Extractor, extractor_sections, strip_sections
 

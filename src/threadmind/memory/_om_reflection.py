@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from .._config import ObservationalMemoryConfig
 from ..codecs import utc_now
-from ..processors import REFLECTOR_INSTRUCTIONS, reconcile_after_reflection, render_groups
+from ..processors._observation_groups import reconcile_after_reflection, render_groups
+from ..processors._observation_text import REFLECTOR_INSTRUCTIONS
 from ..stores import OMRecord, same_record
 from ..tracing import operation_span
 from ._om_parts import custom_instructions

@@ -18,8 +18,6 @@ from ..actors import PatchThreadMetadata, current_fence
 from ..codecs import Thread
 from ..errors import ConfigError, EmbedderError
 from ..processors import (
-    BOUNDARY_KEY,
-    Boundary,
     MemoryInputFilter,
     MemoryTokenLimiter,
     MessageHistory,
@@ -27,8 +25,9 @@ from ..processors import (
     SemanticRecall,
     WorkingMemory,
     WorkingMemoryState,
-    template_for,
 )
+from ..processors._token_window import BOUNDARY_KEY, Boundary
+from ..processors._working_memory_text import template_for
 from ..tracing import operation_span
 from ._core import STORAGE_MISSING
 from ._gateway import ActorAccess, RoutedIndex

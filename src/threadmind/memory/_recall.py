@@ -16,7 +16,8 @@ from .._results import RecallResult, SearchHit
 from ..actors import LoadMessages, LoadWindow
 from ..codecs import Message
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
-from ..processors import is_system_reminder, load_token_window
+from ..processors._merge import is_system_reminder
+from ..processors._token_window import load_token_window
 from ..stores import DateRange, Include, MessagePage, MessageQuery, supports_keywords
 
 if TYPE_CHECKING:

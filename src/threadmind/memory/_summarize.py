@@ -12,7 +12,12 @@ import msgspec
 from ..codecs import Message
 from ..errors import ModelError, ValidationError
 from ..models import LanguageModel, ModelRequest
-from ..processors import OBSERVER_CORE, OBSERVER_INSTRUCTIONS, observer_transcript, split_observer_output
+from ..processors._observation_text import (
+    OBSERVER_CORE,
+    OBSERVER_INSTRUCTIONS,
+    observer_transcript,
+    split_observer_output,
+)
 from ..tracing import operation_span
 from ._extractors import Extractor, apply_hooks, extractor_sections, parse_extracted, strip_sections
 

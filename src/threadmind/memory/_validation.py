@@ -13,7 +13,7 @@ import msgspec
 
 from ..codecs import Message, checked_message, encode_json, message_from_dict
 from ..errors import InvalidMessage, ValidationError
-from ..processors import processor_id
+from ..processors._protocol import processor_id
 
 __all__ = (
     "check_ids",

@@ -21,7 +21,8 @@ from .._working_memory_schema import CompiledSchema, tool_parameters
 from ..actors import ActorSystem, GetThread, current_fence
 from ..codecs import Resource, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
-from ..processors import WM_TOOL_NAME, deep_merge, drop_optional_nulls, normalize_ws, template_for
+from ..processors._hygiene import WM_TOOL_NAME
+from ..processors._working_memory_text import deep_merge, drop_optional_nulls, normalize_ws, template_for
 from ..stores import ResourceChange, Store, ThreadChange
 from ..tools import Tool, ToolContext
 from ..tracing import operation_span

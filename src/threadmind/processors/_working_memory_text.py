@@ -21,6 +21,7 @@ __all__ = (
     "deep_merge",
     "drop_optional_nulls",
     "instruction",
+    "normalize_ws",
     "readonly_instruction",
     "schema_skeleton",
     "template_for",
