@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from threadmind.actors import Actor
+from threadmind.actors._actor import Actor
 
 
 class _Echo(Actor[int]):

@@ -31,7 +31,7 @@ import anyio
 import numpy as np
 
 from threadmind import Memory, Message
-from threadmind.codecs import encode_content
+from threadmind.codecs._json import encode_content
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore
 from threadmind.stores._postgres_pool import import_asyncpg

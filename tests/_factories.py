@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from threadmind import Memory, Message
-from threadmind.codecs import MessageContent, Part, Role, TextPart, ToolInvocation, ToolInvocationPart, utc_now
+from threadmind.codecs import MessageContent, Part, Role, TextPart, ToolInvocation, ToolInvocationPart
+from threadmind.codecs._time import utc_now
 from threadmind.embedders import Embedder, HashEmbedder
 from threadmind.memory import MemoryConfig, WorkingMemoryConfig
 from threadmind.stores import HnswVectorStore, InMemoryStore, MessagePage, MessageQuery, SQLiteStore, Store

@@ -25,8 +25,8 @@ from threadmind.codecs import (
     ToolInvocation,
     ToolInvocationPart,
     UnknownPart,
-    utc_now,
 )
+from threadmind.codecs._time import utc_now
 from threadmind.errors import ConfigError
 from threadmind.tokens import DefaultTokenCounter, TokenCounter, TokenLimiterCounter, estimate_tokens
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from threadmind.codecs import Message, TextPart, to_iso
+from threadmind.codecs import Message, TextPart
+from threadmind.codecs._time import to_iso
 from threadmind.workload import (
     BASE_TIME,
     STREAM_RESOURCE_QUERIES,

@@ -148,7 +148,7 @@ def _stored_dimensions(db: str | None) -> set[int]:
     import sqlite3
     from contextlib import closing
 
-    from .stores import vector_tables_in
+    from .stores._interop import vector_tables_in
 
     try:
         with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
@@ -416,7 +416,8 @@ def _message_counts(conn: sqlite3.Connection, thread_ids: Sequence[str]) -> dict
 
 
 async def _threads(args: argparse.Namespace) -> int:
-    from .codecs import thread_to_dict, to_iso
+    from .codecs import thread_to_dict
+    from .codecs._time import to_iso
 
     _require_db(args.db)
     async with _memory(args, semantic=False) as memory:
@@ -435,13 +436,14 @@ async def _threads(args: argparse.Namespace) -> int:
 
 
 def _message_row(message: Message) -> tuple[str, str, str, str]:
-    from .codecs import to_iso
+    from .codecs._time import to_iso
 
     return (to_iso(message.created_at), message.role, message.id, _snippet(message.text))
 
 
 async def _show(args: argparse.Namespace) -> int:
-    from .codecs import message_to_dict, thread_to_dict, to_iso
+    from .codecs import message_to_dict, thread_to_dict
+    from .codecs._time import to_iso
 
     _require_db(args.db)
     async with _memory(args, semantic=False) as memory:
@@ -511,7 +513,8 @@ def _parse_lines(stream: TextIO) -> tuple[list[tuple[int, Message]], list[str]]:
     """Valid messages with their line numbers, and one error text per bad line."""
     import msgspec
 
-    from .codecs import DECODE_ERRORS, message_from_dict
+    from .codecs import message_from_dict
+    from .codecs._paths import DECODE_ERRORS
 
     good: list[tuple[int, Message]] = []
     bad: list[str] = []
@@ -669,7 +672,8 @@ async def _pg_vector_stats(store: PostgresStore) -> tuple[list[tuple[str, int, i
 
 
 async def _stats(args: argparse.Namespace) -> int:
-    from .stores import SQLiteStore, mastra_vector_tables
+    from .stores import SQLiteStore
+    from .stores._interop import mastra_vector_tables
 
     _require_db(args.db)
     async with _memory(args, semantic=False) as memory:

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Literal, NamedTuple
 
-from threadmind.codecs import Message, Role, Thread, content_from_text
+from threadmind.codecs import Message, Role, Thread
+from threadmind.codecs._json import content_from_text
 
 __all__ = (
     "BASE_TIME",

@@ -13,10 +13,8 @@ from threadmind.codecs import (
     ToolInvocation,
     ToolInvocationPart,
     UnknownPart,
-    decode_content,
-    encode_content,
 )
-from threadmind.codecs._json import _content, _content_json, _part_from_raw
+from threadmind.codecs._json import _content, _content_json, _part_from_raw, decode_content, encode_content
 from threadmind.errors import InvalidMessage
 
 

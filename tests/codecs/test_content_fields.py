@@ -15,14 +15,12 @@ from threadmind.codecs import (
     Message,
     MessageContent,
     TextPart,
-    checked_message,
-    decode_content,
     decode_message,
-    encode_content,
     encode_json,
     message_from_dict,
     message_to_dict,
 )
+from threadmind.codecs._json import checked_message, decode_content, encode_content
 from threadmind.errors import InvalidMessage
 
 ATTACHMENTS = [{"name": "cat.png", "contentType": "image/png", "url": "data:image/png;base64,iVBORw0KGgo="}]

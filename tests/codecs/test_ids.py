@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from threadmind.codecs import new_id
+from threadmind.codecs._json import new_id
 
 
 def test_new_ids_are_random_version_4_uuids() -> None:

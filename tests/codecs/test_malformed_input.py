@@ -18,16 +18,8 @@ from hypothesis import strategies as st
 from tests.codecs._content_strategies import PROPERTY, contents, json_values, messages
 from tests.codecs._jsonb_writer import encode_jsonb
 
-from threadmind.codecs import (
-    Message,
-    checked_message,
-    decode_content,
-    decode_message,
-    encode_content,
-    encode_json,
-    message_from_dict,
-    message_to_dict,
-)
+from threadmind.codecs import Message, decode_message, encode_json, message_from_dict, message_to_dict
+from threadmind.codecs._json import checked_message, decode_content, encode_content
 from threadmind.codecs._jsonb import decode_jsonb
 from threadmind.errors import InvalidMessage, ThreadmindError, ValidationError
 

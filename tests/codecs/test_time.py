@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from threadmind.codecs import from_iso, to_iso
+from threadmind.codecs._time import from_iso, to_iso
 
 
 def _reference(value: datetime) -> str:

@@ -25,7 +25,8 @@ except ImportError:  # the pg_cluster fixture skips these tests (fails them in C
     asyncpg = None
 from bench._pgserver import PgCluster
 
-from threadmind.codecs import from_iso, message_from_dict, message_to_dict, thread_to_dict
+from threadmind.codecs import message_from_dict, message_to_dict, thread_to_dict
+from threadmind.codecs._time import from_iso
 from threadmind.memory import Memory
 from threadmind.stores._om import OMRecord
 from threadmind.stores._postgres import PostgresStore

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from threadmind import CloneResult, Memory, MemoryConfig, Message, Thread
-from threadmind.codecs import utc_now
+from threadmind.codecs._time import utc_now
 from threadmind.errors import ConfigError, ResourceMismatch, ThreadmindError, ThreadNotFound, ValidationError
 from threadmind.stores import InMemoryStore
 

@@ -465,7 +465,7 @@ def test_observational_options_mastra_accepts_are_accepted() -> None:
 async def test_an_observation_seals_what_it_observed_and_notes_the_thread(tmp_path: Path) -> None:
     """Reference §8.1: observed messages carry content.metadata.mastra.sealed; the thread's
     metadata.mastra.om holds the cursor and what the Observer said of the current task."""
-    from threadmind.codecs import to_iso
+    from threadmind.codecs._time import to_iso
 
     def observe(request: ModelRequest) -> str:
         return ("* 🔴 user plans a trip\n<current-task>booking the trip</current-task>\n"
@@ -558,7 +558,7 @@ async def test_temporal_markers_tell_the_model_how_long_the_user_was_away(tmp_pa
     from datetime import timedelta
 
     from threadmind import Message
-    from threadmind.codecs import utc_now
+    from threadmind.codecs._time import utc_now
 
     options = {"observationalMemory": {"model": ScriptedModel([]), "temporalMarkers": True,
                                        "observation": {"messageTokens": 100_000}}}
@@ -695,7 +695,7 @@ async def test_the_observer_sees_the_attachments_it_is_allowed(setting: object, 
     """``observation.observeAttachments``: images and PDFs by default, every file with true or "auto", none with
     false; they follow the transcript in the Observer's message."""
     from threadmind import FilePart, Message, MessageContent, TextPart
-    from threadmind.codecs import utc_now
+    from threadmind.codecs._time import utc_now
 
     observer = _endless(lambda request: "* 🔴 the user sent three files")
     observation: dict[str, Any] = {"model": observer, "messageTokens": 20}
@@ -724,7 +724,7 @@ async def test_temporal_markers_through_the_chat_servers_door(tmp_path: Path) ->
     from datetime import timedelta
 
     from threadmind import Message
-    from threadmind.codecs import utc_now
+    from threadmind.codecs._time import utc_now
     from threadmind.ui import messages_from_ui
 
     options = {"observationalMemory": {"model": ScriptedModel([]), "temporalMarkers": True,
@@ -864,7 +864,7 @@ async def test_a_turns_input_is_dated_after_the_observed_rows_it_does_not_load()
     from datetime import timedelta
 
     from threadmind import Message
-    from threadmind.codecs import utc_now
+    from threadmind.codecs._time import utc_now
 
     async with _om_memory(InMemoryStore(), _endless(lambda request: "* x"), message_tokens=100_000) as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")

@@ -40,7 +40,7 @@ def _away(monkeypatch: pytest.MonkeyPatch, minutes: float) -> None:
     """The user comes back ``minutes`` later, as the activation triggers see the clock."""
     from datetime import timedelta
 
-    from threadmind.codecs import utc_now
+    from threadmind.codecs._time import utc_now
 
     monkeypatch.setattr("threadmind.processors._om_triggers.utc_now", lambda: utc_now() + timedelta(minutes=minutes))
 
@@ -132,7 +132,7 @@ async def test_the_observer_sees_the_newest_previous_observations_within_its_bud
     """``observation.previousObserverTokens``: the previous observations in the Observer's prompt are cut from the
     oldest end to the budget, at a line (0: none)."""
     from threadmind import Message
-    from threadmind.codecs import utc_now
+    from threadmind.codecs._time import utc_now
     from threadmind.stores import OMRecord as Record
 
     prompts: list[str] = []

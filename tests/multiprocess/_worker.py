@@ -29,7 +29,8 @@ from threadmind.events import StartEvent
 from threadmind.memory import MemoryConfig, ObservationalMemoryConfig, SemanticRecallConfig, WorkingMemoryConfig
 from threadmind.models import ModelRequest, ModelResponse, ToolCall
 from threadmind.models._scripted import ScriptedModel
-from threadmind.stores import HnswVectorStore, MessageQuery, PostgresStore, SQLiteStore, Store, supports_keywords
+from threadmind.stores import HnswVectorStore, MessageQuery, PostgresStore, SQLiteStore, Store
+from threadmind.stores._keywords import supports_keywords
 from threadmind.ui import messages_from_ui
 
 DATA = re.compile(r"<working_memory_data>\n(.*?)\n</working_memory_data>", re.S)

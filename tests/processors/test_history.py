@@ -21,7 +21,8 @@ from tests._factories import (
 )
 
 from threadmind.agent import Agent, Tool
-from threadmind.codecs import TextPart, ToolInvocationPart, utc_now
+from threadmind.codecs import TextPart, ToolInvocationPart
+from threadmind.codecs._time import utc_now
 from threadmind.errors import ModelError
 from threadmind.models import ModelRequest, ModelResponse, ScriptedModel, ToolCall
 

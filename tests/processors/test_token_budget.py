@@ -13,7 +13,8 @@ from tests._factories import RESOURCE, THREAD, base_time, msg, open_memory, seed
 
 from threadmind import Message
 from threadmind.agent import Agent
-from threadmind.codecs import TextPart, from_iso
+from threadmind.codecs import TextPart
+from threadmind.codecs._time import from_iso
 from threadmind.models import ModelRequest, ScriptedModel
 from threadmind.processors import TokenLimiter
 from threadmind.tokens import DefaultTokenCounter, TokenLimiterCounter

@@ -14,7 +14,8 @@ import anyio
 import pytest
 
 from threadmind.codecs import Message, Thread
-from threadmind.stores import _sqlite_fold, query_terms
+from threadmind.stores import _sqlite_fold
+from threadmind.stores._keywords import query_terms
 from threadmind.stores._sqlite import SQLiteStore
 from threadmind.stores._sqlite_keywords import queued
 

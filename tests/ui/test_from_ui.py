@@ -17,11 +17,11 @@ from threadmind.codecs import (
     TextPart,
     ToolInvocationPart,
     UnknownPart,
-    checked_message,
     message_from_dict,
     message_to_dict,
-    utc_now,
 )
+from threadmind.codecs._json import checked_message
+from threadmind.codecs._time import utc_now
 from threadmind.errors import InvalidMessage, ValidationError
 from threadmind.ui import messages_from_ui
 

@@ -34,10 +34,12 @@ import msgspec
 import numpy as np
 from opentelemetry import trace
 
-from ..codecs import Message, to_iso
+from ..codecs import Message
+from ..codecs._time import to_iso
 from ..embedders import Embedder, EmbeddingCache, chunk_text, is_blank, message_text
 from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ThreadmindError, ValidationError
-from ..stores import MessageQuery, SaveHook, Store, VectorHit, VectorStore, VectorStoreStatistics, as_vector_store
+from ..stores import MessageQuery, SaveHook, Store, VectorHit, VectorStore, VectorStoreStatistics
+from ..stores._vector_protocol import as_vector_store
 from ..tracing import ATTR_OPERATION, operation_span
 from ._actor import Actor
 from ._index_batch import UpsertBatches

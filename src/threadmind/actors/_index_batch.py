@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from opentelemetry import trace
 
-from ..codecs import to_iso
+from ..codecs._time import to_iso
 from ..embedders import Embedder, EmbeddingCache
 from ..errors import EmbedderError, EmbeddingDimensionMismatch
 from ..stores import PendingVector, VectorRecord, VectorStore

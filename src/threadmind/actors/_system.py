@@ -33,7 +33,8 @@ from anyio.abc import TaskGroup
 from .._lowlevel import HostTask
 from ..codecs import Resource
 from ..errors import ThreadBusy, ThreadmindError
-from ..stores import KeywordSearch, Lease, supports_keywords
+from ..stores import KeywordSearch, Lease
+from ..stores._keywords import supports_keywords
 from ..tracing import operation_span
 from ._registry import ActorRegistry
 from ._resource_actor import GetResource, ResourceActor

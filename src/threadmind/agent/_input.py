@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..codecs import Message, checked_message
+from ..codecs import Message
+from ..codecs._json import checked_message
 from ..errors import ValidationError
 from ..processors._protocol import processor_id
 

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._results import Usage
-from ..codecs import Part, new_id, utc_now
+from ..codecs import Part
+from ..codecs._json import new_id
+from ..codecs._time import utc_now
 from ..errors import TripWire, ValidationError, error_code
 from ..events import (
     DATA_PART_EVENTS,

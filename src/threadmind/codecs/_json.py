@@ -38,6 +38,7 @@ from ._types import (
 
 __all__ = (
     "CONTENT_KEYS",
+    "checked_message",
     "content_from_text",
     "decode_content",
     "decode_message",
@@ -46,6 +47,7 @@ __all__ = (
     "encode_json",
     "message_from_dict",
     "message_to_dict",
+    "new_id",
     "part_from_dict",
     "resource_to_dict",
     "thread_to_dict",

@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .._results import CloneResult
-from ..actors import LoadMessages
-from ..codecs import Resource, Thread, to_iso, utc_now
+from ..actors._thread_actor import LoadMessages
+from ..codecs import Resource, Thread
+from ..codecs._time import to_iso, utc_now
 from ..errors import ThreadNotFound, ValidationError
-from ..stores import MessagePage, MessageQuery, ResourceChange, lookup_key
+from ..stores import MessagePage, MessageQuery, ResourceChange
+from ..stores._om import lookup_key
 
 if TYPE_CHECKING:
     from ._core import MemoryCore

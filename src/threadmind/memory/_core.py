@@ -19,11 +19,12 @@ from .._config import MemoryConfig, SemanticRecallConfig, memory_config_from, me
 from ..actors import ActorSystem
 from ..errors import ConfigError, EmbeddingDimensionMismatch, ThreadmindError
 from ..search import Searcher
-from ..stores import Store, check_store, supports_keywords
+from ..stores import Store, check_store
+from ..stores._keywords import supports_keywords
 from ..tokens import DefaultTokenCounter, TokenCounter
 
 if TYPE_CHECKING:
-    from ..actors import IndexActor
+    from ..actors._index_actor import IndexActor
     from ..embedders import Embedder
     from ..stores import VectorStore
     from ._observational import ObservationalMemoryEngine
@@ -108,7 +109,7 @@ class MemoryCore:
     def _make_index(self) -> IndexActor | None:
         if self.vector is None or self.embedder is None or self.storage is None:
             return None
-        from ..actors import IndexActor
+        from ..actors._index_actor import IndexActor
 
         recall = self.options.semantic_recall_config or SemanticRecallConfig()
         return IndexActor(store=self.storage, vector=self.vector, embedder=self.embedder,
@@ -126,7 +127,7 @@ class MemoryCore:
         except ThreadmindError:
             _log.warning("embedder dimension probe failed at start; will retry on first use")
         if self.index_name is not None:
-            from ..stores import import_mastra_vectors
+            from ..stores._interop import import_mastra_vectors
 
             try:
                 await import_mastra_vectors(self.store(), index_names=[self.index_name])

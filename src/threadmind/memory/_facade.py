@@ -21,23 +21,19 @@ import anyio
 
 from .._config import MemoryConfig, SearchMode
 from .._results import CloneResult, RecallResult, SaveResult, SearchHit, WorkingMemoryTemplate
-from ..actors import ActorSystem, DeleteThread, UpdateThread
-from ..codecs import Message, Thread, utc_now
+from ..actors import ActorSystem
+from ..actors._thread_actor import DeleteThread, UpdateThread
+from ..codecs import Message, Thread
+from ..codecs._time import utc_now
 from ..errors import ConfigError, ValidationError
 from ..models import LanguageModel
 from ..processors._hygiene import persistable
 from ..processors._working_memory_text import instruction, readonly_instruction, template_for
 from ..search import SEARCH_MODES
-from ..stores import (
-    DateRange,
-    Include,
-    Store,
-    ThreadPage,
-    as_vector_store,
-    parse_date_range,
-    parse_include,
-    supports_keywords,
-)
+from ..stores import DateRange, Include, Store, ThreadPage
+from ..stores._keywords import supports_keywords
+from ..stores._query import parse_date_range, parse_include
+from ..stores._vector_protocol import as_vector_store
 from ..tokens import TokenCounter
 from ..tools import Tool
 from ..tracing import operation_span
@@ -63,7 +59,8 @@ from ._working_memory import (
 )
 
 if TYPE_CHECKING:
-    from ..actors import IndexStatistics, VectorHit
+    from ..actors import IndexStatistics
+    from ..actors._index_actor import VectorHit
     from ..embedders import Embedder
     from ..processors import MemoryAccess
     from ..stores import VectorStore

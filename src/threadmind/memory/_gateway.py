@@ -16,7 +16,8 @@ import msgspec
 
 from .._config import SearchMode
 from .._metadata_filter import MetadataFilter
-from ..actors import TAIL_MAX, CreateThread, LoadMessages, LoadWindow, SaveMessages, current_fence
+from ..actors._system import current_fence
+from ..actors._thread_actor import TAIL_MAX, CreateThread, LoadMessages, LoadWindow, SaveMessages
 from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
 from ..processors._access import AccessBase
@@ -25,7 +26,7 @@ from ..stores import MessagePage, MessageQuery, ThreadPage
 from ..tracing import operation_span
 
 if TYPE_CHECKING:
-    from ..actors import IndexActor, VectorHit
+    from ..actors._index_actor import IndexActor, VectorHit
     from ._core import MemoryCore
 
 __all__ = ("ActorAccess", "RoutedIndex")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._config import MemoryConfig
 from .._results import SaveResult, Usage
-from ..actors import DeleteMessages, SaveMessages
+from ..actors._thread_actor import DeleteMessages, SaveMessages
 from ..codecs import Message
 from ..errors import ValidationError
 

@@ -25,8 +25,9 @@ import anyio
 import msgspec
 
 from .._config import MemoryConfig, ObservationalMemoryConfig, WorkingMemoryConfig
-from ..actors import forget_fences
-from ..codecs import FilePart, Message, Thread, from_iso, to_iso, utc_now
+from ..actors._system import forget_fences
+from ..codecs import FilePart, Message, Thread
+from ..codecs._time import from_iso, to_iso, utc_now
 from ..errors import ThreadBusy, ThreadmindError, ThreadNotFound, ValidationError
 from ..processors import MemoryAccess
 from ..processors._hygiene import is_transient_signal
@@ -41,16 +42,8 @@ from ..processors._observation_text import (
     split_observer_output,
 )
 from ..processors._om_triggers import chunks_to_activate
-from ..stores import (
-    DateRange,
-    MessageQuery,
-    ObservationalMemoryStore,
-    OMRecord,
-    Store,
-    ThreadChange,
-    lookup_key,
-    same_record,
-)
+from ..stores import DateRange, MessageQuery, ObservationalMemoryStore, OMRecord, Store, ThreadChange
+from ..stores._om import lookup_key, same_record
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
 from ._om_parts import ManagedWorkingMemory, custom_instructions, newest_within

@@ -9,10 +9,11 @@ import uuid
 from typing import TYPE_CHECKING
 
 from .._config import ObservationalMemoryConfig
-from ..codecs import utc_now
+from ..codecs._time import utc_now
 from ..processors._observation_groups import reconcile_after_reflection, render_groups
 from ..processors._observation_text import REFLECTOR_INSTRUCTIONS
-from ..stores import OMRecord, same_record
+from ..stores import OMRecord
+from ..stores._om import same_record
 from ..tracing import operation_span
 from ._om_parts import custom_instructions
 

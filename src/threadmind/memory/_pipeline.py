@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._config import MemoryConfig, ObservationalMemoryConfig
-from ..actors import PatchThreadMetadata, current_fence
+from ..actors._system import current_fence
+from ..actors._thread_actor import PatchThreadMetadata
 from ..codecs import Thread
 from ..errors import ConfigError, EmbedderError
 from ..processors import (

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Literal
 
 from .._config import MemoryConfig, SearchMode, SemanticRecallConfig
 from .._results import RecallResult, SearchHit
-from ..actors import LoadMessages, LoadWindow
+from ..actors._thread_actor import LoadMessages, LoadWindow
 from ..codecs import Message
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors._merge import is_system_reminder
 from ..processors._token_window import load_token_window
-from ..stores import DateRange, Include, MessagePage, MessageQuery, supports_keywords
+from ..stores import DateRange, Include, MessagePage, MessageQuery
+from ..stores._keywords import supports_keywords
 
 if TYPE_CHECKING:
     from ._core import MemoryCore

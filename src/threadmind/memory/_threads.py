@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from ..actors import CreateThread, GetThread
-from ..codecs import Thread, utc_now
+from ..actors._thread_actor import CreateThread, GetThread
+from ..codecs import Thread
+from ..codecs._time import utc_now
 from ..errors import ResourceMismatch, ValidationError
 from ..tracing import operation_span
 

@@ -11,7 +11,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..codecs import Message, Thread, part_texts
+from ..codecs import Message, Thread
+from ..codecs._transcript import part_texts
 from ..errors import ThreadNotFound
 from ..stores import ThreadChange
 from ..tracing import operation_span

@@ -11,7 +11,8 @@ from typing import Any
 
 import msgspec
 
-from ..codecs import Message, checked_message, encode_json, message_from_dict
+from ..codecs import Message, encode_json, message_from_dict
+from ..codecs._json import checked_message
 from ..errors import InvalidMessage, ValidationError
 from ..processors._protocol import processor_id
 

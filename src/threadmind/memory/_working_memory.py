@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._config import MemoryConfig
 from .._working_memory_schema import CompiledSchema, tool_parameters
-from ..actors import ActorSystem, GetThread, current_fence
+from ..actors import ActorSystem
+from ..actors._system import current_fence
+from ..actors._thread_actor import GetThread
 from ..codecs import Resource, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors._hygiene import WM_TOOL_NAME

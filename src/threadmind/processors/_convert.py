@@ -21,12 +21,10 @@ from ..codecs import (
     ToolInvocation,
     ToolInvocationPart,
     UnknownPart,
-    from_epoch_ms,
-    from_iso,
     message_from_dict,
-    part_from_dict,
-    to_utc_ms,
 )
+from ..codecs._json import part_from_dict
+from ..codecs._time import from_epoch_ms, from_iso, to_utc_ms
 from ..errors import InvalidMessage
 
 __all__ = ("ConvertContext", "missing", "part_type", "stamp_parts", "to_message")

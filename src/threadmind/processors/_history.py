@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from .._config import MessageHistoryConfig
-from ..codecs import Message, Thread, utc_now
+from ..codecs import Message, Thread
+from ..codecs._time import utc_now
 from ..errors import ThreadNotFound
 from ..stores import MessageQuery, Store
 from ..tokens import DefaultTokenCounter, TokenCounter, TokenLimiterCounter

@@ -9,7 +9,9 @@ from typing import Any, Literal, TypeAlias
 
 import msgspec
 
-from ..codecs import Message, ToolInvocationPart, new_id, to_epoch_ms, to_utc_ms, utc_now
+from ..codecs import Message, ToolInvocationPart
+from ..codecs._json import new_id
+from ..codecs._time import to_epoch_ms, to_utc_ms, utc_now
 from ..errors import ValidationError
 from ._convert import ConvertContext, missing, stamp_parts, to_message
 from ._merge import (

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._config import ObservationalMemoryConfig, WorkingMemoryConfig
-from ..codecs import FilePart, Message, part_texts
+from ..codecs import FilePart, Message
+from ..codecs._transcript import part_texts
 from ..stores import OMRecord
 from ..tokens import TokenCounter
 from ._observation_groups import render_groups

@@ -12,7 +12,8 @@ import uuid
 from datetime import timedelta
 
 from .._config import ObservationalMemoryConfig, WorkingMemoryConfig
-from ..codecs import Message, to_iso, utc_now
+from ..codecs import Message
+from ..codecs._time import to_iso, utc_now
 from ..stores import OMRecord, Store
 from ._access import MemoryAccess, as_access
 from ._history import persist_turn

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ..codecs import Message, StepStartPart, UnknownPart, utc_now
+from ..codecs import Message, StepStartPart, UnknownPart
+from ..codecs._time import utc_now
 
 __all__ = ("activation_trigger", "auto_ttl_ms", "chunks_to_activate", "last_activity_ms", "last_model",
            "projected_removal", "provider_changed")

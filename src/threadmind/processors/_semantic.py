@@ -19,7 +19,7 @@ from ._access import MemoryAccess, as_access
 from ._protocol import ProcessInputArgs, ProcessOutputArgs
 
 if TYPE_CHECKING:
-    from ..actors import VectorHit
+    from ..actors._index_actor import VectorHit
 
 
 class RecallIndex(Protocol):

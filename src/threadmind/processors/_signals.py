@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..codecs import FilePart, Message, MessageContent, TextPart, to_iso
+from ..codecs import FilePart, Message, MessageContent, TextPart
+from ..codecs._time import to_iso
 
 if TYPE_CHECKING:
     from ._message_list import MessageList

@@ -16,7 +16,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from ..codecs import Message, to_iso
+from ..codecs import Message
+from ..codecs._time import to_iso
 from ._message_list import MessageList
 from ._observation_text import CONTINUATION_ID
 from ._signals import add_signal

@@ -14,7 +14,8 @@ from typing import Any
 import msgspec
 
 from .._config import MessageHistoryConfig
-from ..codecs import Message, ToolInvocationPart, from_iso, to_iso
+from ..codecs import Message, ToolInvocationPart
+from ..codecs._time import from_iso, to_iso
 from ..stores import Include, MessageQuery
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ._access import MessageReader

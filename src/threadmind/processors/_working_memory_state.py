@@ -29,7 +29,8 @@ from typing import Any
 
 from .._config import MemoryConfig
 from .._results import WorkingMemoryTemplate
-from ..codecs import Message, Thread, to_iso, utc_now
+from ..codecs import Message, Thread
+from ..codecs._time import to_iso, utc_now
 from ._access import MemoryAccess
 from ._protocol import ProcessInputStepArgs
 from ._signals import add_signal, state_of, state_tracking, with_state_tracking

@@ -29,10 +29,12 @@ import msgspec
 
 from .._config import SearchMode
 from .._metadata_filter import MetadataFilter
-from ..codecs import Message, Thread, to_iso
+from ..codecs import Message, Thread
+from ..codecs._time import to_iso
 from ..embedders import chunk_text, message_text
 from ..errors import EmbedderError
-from ..stores import KeywordCandidate, KeywordSearch, Neighbours, Store, VectorHit, query_terms
+from ..stores import KeywordCandidate, KeywordSearch, Neighbours, Store, VectorHit
+from ..stores._keywords import query_terms
 from ._rank import DEFAULT_KEYWORD_WEIGHT, Ranked, fuse, pools, smoothed
 
 __all__ = ("MAX_FILTERED_POOL", "SEARCH_MODES", "Found", "SearchMode", "Searcher", "VectorQuery", "as_vector_hits",

@@ -21,11 +21,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext
 
 from .._lowlevel import Reply, new_reply, running_loop
-from ..codecs import (
-    Message,
-    to_iso,
-    utc_now,
-)
+from ..codecs import Message
+from ..codecs._time import to_iso, utc_now
 from ..errors import MessageIdTaken, StorageError, ThreadmindError, ThreadNotFound
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from . import _query as q

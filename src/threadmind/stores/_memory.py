@@ -18,7 +18,8 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
-from ..codecs import Message, Resource, Thread, utc_now
+from ..codecs import Message, Resource, Thread
+from ..codecs._time import utc_now
 from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._keywords import (

@@ -18,7 +18,8 @@ from typing import Any, Literal, Protocol
 import anyio
 import msgspec
 
-from ..codecs import decode_jsonb, from_iso, to_iso
+from ..codecs._jsonb import decode_jsonb
+from ..codecs._time import from_iso, to_iso
 from ..errors import StorageError
 from ._versions import FileCounts, WriteCounts
 

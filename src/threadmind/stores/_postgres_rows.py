@@ -20,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-from ..codecs import Message, MessageContent, Resource, Thread, content_from_text, decode_content
+from ..codecs import Message, MessageContent, Resource, Thread
+from ..codecs._json import content_from_text, decode_content
 from ..errors import InvalidMessage, StorageError, ValidationError
 from . import _query as q
 

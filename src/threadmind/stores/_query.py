@@ -13,19 +13,9 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from ..codecs import (
-    Message,
-    MessageContent,
-    Resource,
-    Thread,
-    checked_message,
-    decode_content,
-    encode_content,
-    encode_json,
-    from_iso,
-    to_utc_ms,
-    utc_now,
-)
+from ..codecs import Message, MessageContent, Resource, Thread, encode_json
+from ..codecs._json import checked_message, decode_content, encode_content
+from ..codecs._time import from_iso, to_utc_ms, utc_now
 from ..errors import InvalidMessage, ResourceMismatch, ValidationError
 from ._protocol import UNSET, DateRange, Include, MessageQuery, UnsetType
 

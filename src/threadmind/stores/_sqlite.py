@@ -54,13 +54,8 @@ import aiosqlite
 import anyio
 import msgspec
 
-from ..codecs import (
-    Message,
-    Resource,
-    Thread,
-    to_iso,
-    utc_now,
-)
+from ..codecs import Message, Resource, Thread
+from ..codecs._time import to_iso, utc_now
 from ..errors import (
     ConfigError,
     LeaseLost,

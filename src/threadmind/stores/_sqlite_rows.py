@@ -12,18 +12,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ..codecs import (
-    Message,
-    MessageContent,
-    Resource,
-    Thread,
-    content_from_text,
-    decode_content,
-    decode_jsonb,
-    encode_json,
-    from_iso,
-    to_iso,
-)
+from ..codecs import Message, MessageContent, Resource, Thread, encode_json
+from ..codecs._json import content_from_text, decode_content
+from ..codecs._jsonb import decode_jsonb
+from ..codecs._time import from_iso, to_iso
 from ..errors import InvalidMessage, MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
 from ._protocol import UnsetType

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from ._protocol import SaveHook, Store
 from ._vector_records import PendingVector, VectorRecord
 
-__all__ = ("Metric", "VectorHit", "VectorStore", "VectorStoreStatistics")
+__all__ = ("Metric", "VectorHit", "VectorStore", "VectorStoreStatistics", "as_vector_store")
 
 Metric = Literal["cosine", "euclidean", "dotproduct"]
 F32 = npt.NDArray[np.float32]

@@ -30,11 +30,8 @@ from ..codecs import (
     ToolInvocationPart,
     ToolState,
     UnknownPart,
-    from_epoch_ms,
-    from_iso,
-    to_utc_ms,
-    utc_now,
 )
+from ..codecs._time import from_epoch_ms, from_iso, to_utc_ms, utc_now
 from ..errors import InvalidMessage, ValidationError
 
 __all__ = ("UI_TOOL_STATES", "messages_from_ui")

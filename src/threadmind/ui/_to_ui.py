@@ -22,8 +22,8 @@ from ..codecs import (
     TextPart,
     ToolInvocationPart,
     UnknownPart,
-    to_iso,
 )
+from ..codecs._time import to_iso
 from ..errors import ValidationError
 
 __all__ = ("messages_to_ui",)
