@@ -190,7 +190,7 @@ def _embedder(args: argparse.Namespace) -> tuple[Embedder, int | None]:
         embedder = WordLlamaEmbedder(dim=args.dim or 256)
         return embedder, embedder.dimension
     if spec.startswith("openai/"):
-        from .embedders import resolve_embedder
+        from .embedders._resolve import resolve_embedder
 
         return resolve_embedder(spec), args.dim
     raise ConfigError(f"--embedder must be 'hash', 'wordllama' or 'openai/<model>', not {spec!r}")

@@ -23,9 +23,9 @@ from threadmind.models import (
     ToolCall,
     ToolInputDelta,
     _openai,
-    collect_response,
     stream_model,
 )
+from threadmind.models._stream import collect_response
 
 KEY = "sk-test-secret-0123456789"
 REQUEST = ModelRequest(system=["Be brief."], messages=[Message.user("What's the weather in Paris?")])

@@ -20,10 +20,10 @@ from threadmind.models import (
     ScriptedModel,
     ToolCall,
     ToolSpec,
-    collect_response,
     stream_model,
-    word_deltas,
 )
+from threadmind.models._scripted import word_deltas
+from threadmind.models._stream import collect_response
 
 
 def _request(text: str) -> ModelRequest:

@@ -21,9 +21,9 @@ from threadmind.models import (
     StreamingLanguageModel,
     ToolCall,
     ToolInputDelta,
-    collect_response,
     stream_model,
 )
+from threadmind.models._stream import collect_response
 
 USAGE = Usage(tokens=9, input_tokens=4, output_tokens=5)
 FULL = ModelResponse(text="It is sunny.", tool_calls=[ToolCall("c1", "weather", {"city": "Paris"}),

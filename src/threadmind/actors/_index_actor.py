@@ -36,7 +36,9 @@ from opentelemetry import trace
 
 from ..codecs import Message
 from ..codecs._time import to_iso
-from ..embedders import Embedder, EmbeddingCache, chunk_text, is_blank, message_text
+from ..embedders import Embedder
+from ..embedders._cache import EmbeddingCache
+from ..embedders._chunking import chunk_text, is_blank, message_text
 from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ThreadmindError, ValidationError
 from ..stores import MessageQuery, SaveHook, Store, VectorHit, VectorStore, VectorStoreStatistics
 from ..stores._vector_protocol import as_vector_store

@@ -20,7 +20,8 @@ import numpy.typing as npt
 from opentelemetry import trace
 
 from ..codecs._time import to_iso
-from ..embedders import Embedder, EmbeddingCache
+from ..embedders import Embedder
+from ..embedders._cache import EmbeddingCache
 from ..errors import EmbedderError, EmbeddingDimensionMismatch
 from ..stores import PendingVector, VectorRecord, VectorStore
 from ..tracing import ATTR_OPERATION, tracing_enabled

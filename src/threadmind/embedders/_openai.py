@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError, EmbedderError
-from ..models import OpenAIHTTP
+from ..models._http import OpenAIHTTP
 from ._protocol import Embeddings
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import msgspec
 from .._config import MemoryConfig, SemanticRecallConfig, memory_config_from, merge_config
 from ..actors import ActorSystem
 from ..errors import ConfigError, EmbeddingDimensionMismatch, ThreadmindError
-from ..search import Searcher
+from ..search._searcher import Searcher
 from ..stores import Store, check_store
 from ..stores._keywords import supports_keywords
 from ..tokens import DefaultTokenCounter, TokenCounter

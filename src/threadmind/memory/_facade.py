@@ -121,7 +121,7 @@ class Memory:
         ):
             raise ConfigError("embedding_dimension must be a positive integer")
         if isinstance(embedder, str):
-            from ..embedders import resolve_embedder
+            from ..embedders._resolve import resolve_embedder
 
             embedder = resolve_embedder(embedder)
         vector_store = as_vector_store(vector) if vector else None  # ConfigError naming what is missing

@@ -21,7 +21,7 @@ from ..actors._thread_actor import TAIL_MAX, CreateThread, LoadMessages, LoadWin
 from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
 from ..processors._access import AccessBase
-from ..search import as_vector_hits
+from ..search._searcher import as_vector_hits
 from ..stores import MessagePage, MessageQuery, ThreadPage
 from ..tracing import operation_span
 

@@ -9,7 +9,6 @@ Importing this package does not import httpx; ``OpenAIChatModel`` imports it whe
 
 from __future__ import annotations
 
-from ._http import OpenAIHTTP as OpenAIHTTP
 from ._openai import OpenAIChatModel as OpenAIChatModel
 from ._openai import resolve_model as resolve_model
 from ._protocol import LanguageModel as LanguageModel
@@ -21,8 +20,6 @@ from ._protocol import ToolCall as ToolCall
 from ._protocol import ToolInputDelta as ToolInputDelta
 from ._protocol import ToolSpec as ToolSpec
 from ._scripted import ScriptedModel as ScriptedModel
-from ._scripted import word_deltas as word_deltas
-from ._stream import collect_response as collect_response
 from ._stream import stream_model as stream_model
 
 __all__ = (
@@ -31,14 +28,11 @@ __all__ = (
     "ModelRequest",
     "ModelResponse",
     "OpenAIChatModel",
-    "OpenAIHTTP",
     "ScriptedModel",
     "StreamingLanguageModel",
     "ToolCall",
     "ToolInputDelta",
     "ToolSpec",
-    "collect_response",
     "resolve_model",
     "stream_model",
-    "word_deltas",
 )

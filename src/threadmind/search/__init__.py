@@ -6,21 +6,11 @@ vectors together (``semanticRecall.search``: ``"hybrid"``, ``"vector"``, ``"keyw
 from __future__ import annotations
 
 from ._rank import DEFAULT_KEYWORD_WEIGHT as DEFAULT_KEYWORD_WEIGHT
-from ._rank import Ranked as Ranked
 from ._searcher import SEARCH_MODES as SEARCH_MODES
-from ._searcher import Found as Found
-from ._searcher import Searcher as Searcher
 from ._searcher import SearchMode as SearchMode
-from ._searcher import VectorQuery as VectorQuery
-from ._searcher import as_vector_hits as as_vector_hits
 
 __all__ = (
     "DEFAULT_KEYWORD_WEIGHT",
     "SEARCH_MODES",
-    "Found",
-    "Ranked",
     "SearchMode",
-    "Searcher",
-    "VectorQuery",
-    "as_vector_hits",
 )

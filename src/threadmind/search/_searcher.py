@@ -31,7 +31,7 @@ from .._config import SearchMode
 from .._metadata_filter import MetadataFilter
 from ..codecs import Message, Thread
 from ..codecs._time import to_iso
-from ..embedders import chunk_text, message_text
+from ..embedders._chunking import chunk_text, message_text
 from ..errors import EmbedderError
 from ..stores import KeywordCandidate, KeywordSearch, Neighbours, Store, VectorHit
 from ..stores._keywords import query_terms

@@ -29,7 +29,7 @@ from typing import Protocol, TypeGuard, runtime_checkable
 import msgspec
 
 from ..codecs import Message
-from ..embedders import message_text
+from ..embedders._chunking import message_text
 
 __all__ = ("KEYWORD_TERMS", "MAX_QUERY_TERMS", "NO_MATCHES", "SCORE_DIGITS", "STOP_WORDS", "KeywordCandidate",
            "KeywordMatches", "KeywordSearch", "Neighbours", "bm25", "count_words", "idf", "indexed_text",
