@@ -12,6 +12,7 @@ import numpy as np
 
 from threadmind import Memory
 from threadmind.embedders import HashEmbedder
+from threadmind.testing import actor_system
 from threadmind.workload import STREAM_RESOURCE_QUERIES, STREAM_THREAD_QUERIES, Workload
 
 __all__ = ("alternating_recalls", "scoped_queries")
@@ -21,7 +22,7 @@ async def scoped_queries(memory: Memory, workload: Workload) -> dict[str, dict[s
     """Per scope (``resource``, ``thread``): every workload query asked of the index (top 10) and through
     ``Memory.recall`` (top 4, message range 1), their latencies in seconds, recall@10 of the index against an
     exact search of the workload's own vectors, and how many queries the index answered exactly and by ANN."""
-    index = memory.actor_system.index
+    index = actor_system(memory).index
     assert index is not None
     embedder = HashEmbedder(dim=384)
     messages = [m for t in range(workload.threads) for k in range(workload.turns)

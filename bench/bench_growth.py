@@ -58,6 +58,7 @@ from threadmind import Memory
 from threadmind.codecs import Message
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.testing import actor_system
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload, gen_text
 
 SIZES = (10_000, 100_000, 1_000_000)
@@ -131,7 +132,7 @@ async def _semantic_latency(memory: Memory, threads: int, n: int = 300) -> dict[
 
 async def _vector_latency(memory: Memory, threads: int, n: int = 300) -> dict[str, float]:
     """The index's own scoped top-4 (no message reads): what the vector subsystem adds to a semantic query."""
-    index = memory.actor_system.index
+    index = actor_system(memory).index
     assert index is not None
     times: list[float] = []
     for q in range(n):
@@ -143,7 +144,7 @@ async def _vector_latency(memory: Memory, threads: int, n: int = 300) -> dict[st
 
 
 def _stats(memory: Memory) -> Any:
-    index = memory.actor_system.index
+    index = actor_system(memory).index
     assert index is not None
     return index.statistics()
 
@@ -219,7 +220,7 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
     out["save"] = {"messages": saved, "msgs_per_s": round(saved / seconds), **_pcts(latencies),
                    "msgs_per_s_by_tenth": [round(tenth * TURNS * 2 / (b - a)) for a, b in pairwise(marks)]}
     out["event_loop_while_saving"] = {**gaps.report(), "gc": pauses.report(),
-                                      "live_thread_actors": len(memory.actor_system.threads),
+                                      "live_thread_actors": len(actor_system(memory).threads),
                                       "gc_tracked_objects": len(gc.get_objects()),
                                       "gc_thresholds": list(gc.get_threshold())}
     out["recall"] = await _recall_latency(memory, threads)
@@ -244,7 +245,7 @@ async def _recall_at_10(memory: Memory, path: str, threads: int, n: int = 50) ->
     """Mean overlap of the index's top 10 with exact search over the resource's stored rows."""
     import sqlite3
 
-    index = memory.actor_system.index
+    index = actor_system(memory).index
     assert index is not None
     embedder = HashEmbedder(dim=DIM)
     conn = sqlite3.connect(path)
@@ -508,7 +509,7 @@ async def _touch(memory: Memory, first: int, count: int, in_flight: int = IDLE_I
 
 
 def _live(memory: Memory) -> tuple[int, int]:
-    system = memory.actor_system
+    system = actor_system(memory)
     return len(system.threads), len(system.resources)
 
 
@@ -650,8 +651,8 @@ async def _idle(path: str, threads: int, idle_timeout: float, max_actors: int) -
         pauses = _GcPauses()
         gc.callbacks.append(pauses)
         ticker = _Ticker(memory, pauses)
-        sweeps = {"threads": _SweepTimer(memory.actor_system.threads, pauses),
-                  "resources": _SweepTimer(memory.actor_system.resources, pauses)}
+        sweeps = {"threads": _SweepTimer(actor_system(memory).threads, pauses),
+                  "resources": _SweepTimer(actor_system(memory).resources, pauses)}
         async with anyio.create_task_group() as tg:
             tg.start_soon(ticker.run)
             started = time.perf_counter()
@@ -668,7 +669,7 @@ async def _idle(path: str, threads: int, idle_timeout: float, max_actors: int) -
             drain_s = time.perf_counter() - started
             ticker.stop()
         gc.callbacks.remove(pauses)
-        stats = memory.actor_system.threads.statistics()
+        stats = actor_system(memory).threads.statistics()
         gc.collect()
         rss_after = _rss_now_mb()
         blocks_after = sys.getallocatedblocks()

@@ -29,6 +29,7 @@ import numpy as np
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
+from threadmind.testing import actor_system
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
 
 from ._scoped_queries import alternating_recalls, scoped_queries
@@ -200,7 +201,7 @@ async def _build_index(memory: Memory) -> dict[str, Any]:
     Saves make vectors exactly searchable at once and leave HNSW insertion for later, so the build is its
     own figure, and the queries of phase (d) then run against the finished index.
     """
-    index = memory.actor_system.index
+    index = actor_system(memory).index
     assert index is not None
     rss_before = _rss_now_mb()
     started = time.perf_counter()

@@ -35,6 +35,7 @@ from threadmind.codecs._json import encode_content
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore
 from threadmind.stores._postgres_pool import import_asyncpg
+from threadmind.testing import actor_system
 from threadmind.workload import Workload
 
 from ._pgserver import PgCluster
@@ -244,7 +245,7 @@ async def _phase_semantic(server: _Server, workload: Workload, turns: Turns, kin
         count = workload.message_count
         out["save_concurrency_16"] = {"messages": count, "seconds": round(elapsed, 3),
                                       "msgs_per_s": round(count / elapsed), **_pcts(latencies)}
-        index = memory.actor_system.index
+        index = actor_system(memory).index
         assert index is not None
         started = time.perf_counter()
         await index.flush()  # hnswlib: insert what the saves staged (pgvector: nothing to do)

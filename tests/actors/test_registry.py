@@ -18,6 +18,7 @@ from threadmind.actors._actor import Actor
 from threadmind.actors._mailbox import MailboxClosed
 from threadmind.actors._registry import ActorRegistry, RegistryStatistics
 from threadmind.errors import ConfigError, ThreadmindError
+from threadmind.testing import actor_system
 
 
 @dataclass(frozen=True)
@@ -515,7 +516,8 @@ async def test_idle_threads_cost_under_2_kib_each_once_passivated(tmp_path: Any)
                 await memory.save_messages([Message.user(text, thread_id=thread, resource_id=owner)])
                 await memory.recall(thread, resource_id=owner)
             with anyio.fail_after(10):
-                while memory.actor_system.threads.statistics().live or memory.actor_system.resources.statistics().live:  # noqa: ASYNC110
+                system = actor_system(memory)
+                while system.threads.statistics().live or system.resources.statistics().live:  # noqa: ASYNC110
                     await anyio.sleep(0.02)
             gc.collect()
             # Spans an OpenTelemetry SDK installed by another test keeps are not the threads' memory.
@@ -525,7 +527,7 @@ async def test_idle_threads_cost_under_2_kib_each_once_passivated(tmp_path: Any)
             growth = diff[:5]
         finally:
             tracemalloc.stop()
-        assert memory.actor_system.threads.statistics().passivated >= n
+        assert actor_system(memory).threads.statistics().passivated >= n
         assert retained / n < 2048, f"{retained / n:.0f} bytes per idle thread; grew most: {growth}"
 
 
@@ -541,12 +543,12 @@ async def test_a_thread_actor_makes_its_turn_lock_on_the_first_turn(tmp_path: An
         await memory.create_thread(thread_id="t", resource_id="r")
         await memory.save_messages([Message.user("hello", thread_id="t", resource_id="r")])
         await memory.recall("t", resource_id="r")
-        actor = memory.actor_system.threads.get("t")
+        actor = actor_system(memory).threads.get("t")
         assert actor._turn_lock is None
-        async with memory.actor_system.turn("t", "enqueue"):
+        async with actor_system(memory).turn("t", "enqueue"):
             assert actor._turn_lock is not None and actor.turn_lock.value == 0
             with pytest.raises(ThreadBusy):
-                async with memory.actor_system.turn("t", "reject"):
+                async with actor_system(memory).turn("t", "reject"):
                     pass  # pragma: no cover
         assert actor.turn_lock.value == 1 and actor.idle
 
@@ -557,11 +559,12 @@ import asyncio, gc, json, sys
 import anyio
 from threadmind import Memory, Message
 from threadmind.stores import SQLiteStore
+from threadmind.testing import actor_system
 
 async def main(path, n):
     memory = Memory(storage=SQLiteStore(path), options={"lastMessages": 10})
     async with memory:
-        threads = memory.actor_system.threads
+        threads = actor_system(memory).threads
 
         async def touch(t):
             thread, owner = f"t{t}", f"r{t % 20}"

@@ -19,6 +19,7 @@ from threadmind.actors._actor import Actor
 from threadmind.actors._registry import ActorRegistry
 from threadmind.actors._thread_actor import Exclusive, SaveMessages, ThreadActor
 from threadmind.stores import SQLiteStore
+from threadmind.testing import actor_system
 
 
 class Boom(Exception):
@@ -233,7 +234,7 @@ async def test_thread_saves_run_inline_and_exclusive_work_through_the_mailbox(tm
 
     async with Memory(storage=SQLiteStore(tmp_path / "m.db")) as memory:
         await memory.create_thread(thread_id="t", resource_id="r")
-        threads = memory.actor_system.threads
+        threads = actor_system(memory).threads
         assert threads is not None
         actor = threads.get("t")
         actor.handle = spy.__get__(actor)  # type: ignore[method-assign]

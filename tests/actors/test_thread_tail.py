@@ -17,6 +17,7 @@ from threadmind.actors._tail import Tail
 from threadmind.actors._thread_actor import Exclusive, GetThread, LoadWindow
 from threadmind.errors import ResourceMismatch
 from threadmind.stores import InMemoryStore, SQLiteStore
+from threadmind.testing import actor_system, processor_access
 
 BASE = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -83,7 +84,7 @@ async def test_cached_reads_of_an_idle_actor_skip_the_mailbox(tmp_path: Path) ->
     async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 5}) as memory:
         await memory.create_thread(thread_id="t", resource_id="r")
         await memory.save_messages([_msg(i, i) for i in range(3)])
-        threads = memory.actor_system.threads
+        threads = actor_system(memory).threads
         assert threads is not None
         actor = threads.get("t")
         handled: list[Any] = []
@@ -115,7 +116,7 @@ async def test_a_read_behind_queued_work_waits_its_turn(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "m.db")
     async with Memory(storage=store) as memory:
         await memory.create_thread(thread_id="t", resource_id="r", title="old")
-        threads = memory.actor_system.threads
+        threads = actor_system(memory).threads
         assert threads is not None
         assert (await threads.ask("t", GetThread())).title == "old"  # now cached
         release = anyio.Event()
@@ -189,7 +190,7 @@ async def test_reads_since_a_time_from_the_tail_equal_the_stores(tmp_path: Path)
             for bound in (None, DateRange(start=cursor), DateRange(start=cursor, start_exclusive=True)):
                 query = MessageQuery(thread_id="t", per_page=False, direction="ASC", date_range=bound,
                                      include_total=False)
-                fast = await memory.processor_access.list_messages(query)
+                fast = await processor_access(memory).list_messages(query)
                 exact = await memory.storage.list_messages(query)
                 assert [m.id for m in fast.messages] == [m.id for m in exact.messages], (step, bound)
                 assert (fast.total, fast.has_more) == (exact.total, exact.has_more)
@@ -204,10 +205,10 @@ async def test_a_read_since_a_time_shared_beyond_the_tail_goes_to_the_store(tmp_
         await memory.save_messages([_msg(70, 11)])
         await memory.recall("t", resource_id="r")  # the tail: the newest few of them
         since = MessageQuery(thread_id="t", per_page=False, date_range=DateRange(start=BASE + timedelta(seconds=10)))
-        assert len((await memory.processor_access.list_messages(since)).messages) == 71
+        assert len((await processor_access(memory).list_messages(since)).messages) == 71
         after = MessageQuery(thread_id="t", per_page=False,
                              date_range=DateRange(start=BASE + timedelta(seconds=10), start_exclusive=True))
-        assert [m.id for m in (await memory.processor_access.list_messages(after)).messages] == ["m70"]
+        assert [m.id for m in (await processor_access(memory).list_messages(after)).messages] == ["m70"]
 
 
 async def test_a_reload_reads_as_many_rows_as_the_windows_asked(tmp_path: Path) -> None:
@@ -236,12 +237,12 @@ async def test_a_reload_reads_as_many_rows_as_the_windows_asked(tmp_path: Path) 
         assert len((await memory.recall("t", resource_id="r")).messages) == 10
         assert store.sizes == [TAIL_MIN]
         last_100 = MessageQuery(thread_id="t", resource_id="r", per_page=100, direction="DESC")
-        assert len((await memory.processor_access.list_messages(last_100)).messages) == 100  # a token budget's read
+        assert len((await processor_access(memory).list_messages(last_100)).messages) == 100  # a token budget's read
         await memory.delete_messages(["m1"])
         store.sizes.clear()
         assert len((await memory.recall("t", resource_id="r")).messages) == 10
         assert store.sizes == [100]  # the longest window asked so far: both served from memory again
-        assert (await memory.processor_access.list_messages(last_100)).messages[0].id == "m149"
+        assert (await processor_access(memory).list_messages(last_100)).messages[0].id == "m149"
         assert store.sizes == [100]
 
 
@@ -268,7 +269,7 @@ async def test_a_turn_on_a_thread_idle_past_the_ttl_reads_the_row_and_the_window
     store = Counting(tmp_path / "m.db")
     now = [1000.0]
     async with Memory(storage=store, options={"lastMessages": 10}) as memory:
-        threads = memory.actor_system.threads
+        threads = actor_system(memory).threads
         assert threads is not None
         threads.get("t")._clock = lambda: now[0]  # the thread's actor, on a clock the test moves
         await memory.create_thread(thread_id="t", resource_id="r")
@@ -291,7 +292,7 @@ async def test_writes_straight_into_the_store_are_seen_at_once(tmp_path: Path, k
     async with Memory(storage=store, options={"lastMessages": 5}) as memory:
         await memory.create_thread(thread_id="t", resource_id="r")
         await memory.save_messages([_msg(i, i) for i in range(3)])
-        threads = memory.actor_system.threads
+        threads = actor_system(memory).threads
         assert threads is not None
         assert [m.id for m in (await memory.recall("t", resource_id="r")).messages] == ["m0", "m1", "m2"]
         await memory.storage.save_messages("t", [_msg(3, 3)])  # past the actor
@@ -360,7 +361,7 @@ async def test_without_a_cache_ttl_a_turn_after_a_pause_reads_nothing(tmp_path: 
     store = Counting(tmp_path / "m.db")
     now = [1000.0]
     async with Memory(storage=store, options={"lastMessages": 10}, cache_ttl=None) as memory:
-        threads = memory.actor_system.threads
+        threads = actor_system(memory).threads
         assert threads is not None
         threads.get("t")._clock = lambda: now[0]
         await memory.create_thread(thread_id="t", resource_id="r")
@@ -373,5 +374,5 @@ async def test_without_a_cache_ttl_a_turn_after_a_pause_reads_nothing(tmp_path: 
         await agent.generate("q2", thread_id="t", resource_id="r")
         assert store.reads == reads
         await store.save_messages("t", [_msg(99, 10**9)])  # straight into the store (dated ahead): seen at once
-        page = await memory.processor_access.list_messages(MessageQuery(thread_id="t", per_page=3, direction="DESC"))
+        page = await processor_access(memory).list_messages(MessageQuery(thread_id="t", per_page=3, direction="DESC"))
         assert page.messages[0].id == "m99"

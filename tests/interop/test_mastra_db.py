@@ -22,6 +22,7 @@ from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._interop import import_mastra_vectors, mastra_vector_tables
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.testing import actor_system
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures
 MANIFEST: dict[str, Any] = json.loads((FIXTURE / "manifest.json").read_text()) if FIXTURE.exists() else {}
@@ -241,7 +242,7 @@ class TestVectors:
     async def test_vector_query_scores(self, memory: Memory) -> None:
         probe = MANIFEST["semantic_probe"]
         query = probe["vector_query"]
-        index = memory.actor_system.index  # the raw vector query behind recall, to compare scores with Mastra's
+        index = actor_system(memory).index  # the raw vector query behind recall, to compare scores with Mastra's
         assert index is not None
         hits = await index.query(probe["vectorSearchString"], top_k=query["topK"],
                                  thread_id=query["filter"]["thread_id"])

@@ -14,6 +14,7 @@ import pytest
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import PgVectorStore, PostgresStore
+from threadmind.testing import actor_system
 
 from .._npm import install, node_binary
 
@@ -66,7 +67,7 @@ async def _save_and_query(memory: Memory) -> list[list[tuple[str, float]]]:
     """Save the threads and messages, then each query of each scope through threadmind's index: (id, score)."""
     await _threads(memory)
     await memory.save_messages(_messages())
-    index = memory.actor_system.index
+    index = actor_system(memory).index
     assert index is not None
     mine: list[list[tuple[str, float]]] = []
     for text in QUERIES:
@@ -135,7 +136,7 @@ async def test_threadmind_recalls_the_vectors_mastra_wrote(mastra_dir: Path, pg_
         recalled = await memory.recall("t1", resource_id="r1", per_page=0,
                                        vector_search_string="the quarterly garden invoice")
         assert [m.id for m in recalled.messages] == ["t2-0"]  # found through Mastra's row for t2-0
-        index = memory.actor_system.index
+        index = actor_system(memory).index
         assert index is not None
         for text in QUERIES:
             for _, scope in _scopes():

@@ -19,6 +19,7 @@ from threadmind.embedders import Embeddings, HashEmbedder
 from threadmind.errors import ConfigError, EmbedderError, ResourceMismatch, ValidationError
 from threadmind.models import ScriptedModel
 from threadmind.stores import InMemoryStore, SQLiteStore
+from threadmind.testing import actor_system
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "mastra-1.71" / "memory.db"
 T0 = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
@@ -127,7 +128,7 @@ async def test_the_weight_ends_are_the_two_single_modes(tmp_path: Path) -> None:
 async def test_vector_mode_is_the_indexs_own_answer_hit_for_hit(tmp_path: Path) -> None:
     async with hybrid(tmp_path, search="vector", topK=3) as memory:
         await filled(memory)
-        index = memory.actor_system.index
+        index = actor_system(memory).index
         assert index is not None
         for query in ("the summit at sunrise", "vegetable curry", "printer ink"):
             own = await index.query(query, top_k=3, resource_id="r1")

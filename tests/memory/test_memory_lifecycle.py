@@ -16,6 +16,7 @@ import pytest
 from threadmind import Memory
 from threadmind.errors import StorageError, ThreadmindError
 from threadmind.stores import InMemoryStore, SQLiteStore
+from threadmind.testing import actor_system
 
 from ._support import StoreFactory, all_ids, msg
 
@@ -253,7 +254,7 @@ class TestStartAndCloseFromAnyTask:
             async with anyio.create_task_group() as tg:
                 for i in range(50):
                     tg.start_soon(partial(memory.create_thread, resource_id="r1", thread_id=f"p{i}"))
-            threads = memory.actor_system.threads
+            threads = actor_system(memory).threads
             assert threads is not None
             await anyio.sleep(0.6)  # a sweep or two: none idle for 1 s yet, but the cap is back
             stats = threads.statistics()

@@ -14,6 +14,7 @@ from threadmind import Memory
 from threadmind.actors._thread_actor import Exclusive
 from threadmind.errors import StorageError
 from threadmind.stores import SQLiteStore
+from threadmind.testing import actor_system
 
 from ._support import PLAIN_LOOP, all_ids, msg
 
@@ -40,7 +41,7 @@ async def test_a_storage_failure_in_one_part_writes_no_part(tmp_path: Path) -> N
 async def test_a_caller_cancelled_midway_leaves_all_or_nothing(memory: Memory) -> None:
     for tid in ("t1", "t2"):
         await memory.create_thread(resource_id="r1", thread_id=tid)
-    threads = memory.actor_system.threads
+    threads = actor_system(memory).threads
     assert threads is not None
     release = anyio.Event()
     holding = anyio.Event()

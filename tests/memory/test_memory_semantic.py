@@ -16,6 +16,7 @@ from threadmind.errors import EmbedderError, EmbeddingDimensionMismatch, Validat
 from threadmind.models import ScriptedModel
 from threadmind.stores import HnswVectorStore, InMemoryStore, PostgresStore, SQLiteStore
 from threadmind.stores._protocol import Store
+from threadmind.testing import actor_system
 
 from ..vectors._support import FlakyEmbedder, VectorFactory
 from ._support import msg
@@ -99,7 +100,7 @@ async def test_scope_resource_vs_thread(make_memory: MemoryFactory) -> None:
 
 async def test_delete_messages_removes_vectors(memory: Memory) -> None:
     ids = await _fill(memory)
-    index = memory.actor_system.index  # the vector side itself: a deleted vector must be gone, not skipped
+    index = actor_system(memory).index  # the vector side itself: a deleted vector must be gone, not skipped
     assert index is not None
     query = "learning to play jazz piano chords"
     assert ids[3] in [h.message_id for h in await index.query(query, top_k=10, resource_id="r1")]

@@ -22,6 +22,7 @@ from threadmind import Memory, Message
 from threadmind.embedders import Embeddings, HashEmbedder
 from threadmind.errors import EmbedderError, ValidationError
 from threadmind.stores import SQLiteStore
+from threadmind.testing import actor_system
 
 from ..vectors._support import VectorFactory, vector_count, vector_rows
 from ._support import BASE, PLAIN_LOOP, msg
@@ -77,20 +78,20 @@ def _memory(store: SQLiteStore, make_vector: VectorFactory, tmp_path: Path, embe
 
 async def _rows(memory: Memory, columns: str = "message_id, thread_id") -> list[tuple[Any, ...]]:
     """The stored vector rows (written behind for hnswlib: made durable first)."""
-    index = memory.actor_system.index
+    index = actor_system(memory).index
     assert index is not None
     await index.flush()
     return await vector_rows(index.vector_store, memory.storage, columns)
 
 
 async def _count(memory: Memory) -> int:
-    index = memory.actor_system.index
+    index = actor_system(memory).index
     assert index is not None
     return await vector_count(index.vector_store, index.statistics().store)
 
 
 async def _hit_ids(memory: Memory, text: str) -> list[str]:
-    index = memory.actor_system.index  # the index itself: what is searchable right now, without waiting on the thread
+    index = actor_system(memory).index  # the index itself: what is searchable right now, without waiting on the thread
     assert index is not None
     return [h.message_id for h in await index.query(text, top_k=5, resource_id="r1")]
 
@@ -135,10 +136,10 @@ async def test_a_failed_save_leaves_no_vector_and_the_index_keeps_working(
             await memory.save_messages([msg("m2", "t2", text="glacier crevasse rescue training"),
                                         msg("m1", "t2", text="moved text that must not be indexed")])
         assert "m2" not in await _hit_ids(memory, "glacier crevasse rescue training")
-        hits = await memory.actor_system.index.query("moved text that must not be indexed", top_k=5,  # type: ignore[union-attr]
+        hits = await actor_system(memory).index.query("moved text that must not be indexed", top_k=5,  # type: ignore[union-attr]
                                          resource_id="r1")
         assert [(h.message_id, h.thread_id) for h in hits] == [("m1", "t1")]
-        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
+        stats = actor_system(memory).index.statistics()  # type: ignore[union-attr]
         assert await _count(memory) == 1 and stats.pending == 0
         await memory.save_messages([msg("m3", "t2", text="glacier crevasse rescue training")])
         assert (await _hit_ids(memory, "glacier crevasse rescue training"))[0] == "m3"
@@ -165,7 +166,7 @@ async def test_an_embedder_failure_still_raises_after_the_messages_are_saved(
         with pytest.raises(EmbedderError):
             await memory.save_messages([msg("m1", text="saved even though the embedder is down")])
         assert [m.id for m in (await memory.recall("t1")).messages] == ["m1"]
-        assert memory.actor_system.index.statistics().pending == 1  # type: ignore[union-attr]
+        assert actor_system(memory).index.statistics().pending == 1  # type: ignore[union-attr]
         embedder.broken = False
         assert await memory.reindex() == 1
         assert await _hit_ids(memory, "saved even though the embedder is down") == ["m1"]
@@ -181,7 +182,7 @@ async def test_concurrent_resaves_of_one_message_index_the_text_stored_last(
             for text in texts:
                 tg.start_soon(memory.save_messages, [msg("m1", text=text)])
         stored = (await memory.recall("t1")).messages[0].content.parts[0].text  # type: ignore[union-attr]
-        index = memory.actor_system.index
+        index = actor_system(memory).index
         assert index is not None
         hits = await index.query(stored, top_k=1, resource_id="r1")
         assert hits[0].message_id == "m1" and hits[0].score > 0.999  # the vector is the stored text's
@@ -206,7 +207,7 @@ async def test_a_caller_cancelled_mid_commit_leaves_the_save_whole_and_indexed(
         await memory.save_messages([msg("m3", text="a lighthouse keeper's diary", ms=2)])
         assert (await _hit_ids(memory, "fishing boats return to the harbour"))[0] == "m2"
         assert (await _hit_ids(memory, "a lighthouse keeper's diary"))[0] == "m3"
-        index = memory.actor_system.index
+        index = actor_system(memory).index
         assert index is not None
         await index.flush()
         assert await _count(memory) == 3 and index.statistics().pending == 0
@@ -221,7 +222,7 @@ async def test_a_batch_across_threads_is_indexed_whole_and_marked_pending_in_its
                                     msg("b", "t2", text="glacier crevasse rescue training")])
         assert (await _hit_ids(memory, "alpine lakes in the summer"))[0] == "a"
         assert (await _hit_ids(memory, "glacier crevasse rescue training"))[0] == "b"
-        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
+        stats = actor_system(memory).index.statistics()  # type: ignore[union-attr]
         assert await _count(memory) == 2 and stats.pending == 0
         assert await _rows(memory) == [("a", "t1"), ("b", "t2")]
     with sqlite3.connect(tmp_path / "m.db") as conn:  # the marks the save made with its messages are cleared

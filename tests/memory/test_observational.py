@@ -26,6 +26,7 @@ from threadmind.stores import MessageQuery
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._om import OMRecord
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.testing import actor_system, observational_engine
 
 OM_COLUMNS = [
     "id", "lookupKey", "scope", "resourceId", "threadId", "activeObservations", "activeObservationsPendingUpdate",
@@ -65,8 +66,9 @@ def _om_memory(store: Any, model: Any, **om: Any) -> Memory:
 
 
 async def _records(memory: Memory, key: str = "thread:t1") -> list[OMRecord]:
-    assert memory.observational_engine is not None
-    return await memory.observational_engine.records.history(key)
+    engine = observational_engine(memory)
+    assert engine is not None
+    return await engine.records.history(key)
 
 
 def test_processors_replace_history() -> None:
@@ -193,12 +195,12 @@ async def test_turn_does_not_wait_below_block_after(tmp_path: Path) -> None:
         await started.wait()
         with anyio.fail_after(5):
             await agent.generate(_long("two"), thread_id="t1", resource_id="r1")
-        assert memory.observational_engine is not None
-        assert memory.observational_engine.inflight(memory.options.observational_memory_config,  # type: ignore[arg-type]
-                                          "t1", "r1")
+        engine = observational_engine(memory)
+        assert engine is not None
+        assert engine.inflight(memory.options.observational_memory_config,  # type: ignore[arg-type]
+                               "t1", "r1")
         assert len(model.requests[1].messages) == 3  # raw history while the Observer works
         release.set()
-        engine = memory.observational_engine
     # aclose waited for the observation
     assert observer.calls >= 1
     assert (await engine.records.current("thread:t1")) is not None
@@ -207,7 +209,7 @@ async def test_turn_does_not_wait_below_block_after(tmp_path: Path) -> None:
 async def test_background_work_refused_at_shutdown_leaves_nothing_in_flight() -> None:
     async with _om_memory(InMemoryStore(), _endless(_observer([])), buffer_tokens=10) as memory:
         await Agent("a", "i", ScriptedModel(["r1"]), memory=memory).generate("one", thread_id="t1", resource_id="r1")
-        engine = memory.observational_engine
+        engine = observational_engine(memory)
         config = memory.options.observational_memory_config
     assert engine is not None and config is not None
     assert not engine.schedule(config, "t1", "r1")
@@ -236,10 +238,10 @@ async def test_failing_observer_does_not_block_the_turn(tmp_path: Path) -> None:
     observer = _endless(raising)
     model = ScriptedModel(["r1", "r2", "r3"])
     async with _om_memory(InMemoryStore(), observer) as memory:
-        assert memory.observational_engine is None
+        assert observational_engine(memory) is None
         agent = Agent("a", "i", model, memory=memory)
         await agent.generate(_long("one"), thread_id="t1", resource_id="r1")
-        engine = memory.observational_engine
+        engine = observational_engine(memory)
         assert engine is not None
         with anyio.fail_after(5):  # retries: 3 attempts, 0.05 s then 0.1 s backoff per observation
             result = await agent.generate(_long("two"), thread_id="t1", resource_id="r1")
@@ -388,7 +390,7 @@ async def test_an_observation_keeps_the_thread_actors_tail(tmp_path: Path) -> No
     async with Memory(storage=SQLiteStore(tmp_path / "m.db"), options={"lastMessages": 5}) as memory:
         await memory.create_thread(thread_id="t", resource_id="r")
         await memory.recall("t", resource_id="r")
-        threads = memory.actor_system.threads
+        threads = actor_system(memory).threads
         assert threads is not None
         actor = threads.get("t")
 
@@ -818,7 +820,7 @@ async def test_two_processes_buffering_one_thread_make_one_observer_call(tmp_pat
         assert config is not None
         for memory in (first, second):
             memory.get_input_processors()  # makes the memory's engine, as a turn does
-            engine = memory.observational_engine
+            engine = observational_engine(memory)
             assert engine is not None and engine.buffer(config, "t1", "r1", 60)
         with anyio.fail_after(5):
             await called.wait()
@@ -872,7 +874,7 @@ async def test_a_turns_input_is_dated_after_the_observed_rows_it_does_not_load()
                              created_at=utc_now() + timedelta(seconds=2))
         await memory.save_messages([ahead])
         memory.get_input_processors()
-        engine = memory.observational_engine
+        engine = observational_engine(memory)
         assert engine is not None
         now = utc_now()
         await engine.records.put(OMRecord(id="om-1", lookup_key="thread:t1", scope="thread", resource_id="r1",

@@ -16,6 +16,7 @@ from threadmind.models._scripted import ScriptedModel
 from threadmind.processors._om_triggers import activation_trigger, auto_ttl_ms, provider_changed
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._om import OMRecord
+from threadmind.testing import observational_engine
 
 
 def _long(tag: str) -> str:
@@ -27,8 +28,9 @@ def _endless(step: Any, model_id: str = "scripted") -> ScriptedModel:
 
 
 async def _records(memory: Memory) -> list[OMRecord]:
-    assert memory.observational_engine is not None
-    return await memory.observational_engine.records.history("thread:t1")
+    engine = observational_engine(memory)
+    assert engine is not None
+    return await engine.records.history("thread:t1")
 
 
 async def _stream_kinds(agent: Agent, text: str) -> list[Any]:
@@ -148,7 +150,7 @@ async def test_the_observer_sees_the_newest_previous_observations_within_its_bud
             as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         memory.get_input_processors()  # makes the memory's engine, as a turn does
-        engine = memory.observational_engine
+        engine = observational_engine(memory)
         assert engine is not None
         text = "\n".join(f"* 🔴 {word} observation of the user's long trip to Lisbon" for word in
                          ("first", "second", "third"))

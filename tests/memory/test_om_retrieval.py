@@ -25,6 +25,7 @@ from threadmind.processors._observation_groups import (
 )
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.testing import observational_engine
 from threadmind.tools import ToolContext
 
 GROUP = re.compile(r'<observation-group id="([0-9a-f]{16})" range="([^":]+):([^"]+)">')
@@ -83,8 +84,9 @@ async def test_observations_are_grouped_and_the_model_recalls_the_messages_behin
         await memory.settled()
         result = await agent.generate("what was my flight code exactly?", thread_id="t1", resource_id="r1")
         stored = (await memory.recall("t1", per_page=False)).messages
-        assert memory.observational_engine is not None
-        [record] = await memory.observational_engine.records.history("thread:t1")
+        engine = observational_engine(memory)
+        assert engine is not None
+        [record] = await engine.records.history("thread:t1")
     assert first.text == "noted"
     [group] = GROUP.findall(record.active_observations)
     assert (group[1], group[2]) == (stored[0].id, stored[1].id)  # the turn's user message and reply

@@ -14,6 +14,7 @@ from threadmind.models import ModelRequest
 from threadmind.models._scripted import ScriptedModel
 from threadmind.processors._observation_text import OBSERVER_INSTRUCTIONS
 from threadmind.stores import HnswVectorStore, InMemoryStore, SQLiteStore
+from threadmind.testing import actor_system, observational_engine
 from threadmind.ui import messages_from_ui
 
 
@@ -60,7 +61,7 @@ async def test_settled_waits_for_the_vectors_of_an_agent_turn() -> None:
         agent = Agent("a", "i", ScriptedModel(["about the lighthouse keeper", "noted"]), memory=memory)
         await agent.generate("tell me about the lighthouse", thread_id="t1", resource_id="r1")
         await memory.settled()
-        index = memory.actor_system.index
+        index = actor_system(memory).index
         assert index is not None
         assert index.statistics().staged == 0
         hits = await memory.search_vectors("lighthouse keeper", top_k=4, resource_id="r1")
@@ -86,7 +87,7 @@ async def test_settled_waits_for_an_observation_and_returns_on_a_memory_without_
         await agent.generate(long, thread_id="t1", resource_id="r1")
         with anyio.fail_after(5):
             await observed.wait()
-        engine = memory.observational_engine
+        engine = observational_engine(memory)
         assert engine is not None
         with anyio.move_on_after(0.2) as scope:
             await memory.settled()

@@ -16,6 +16,7 @@ from threadmind.models._scripted import ScriptedModel
 from threadmind.processors._observation_text import OBSERVER_INSTRUCTIONS
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.testing import observational_engine
 
 BASE = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
 
@@ -51,7 +52,7 @@ async def test_the_newest_messages_oldest_first_within_count_and_tokens(tmp_path
         assert (await memory.summarize_thread("t1", model=model, last_messages=0)).summary == ""
         assert model.calls == 3  # nothing to summarize: no call
         page = await memory.recall("t1", resource_id="r1", per_page=False)
-        assert len(page.messages) == 250 and memory.observational_engine is None  # nothing written
+        assert len(page.messages) == 250 and observational_engine(memory) is None  # nothing written
 
 
 async def test_errors_name_what_is_wrong() -> None:

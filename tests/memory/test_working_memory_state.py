@@ -23,6 +23,7 @@ from threadmind.processors import WorkingMemoryState
 from threadmind.processors._signals import for_model
 from threadmind.processors._working_memory_state import markdown_delta
 from threadmind.stores import InMemoryStore, PostgresStore, SQLiteStore, Store
+from threadmind.testing import observational_engine
 from threadmind.ui import MEMORY_TOOLS, messages_from_ui
 
 TEMPLATE = "# Me\n- name:\n- city:"
@@ -277,5 +278,5 @@ async def test_observational_memory_can_manage_working_memory() -> None:
         assert f"Current working memory:\n{ADA}" in system and f"Working memory template:\n{TEMPLATE}" in system
         assert await memory.get_working_memory(thread_id="t1", resource_id="r1") == GRACE
         assert memory.list_tools() == {}
-        records = await memory.observational_engine.records.history("thread:t1")  # type: ignore[union-attr]
+        records = await observational_engine(memory).records.history("thread:t1")  # type: ignore[union-attr]
         assert "<working-memory>" not in records[-1].active_observations

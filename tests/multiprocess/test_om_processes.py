@@ -15,6 +15,7 @@ from tests.multiprocess._worker import make_memory
 
 from threadmind.memory import Memory
 from threadmind.stores import OMRecord
+from threadmind.testing import observational_engine
 
 LEASE_TTL = 1.0
 OM = {"message_tokens": 120, "buffer_tokens": 30}
@@ -30,8 +31,9 @@ def _memory(backend: dict[str, Any]) -> Memory:
 
 async def _history(memory: Memory) -> list[OMRecord]:
     memory.get_input_processors()  # makes the memory's engine, as a turn does
-    assert memory.observational_engine is not None
-    return await memory.observational_engine.records.history("thread:t-om")
+    engine = observational_engine(memory)
+    assert engine is not None
+    return await engine.records.history("thread:t-om")
 
 
 @pytest.mark.slow  # four worker processes at once

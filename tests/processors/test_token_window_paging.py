@@ -12,6 +12,7 @@ from tests._factories import RESOURCE, THREAD, CountingStore, base_time, msg, op
 from threadmind import Message, MessageHistoryConfig
 from threadmind.codecs import TextPart
 from threadmind.processors._token_window import _PAGE, _retain, group_by_tool_calls, load_token_window
+from threadmind.testing import processor_access
 from threadmind.tokens import DefaultTokenCounter
 
 
@@ -40,7 +41,7 @@ async def test_paged_window_equals_one_pass_over_the_thread(tmp_path: Path, budg
     async with open_memory(tmp_path) as memory:
         await seed(memory, history)
         config = MessageHistoryConfig(max_tokens=budget, at_max_remove_tokens=0)
-        window = await load_token_window(memory.processor_access, THREAD, RESOURCE, config, None, counter=counter,
+        window = await load_token_window(processor_access(memory), THREAD, RESOURCE, config, None, counter=counter,
                                          use_stored_boundary=False)
         expected, _ = _retain(history[::-1], counter.count_message, None, budget)
         assert [m.id for m in window] == [m.id for m in expected[::-1]]
@@ -70,7 +71,7 @@ async def test_pages_from_the_actors_tail_equal_the_stores_pages(tmp_path: Path)
             for page in range(TAIL_MAX // per_page + 1):
                 query = MessageQuery(thread_id=THREAD, resource_id=RESOURCE, page=page, per_page=per_page,
                                      direction="DESC", include_total=False)
-                routed = await memory.processor_access.list_messages(query)
+                routed = await processor_access(memory).list_messages(query)
                 exact = await memory.storage.list_messages(query)
                 assert [m.id for m in routed.messages] == [m.id for m in exact.messages], (step, per_page, page)
                 assert (routed.page, routed.per_page, routed.has_more) == (exact.page, exact.per_page, exact.has_more)

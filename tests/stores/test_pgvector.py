@@ -28,6 +28,7 @@ from threadmind.stores import PgVectorStore, PostgresStore, SQLiteStore, _pgvect
 from threadmind.stores._protocol import Store
 from threadmind.stores._vector_protocol import VectorStore
 from threadmind.stores._vector_records import PendingVector, VectorRecord
+from threadmind.testing import actor_system
 
 from ..vectors._support import exact_top_k
 
@@ -626,7 +627,7 @@ class TestStartAndConfig:
                               options={"semanticRecall": {"scope": "resource"}}) as again:
                 await again.create_thread(thread_id="t1", resource_id="r1")
                 await again.save_messages([Message.user("alpine lakes", thread_id="t1", resource_id="r1")])
-                index = again.actor_system.index
+                index = actor_system(again).index
                 assert index is not None
                 assert [h.thread_id for h in await index.query("alpine lakes", top_k=1, resource_id="r1")] == ["t1"]
         finally:
@@ -664,7 +665,7 @@ class TestStartAndConfig:
             texts = [f"note {i} about the {rng.choice(['harbour', 'glacier', 'orchard'])} {i}" for i in range(30)]
             await memory.save_messages([Message.user(t, id=f"m{i}", thread_id="t1", resource_id="r1")
                                         for i, t in enumerate(texts)])
-            index = memory.actor_system.index
+            index = actor_system(memory).index
             assert index is not None
             for _ in range(5):  # every query's settings stay in its own transaction, whichever backend serves it
                 hits = await index.query(texts[7], top_k=2, resource_id="r1")

@@ -12,6 +12,7 @@ import anyio
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore, SQLiteStore
+from threadmind.testing import actor_system
 
 _WRITER = r"""
 import sys
@@ -19,6 +20,7 @@ import anyio
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore, SQLiteStore
+from threadmind.testing import actor_system
 
 db, vectors, thread, count, persist = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1"
 
@@ -34,7 +36,7 @@ async def main():
             text = f"{thread} note {i} about the {thread} harbour"
             await memory.save_messages([Message.user(text, id=f"{thread}-{i}", thread_id=thread, resource_id="r1")])
             if persist and i % 25 == 24:
-                await memory.actor_system.index.persist()  # snapshots written while the other process writes its own
+                await actor_system(memory).index.persist()  # snapshots written while the other process writes its own
 
 anyio.run(main)
 """
@@ -64,11 +66,11 @@ async def test_another_process_save_is_found_by_the_next_query(tmp_path: Path) -
         await _wait(_run(str(db), str(tmp_path / "a.vectors"), "ta", "3", "0"))  # A: its own snapshot path
         found = await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 1 harbour")
         assert "ta-1" in {m.id for m in found.messages}
-        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
+        stats = actor_system(memory).index.statistics()  # type: ignore[union-attr]
         assert stats.store.catch_ups >= 1 and stats.vectors == 3
         before = stats.store.catch_ups
         await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 2 harbour")
-        assert memory.actor_system.index.statistics().store.catch_ups == before  # type: ignore[union-attr]  # nothing new
+        assert actor_system(memory).index.statistics().store.catch_ups == before  # type: ignore[union-attr]  # nothing new
 
 
 async def test_another_process_save_is_found_by_the_next_query_on_postgres(tmp_path: Path, pg_dsn: str) -> None:
@@ -85,10 +87,10 @@ async def test_another_process_save_is_found_by_the_next_query_on_postgres(tmp_p
         await _wait(_run(pg_dsn, str(tmp_path / "a.vectors"), "ta", "3", "0"))
         found = await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 1 harbour")
         assert "ta-1" in {m.id for m in found.messages}
-        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
+        stats = actor_system(memory).index.statistics()  # type: ignore[union-attr]
         assert stats.store.catch_ups == 1 and stats.vectors == 4
         await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 2 harbour")
-        assert memory.actor_system.index.statistics().store.catch_ups == 1  # type: ignore[union-attr]
+        assert actor_system(memory).index.statistics().store.catch_ups == 1  # type: ignore[union-attr]
         await memory.delete_messages(["ta-1"])  # and a delete made here is not replayed back
         again = await memory.recall("tb", resource_id="r1", per_page=0, vector_search_string="ta note 1 harbour")
         assert "ta-1" not in {m.id for m in again.messages}
@@ -108,7 +110,7 @@ async def test_with_pgvector_another_process_save_is_found_at_the_next_query(pg_
             found = await memory.recall("tb", resource_id="r1", per_page=0,
                                         vector_search_string=f"{thread} note 13 about the {thread} harbour")
             assert f"{thread}-13" in {m.id for m in found.messages}
-        index = memory.actor_system.index
+        index = actor_system(memory).index
         assert index is not None
         assert len(await index.vector_store.message_ids_with_vectors()) == 40
         assert await index.vector_store.pending_count() == 0  # each writer's marks went with its vectors
@@ -126,7 +128,7 @@ async def test_processes_sharing_one_snapshot_path_never_corrupt_it(tmp_path: Pa
         found = await memory.recall("ta", resource_id="r1", per_page=0,
                                     vector_search_string="tb note 77 about the tb harbour")
         assert "tb-77" in {m.id for m in found.messages}
-        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
+        stats = actor_system(memory).index.statistics()  # type: ignore[union-attr]
         assert (stats.snapshot_loads, stats.rebuilds, stats.vectors) == (1, 0, 300)  # the snapshot validated
     assert not list(vectors.glob("*.tmp"))
 
@@ -141,7 +143,7 @@ async def test_a_query_reads_no_sql_while_no_other_connection_wrote(tmp_path: Pa
     async with _memory(db, tmp_path / "v") as memory:
         await memory.create_thread(thread_id="t1", resource_id="r1")
         await memory.save_messages([Message.user("harbour cranes at dawn", thread_id="t1", resource_id="r1")])
-        index = memory.actor_system.index
+        index = actor_system(memory).index
         assert index is not None
         session = index.vector_store._session  # type: ignore[attr-defined]
         reads = 0

@@ -13,6 +13,7 @@ import pytest
 from threadmind import Memory
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore, SQLiteStore, _hnsw_session, _hnsw_snapshot
+from threadmind.testing import actor_system
 
 from ._support import make_message
 
@@ -25,7 +26,7 @@ def _memory(tmp_path: Path) -> Memory:
 
 
 def _stats(memory: Memory) -> Any:
-    index = memory.actor_system.index
+    index = actor_system(memory).index
     assert index is not None
     return index.statistics().store
 

@@ -18,6 +18,7 @@ from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
 from threadmind.stores._vector_records import SQLiteVectorRecords, VectorRecord
 from threadmind.stores._write_behind import CoalescingRecords
+from threadmind.testing import actor_system
 
 
 def _memory(path: Path) -> Memory:
@@ -221,7 +222,7 @@ async def test_concurrent_semantic_saves_share_vector_row_writes(tmp_path: Path)
             for t in range(20):
                 tg.start_soon(_thread, t)
         assert await memory.reindex() == 0  # a barrier: every buffered row is written
-        stats = memory.actor_system.index.statistics()  # type: ignore[union-attr]
+        stats = actor_system(memory).index.statistics()  # type: ignore[union-attr]
         # Never more writes than batches; how many share one depends on timing (see the unit tests above).
         assert 0 < stats.row_writes <= stats.batches
         assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [200]

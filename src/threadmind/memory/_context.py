@@ -51,7 +51,7 @@ async def memory_context(memory: Memory, config: MemoryConfig, thread_id: str,
     om = config.observational_memory_config
     if om is not None:
         engine = memory._core.observational_engine()
-        record, unobserved = await engine.load(om, thread_id, resource_id, memory.processor_access)
+        record, unobserved = await engine.load(om, thread_id, resource_id, memory._pipeline.access)
         if record is not None:
             messages = unobserved  # everything after what the observations cover
             if record.active_observations.strip():

@@ -21,7 +21,6 @@ import anyio
 
 from .._config import MemoryConfig, SearchMode
 from .._results import CloneResult, RecallResult, SaveResult, SearchHit, WorkingMemoryTemplate
-from ..actors import ActorSystem
 from ..actors._thread_actor import DeleteThread, UpdateThread
 from ..codecs import Message, Thread
 from ..codecs._time import utc_now
@@ -62,9 +61,7 @@ if TYPE_CHECKING:
     from ..actors import IndexStatistics
     from ..actors._index_actor import VectorHit
     from ..embedders import Embedder
-    from ..processors import MemoryAccess
     from ..stores import VectorStore
-    from ._observational import ObservationalMemoryEngine
 
 __all__ = ("Memory",)
 
@@ -167,24 +164,6 @@ class Memory:
     def storage(self) -> Store:
         """The configured store; ``ConfigError`` when there is none."""
         return self._core.store()
-
-    @property
-    def actor_system(self) -> ActorSystem:
-        """The runtime that serializes this memory's threads and resources (registries, index actor): for
-        statistics, tools and tests. ``ConfigError`` without a store."""
-        self._core.store()
-        assert self._core.system is not None
-        return self._core.system
-
-    @property
-    def processor_access(self) -> MemoryAccess:
-        """What this memory's processors read and write through (every thread operation via its actor)."""
-        return self._pipeline.access
-
-    @property
-    def observational_engine(self) -> ObservationalMemoryEngine | None:
-        """The observational-memory engine (records, observations in flight), once anything used it."""
-        return self._core.observational
 
     def effective_options(self, override: MemoryConfig | Mapping[str, Any] | None = None) -> MemoryConfig:
         """The options a call with ``override`` (a per-call config or camelCase dict) runs with."""
