@@ -298,3 +298,28 @@ def test_the_layer_check_catches_an_import_the_table_does_not_allow(monkeypatch:
     monkeypatch.setattr(sys.modules[__name__], "_imports", fake_imports)
     assert _layer_breaches() == ["threadmind.codecs:1 imports threadmind.memory, which the row of 'codecs' does "
                                  "not allow"]
+
+
+def _reexports(package: str) -> set[str]:
+    """The names a package ``__init__`` re-exports: its module-level ``from .x import A as A`` (also from another
+    package, ``from ..tools import Tool as Tool``)."""
+    names: set[str] = set()
+    for node in ast.parse(MODULES[package].read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.level and node.module != "__future__":
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _exported(m)))
+def test_every_name_a_module_exports_exists(module: str) -> None:
+    """``__all__`` one way: every name listed is defined (or imported) by the module."""
+    import importlib
+
+    loaded = importlib.import_module(module)
+    assert [name for name in sorted(_exported(module)) if not hasattr(loaded, name)] == []
+
+
+@pytest.mark.parametrize("package", sorted(p for p in PACKAGES if p != ROOT))
+def test_a_package_exports_exactly_what_it_re_exports(package: str) -> None:
+    """``__all__`` the other way: a package ``__init__`` re-exports a name only to list it (no half-public names)."""
+    assert _reexports(package) == _exported(package)
