@@ -2,7 +2,7 @@
 
 With ``observation.bufferTokens`` the Observer also works ahead: :meth:`ObservationalMemoryEngine.buffer` adds
 chunks to the record (``bufferedObservationChunks``) in the background, each under the owner's compare-and-set
-(a chunk that raced with an observation is dropped, never duplicated), and :meth:`~ObservationalMemoryEngine.
+(a chunk whose messages were observed meanwhile is dropped, never duplicated), and :meth:`~ObservationalMemoryEngine.
 activate` makes them active when a turn reaches the threshold, with no model call.
 
 Reference §8.1. The record (``mastra_observational_memory``, see ``stores/_om.py``) holds the observations
@@ -11,6 +11,11 @@ still sent verbatim. When they exceed ``message_tokens`` an observation runs in 
 task group; only past ``block_after`` does a turn wait for it. Every read-modify-write of a record runs
 through the owning actor (the thread's, or the resource's for resource scope), and the model calls run
 between two such steps, so a turn is never held up by a slow Observer unless it has to be.
+
+Each Observer cycle (buffering a chunk, or observing) holds the lease ``om-observer:<key>`` on the store from its
+snapshot to its commit (:meth:`~ObservationalMemoryEngine.claim`): one cycle at a time per key in every process on
+the store, renewed by the heartbeat, released at once when its process dies, so the next turn takes the cycle up.
+A cycle that finds the key claimed leaves the work to its holder (a turn past ``block_after`` waits for it).
 """
 
 from __future__ import annotations
