@@ -51,7 +51,8 @@ def test_bench_agent_prints_every_scenario(capsys: pytest.CaptureFixture[str]) -
         steps = report[scenario]["memory_steps"]
         assert 0 < steps["p50_ms"] <= steps["p99_ms"]
         assert steps["p50_ms"] <= report[scenario]["p99_ms"]  # a part of the whole turn
-    for name in ("observational_memory_buffered", "observational_memory_unbuffered"):
+    for name in ("observational_memory_buffered", "observational_memory_unbuffered",
+                 "observational_memory_buffered_no_pause", "observational_memory_unbuffered_no_pause"):
         om = report[name]
         assert om["turns"] == 4 and 0 < om["p50_ms"] <= om["p99_ms"] <= om["max_ms"] and om["turns_waiting"] >= 0
     assert report["agent_without_memory"]["turns"] == 4 and report["agent_without_memory"]["p50_ms"] > 0
