@@ -33,6 +33,7 @@ import anyio.lowlevel
 import numpy as np
 
 from ..errors import ConfigError
+from ._hnsw_entries import IndexEntry
 from ._hnsw_index import (
     BRUTE_FORCE_LIMIT,
     F32,
@@ -40,7 +41,6 @@ from ._hnsw_index import (
     SCOPE_CACHE_BYTES,
     SPACES,
     HnswIndex,
-    IndexEntry,
     Metric,
 )
 from ._hnsw_session import Session

@@ -35,12 +35,12 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from ._hnsw_entries import IndexBusy, IndexEntry, SnapshotView, decode_records
 from ._parted import MAX_BATCH, IntParts, StrParts
 from ._scope_blocks import ScopeBlocks, ScopeKey, SearchHit, merge, scope_key, scores, top_messages
 from ._vector_records import VectorRecord
 
-__all__ = ("BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "SCOPE_CACHE_BYTES", "IndexBusy", "IndexEntry", "HnswIndex",
-           "SnapshotView")
+__all__ = ("BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "SCOPE_CACHE_BYTES", "HnswIndex")
 
 Metric = Literal["cosine", "euclidean", "dotproduct"]
 SPACES: dict[str, str] = {"cosine": "cosine", "euclidean": "l2", "dotproduct": "ip"}
@@ -61,36 +61,6 @@ I64 = npt.NDArray[np.int64]
 #: a ``set`` is tracked and walked element by element at every full collection (at a million vectors the maps
 #: below were ~2 M such elements, tens of milliseconds of every full collection).
 RowSet = dict[int, None]
-
-
-class IndexBusy(Exception):
-    """hnswlib is being resized this moment: read the scope from the stored rows instead."""
-
-
-class IndexEntry(msgspec.Struct, array_like=True, gc=False):
-    """What a row of the index stands for (replaced, never changed, once linked).
-
-    Strings and ints only, so never part of a cycle: untracked by the garbage collector (``gc=False``), which lets
-    the dicts holding a million of them stay untracked too."""
-
-    label: int
-    vector_id: str
-    message_id: str
-    thread_id: str
-    resource_id: str
-
-
-#: What a snapshot saved now holds (see :meth:`HnswIndex.snapshot_view`).
-SnapshotView = tuple["IntParts[IndexEntry | None]", Collection[int], int, int]
-
-
-def decode_records(records: Sequence[VectorRecord], dim: int) -> tuple[list[IndexEntry], F32]:
-    """Entries (label 0 until added) and the float32 matrix of ``records``."""
-    matrix = np.frombuffer(b"".join(r.embedding for r in records), dtype="<f4").astype(np.float32)
-    if matrix.size != len(records) * dim:
-        raise ValueError(f"stored embeddings do not all have {dim} dimensions")
-    entries = [IndexEntry(0, r.vector_id, r.message_id, r.thread_id, r.resource_id) for r in records]
-    return entries, matrix.reshape(len(records), dim)
 
 
 class _FlushPlan:

@@ -22,7 +22,8 @@ import msgspec
 import numpy as np
 
 from . import _hnsw_snapshot
-from ._hnsw_index import F32, FLUSH_CHUNK, HnswIndex, IndexBusy, IndexEntry, decode_records
+from ._hnsw_entries import IndexBusy, IndexEntry, decode_records
+from ._hnsw_index import F32, FLUSH_CHUNK, HnswIndex
 from ._hnsw_snapshot import fork_snapshot, load_snapshot, manifest_count, reap_snapshot, save_snapshot, stop_snapshot
 from ._protocol import Store
 from ._scope_blocks import SearchHit, merge, scores, top_messages

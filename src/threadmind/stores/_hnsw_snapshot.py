@@ -25,7 +25,8 @@ from typing import Any
 import hnswlib  # type: ignore[import-untyped]
 import msgspec
 
-from ._hnsw_index import HnswIndex, IndexEntry, SnapshotView
+from ._hnsw_entries import IndexEntry, SnapshotView
+from ._hnsw_index import HnswIndex
 
 __all__ = ("FORKED_SNAPSHOTS", "fork_snapshot", "load_snapshot", "manifest_count", "reap_snapshot", "save_snapshot",
            "stop_snapshot")
