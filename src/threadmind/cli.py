@@ -18,13 +18,12 @@ import sqlite3
 import sys
 import tempfile
 import time
-import unicodedata
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 
+from ._cli_output import human_bytes, print_pairs, print_table, progress, snippet
 from .errors import ConfigError, EmbedderError, InvalidMessage, ThreadmindError, ThreadNotFound
 
 if TYPE_CHECKING:
@@ -38,103 +37,10 @@ __all__ = ("main",)
 _DEFAULT_DB = "memory.db"
 _DEFAULT_DIM = 384
 _IMPORT_BATCH = 500
-_TEXT_WIDTH = 72
-_WRAPPING = frozenset({"title", "text", "value"})
 
 
 class _CliError(Exception):
     """A user-facing failure of a command: printed as one line, exit status 1."""
-
-
-# ------------------------------------------------------------------------------------------- output
-
-
-def _use_rich(stream: TextIO) -> bool:
-    """Rich output only for a terminal and only when rich is installed."""
-    isatty = getattr(stream, "isatty", None)
-    if isatty is None or not isatty():
-        return False
-    try:
-        import rich  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _width(text: str) -> int:
-    """Terminal columns of ``text``: East Asian wide and full-width characters take two."""
-    if text.isascii():
-        return len(text)
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def _print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, title: str | None = None) -> None:
-    """A table on stdout: rich on a terminal, else aligned plain-text columns."""
-    cells = [[str(c) for c in row] for row in rows]
-    if _use_rich(sys.stdout):
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=title)
-        for header in headers:  # ids and times never wrap or truncate (users copy them); free text wraps
-            table.add_column(header, no_wrap=header not in _WRAPPING, overflow="fold")
-        for row in cells:
-            table.add_row(*row)
-        Console(file=sys.stdout).print(table)
-        return
-    if title:
-        print(title)
-    widths = [max([_width(h), *(_width(row[i]) for row in cells)]) for i, h in enumerate(headers)]
-    for row in [list(headers), *cells]:
-        print("  ".join(c + " " * (w - _width(c)) for c, w in zip(row, widths, strict=True)).rstrip())
-
-
-def _print_pairs(pairs: Sequence[tuple[str, object]], *, title: str | None = None) -> None:
-    _print_table(("field", "value"), [(k, v) for k, v in pairs], title=title)
-
-
-@contextmanager
-def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
-    """A ``progress(done, total)`` callback: a rich bar on a terminal, else one plain line per update."""
-    if _use_rich(sys.stdout):
-        from rich.progress import Progress
-
-        with Progress() as bar:
-            task = bar.add_task(label, total=None)
-
-            def _rich(done: int, total: int) -> None:
-                bar.update(task, completed=done, total=total)
-
-            yield _rich
-        return
-
-    last = [-1, 0.0]  # the last tenth printed, and when
-
-    def _plain(done: int, total: int) -> None:
-        # Without a terminal: a line per tenth of the way (or every 5 s), never one per batch.
-        tenth = 10 * done // total if total else 10
-        now = time.monotonic()
-        if tenth == last[0] and now - last[1] < 5.0 and done != total:
-            return
-        last[0], last[1] = tenth, now
-        percent = 100 * done // total if total else 100
-        print(f"{label}: {done}/{total} messages ({percent}%)", flush=True)
-
-    yield _plain
-
-
-def _snippet(text: str, width: int = _TEXT_WIDTH) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # pragma: no cover - the loop always returns
 
 
 # ------------------------------------------------------------------------------------------- opening
@@ -429,7 +335,7 @@ async def _threads(args: argparse.Namespace) -> int:
         return 0
     rows = [(t.id, t.resource_id, t.title, counts.get(t.id, 0), to_iso(t.updated_at)) for t in page.threads]
     scope = f" of resource {args.resource!r}" if args.resource else ""
-    _print_table(("thread", "resource", "title", "messages", "updated"), rows,
+    print_table(("thread", "resource", "title", "messages", "updated"), rows,
                  title=f"{_plural(page.total, 'thread')}{scope}")
 
     return 0
@@ -438,7 +344,7 @@ async def _threads(args: argparse.Namespace) -> int:
 def _message_row(message: Message) -> tuple[str, str, str, str]:
     from .codecs._time import to_iso
 
-    return (to_iso(message.created_at), message.role, message.id, _snippet(message.text))
+    return (to_iso(message.created_at), message.role, message.id, snippet(message.text))
 
 
 async def _show(args: argparse.Namespace) -> int:
@@ -455,13 +361,13 @@ async def _show(args: argparse.Namespace) -> int:
         print(json.dumps({"thread": thread_to_dict(thread), "messages": [message_to_dict(m) for m in result.messages]},
                          ensure_ascii=False, indent=2))
         return 0
-    _print_pairs(
+    print_pairs(
         [("id", thread.id), ("resource", thread.resource_id), ("title", thread.title),
          ("created", to_iso(thread.created_at)), ("updated", to_iso(thread.updated_at)),
          ("metadata", json.dumps(thread.metadata, ensure_ascii=False)), ("messages", len(result.messages))],
         title=f"thread {thread.id}",
     )
-    _print_table(("created", "role", "id", "text"), [_message_row(m) for m in result.messages])
+    print_table(("created", "role", "id", "text"), [_message_row(m) for m in result.messages])
     return 0
 
 
@@ -483,9 +389,9 @@ async def _search(args: argparse.Namespace) -> int:
         return "-" if score is None else f"{score:.3f}"
 
     rows = [(f"{hit.score:.4f}", hit.message.id, hit.message.thread_id or "", hit.message.role,
-             side(hit.keyword_score), side(hit.vector_score), _snippet(hit.message.text)) for hit in hits]
+             side(hit.keyword_score), side(hit.vector_score), snippet(hit.message.text)) for hit in hits]
     scope = f"resource {args.resource!r}" if args.resource is not None else f"thread {args.thread!r}"
-    _print_table(("score", "message", "thread", "role", "words", "vector", "text"), rows,
+    print_table(("score", "message", "thread", "role", "words", "vector", "text"), rows,
                  title=f"{len(rows)} hits in {scope} ({args.search})")
     return 0
 
@@ -612,8 +518,8 @@ async def _import(args: argparse.Namespace) -> int:
 async def _reindex(args: argparse.Namespace) -> int:
     _require_db(args.db)
     async with _memory(args, semantic=True) as memory:
-        with _progress("reindex: keyword index") as words, _progress("reindex") as progress:
-            made = await memory.reindex(progress=progress, keyword_progress=words)
+        with progress("reindex: keyword index") as words, progress("reindex") as messages:
+            made = await memory.reindex(progress=messages, keyword_progress=words)
         name = memory.index_name
         # Inserting into HNSW and writing its snapshot at close take a while at a million vectors: say so.
         print("reindex: inserting into the HNSW index and saving its snapshot...", flush=True)
@@ -696,8 +602,8 @@ async def _stats(args: argparse.Namespace) -> int:
         ("resources", counts["resources"]),
         ("working memories", counts["working_memories"]),
         ("vectors", sum(n for _, n, _ in per_index)),
-        ("database size", _human_bytes(db_bytes)),
-        ("index snapshot", f"{_human_bytes(snapshot_bytes)} in {vectors_dir}" if has_snapshot
+        ("database size", human_bytes(db_bytes)),
+        ("index snapshot", f"{human_bytes(snapshot_bytes)} in {vectors_dir}" if has_snapshot
          else "none (rebuilt from SQL at the next start)" if per_index else "none"),
 
         ("pending vectors", pending),
@@ -710,7 +616,7 @@ async def _stats(args: argparse.Namespace) -> int:
                                       "`threadmind reindex` makes one)" if counts["messages"] else "no vectors yet"))
     for table in mastra_tables:
         pairs.append((f"mastra table {table.name}", f"dimension {table.dimension} (imported at start when empty)"))
-    _print_pairs(pairs, title=f"threadmind {_shown(args.db)}")
+    print_pairs(pairs, title=f"threadmind {_shown(args.db)}")
     return 0
 
 

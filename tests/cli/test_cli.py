@@ -208,7 +208,7 @@ class TestInspection:
         self, capsys: pytest.CaptureFixture[str], mastra_db: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         pytest.importorskip("rich")
-        monkeypatch.setattr(cli, "_use_rich", lambda stream: True)
+        monkeypatch.setattr("threadmind._cli_output.use_rich", lambda stream: True)
         code, out, _ = run(capsys, "threads", "--db", mastra_db)
         assert code == 0
         assert "┃" in out or "│" in out
