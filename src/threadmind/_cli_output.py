@@ -10,10 +10,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
 
-__all__ = ("TEXT_WIDTH", "human_bytes", "print_pairs", "print_table", "progress", "snippet", "text_width", "use_rich")
+__all__ = ("TEXT_WIDTH", "CliError", "human_bytes", "print_pairs", "print_table", "progress", "snippet", "text_width",
+           "use_rich")
 
 TEXT_WIDTH = 72
 _WRAPPING = frozenset({"title", "text", "value"})
+
+
+class CliError(Exception):
+    """A user-facing failure of a command: printed as one line, exit status 1."""
 
 
 def use_rich(stream: TextIO) -> bool:

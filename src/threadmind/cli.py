@@ -19,12 +19,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._cli_output import human_bytes, print_pairs, print_table, progress, snippet
-from .errors import ConfigError, EmbedderError, InvalidMessage, ThreadmindError, ThreadNotFound
+from ._cli_import import read_import_file, save_lines
+from ._cli_output import CliError, human_bytes, print_pairs, print_table, progress, snippet
+from .errors import ConfigError, ThreadmindError, ThreadNotFound
 
 if TYPE_CHECKING:
     from .codecs import Message
@@ -36,11 +37,6 @@ __all__ = ("main",)
 
 _DEFAULT_DB = "memory.db"
 _DEFAULT_DIM = 384
-_IMPORT_BATCH = 500
-
-
-class _CliError(Exception):
-    """A user-facing failure of a command: printed as one line, exit status 1."""
 
 
 # ------------------------------------------------------------------------------------------- opening
@@ -133,7 +129,7 @@ def _shown(db: str) -> str:
 
 def _require_db(db: str) -> None:
     if not _is_url(db) and not os.path.exists(db):
-        raise _CliError(f"database {db!r} does not exist (pass --db PATH)")
+        raise CliError(f"database {db!r} does not exist (pass --db PATH)")
 
 
 def _memory(args: argparse.Namespace, *, semantic: bool, top_k: int = 4) -> Memory:
@@ -193,7 +189,7 @@ async def _demo(args: argparse.Namespace) -> int:
     for option in ("threads", "resources", "turns", "concurrency"):
         value = getattr(args, option)
         if value < 1:
-            raise _CliError(f"--{option} must be a positive integer, got {value}")
+            raise CliError(f"--{option} must be a positive integer, got {value}")
     workdir = None
     if args.db:
         db_path = args.db
@@ -227,7 +223,7 @@ async def _demo(args: argparse.Namespace) -> int:
             if not args.bench:
                 for thread_id in DEMO_THREADS:
                     if await memory.get_thread_by_id(thread_id) is not None:
-                        raise _CliError(f"{_shown(db_path)} already holds the demo's thread {thread_id!r}; "
+                        raise CliError(f"{_shown(db_path)} already holds the demo's thread {thread_id!r}; "
                                         "leave --db out (a fresh temporary database) or give a new file")
                 await play_conversation(memory)
                 print()
@@ -373,7 +369,7 @@ async def _show(args: argparse.Namespace) -> int:
 
 async def _search(args: argparse.Namespace) -> int:
     if args.top_k < 1:
-        raise _CliError("--top-k must be a positive integer")
+        raise CliError("--top-k must be a positive integer")
     _require_db(args.db)
     async with _memory(args, semantic=args.search != "keyword", top_k=args.top_k) as memory:
         resource = args.resource
@@ -415,76 +411,8 @@ async def _export(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------- import
 
 
-def _parse_lines(stream: TextIO) -> tuple[list[tuple[int, Message]], list[str]]:
-    """Valid messages with their line numbers, and one error text per bad line."""
-    import msgspec
-
-    from .codecs import message_from_dict
-    from .codecs._paths import DECODE_ERRORS
-
-    good: list[tuple[int, Message]] = []
-    bad: list[str] = []
-    for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:  # strict JSON: no NaN, too-long numbers, lone surrogates or unbounded nesting get through
-            value = msgspec.json.decode(line)
-        except DECODE_ERRORS as exc:
-            bad.append(f"line {number}: invalid JSON: {exc}")
-            continue
-        try:
-            message = message_from_dict(value)
-        except InvalidMessage as exc:
-            bad.append(f"line {number}: {exc.message}")
-            continue
-        if not message.thread_id or not message.resource_id:
-            missing = "threadId" if not message.thread_id else "resourceId"
-            bad.append(f"line {number}: `{missing}` is required to import a message")
-            continue
-        good.append((number, message))
-    return good, bad
-
-
-def _read_import_file(path: str) -> tuple[list[tuple[int, Message]], list[str]]:
-    if path == "-":
-        return _parse_lines(sys.stdin)
-    if not os.path.isfile(path):
-        raise _CliError(f"import file {path!r} " + ("is not a file" if os.path.exists(path) else "does not exist"))
-    try:
-        with open(path, encoding="utf-8") as stream:
-            return _parse_lines(stream)
-    except UnicodeDecodeError as exc:
-        raise _CliError(f"import file {path!r} is not UTF-8 text: {exc.reason}") from None
-
-
-async def _save_lines(memory: Memory, lines: list[tuple[int, Message]], bad: list[str]) -> tuple[int, bool]:
-    """Save one thread's messages in batches; a failing batch is retried message by message."""
-    saved = 0
-    pending_vectors = False
-    for start in range(0, len(lines), _IMPORT_BATCH):
-        chunk = lines[start : start + _IMPORT_BATCH]
-        try:
-            saved += len((await memory.save_messages([m for _, m in chunk])).messages)
-            continue
-        except EmbedderError:
-            pending_vectors = True  # the messages are saved; their vectors wait for `threadmind reindex`
-            saved += len(chunk)
-            continue
-        except ThreadmindError:
-            pass
-        for number, message in chunk:
-            try:
-                saved += len((await memory.save_messages([message])).messages)
-            except EmbedderError:
-                pending_vectors = True
-                saved += 1
-            except ThreadmindError as exc:
-                bad.append(f"line {number}: {exc.message}")
-    return saved, pending_vectors
-
-
 async def _import(args: argparse.Namespace) -> int:
-    good, bad = await anyio.to_thread.run_sync(_read_import_file, args.file)
+    good, bad = await anyio.to_thread.run_sync(read_import_file, args.file)
     by_thread: dict[str, list[tuple[int, Message]]] = {}
     for number, message in good:
         assert message.thread_id is not None
@@ -499,7 +427,7 @@ async def _import(args: argparse.Namespace) -> int:
             if thread is None:
                 await memory.create_thread(thread_id=thread_id, resource_id=resource_id)
                 created += 1
-            n, pending = await _save_lines(memory, lines, bad)
+            n, pending = await save_lines(memory, lines, bad)
             saved += n
             pending_vectors = pending_vectors or pending
     bad.sort(key=lambda text: int(text.split(":", 1)[0].removeprefix("line ")))
@@ -750,7 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if isinstance(exc, ThreadmindError):
             print(f"threadmind: error: {exc.message} [{exc.code}]", file=sys.stderr)
-        elif isinstance(exc, (_CliError, OSError, ValueError)):
+        elif isinstance(exc, (CliError, OSError, ValueError)):
             print(f"threadmind: error: {exc}", file=sys.stderr)
         elif isinstance(exc, SystemExit):
             return exc.code if isinstance(exc.code, int) else 1
