@@ -1,15 +1,13 @@
 """The ``Memory`` facade: threads, messages, recall and working memory over a store and an index.
 
-``Memory`` validates every argument (``ValidationError`` naming the field) and delegates: the actor system
-(``threadmind.actors.ActorSystem``) serializes each thread's and resource's operations; the modules beside
-this one hold the policy (``_messages`` saves, ``_recall``, ``_working_memory``, ``_clone``, ``_pipeline``
-processors, ``_turn`` agent turns, ``_observational``). ``start()``/``aclose()`` (or ``async with``) may be
-called from any task: the actor system lives in a host task the Memory owns.
+``Memory`` validates every argument (``ValidationError`` naming the field; the longer checks in ``_validation`` and
+``_setup``) and delegates: the actor system serializes each thread's and resource's operations; the modules beside
+this one hold the policy (``_messages``, ``_recall``, ``_working_memory``, ``_clone``, ``_pipeline``, ``_turn``,
+``_observational``). ``start()``/``aclose()`` (or ``async with``) may be called from any task.
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
@@ -26,13 +24,9 @@ from ..codecs import Message, Thread
 from ..codecs._time import utc_now
 from ..errors import ConfigError, ValidationError
 from ..models import LanguageModel
-from ..processors._hygiene import persistable
 from ..processors._working_memory_text import instruction, readonly_instruction, template_for
-from ..search import SEARCH_MODES
 from ..stores import DateRange, Include, Store, ThreadPage
-from ..stores._keywords import supports_keywords
 from ..stores._query import parse_date_range, parse_include
-from ..stores._vector_protocol import as_vector_store
 from ..tokens import TokenCounter
 from ..tools import Tool
 from ..tracing import operation_span
@@ -40,14 +34,25 @@ from ._clone import clone_thread
 from ._context import MemoryContext, memory_context
 from ._core import MemoryCore, parse_options, ttl_seconds
 from ._extractors import Extractor, check_extractors
-from ._messages import delete_messages, save_batch, update_messages
+from ._messages import delete_messages, reindex_messages, save_batch, update_messages
 from ._pipeline import Pipeline
 from ._recall import recall, search_messages
 from ._recall_tool import recall_tool
+from ._setup import check_runtime, recall_parts
 from ._summarize import MAX_INPUT_TOKENS, ThreadSummary, check_limits, summarize
 from ._threads import create_thread
 from ._turn import Turn, open_turn
-from ._validation import check_ids, check_list, check_metadata, check_title, coerce_message, require_id
+from ._validation import (
+    check_ids,
+    check_list,
+    check_metadata,
+    check_recall_args,
+    check_search_args,
+    check_title,
+    check_vector_search_args,
+    require_id,
+    saveable_batch,
+)
 from ._working_memory import (
     mirror_into_resource,
     owned_by,
@@ -65,7 +70,6 @@ if TYPE_CHECKING:
 
 __all__ = ("Memory",)
 
-_log = logging.getLogger("threadmind.memory")
 _TAIL_TTL = 2.0  # seconds actors trust what they cached by default (see ``cache_ttl``)
 
 
@@ -103,51 +107,9 @@ class Memory:
         cache_ttl: float | None = _TAIL_TTL,
         lease_ttl: float = 30.0,
     ) -> None:
-        if cache_ttl is not None and (isinstance(cache_ttl, bool) or not isinstance(cache_ttl, (int, float))
-                                      or not cache_ttl >= 0):
-            raise ConfigError(f"cache_ttl must be None or a number of seconds >= 0, got {cache_ttl!r}")
-        if isinstance(idle_timeout, bool) or not isinstance(idle_timeout, (int, float)) or not idle_timeout >= 0:
-            raise ConfigError(f"idle_timeout must be a number of seconds >= 0, got {idle_timeout!r}")
-        if isinstance(max_actors, bool) or not isinstance(max_actors, int) or max_actors < 1:
-            raise ConfigError(f"max_actors must be an integer >= 1, got {max_actors!r}")
-        if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, (int, float)) or not 0 < lease_ttl < 1e9:
-            raise ConfigError(f"lease_ttl must be a number of seconds > 0, got {lease_ttl!r}")
+        check_runtime(cache_ttl=cache_ttl, idle_timeout=idle_timeout, max_actors=max_actors, lease_ttl=lease_ttl)
         parsed = parse_options(options)
-        if embedding_dimension is not None and (
-            isinstance(embedding_dimension, bool) or not isinstance(embedding_dimension, int) or embedding_dimension < 1
-        ):
-            raise ConfigError("embedding_dimension must be a positive integer")
-        if isinstance(embedder, str):
-            from ..embedders._resolve import resolve_embedder
-
-            embedder = resolve_embedder(embedder)
-        vector_store = as_vector_store(vector) if vector else None  # ConfigError naming what is missing
-        recall = parsed.semantic_recall_config
-        if recall is not None and recall.search == "keyword":
-            if storage is not None and not supports_keywords(storage):
-                raise ConfigError(f"semanticRecall.search 'keyword' needs a store with a keyword index; "
-                                  f"{type(storage).__name__} has none (SQLiteStore, PostgresStore and InMemoryStore "
-                                  "have one)", code="THREADMIND_CONFIG_KEYWORDS")
-        elif recall is not None:
-            if vector_store is None:
-                raise ConfigError("Semantic recall requires a vector store to be configured (or "
-                                  "semanticRecall.search: 'keyword', which needs none).",
-                                  code="THREADMIND_CONFIG_VECTOR")
-            if embedder is None:
-                raise ConfigError("Semantic recall requires an embedder to be configured (or "
-                                  "semanticRecall.search: 'keyword', which needs none).",
-                                  code="THREADMIND_CONFIG_EMBEDDER")
-            if recall.search == "hybrid" and storage is not None and not supports_keywords(storage):
-                _log.warning("%s keeps no keyword index: hybrid recall ranks by vectors only",
-                             type(storage).__name__)
-        if recall is not None and vector_store is not None:
-            # The HNSW parameters come from the vector store, or from semanticRecall.indexConfig where the
-            # store was left at its defaults (per-call configs cannot rebuild the index).
-            wanted = recall.index_config
-            vector_store.adopt(wanted.metric, wanted.hnsw_m, wanted.hnsw_ef_construction, wanted.ef_search)
-            adopt_index = getattr(vector_store, "adopt_index", None)  # the index kind, where the store has a choice
-            if callable(adopt_index):
-                adopt_index(wanted.type, wanted.lists)
+        vector_store, embedder = recall_parts(parsed, storage, vector, embedder, embedding_dimension)
         self._core = MemoryCore(storage=storage, vector=vector_store, embedder=embedder,
                                 embedding_dimension=embedding_dimension, options=parsed, idle_timeout=idle_timeout,
                                 token_counter=token_counter, max_actors=max_actors, cache_ttl=ttl_seconds(cache_ttl),
@@ -188,9 +150,8 @@ class Memory:
         await self.start()
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.aclose()
 
     def __del__(self) -> None:
@@ -200,14 +161,8 @@ class Memory:
                           stacklevel=1)
 
     # threads -------------------------------------------------------------------------------------
-    async def create_thread(
-        self,
-        *,
-        resource_id: str,
-        thread_id: str | None = None,
-        title: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Thread:
+    async def create_thread(self, *, resource_id: str, thread_id: str | None = None, title: str | None = None,
+                            metadata: Mapping[str, Any] | None = None) -> Thread:
         """Create a thread owned by ``resource_id``; ``ValidationError`` if the id is taken."""
         require_id(resource_id, "resource_id")
         if thread_id is not None:
@@ -312,26 +267,7 @@ class Memory:
         is raised.
         """
         config = self._core.call_config(memory_config)
-        if type(messages) is not list and (isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)):
-            raise ValidationError("`messages` must be a list of Message objects or dicts")
-        batch: list[Message] = []
-        seen: dict[str, int] = {}
-        for index, value in enumerate(messages):
-            message = coerce_message(value, index)
-            thread_id, resource_id = message.thread_id, message.resource_id
-            # The field names are formatted only on failure (this loop runs for every saved message).
-            if not (type(thread_id) is str and thread_id.strip()):
-                require_id(thread_id, f"messages[{index}].thread_id")
-            if not (type(resource_id) is str and resource_id.strip()):
-                require_id(resource_id, f"messages[{index}].resource_id")
-            kept = persistable(message)
-            if kept is None:
-                continue
-            if kept.id in seen:  # a repeated id in one batch: the last copy wins, in the first slot
-                batch[seen[kept.id]] = kept
-                continue
-            seen[kept.id] = len(batch)
-            batch.append(kept)
+        batch = saveable_batch(messages)
         threads = {m.thread_id for m in batch}
         only = next(iter(threads)) if len(threads) == 1 else None
         owner = batch[0].resource_id if batch and all(m.resource_id == batch[0].resource_id for m in batch) else None
@@ -358,22 +294,7 @@ class Memory:
         With ``vector_search_string`` and semantic recall on, the top-k similar messages (and their context
         windows) are merged in; during an embedder outage the result is history only, ``degraded=True``.
         """
-        if not isinstance(thread_id, str) or not thread_id.strip():
-            raise ValidationError("threadId must be a non-empty string or array of non-empty strings",
-                                  code="MASTRA_STORAGE_LIBSQL_LIST_MESSAGES_INVALID_THREAD_ID")
-        if resource_id is not None:
-            require_id(resource_id, "resource_id")
-        if isinstance(page, bool) or not isinstance(page, int) or page < 0:
-            raise ValidationError(f"page must be a non-negative integer, got {page!r}",
-                                  code="MASTRA_STORAGE_LIBSQL_LIST_MESSAGES_INVALID_PAGE")
-        if per_page is not None and per_page is not False and (
-            per_page is True or not isinstance(per_page, int) or per_page < 0
-        ):
-            raise ValidationError(f"per_page must be a non-negative integer, False (all) or None, got {per_page!r}")
-        if direction is not None and direction not in ("ASC", "DESC"):
-            raise ValidationError(f"direction must be 'ASC' or 'DESC', got {direction!r}")
-        if include is not None:
-            check_list(include, "include", "{id, with_previous_messages, with_next_messages}")
+        check_recall_args(thread_id, resource_id, page, per_page, direction, include)
         includes = [parse_include(v, i) for i, v in enumerate(include or ())]
         window = parse_date_range(date_range)
         config = self._core.call_config(thread_config)
@@ -469,21 +390,7 @@ class Memory:
         default progress goes to the log).
         """
         with operation_span("threadmind.memory.reindex", "embeddings"):
-            store = self._core.store()
-            self._core.actors()
-            if supports_keywords(store):
-                def _log_words(done: int, total: int) -> None:
-                    _log.info("reindex: %d/%d messages indexed by their words", done, total)
-
-                await store.build_keyword_index(keyword_progress if keyword_progress is not None else _log_words)
-            index = self._core.running_index()
-            if index is None:
-                return 0
-
-            def _log_progress(done: int, total: int) -> None:
-                _log.info("reindex: %d/%d messages embedded", done, total)
-
-            return await index.reindex(progress if progress is not None else _log_progress)
+            return await reindex_messages(self._core, progress, keyword_progress)
 
     async def search(
         self,
@@ -505,17 +412,7 @@ class Memory:
         :raises ValidationError: a bad argument, or ``"vector"`` without a vector store and an embedder.
         :raises ResourceMismatch: the thread belongs to another resource.
         """
-        if not isinstance(query, str):
-            raise ValidationError(f"`query` must be a string, got {type(query).__name__}")
-        require_id(resource_id, "resource_id")
-        if thread_id is not None:
-            require_id(thread_id, "thread_id")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
-            raise ValidationError(f"`top_k` must be an integer from 1 to 1000, got {top_k!r}")
-        if search is not None and search not in SEARCH_MODES:
-            raise ValidationError(f"`search` must be one of {', '.join(SEARCH_MODES)} or None, got {search!r}")
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
-            raise ValidationError(f"`threshold` must be a number or None, got {threshold!r}")
+        check_search_args(query, resource_id, thread_id, top_k, search, threshold)
         window = parse_date_range(date_range) if date_range is not None else None
         with operation_span("threadmind.memory.search", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
@@ -534,14 +431,7 @@ class Memory:
         """The ``top_k`` stored messages most similar to ``text`` (message, thread, resource and score), within a
         thread or a resource when given; ``[]`` without semantic recall. For tools and operators: ``recall``
         is what an agent turn uses."""
-        if not isinstance(text, str):
-            raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 10_000:
-            raise ValidationError(f"`top_k` must be an integer from 1 to 10000, got {top_k!r}")
-        if thread_id is not None:
-            require_id(thread_id, "thread_id")
-        if resource_id is not None:
-            require_id(resource_id, "resource_id")
+        check_vector_search_args(text, top_k, thread_id, resource_id)
         with operation_span("threadmind.memory.search_vectors", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
             index = self._core.running_index()

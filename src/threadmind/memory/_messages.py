@@ -8,6 +8,7 @@ commit succeeded; the save also marks its messages as awaiting vectors in the sa
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -17,11 +18,14 @@ from .._results import SaveResult, Usage
 from ..actors._thread_actor import DeleteMessages, SaveMessages
 from ..codecs import Message
 from ..errors import ValidationError
+from ..stores._keywords import supports_keywords
 
 if TYPE_CHECKING:
     from ._core import MemoryCore
 
-__all__ = ("delete_messages", "save_batch", "update_messages")
+__all__ = ("delete_messages", "reindex_messages", "save_batch", "update_messages")
+
+_log = logging.getLogger("threadmind.memory")
 
 T = TypeVar("T")
 
@@ -119,3 +123,23 @@ def _bind(fn: Callable[[T], Awaitable[Any]], arg: T) -> Callable[[], Awaitable[A
         return await fn(arg)
 
     return _call
+
+
+async def reindex_messages(core: MemoryCore, progress: Any = None, keyword_progress: Any = None) -> int:
+    """``Memory.reindex``: the words of every message the keyword index lacks, then vectors for every message that has
+    none; the vectors made (progress to the log unless callbacks are given)."""
+    store = core.store()
+    core.actors()
+    if supports_keywords(store):
+        def _log_words(done: int, total: int) -> None:
+            _log.info("reindex: %d/%d messages indexed by their words", done, total)
+
+        await store.build_keyword_index(keyword_progress if keyword_progress is not None else _log_words)
+    index = core.running_index()
+    if index is None:
+        return 0
+
+    def _log_progress(done: int, total: int) -> None:
+        _log.info("reindex: %d/%d messages embedded", done, total)
+
+    return await index.reindex(progress if progress is not None else _log_progress)

@@ -18,11 +18,16 @@ from ..processors._protocol import processor_id
 
 __all__ = (
     "check_ids",
+    "check_list",
     "check_metadata",
+    "check_recall_args",
+    "check_search_args",
+    "check_vector_search_args",
     "check_title",
     "coerce_message",
     "configured_ids",
     "require_id",
+    "saveable_batch",
 )
 
 
@@ -98,3 +103,83 @@ def check_list(value: object, field: str, what: str) -> Sequence[Any]:
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
         raise ValidationError(f"`{field}` must be a list of {what}, got {type(value).__name__}")
     return value
+
+
+def check_recall_args(thread_id: object, resource_id: object, page: object, per_page: object, direction: object,
+                      include: object) -> None:
+    """``Memory.recall``'s arguments, with the reference's codes for a bad thread id or page."""
+    if not isinstance(thread_id, str) or not thread_id.strip():
+        raise ValidationError("threadId must be a non-empty string or array of non-empty strings",
+                              code="MASTRA_STORAGE_LIBSQL_LIST_MESSAGES_INVALID_THREAD_ID")
+    if resource_id is not None:
+        require_id(resource_id, "resource_id")
+    if isinstance(page, bool) or not isinstance(page, int) or page < 0:
+        raise ValidationError(f"page must be a non-negative integer, got {page!r}",
+                              code="MASTRA_STORAGE_LIBSQL_LIST_MESSAGES_INVALID_PAGE")
+    if per_page is not None and per_page is not False and (
+        per_page is True or not isinstance(per_page, int) or per_page < 0
+    ):
+        raise ValidationError(f"per_page must be a non-negative integer, False (all) or None, got {per_page!r}")
+    if direction is not None and direction not in ("ASC", "DESC"):
+        raise ValidationError(f"direction must be 'ASC' or 'DESC', got {direction!r}")
+    if include is not None:
+        check_list(include, "include", "{id, with_previous_messages, with_next_messages}")
+
+
+def check_search_args(query: object, resource_id: object, thread_id: object, top_k: object, search: object,
+                      threshold: object) -> None:
+    """``Memory.search``'s arguments."""
+    from ..search import SEARCH_MODES
+
+    if not isinstance(query, str):
+        raise ValidationError(f"`query` must be a string, got {type(query).__name__}")
+    require_id(resource_id, "resource_id")
+    if thread_id is not None:
+        require_id(thread_id, "thread_id")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 1000:
+        raise ValidationError(f"`top_k` must be an integer from 1 to 1000, got {top_k!r}")
+    if search is not None and search not in SEARCH_MODES:
+        raise ValidationError(f"`search` must be one of {', '.join(SEARCH_MODES)} or None, got {search!r}")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+        raise ValidationError(f"`threshold` must be a number or None, got {threshold!r}")
+
+
+def saveable_batch(messages: object) -> list[Message]:
+    """``Memory.save_messages``' messages checked (each a Message or a Mastra dict, with its thread and resource),
+    cleaned (system messages and transient signals dropped, working-memory tags stripped) and with each id once
+    (a repeated id: the last copy wins, in the first slot)."""
+    from ..processors._hygiene import persistable
+
+    if type(messages) is not list and (isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)):
+        raise ValidationError("`messages` must be a list of Message objects or dicts")
+    batch: list[Message] = []
+    seen: dict[str, int] = {}
+    for index, value in enumerate(messages):
+        message = coerce_message(value, index)
+        thread_id, resource_id = message.thread_id, message.resource_id
+        # The field names are formatted only on failure (this loop runs for every saved message).
+        if not (type(thread_id) is str and thread_id.strip()):
+            require_id(thread_id, f"messages[{index}].thread_id")
+        if not (type(resource_id) is str and resource_id.strip()):
+            require_id(resource_id, f"messages[{index}].resource_id")
+        kept = persistable(message)
+        if kept is None:
+            continue
+        if kept.id in seen:
+            batch[seen[kept.id]] = kept
+            continue
+        seen[kept.id] = len(batch)
+        batch.append(kept)
+    return batch
+
+
+def check_vector_search_args(text: object, top_k: object, thread_id: object, resource_id: object) -> None:
+    """``Memory.search_vectors``' arguments."""
+    if not isinstance(text, str):
+        raise ValidationError(f"`text` must be a string, got {type(text).__name__}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 10_000:
+        raise ValidationError(f"`top_k` must be an integer from 1 to 10000, got {top_k!r}")
+    if thread_id is not None:
+        require_id(thread_id, "thread_id")
+    if resource_id is not None:
+        require_id(resource_id, "resource_id")
