@@ -52,24 +52,37 @@ from ._postgres_queries import MessageReads
 from ._postgres_rows import (
     MSG_COLS,
     MSG_FROM,
-    MSG_KEY,
     RESOURCE_COLS,
     THREAD_COLS,
     THREAD_SEQ,
     Params,
     as_naive,
-    as_object,
     check_text,
     keyed,
     message_from_row,
     metadata_param,
-    order_by,
     resource_from_row,
     thread_filter,
     thread_from_row,
 )
 from ._postgres_save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, save_params
 from ._postgres_schema import FAIL_SQLSTATE
+from ._postgres_statements import (
+    CHUNK,
+    CREATE_RESOURCE,
+    CREATE_THREAD,
+    DELETE_MESSAGES,
+    INSERT_MESSAGES,
+    MODIFY_RESOURCE,
+    UPDATE_MESSAGES,
+    UPDATE_RESOURCE,
+    UPDATE_THREAD,
+    check_lease_args,
+    columns,
+    page_after,
+    resource_params,
+    thread_params,
+)
 from ._protocol import (
     UNSET,
     Lease,
@@ -95,62 +108,6 @@ __all__ = ("PostgresStore",)
 T = TypeVar("T")
 _EXISTS_CODE = "THREADMIND_THREAD_EXISTS"
 _LIBSQL = "MASTRA_STORAGE_LIBSQL_"
-_CHUNK = 500
-
-_CREATE_THREAD = (
-    'WITH ins AS (INSERT INTO mastra_threads (id, "resourceId", title, metadata, "createdAt", "createdAtZ", '
-    '"updatedAt", "updatedAtZ") VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING '
-    "RETURNING id), seq AS (INSERT INTO threadmind_thread_seq (thread_id) SELECT id FROM ins "
-    "ON CONFLICT (thread_id) DO UPDATE SET seq = DEFAULT) SELECT count(*) FROM ins"
-)
-_INSERT_MESSAGES = (
-    "WITH input AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], "
-    "$6::timestamp[], $7::timestamptz[], $8::text[]) WITH ORDINALITY AS i(id, thread_id, content, role, type, "
-    "created, created_z, resource_id, ord)), "
-    'ins AS (INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "createdAtZ", '
-    '"resourceId") SELECT id, thread_id, content, role, type, created, created_z, resource_id FROM input '
-    "ORDER BY ord) "
-    "INSERT INTO threadmind_message_seq (message_id) SELECT id FROM input ORDER BY ord "
-    "ON CONFLICT (message_id) DO NOTHING"
-)
-_UPDATE_THREAD = (
-    'UPDATE mastra_threads t SET title = COALESCE($2, t.title), metadata = CASE WHEN $3::boolean THEN '
-    f"{as_object('t.metadata')} || $4::jsonb "
-    'ELSE t.metadata END, "updatedAt" = $5, "updatedAtZ" = $6 WHERE t.id = $1 '
-    f"RETURNING {THREAD_COLS}"
-)
-_UPDATE_RESOURCE = (
-    'INSERT INTO mastra_resources AS r (id, "workingMemory", metadata, "createdAt", "createdAtZ", "updatedAt", '
-    '"updatedAtZ") VALUES ($1, $2, $3::jsonb, $4, $5, $4, $5) ON CONFLICT (id) DO UPDATE SET '
-    '"workingMemory" = CASE WHEN $6::boolean THEN EXCLUDED."workingMemory" ELSE r."workingMemory" END, '
-    f"metadata = CASE WHEN $7::boolean THEN {as_object('r.metadata')} || EXCLUDED.metadata ELSE r.metadata END, "
-    '"updatedAt" = EXCLUDED."updatedAt", "updatedAtZ" = EXCLUDED."updatedAtZ" '
-    f"RETURNING {RESOURCE_COLS}"
-)
-_DELETE_MESSAGES = (
-    "WITH d AS (DELETE FROM mastra_messages WHERE id = ANY($1::text[]) RETURNING thread_id), "
-    "s AS (DELETE FROM threadmind_message_seq WHERE message_id = ANY($1::text[])), "
-    'b AS (UPDATE mastra_threads SET "updatedAt" = $2, "updatedAtZ" = $3 WHERE id IN (SELECT thread_id FROM d)) '
-    "SELECT DISTINCT thread_id FROM d"
-)
-_UPDATE_MESSAGES = (
-    "WITH u AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamp[], "
-    "$6::timestamptz[], $7::text[]) AS u(id, content, role, type, created, created_z, resource_id)), "
-    'w AS (UPDATE mastra_messages m SET content = u.content, role = u.role, type = u.type, "createdAt" = u.created, '
-    '"createdAtZ" = u.created_z, "resourceId" = u.resource_id FROM u WHERE m.id = u.id) '
-    'UPDATE mastra_threads SET "updatedAt" = $8, "updatedAtZ" = $9 WHERE id = ANY($10::text[])'
-)
-
-_RESOURCE_SET = (
-    '"workingMemory" = CASE WHEN $6::boolean THEN $2 ELSE r."workingMemory" END, '
-    f"metadata = CASE WHEN $7::boolean THEN {as_object('r.metadata')} || $3::jsonb ELSE r.metadata END, "
-    '"updatedAt" = $4, "updatedAtZ" = $5'
-)
-_MODIFY_RESOURCE = f"UPDATE mastra_resources r SET {_RESOURCE_SET} WHERE r.id = $1 RETURNING {RESOURCE_COLS}"
-_CREATE_RESOURCE = (
-    'INSERT INTO mastra_resources AS r (id, "workingMemory", metadata, "createdAt", "createdAtZ", "updatedAt", '
-    f'"updatedAtZ") VALUES ($1, $2, $3::jsonb, $4, $5, $4, $5) ON CONFLICT (id) DO NOTHING RETURNING {RESOURCE_COLS}'
-)
 
 # Store objects on one database within one process share their write counters (see ``_versions``).
 _BY_DATABASE: weakref.WeakValueDictionary[str, FileCounts] = weakref.WeakValueDictionary()
@@ -368,10 +325,10 @@ class PostgresStore:
 
     async def create_thread(self, thread: Thread) -> Thread:
         """Insert a new thread; ``ValidationError`` if the id exists."""
-        stored, params = _thread_params(thread)
+        stored, params = thread_params(thread)
 
         async def run(conn: Any) -> None:
-            if not await conn.fetchval(_CREATE_THREAD, *params):
+            if not await conn.fetchval(CREATE_THREAD, *params):
                 raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
 
         await self._counted(run, "create_thread", (stored.id,))
@@ -430,7 +387,7 @@ class PostgresStore:
         now = utc_now()
 
         async def run(conn: Any) -> Thread:
-            row = await conn.fetchrow(_UPDATE_THREAD, thread_id, title, patch is not None, patch or "{}",
+            row = await conn.fetchrow(UPDATE_THREAD, thread_id, title, patch is not None, patch or "{}",
                                       as_naive(now), now)
             if row is None:
                 raise ThreadNotFound(thread_id, code=f"{_LIBSQL}UPDATE_THREAD_NOT_FOUND",
@@ -481,7 +438,7 @@ class PostgresStore:
 
     async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
         """Insert a new thread and its messages atomically (used by clone)."""
-        stored, params = _thread_params(thread)
+        stored, params = thread_params(thread)
         parts = parts_of({thread.id: messages})
         for part in parts:
             q.check_owner(thread.id, thread.resource_id, part.messages)
@@ -489,14 +446,14 @@ class PostgresStore:
 
         async def run(conn: Any) -> None:
             async with transaction(conn):
-                if not await conn.fetchval(_CREATE_THREAD, *params):
+                if not await conn.fetchval(CREATE_THREAD, *params):
                     raise ValidationError(f"Thread with id {stored.id} already exists", code=_EXISTS_CODE)
                 if not rows:
                     return
                 for mid, other in await conn.fetch(
                         "SELECT id, thread_id FROM mastra_messages WHERE id = ANY($1::text[])", [r[0] for r in rows]):
                     raise MessageIdTaken(mid, other)
-                await conn.execute(_INSERT_MESSAGES, *_columns(rows))
+                await conn.execute(INSERT_MESSAGES, *columns(rows))
                 await conn.execute(UPSERT_SQL, *keyword_rows(
                     [(m, m.resource_id or stored.resource_id) for part in parts for m in part.messages]))
 
@@ -618,7 +575,7 @@ class PostgresStore:
                 threads = sorted({m.thread_id for m in new if m.thread_id} | {row[6] for row, _ in changed.values()})
                 touched.extend(threads)
                 await conn.execute(
-                    _UPDATE_MESSAGES, [m.id for m in new], [q.encode_content_text(m.content) for m in new],
+                    UPDATE_MESSAGES, [m.id for m in new], [q.encode_content_text(m.content) for m in new],
                     [m.role for m in new], [m.type or "v2" for m in new], [as_naive(m.created_at) for m in new],
                     [m.created_at for m in new], [m.resource_id for m in new], as_naive(now), now, threads)
                 await conn.execute(UPSERT_SQL, *keyword_rows([(m, m.resource_id or row[7] or "")
@@ -638,7 +595,7 @@ class PostgresStore:
 
         async def run(conn: Any) -> set[str]:
             async with transaction(conn):
-                threads = {row[0] for row in await conn.fetch(_DELETE_MESSAGES, wanted, as_naive(now), now)}
+                threads = {row[0] for row in await conn.fetch(DELETE_MESSAGES, wanted, as_naive(now), now)}
                 await conn.execute(DELETE_IDS_SQL, wanted)
             touched.extend(threads)
             return threads
@@ -667,7 +624,7 @@ class PostgresStore:
         now = utc_now()
 
         async def run(conn: Any) -> Resource:
-            row = await conn.fetchrow(_UPDATE_RESOURCE, resource_id, memory, patch, as_naive(now), now,
+            row = await conn.fetchrow(UPDATE_RESOURCE, resource_id, memory, patch, as_naive(now), now,
                                       not isinstance(working_memory, UnsetType), metadata is not None)
             return resource_from_row(row)
 
@@ -697,7 +654,7 @@ class PostgresStore:
                 check_text(wanted.title, "title")
                 patch = metadata_param(q.encode_metadata(wanted.metadata, "metadata"), "metadata")
                 now = utc_now()
-                updated = await conn.fetchrow(_UPDATE_THREAD, thread_id, wanted.title, patch is not None,
+                updated = await conn.fetchrow(UPDATE_THREAD, thread_id, wanted.title, patch is not None,
                                               patch or "{}", as_naive(now), now)
                 return thread_from_row(updated)
 
@@ -732,11 +689,11 @@ class PostgresStore:
                     if wanted is None:
                         return None
                     q.check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
-                    params = _resource_params(resource_id, wanted)
+                    params = resource_params(resource_id, wanted)
                     if row is not None:
-                        new = await conn.fetchrow(_MODIFY_RESOURCE, *params)
+                        new = await conn.fetchrow(MODIFY_RESOURCE, *params)
                     else:
-                        new = await conn.fetchrow(_CREATE_RESOURCE, *params[:5])
+                        new = await conn.fetchrow(CREATE_RESOURCE, *params[:5])
                     if new is not None:
                         return resource_from_row(new)
                     # created by a writer that takes no lock of ours (update_resource): read it again
@@ -749,7 +706,7 @@ class PostgresStore:
 
         :raises ThreadBusy: ``wait=False`` and another holder's lease has not expired.
         """
-        _check_lease_args(key, owner, ttl)
+        check_lease_args(key, owner, ttl)
         return await self._leases.acquire(key, owner=owner, ttl=ttl, wait=wait)
 
     async def release_lease(self, lease: Lease) -> None:
@@ -785,62 +742,10 @@ class PostgresStore:
         for thread_id in ids:
             after: tuple[Any, ...] | None = None
             while True:
-                chunk = await self._read(_page_after(thread_id, after), "iter_messages")
+                chunk = await self._read(page_after(thread_id, after), "iter_messages")
                 for row in chunk:
                     yield message_from_row(row)
-                if len(chunk) < _CHUNK:
+                if len(chunk) < CHUNK:
                     break
                 last = chunk[-1]
                 after = (last[4], last[8], last[0])
-
-
-def _page_after(thread_id: str, after: tuple[Any, ...] | None) -> Callable[[Any], Awaitable[list[Any]]]:
-    """Keyset paging over one thread (for export)."""
-
-    async def read(conn: Any) -> list[Any]:
-        if after is None:
-            return list(await conn.fetch(
-                f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = $1 ORDER BY {order_by(False)} LIMIT {_CHUNK}",
-                thread_id))
-        return list(await conn.fetch(
-            f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.thread_id = $1 AND "
-            f"{MSG_KEY} > ($2::timestamp, $3::bigint, $4::text) ORDER BY {order_by(False)} LIMIT {_CHUNK}",
-            thread_id, *after))
-
-    return read
-
-
-def _resource_params(resource_id: str, change: ResourceChange) -> list[Any]:
-    """The parameters of ``_MODIFY_RESOURCE`` / ``_CREATE_RESOURCE`` for one change."""
-    memory = None if isinstance(change.working_memory, UnsetType) else change.working_memory
-    check_text(memory, "working_memory")
-    patch = metadata_param(q.encode_metadata(dict(change.metadata or {}), "metadata"), "metadata")
-    now = utc_now()
-    return [resource_id, memory, patch, as_naive(now), now, not isinstance(change.working_memory, UnsetType),
-            change.metadata is not None]
-
-
-def _check_lease_args(key: str, owner: str, ttl: float) -> None:
-    for value, field in ((key, "key"), (owner, "owner")):
-        if not isinstance(value, str) or not value:
-            raise ValidationError(f"lease {field} must be a non-empty string, got {value!r}")
-        check_text(value, field)
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < 1e9:
-        raise ValidationError(f"lease ttl must be a number of seconds > 0, got {ttl!r}")
-
-
-def _thread_params(thread: Thread) -> tuple[Thread, list[Any]]:
-    """The thread as stored and the parameters of ``_CREATE_THREAD``."""
-    q.validate_thread(thread)
-    for name in ("id", "resource_id", "title"):
-        check_text(getattr(thread, name), f"thread.{name}")
-    stored, meta = q.stored_thread(thread)
-    meta = metadata_param(meta, "thread.metadata")
-    return stored, [stored.id, stored.resource_id, stored.title, meta, as_naive(stored.created_at), stored.created_at,
-                    as_naive(stored.updated_at), stored.updated_at]
-
-
-def _columns(rows: Sequence[list[Any]]) -> list[list[Any]]:
-    """Message rows (id, thread, content, role, type, created, resource) as the array columns of an insert."""
-    return [[r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
-            [r[4] for r in rows], [as_naive(r[5]) for r in rows], [r[5] for r in rows], [r[6] for r in rows]]
