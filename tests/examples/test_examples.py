@@ -22,6 +22,8 @@ EXPECTED: dict[str, list[str]] = {
     "working_memory.py": ["# User Information", "- **First Name**: Ada", "Profile(name='Ada', city='Lyon', diet=[])"],
     "titles_and_observations.py": ["title: Flights to Tokyo", "* 🔴 Ada plans a family trip to Tokyo in April",
                                    "sent verbatim: ['What should we pack?']"],
+    "recall_tool.py": ["the model sees: * 🔴 Ada shared the door code of the Lisbon flat",
+                       "it recalls the messages before the group's last", "The door code is 4821-AB."],
     # The caller's span is the parent of the operation, the operation of the mailbox hop, that of the commit.
     "tracing.py": ["handle request", "  threadmind.memory.create_thread t1", "    threadmind.actor.CreateThread t1",
                    "      threadmind.store.group_commit", "  threadmind.memory.save_messages t1",
