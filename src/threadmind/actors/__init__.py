@@ -6,6 +6,7 @@ the memory package talks to thread actors. Other packages import these names fro
 
 from __future__ import annotations
 
+from .._public import present_as
 from ._actor import ActorStatistics as ActorStatistics
 from ._index_actor import IndexStatistics as IndexStatistics
 from ._mailbox import MailboxStatistics as MailboxStatistics
@@ -21,3 +22,5 @@ __all__ = (
     "RegistryStatistics",
     "TurnPolicy",
 )
+
+present_as(globals(), __name__)

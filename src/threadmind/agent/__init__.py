@@ -11,6 +11,7 @@ to persist).
 
 from __future__ import annotations
 
+from .._public import present_as
 from ..events import StreamEvent as StreamEvent
 from ..tools import Tool as Tool
 from ..tools import ToolContext as ToolContext
@@ -32,3 +33,5 @@ __all__ = (
     "ToolContext",
     "TripWireInfo",
 )
+
+present_as(globals(), __name__)

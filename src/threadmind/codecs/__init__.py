@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._public import present_as
 from ._json import decode_message as decode_message
 from ._json import decode_messages as decode_messages
 from ._json import encode_json as encode_json
@@ -49,3 +50,5 @@ __all__ = (
     "resource_to_dict",
     "thread_to_dict",
 )
+
+present_as(globals(), __name__)

@@ -4,6 +4,7 @@ keeps)."""
 
 from __future__ import annotations
 
+from .._public import present_as
 from ._hash import HashEmbedder as HashEmbedder
 from ._openai import OpenAIEmbedder as OpenAIEmbedder
 from ._protocol import Embedder as Embedder
@@ -17,3 +18,5 @@ __all__ = (
     "OpenAIEmbedder",
     "WordLlamaEmbedder",
 )
+
+present_as(globals(), __name__)

@@ -18,6 +18,7 @@ from .._config import MessageRange as MessageRange
 from .._config import ObservationalMemoryConfig as ObservationalMemoryConfig
 from .._config import SemanticRecallConfig as SemanticRecallConfig
 from .._config import WorkingMemoryConfig as WorkingMemoryConfig
+from .._public import present_as
 from .._results import SearchHit as SearchHit
 from ._context import MemoryContext as MemoryContext
 from ._extractors import ExtractedValue as ExtractedValue
@@ -45,3 +46,5 @@ __all__ = (
     "Turn",
     "WorkingMemoryConfig",
 )
+
+present_as(globals(), __name__)

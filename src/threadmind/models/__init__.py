@@ -9,6 +9,7 @@ Importing this package does not import httpx; ``OpenAIChatModel`` imports it whe
 
 from __future__ import annotations
 
+from .._public import present_as
 from ._openai import OpenAIChatModel as OpenAIChatModel
 from ._openai import resolve_model as resolve_model
 from ._protocol import LanguageModel as LanguageModel
@@ -36,3 +37,5 @@ __all__ = (
     "resolve_model",
     "stream_model",
 )
+
+present_as(globals(), __name__)

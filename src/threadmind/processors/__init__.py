@@ -7,6 +7,7 @@ working and observational memory) they import from the module that defines it, b
 
 from __future__ import annotations
 
+from .._public import present_as
 from ._access import MemoryAccess as MemoryAccess
 from ._history import MemoryTokenLimiter as MemoryTokenLimiter
 from ._history import MessageHistory as MessageHistory
@@ -42,3 +43,5 @@ __all__ = (
     "WorkingMemory",
     "WorkingMemoryState",
 )
+
+present_as(globals(), __name__)

@@ -5,6 +5,7 @@ vectors together (``semanticRecall.search``: ``"hybrid"``, ``"vector"``, ``"keyw
 
 from __future__ import annotations
 
+from .._public import present_as
 from ._rank import DEFAULT_KEYWORD_WEIGHT as DEFAULT_KEYWORD_WEIGHT
 from ._searcher import SEARCH_MODES as SEARCH_MODES
 from ._searcher import SearchMode as SearchMode
@@ -14,3 +15,5 @@ __all__ = (
     "SEARCH_MODES",
     "SearchMode",
 )
+
+present_as(globals(), __name__)

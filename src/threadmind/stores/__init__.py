@@ -7,6 +7,7 @@ internals (the query checks both ``Memory`` and stores apply, the side-table pro
 
 from __future__ import annotations
 
+from .._public import present_as
 from ._hnsw import HnswVectorStore as HnswVectorStore
 from ._keywords import KeywordCandidate as KeywordCandidate
 from ._keywords import KeywordMatches as KeywordMatches
@@ -68,3 +69,5 @@ __all__ = (
     "VectorStoreStatistics",
     "check_store",
 )
+
+present_as(globals(), __name__)

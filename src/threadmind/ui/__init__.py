@@ -25,6 +25,7 @@ another user's ids or threads.
 
 from __future__ import annotations
 
+from .._public import present_as
 from ._from_ui import messages_from_ui as messages_from_ui
 from ._status import MAX_BODY_BYTES as MAX_BODY_BYTES
 from ._status import error_body as error_body
@@ -46,3 +47,5 @@ __all__ = (
     "ui_finish_reason",
     "ui_message_stream",
 )
+
+present_as(globals(), __name__)
