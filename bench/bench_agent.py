@@ -318,6 +318,22 @@ async def _without_memory(turns: int) -> dict[str, Any]:
     return {"turns": turns, **_pcts(overheads)}
 
 
+async def _long_conversation(memory: Memory, turns: int, thread_id: str, pause: float = 0.0) -> list[float]:
+    """``turns`` turns on one thread, ``pause`` s apart: each turn's time without the agent model's own."""
+    model = _TimedModel()
+    agent = Agent("bench", "You are a benchmark.", model, memory=memory)
+    overheads: list[float] = []
+    for i in range(turns):
+        before = model.seconds
+        started = time.perf_counter()
+        await agent.generate(f"turn {i}: " + "please remember the tokyo flight and the hotel " * 3,
+                             thread_id=thread_id, resource_id="om-resource")
+        overheads.append(time.perf_counter() - started - (model.seconds - before))
+        if pause:
+            await anyio.sleep(pause)
+    return overheads
+
+
 async def _observational(workdir: str, turns: int) -> dict[str, Any]:
     """Observational memory with a scripted Observer: per-turn overhead and how long each observation takes."""
     from threadmind.memory import ObservationalMemoryEngine
@@ -337,16 +353,8 @@ async def _observational(workdir: str, turns: int) -> dict[str, Any]:
         observer = _TimedModel()
         path = os.path.join(workdir, "om.db")
         options = {"observationalMemory": {"model": observer, "observation": {"messageTokens": 300}}}
-        model = _TimedModel()
-        overheads: list[float] = []
         async with Memory(storage=SQLiteStore(path), options=options) as memory:
-            agent = Agent("bench", "You are a benchmark.", model, memory=memory)
-            for i in range(turns):
-                before = model.seconds
-                started = time.perf_counter()
-                await agent.generate(f"turn {i}: " + "please remember the tokyo flight and the hotel " * 3,
-                                     thread_id="om-thread", resource_id="om-resource")
-                overheads.append(time.perf_counter() - started - (model.seconds - before))
+            overheads = await _long_conversation(memory, turns, "om-thread")
     finally:
         ObservationalMemoryEngine._observe_once = original  # type: ignore[method-assign]
     return {"turns": turns, **_pcts(overheads), "observations": len(observations),
@@ -379,18 +387,9 @@ async def _observational_buffering(workdir: str, turns: int, buffered: bool, del
     observer = _SlowObserver(delay)
     options = {"observationalMemory": {"model": observer, "observation": {
         "messageTokens": 600, "bufferTokens": 0.2 if buffered else False}}}
-    model = _TimedModel()
     path = os.path.join(workdir, f"om_{'buffered' if buffered else 'unbuffered'}_{int(pause * 1000)}ms.db")
-    latencies: list[float] = []
     async with Memory(storage=SQLiteStore(path), options=options) as memory:
-        agent = Agent("bench", "You are a benchmark.", model, memory=memory)
-        for i in range(turns):
-            before = model.seconds
-            started = time.perf_counter()
-            await agent.generate(f"turn {i}: " + "please remember the tokyo flight and the hotel " * 3,
-                                 thread_id="om-buffering", resource_id="om-resource")
-            latencies.append(time.perf_counter() - started - (model.seconds - before))
-            await anyio.sleep(pause)
+        latencies = await _long_conversation(memory, turns, "om-buffering", pause)
         await memory.settled()
     return {"turns": turns, **_pcts(latencies), "max_ms": round(max(latencies) * 1000, 3),
             "observer_calls": len(observer.calls), "observer_delay_ms": delay * 1000, "pause_ms": pause * 1000,
