@@ -3,19 +3,20 @@ itself is ``threadmind.stores.keyword_ranking``, which every store computes for 
 
 Why this ranking (measured on three LoCoMo conversations, 382 questions; ``bench/bench_recall.py``): evidence recall
 at the reference defaults (top 4, messageRange 1) 0.397 with vectors alone (hash embedder), 0.672 with FTS5's bm25
-alone, 0.686 with the best plain fusion of the two (min-max, keyword weight 0.8), 0.707 with this ranking (0.725
-with WordLlama), which also hands back fewer characters (1 490 a question against 1 832 for vectors alone).
+alone, 0.686 with the best plain fusion of the two (min-max, keyword weight 0.8), 0.711 with this ranking (0.720
+with WordLlama), which also hands back fewer characters (1 489 a question against 1 832 for vectors alone).
 Leave-one-conversation-out tuning never beat these defaults on the conversation left out.
 
 * **Keyword score** = BM25 with the scope's own statistics × ``coverage ** 0.5``, where coverage is the share of the
   query's idf that the message holds (the classic coordination factor: bm25 alone over-rewards a very short message
   matching one common query word; +0.02–0.03). The query keeps at most its 16 rarest words in the scope.
-* **Fusion**: ``0.9 × keyword / best keyword + 0.1 × min-max(cosine)`` over pools of 24 keyword and 16 vector
-  candidates (4 and 2 a hit beyond 6 and 8 hits; pools of 16–100 were within ±0.005, 12/6 lost 0.01–0.02; 24
-  keyword candidates score as 32 do with both embedders, for a quarter less work a query). Score fusion
-  keeps bm25's large margins, which rank fusions throw away (RRF k=60: 0.57, Borda: 0.56); min-max and z-score sums
-  behave alike and both need the keyword side to dominate with embedders this weak; weights 0.8–1.0 are within
-  ±0.01, and 0.9 lets the vectors reorder near-ties and decide alone when no word matches.
+* **Fusion**: ``0.9 × keyword / best keyword + 0.1 × min-max(cosine)`` over pools of 24 keyword and 8 vector
+  candidates (4 and 2 a hit beyond 6 and 4 hits; pools of 16–100 were within ±0.005, 12/6 lost 0.01–0.02; 24 keyword
+  candidates score as 32 do with both embedders, for a quarter less work a query, and 16 lose 0.003–0.008; 8 vector
+  candidates score as 16 do (+0.003 / −0.005 at the defaults, hash / WordLlama) for 0.02–0.03 ms less a query).
+  Score fusion keeps bm25's large margins, which rank fusions throw away (RRF k=60: 0.57, Borda: 0.56); min-max and
+  z-score sums behave alike and both need the keyword side to dominate with embedders this weak; weights 0.8–1.0 are
+  within ±0.01, and 0.9 lets the vectors reorder near-ties and decide alone when no word matches.
 * **Reply smoothing**: ``s(m) = f(m) + max(0.5 × f(previous), 0.25 × f(next))`` in the same thread. In a dialogue
   the message holding an answer often repeats none of the question's words; its predecessor (the question) does.
   +0.07 at top 5 without context, +0.01–0.03 at the defaults, and fewer characters (the ±1 windows land on
@@ -39,8 +40,8 @@ DEFAULT_KEYWORD_WEIGHT = 0.9
 """The keyword side's share of a fused score when ``keywordWeight`` is not set."""
 KEYWORD_POOL = 24
 """Keyword candidates taken before fusion for up to 6 hits (4 a hit beyond that)."""
-VECTOR_POOL = 16
-"""Vector candidates taken before fusion for up to 8 hits (2 a hit beyond that)."""
+VECTOR_POOL = 8
+"""Vector candidates taken before fusion for up to 4 hits (2 a hit beyond that)."""
 _PREVIOUS, _NEXT = 0.5, 0.25
 
 

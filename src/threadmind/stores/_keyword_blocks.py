@@ -210,13 +210,15 @@ class KeywordBlocks:
         self._size = 0
         self._lock = threading.Lock()
 
-    def matches(self, token: str, version: Version, owner: Owner, terms: Sequence[str],
-                limit: int) -> tuple[KeywordMatches, KeywordBlock, int] | None:
-        """What the block of ``token`` answers for ``terms`` if it holds ``version`` of ``owner``'s scope, with the
-        block and its epoch then."""
+    def matches(self, token: str, version: Version, owner: Owner, terms: Sequence[str], limit: int, *,
+                most: int | None = None) -> tuple[KeywordMatches, KeywordBlock, int] | None:
+        """What the block of ``token`` answers for ``terms`` if it holds ``version`` of ``owner``'s scope (and at
+        most ``most`` messages), with the block and its epoch then."""
         with self._lock:  # a fold may be extending this very block on the writer thread
             entry = self._blocks.get(token)
             if entry is None or entry[0] != version or entry[1].owner != owner:
+                return None
+            if most is not None and len(entry[1].ids) > most:
                 return None
             self._blocks.move_to_end(token)
             return entry[1].matches(terms, limit), entry[1], entry[1].epoch

@@ -41,6 +41,7 @@ transaction each that re-reads the watermark, so processes opening one file at o
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 import sqlite3
@@ -107,6 +108,7 @@ def fts5_available(conn: sqlite3.Connection) -> bool:
     return any(row[0] == "ENABLE_FTS5" for row in conn.execute("PRAGMA compile_options"))
 
 
+@functools.lru_cache(maxsize=16_384)  # a search names its scope's token three times; a hash costs 3-4 us
 def _token(kind: str, value: str) -> str:
     # Digits only: the porter stemmer leaves them alone (a letter suffix could be stemmed into another scope).
     digest = int.from_bytes(hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
@@ -297,14 +299,11 @@ def search_in_memory(blocks: KeywordBlocks, version: int, terms: Sequence[str], 
     """What :func:`search_keywords` answers, from the scope's block alone, when the caller knows the scope is still
     at ``version`` (nothing was written since it read it, and no other process has the file open); None when that
     needs the database (no block at that version, a block over :data:`MEMORY_SCOPE`, a neighbour not kept)."""
-    lexemes = lexemes_of(terms)
-    if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
+    if not terms or limit <= 0 or (resource_id is None and thread_id is None):
         return None
     owner: Owner = (THREAD, thread_id) if thread_id is not None else (RESOURCE, resource_id or "")
-    held = blocks.get(scope_token(resource_id, thread_id), version, owner)
-    if held is None or len(held.ids) > MEMORY_SCOPE:
-        return None
-    answer = blocks.matches(scope_token(resource_id, thread_id), version, owner, terms, limit)
+    answer = blocks.matches(scope_token(resource_id, thread_id), version, owner, terms, limit,
+                            most=MEMORY_SCOPE)
     if answer is None:
         return None
     found, block, epoch = answer
