@@ -19,6 +19,7 @@ budget, least recently used out first.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,6 +36,9 @@ BLOCK_BUDGET = 4_000_000
 """Postings (a word in a message, counted once) the cached blocks of one store hold at most (about 100 MB)."""
 _I32 = np.int32
 _F64 = np.float64
+# a word's postings: documents, counts, BM25 parts, the word's idf coverage per posting, and that coverage
+_Scored = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64],
+                float]
 Row = tuple[str, str, str, str]  # message id, thread id, resource id, its stems joined by spaces
 # message id, thread id, resource id, its length in words, and how often each stem occurs in it (PostgreSQL rows, whose
 # stored length counts words the tsvector leaves out)
@@ -48,22 +52,31 @@ RESOURCE, THREAD = "resource", "thread"
 class _Postings:
     """The messages holding one word and its count in each: Python lists that grow, and the numpy arrays a search
     scores with, made on the first search that needs them (most of a scope's words are never searched for), kept
-    for the next (a resource's block answers many searches: 0.13 ms a search of 500 messages against 0.18 ms when
-    every search converts its words' lists)."""
+    for the next (a resource's block answers many searches). Nothing of a word's part of a message's score depends
+    on the query but which words it keeps: each posting's ``idf × tf × 2.2 / (tf + norm)`` and the word's idf
+    coverage are kept too, while the block's statistics stay the same (until messages join it)."""
 
-    __slots__ = ("_arrays", "counts", "docs", "stale")
+    __slots__ = ("_norm", "_scored", "counts", "docs", "stale")
 
     def __init__(self) -> None:
         self.docs: list[int] = []
         self.counts: list[int] = []
         self.stale = True
-        self._arrays: tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]] | None = None
+        self._scored: _Scored | None = None
+        self._norm: npt.NDArray[np.float64] | None = None  # the block's norms the scores were computed with
 
-    def arrays(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]:
-        if self.stale or self._arrays is None:
-            self._arrays = (np.asarray(self.docs, dtype=_I32), np.asarray(self.counts, dtype=_F64))
+    def scored(self, norm: npt.NDArray[np.float64], n: int) -> _Scored:
+        """The documents, counts, BM25 parts and coverage (per posting, and the word's) in a block of ``n``
+        messages whose length norms are ``norm``."""
+        if self.stale or self._scored is None or self._norm is not norm:
+            size = len(self.docs)
+            raw = math.log((n - size + 0.5) / (size + 0.5))  # FTS5's idf, before its floor (as keyword_ranking)
+            docs, tf = np.asarray(self.docs, dtype=_I32), np.asarray(self.counts, dtype=_F64)
+            cover = max(raw, 0.0)
+            self._scored = (docs, tf, max(raw, 1e-6) * tf * 2.2 / (tf + norm[docs]), np.full(size, cover), cover)
+            self._norm = norm
             self.stale = False
-        return self._arrays
+        return self._scored
 
 
 class KeywordBlock:
@@ -169,18 +182,15 @@ class KeywordBlock:
         if self._lengths_array is None:  # each message's BM25 length norm, k1 (0.25 + 0.75 length / average)
             self._lengths_array = 1.2 * (0.25 + 0.75 * np.asarray(self._lengths, dtype=_F64) / average)
         norm = self._lengths_array
-        postings = [table[lexeme].arrays() for lexeme in kept]
-        sizes = np.array([frequencies[lexeme] for lexeme in kept], dtype=np.int64)
-        raw = np.log((n - sizes + 0.5) / (sizes + 0.5))
-        which = np.repeat(np.arange(len(kept)), sizes)  # each posting's word
-        docs = np.concatenate([p[0] for p in postings])
-        tf = np.concatenate([p[1] for p in postings])
-        # BM25 (k1 1.2, b 0.75) with FTS5's idf floor, and the idf coverage the classic coordination factor uses.
-        part = np.maximum(raw, 1e-6)[which] * tf * 2.2 / (tf + norm[docs])
-        bm25 = np.bincount(docs, weights=part, minlength=n)
-        cover = np.maximum(raw, 0.0)
-        total = float(cover.sum())
-        score = bm25 * np.sqrt(np.bincount(docs, weights=cover[which], minlength=n) / total) if total > 0 else bm25
+        scored = [table[lexeme].scored(norm, n) for lexeme in kept]
+        which = np.repeat(np.arange(len(kept)), [frequencies[lexeme] for lexeme in kept])  # each posting's word
+        docs = np.concatenate([p[0] for p in scored])
+        tf = np.concatenate([p[1] for p in scored])
+        # BM25 (k1 1.2, b 0.75) with FTS5's idf floor, times the square root of the idf coverage (keyword_ranking's).
+        bm25 = np.bincount(docs, weights=np.concatenate([p[2] for p in scored]), minlength=n)
+        total = sum(p[4] for p in scored)
+        score = (bm25 * np.sqrt(np.bincount(docs, weights=np.concatenate([p[3] for p in scored]), minlength=n) / total)
+                 if total > 0 else bm25)
         score = np.round(score, SCORE_DIGITS)  # ties stay ties whatever the order of the sums
         hit = np.flatnonzero(bm25 > 0)  # every message holding a kept word, even one scoring 0
         if len(hit) > limit:  # the best `limit`, and every message tying with the last of them
