@@ -9,13 +9,14 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from threadmind.codecs import Message, Thread
 from threadmind.stores import SQLiteStore
 from threadmind.stores import _sqlite_keywords as sql_keywords
 from threadmind.stores._keyword_blocks import RESOURCE, KeywordBlock, KeywordBlocks
-from threadmind.stores._keywords import query_terms
+from threadmind.stores._keywords import KeywordCandidate, count_words, keyword_ranking, query_terms, stem
 
 BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 WORDS = ("dog cat harbour marathon tokyo parrot garden violin recipe paint sunrise hiking chess bakery train river "
@@ -223,3 +224,40 @@ def test_rows_joining_forget_only_the_neighbours_kept_in_their_threads() -> None
     epoch = block.epoch
     block.extend([("c", "t1", "r1", "")])  # a message of no words joins t1: not taken, but t1's order changed
     assert set(block.neighbours) == {"b"} and block.epoch == epoch + 1 and "c" not in block
+
+
+def test_a_block_grown_after_searches_scores_as_one_built_whole() -> None:
+    """The scores a block keeps per searched word (idf and saturation, which depend on the block's size and average
+    length) are recomputed when messages join it: it then ranks exactly as a block built from all the rows."""
+    rng = random.Random(5)
+    rows = [(f"m{i}", f"t{i % 3}", "r1", " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 9))))
+            for i in range(80)]
+    queries = [rng.sample(WORDS, rng.randint(1, 5)) for _ in range(30)]
+    grown = KeywordBlock((RESOURCE, "r1"), rows[:40])
+    for query in queries:
+        grown.matches(query, 10)  # keeps the words' scores for 40 messages
+    grown.extend(rows[40:])
+    whole = KeywordBlock((RESOURCE, "r1"), rows)
+    for query in queries:
+        assert grown.matches(query, 10) == whole.matches(query, 10)
+
+
+def test_a_block_scores_as_keyword_ranking_does() -> None:
+    """The block's numpy scoring and ``keyword_ranking`` (which every store uses for candidates it counted itself)
+    give the same candidates with the same scores."""
+    rng = random.Random(9)
+    rows = [(f"m{i}", "t1", "r1", " ".join(stem(rng.choice(WORDS)) for _ in range(rng.randint(1, 12))))
+            for i in range(120)]
+    block = KeywordBlock((RESOURCE, "r1"), rows)
+    compared = 0
+    for _ in range(40):
+        terms = rng.sample(WORDS, rng.randint(1, 6))
+        found = block.matches(terms, 200)
+        wanted = frozenset(stem(term) for term in terms)
+        every = [KeywordCandidate(mid, tid, rid, len(text.split()), count_words(text.split(), wanted))
+                 for mid, tid, rid, text in rows]
+        ranked = keyword_ranking(msgspec.structs.replace(found, candidates=[c for c in every if c.counts]), 200)
+        assert [(c.message_id, c.score, c.counts) for c in found.candidates] == [
+            (c.message_id, c.score, c.counts) for c in ranked]
+        compared += len(ranked)
+    assert compared > 1000
