@@ -224,7 +224,8 @@ _RAW_SQLITE = r"""
 import asyncio, json, os, sys, time, aiosqlite
 sys.path.insert(0, os.getcwd())
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
-from threadmind.codecs import encode_content, to_iso
+from threadmind.codecs._json import encode_content
+from threadmind.codecs._time import to_iso
 wl = Workload(threads=int(sys.argv[2]), turns=int(sys.argv[3]))
 rows = [(m.id, m.thread_id, encode_content(m.content).decode(), m.role, "v2", to_iso(m.created_at), m.resource_id)
         for t in range(wl.threads) for k in range(wl.turns) for m in wl.messages_for_turn(t, k)]
@@ -261,7 +262,8 @@ import numpy as np
 sys.path.insert(0, os.getcwd())
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
 from threadmind.embedders import HashEmbedder
-from threadmind.codecs import encode_content, to_iso
+from threadmind.codecs._json import encode_content
+from threadmind.codecs._time import to_iso
 from threadmind.stores._schema import create_schema
 from threadmind.stores._vector_records import _SCHEMA as VECTOR_SCHEMA
 wl = Workload(threads=int(sys.argv[2]), turns=int(sys.argv[3]))

@@ -34,6 +34,18 @@ def test_bench_memory_prints_every_phase(capsys: pytest.CaptureFixture[str]) -> 
         assert figures["index_query"]["p50_ms"] > 0
 
 
+def test_bench_memory_runs_its_raw_baselines(capsys: pytest.CaptureFixture[str]) -> None:
+    """The baselines run in processes of their own, from scripts in strings: a broken import there surfaces only as
+    an ``error`` in the report, so the report is checked for the figures themselves."""
+    bench_memory.main(["--threads", "4", "--turns", "2", "--queries", "4", "--recalls", "4", "--phases", "ac"])
+    report = json.loads(capsys.readouterr().out)
+    raw, ceiling = report["baseline_aiosqlite"], report["ceiling_plain_sqlite3_same_schema"]
+    assert "error" not in raw and "error" not in ceiling and "error" not in report["baseline_hnswlib"]
+    assert raw["commit_per_save"]["msgs_per_s"] > 0 and ceiling["sequential_commit_per_save"]["msgs_per_s"] > 0
+    assert report["ratio_sequential_to_ceiling"] > 0 and report["ratio_semantic_to_ceiling"] > 0
+    assert report["baseline_hnswlib"]["knn_query_p50_ms"] > 0
+
+
 def test_bench_memory_refuses_a_zero_repeat(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         bench_memory.main(["--repeat", "0"])
