@@ -34,17 +34,14 @@ from ..codecs import Message, Resource, Thread
 from ..codecs._time import utc_now
 from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
 from . import _query as q
-from ._keywords import NO_MATCHES, KeywordMatches
-from ._postgres_keyword_search import KeywordScopes
+from ._keywords import KeywordMatches
+from ._postgres_keyword_index import PostgresKeywordIndex
 from ._postgres_keywords import (
-    CATCH_UP_SQL,
     DELETE_IDS_SQL,
     DELETE_THREAD_SQL,
     MOVE_THREAD_SQL,
-    NEIGHBOURS_SQL,
     UPSERT_SQL,
     keyword_rows,
-    tsquery_literal,
 )
 from ._postgres_leases import LeaseListener, PgLeases, Presence, check_fence, lease_lost
 from ._postgres_pool import PgPool, check_connection, masked, storage_error, transaction
@@ -141,7 +138,7 @@ class PostgresStore:
         self._versions = self._file_counts.threads
         self._resource_versions = self._file_counts.resources
         self._volatile = 0  # counts down: every version handed out is new (other hosts may have written)
-        self._keyword_scopes = KeywordScopes()
+        self._keywords = PostgresKeywordIndex(self._read, self._write, self._idle)
         # (thread, size) -> the last get_thread_with_tail answer and its thread row's version, newest used last
         self._tails: OrderedDict[tuple[str, int], tuple[str, Thread | None, MessagePage]] = OrderedDict()
         self._tail_hits = 0
@@ -224,78 +221,27 @@ class PostgresStore:
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
                              limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
-        """The scope's statistics and its best ``limit`` messages holding any of ``terms``: from the scope's rows
-        kept in memory while its version is unchanged, else by SQL (see ``_postgres_keyword_search``); with
-        ``neighbours_of``, the neighbours of those and of these (those the scope's block has not kept yet in one
-        more statement on the same connection)."""
-        query, lexemes = tsquery_literal(terms)
-        searching = bool(lexemes) and limit > 0 and (resource_id is not None or thread_id is not None)
-        if not searching and neighbours_of is None:
-            await self._idle()
-            return NO_MATCHES
-        others = [] if neighbours_of is None else list(neighbours_of)
-        scopes = self._keyword_scopes
-
-        async def read(conn: Any) -> KeywordMatches:
-            found, block = NO_MATCHES, None
-            if searching:
-                found, block = await scopes.matches(conn, terms, query, lexemes, resource_id=resource_id,
-                                                    thread_id=thread_id, limit=limit)
-            if neighbours_of is None:
-                return found
-            ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + others))
-            return msgspec.structs.replace(found, neighbours=await scopes.neighbours(conn, block, ids))
-
-        return await self._read(read, "keyword_search")
+        """See :meth:`PostgresKeywordIndex.search`."""
+        return await self._keywords.search(terms, resource_id=resource_id, thread_id=thread_id, limit=limit,
+                                           neighbours_of=neighbours_of)
 
     async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
         """The messages just before and after each one in its thread, in one statement."""
-        ids = list(dict.fromkeys(message_ids))
-        if not ids:
-            await self._idle()
-            return {}
-        rows = await self._read(lambda conn: conn.fetch(NEIGHBOURS_SQL, ids), "neighbours")
-        return {mid: (before, after) for mid, before, after in rows}
+        return await self._keywords.neighbours(message_ids)
 
     def cache_statistics(self) -> dict[str, int]:
         """What this store answered from memory after the server confirmed it current: keyword searches
         (``keyword_from_memory``; scopes read to keep: ``keyword_built``, kept now: ``keyword_kept``), messages'
         neighbours (``neighbours_from_memory``) and thread-with-tail reads (``tails_from_memory``)."""
-        scopes = self._keyword_scopes
-        return {"keyword_from_memory": scopes.hits, "keyword_built": scopes.builds, "keyword_kept": len(scopes.blocks),
-                "neighbours_from_memory": scopes.neighbour_hits, "tails_from_memory": self._tail_hits}
+        return {**self._keywords.cache_statistics(), "tails_from_memory": self._tail_hits}
 
     async def keyword_backlog(self) -> int:
         """How many messages have no keyword row yet (written by Mastra, or by a threadmind older than the index)."""
-        count: int = await self._read(lambda conn: conn.fetchval(
-            "SELECT count(*) FROM mastra_messages m WHERE NOT EXISTS "
-            "(SELECT 1 FROM threadmind_keywords k WHERE k.message_id = m.id)"), "keyword_backlog")
-        return count
+        return await self._keywords.backlog()
 
     async def build_keyword_index(self, progress: Callable[[int, int], object] | None = None) -> int:
-        """Index the messages that have no keyword row, 500 per transaction (one process's batch at a time);
-        ``progress(done, total)`` after each batch. Returns the rows written (0: the index was complete)."""
-        total = await self.keyword_backlog()
-        written = 0
-        while True:
-            async def batch(conn: Any) -> int:
-                async with transaction(conn):
-                    # One batch at a time across processes: each reads what the others' batches left, so
-                    # processes opening one database at once index each message once.
-                    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                                       "threadmind.keywords.catch_up")
-                    rows = await conn.fetch(CATCH_UP_SQL, 500)
-                    if rows:
-                        await conn.execute(UPSERT_SQL, *keyword_rows(
-                            [(message_from_row(row), row[7] or "") for row in rows]))
-                    return len(rows)
-
-            made = await self._write(batch, "build_keyword_index")
-            if not made:
-                return written
-            written += made
-            if progress is not None:
-                progress(written, max(total, written))
+        """See :meth:`PostgresKeywordIndex.build`."""
+        return await self._keywords.build(progress)
 
     def vector_records(self) -> PostgresVectorRecords:
         """The vector records (``VectorRecords``) in this database's ``threadmind_vector*`` tables."""
@@ -499,7 +445,7 @@ class PostgresStore:
 
         row = await self._counted(run, "save_messages", [part.thread_id for part in parts])
         saved, bumped = row[1], row[2]
-        self._keyword_scopes.saved(entries, bumped)  # committed: blocks of the scopes may take the new rows
+        self._keywords.scopes.saved(entries, bumped)  # committed: blocks of the scopes may take the new rows
         kept_at = kept(parts, saved)
         stored = {part.thread_id: q.saved(part.messages, kept_at[part.thread_id]) for part in parts}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
