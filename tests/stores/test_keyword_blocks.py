@@ -99,7 +99,7 @@ async def test_blocks_folds_grew_answer_exactly_what_the_index_answers(tmp_path:
         await store.keyword_search(["dog"], resource_id="r0", thread_id=None, limit=1)  # folds what is queued
         for query in queries:
             for scope in scopes:
-                assert searched(path, query, scope, store._keyword_blocks) == searched(path, query, scope, None)
+                assert searched(path, query, scope, store._keywords.blocks) == searched(path, query, scope, None)
         assert len(builds) == built  # grown by the folds, never read back
 
 
@@ -158,7 +158,7 @@ async def test_every_change_through_another_store_object_is_seen(tmp_path: Path)
         assert await found("dog") == ["b"] and await found("dog", "r2") == ["c"]
         await writer.delete_thread("t1")
         assert await found("dog") == [] and await found("asleep") == []
-        assert len(reader._keyword_blocks) >= 1  # the reader did search from blocks
+        assert len(reader._keywords.blocks) >= 1  # the reader did search from blocks
 
 
 async def test_a_chat_that_saves_then_searches_keeps_its_block(tmp_path: Path, builds: list[str]) -> None:

@@ -144,7 +144,7 @@ async def test_a_background_fold_that_cannot_lock_leaves_the_queue_to_the_next_s
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
-        assert store._background_fold.failures >= 1 and await store.execute_read(queued)
+        assert store._keywords.background_fold.failures >= 1 and await store.execute_read(queued)
         assert await found(store, "seal") == ["m7"]
 
 

@@ -78,8 +78,7 @@ from ._group_commit import (
     SaveSpec,
     read_tx,
 )
-from ._keyword_blocks import KeywordBlocks
-from ._keywords import NO_MATCHES, KeywordMatches, Neighbours
+from ._keywords import KeywordMatches, Neighbours
 from ._leases import busy_error, wait_backoff
 from ._om import ObservationalMemoryStore, SQLiteOMStore
 from ._protocol import (
@@ -93,21 +92,12 @@ from ._protocol import (
     UnsetType,
 )
 from ._schema import create_schema
-from ._sqlite_fold import BackgroundFold
+from ._sqlite_keyword_index import SQLiteKeywordIndex
 from ._sqlite_keywords import (
-    FOLD_BATCH,
-    Advance,
-    catch_up_batch,
     delete_keywords_of_ids,
     delete_keywords_of_thread,
     enqueue,
     enqueue_thread,
-    fold,
-    keyword_backlog,
-    neighbour_ids,
-    scope_token,
-    search_in_memory,
-    search_keywords,
 )
 from ._sqlite_leases import active_owner, check_fence, release_row, renew_rows, take_over
 from ._sqlite_peers import Peers, peers_for
@@ -148,7 +138,6 @@ T = TypeVar("T")
 
 _LEASE_POLL_CAP = 0.002  # longest sleep of a lease waiter between two looks (two syscalls each: cheap)
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
-_CHECKED_KEPT = 65_536  # scopes whose last keyword search is remembered (all forgotten past this)
 #: Each connection's page cache, at most (SQLite's default is 2 MiB). A semantic save inserts into five
 #: B-trees keyed by random ids; past a few hundred thousand messages they outgrow 2 MiB and every insert
 #: misses: 64 MiB made semantic saves into a million-message file 1 520 -> 1 750 msgs/s here.
@@ -259,12 +248,10 @@ class SQLiteStore(GroupWriter):
         self._inline_commits = 0
         self._saving = 0  # save_messages calls under way (GroupWriter._inline: a lone caller's only)
         self._vector_records: SQLiteVectorRecords | None = None
-        self._keyword_blocks = KeywordBlocks()  # scopes searched by words, in memory (see _keyword_blocks)
-        # scope token -> (cache epoch, thread writes counted, version) when its block last answered a search
-        self._keyword_checked: dict[str, tuple[int, int, int]] = {}
-        self._keyword_memory_hits = 0
-        self._folded_at = -1  # the file's thread write count when this store's last keyword fold began
-        self._background_fold = BackgroundFold(self._folded_in_background, lambda: self._versions.total)
+        # The keyword index's side in this process: searched scopes kept in memory, background folds.
+        self._keywords = SQLiteKeywordIndex(
+            read=self.execute_read, write=self.execute_write, epoch=self.cache_epoch,
+            writes=lambda: self._versions.total, connection=lambda: self._checkpointer)
         self._peers: Peers | None = None
         self._volatile = 0  # counts down: the versions handed out while another process may be writing
         self._row_leases = 0  # leases of this store object held through a takeover row (they need renewing)
@@ -387,13 +374,11 @@ class SQLiteStore(GroupWriter):
 
             finally:
                 self._state = _State.CLOSED
-                self._background_fold.close()
+                self._keywords.close()
                 for conn in (self._checkpointer, self._reader, self._writer):
                     if conn is not None:
                         await close_connection(conn)
                 self._reader = self._writer = self._checkpointer = None
-                self._keyword_blocks.clear()
-                self._keyword_checked.clear()
                 self._wal_index.close()
                 if self._peers is not None:
                     self._peers.detach()
@@ -626,7 +611,7 @@ class SQLiteStore(GroupWriter):
             return msgspec.structs.replace(thread_from_row(row), resource_id=resource_id, updated_at=now)
 
         moved = await self._write_counted(job, self._versions, (thread_id,))
-        self._fold_soon()
+        self._keywords.fold_soon()
         return moved
 
     async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
@@ -652,7 +637,7 @@ class SQLiteStore(GroupWriter):
             return stored
 
         created = await self._write_counted(job, self._versions, (stored.id,))
-        self._fold_soon()
+        self._keywords.fold_soon()
         return created
 
     # -- messages ----------------------------------------------------------------------------------------
@@ -694,7 +679,7 @@ class SQLiteStore(GroupWriter):
             kept = await self._submit(job, SaveSpec(thread_id, rows, messages, after, fenced))
         finally:
             self._versions.bump((thread_id,))
-        self._fold_soon()
+        self._keywords.fold_soon()
         return q.saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
                                   for mid, created in kept.items()})
 
@@ -726,7 +711,7 @@ class SQLiteStore(GroupWriter):
             return kept
 
         kept_per_part = await self._write_counted(job, self._versions, [thread_id for thread_id, _, _ in parts])
-        self._fold_soon()
+        self._keywords.fold_soon()
         stored = {thread_id: q.saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
                                                 for mid, created in kept.items()})
                   for (thread_id, _, messages), kept in zip(parts, kept_per_part, strict=True)}
@@ -743,106 +728,26 @@ class SQLiteStore(GroupWriter):
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
                              limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
-        """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (and with
-        ``neighbours_of`` the neighbours of those and of these) in one read (see ``_sqlite_keywords``); ids queued
-        by saves that returned before this call are indexed first."""
-        if not terms or limit <= 0:
-            if neighbours_of is None:
-                return NO_MATCHES
-            return msgspec.structs.replace(NO_MATCHES, neighbours=await self.neighbours(neighbours_of))
-        blocks = self._keyword_blocks
-        others = None if neighbours_of is None else list(neighbours_of)
-        # Alone with the file and nothing written through it since the scope's last search: its block is current.
-        epoch, writes, checked = self.cache_epoch(), self._versions.total, self._keyword_checked
-        if epoch is not None:
-            stamp = checked.get(scope_token(resource_id, thread_id))
-            if stamp is not None and stamp[0] == epoch and stamp[1] == writes:
-                known = search_in_memory(blocks, stamp[2], terms, resource_id, thread_id, limit, others)
-                if known is not None:
-                    self._keyword_memory_hits += 1
-                    return known
-
-        def check(token: str, version: int) -> None:
-            if epoch is not None:
-                if len(checked) > _CHECKED_KEPT:
-                    checked.clear()
-                checked[token] = (epoch, writes, version)
-
-        def search(folded: bool) -> Callable[[sqlite3.Connection], KeywordMatches | None]:
-            return lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit, folded=folded,
-                                                blocks=blocks, neighbours_of=others, checked=check)
-
-        # Written through this file's store objects since this store last folded: ids are queued, fold first
-        # (else the read finds out, and the fold comes after it).
-        found = None if writes != self._folded_at else await self.execute_read(search(False))
-        if found is None:
-            while True:
-                taken, advances = await self.execute_write(fold)
-                blocks.advance_all(advances)
-                if taken < FOLD_BATCH:  # it took every id queued by a save that returned before this search
-                    break
-            self._folded_at = writes
-            found = await self.execute_read(search(True))
-        return found or NO_MATCHES
-
-    def _fold_soon(self) -> None:
-        """A write queued ids for the keyword index: fold them in the background (see ``_sqlite_fold``)."""
-        self._background_fold.soon(self._checkpointer, self._versions.total, self.cache_epoch(),
-                                   list(self._keyword_checked))
-
-    def _folded_in_background(self, advances: list[Advance], order: Neighbours, writes: int,
-                              epoch: int | None, versions: dict[str, int]) -> None:
-        """A background fold committed (``writes``: the write count when it began; -1: it failed): the blocks
-        take its rows and the order of the threads they grew in; when nothing was written since it began, with no
-        other process on the file, a block it left at the scope's new version is the scope's, as after a search,
-        and so is a searched scope's block at the version the fold read (``versions``: a fold that found the queue
-        emptied by an earlier one still tells which blocks are current)."""
-        blocks = self._keyword_blocks
-        blocks.advance_all(advances)
-        if writes < 0:
-            return
-        self._folded_at = max(self._folded_at, writes)
-        current = epoch is not None and writes == self._versions.total
-        for token, _, new, _ in advances:
-            if blocks.remember(token, new, order) and current and epoch is not None:
-                self._keyword_checked[token] = (epoch, writes, new)
-        if current and epoch is not None:
-            for token, version in versions.items():
-                if blocks.version_of(token) == version:
-                    self._keyword_checked[token] = (epoch, writes, version)
+        """See :meth:`SQLiteKeywordIndex.search`."""
+        return await self._keywords.search(terms, resource_id=resource_id, thread_id=thread_id, limit=limit,
+                                          neighbours_of=neighbours_of)
 
     def cache_statistics(self) -> dict[str, int]:
-        """Keyword searches answered without a trip to the database (``keyword_from_memory``: the scope unchanged
-        since its last search and no other process on the file), scopes kept in memory (``keyword_kept``) and
-        folds of the keyword queue committed in the background (``keyword_folds_in_background``)."""
-        return {"keyword_from_memory": self._keyword_memory_hits, "keyword_kept": len(self._keyword_blocks),
-                "keyword_folds_in_background": self._background_fold.folds}
+        """See :meth:`SQLiteKeywordIndex.cache_statistics`."""
+        return self._keywords.cache_statistics()
 
     async def neighbours(self, message_ids: Sequence[str]) -> Neighbours:
         """The messages just before and after each one in its thread."""
-        ids = list(message_ids)
-        return await self.execute_read(lambda conn: neighbour_ids(conn, ids)) if ids else {}
+        return await self._keywords.neighbours(message_ids)
 
     async def keyword_backlog(self) -> int:
         """At most how many messages still lack a keyword index row (rows written by Mastra, or by a threadmind
         older than the index)."""
-        return await self.execute_read(keyword_backlog)
+        return await self._keywords.backlog()
 
     async def build_keyword_index(self, progress: Callable[[int, int], object] | None = None) -> int:
-        """Index the messages that lack a keyword index row, one short write transaction per batch (the event
-        loop is never held: each batch runs on the writer thread). ``progress(done, total)`` after each batch.
-        Returns the index rows written; 0 when the index was complete."""
-        total = await self.keyword_backlog()
-        seen = written = 0
-        while True:
-            looked, made, advances = await self.execute_write(catch_up_batch)
-            self._keyword_blocks.advance_all(advances)
-            if not looked:
-                return written
-            seen += looked
-            written += made
-            if progress is not None:
-                progress(seen, max(total, seen))
+        """See :meth:`SQLiteKeywordIndex.build`."""
+        return await self._keywords.build(progress)
 
     def vector_records(self) -> SQLiteVectorRecords:
         """The vector rows of this file (``threadmind_vectors`` and friends), written on its writer thread."""
@@ -977,7 +882,7 @@ class SQLiteStore(GroupWriter):
 
         touched: list[str] = []  # filled by the job (in the writer thread) before it returns
         updated = await self._write_counted(job, self._versions, touched)
-        self._fold_soon()
+        self._keywords.fold_soon()
         return updated
 
     async def delete_messages(self, ids: Sequence[str]) -> set[str]:
