@@ -58,7 +58,6 @@ from ..codecs import Message, Resource, Thread
 from ..codecs._time import to_iso, utc_now
 from ..errors import (
     ConfigError,
-    LeaseLost,
     MessageIdTaken,
     StorageError,
     ThreadNotFound,
@@ -79,7 +78,6 @@ from ._group_commit import (
     read_tx,
 )
 from ._keywords import KeywordMatches, Neighbours
-from ._leases import busy_error, wait_backoff
 from ._om import ObservationalMemoryStore, SQLiteOMStore
 from ._protocol import (
     UNSET,
@@ -99,7 +97,7 @@ from ._sqlite_keywords import (
     enqueue,
     enqueue_thread,
 )
-from ._sqlite_leases import active_owner, check_fence, release_row, renew_rows, take_over
+from ._sqlite_leases import FileLeases
 from ._sqlite_peers import Peers, peers_for
 from ._sqlite_rows import (
     CHUNK,
@@ -124,7 +122,6 @@ from ._sqlite_rows import (
     save_rows,
     thread_from_row,
     tm_json,
-    unfenced,
     upsert,
     write_resource,
 )
@@ -136,7 +133,6 @@ __all__ = ("SQLiteStore", "StoreStatistics")
 
 T = TypeVar("T")
 
-_LEASE_POLL_CAP = 0.002  # longest sleep of a lease waiter between two looks (two syscalls each: cheap)
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 #: Each connection's page cache, at most (SQLite's default is 2 MiB). A semantic save inserts into five
 #: B-trees keyed by random ids; past a few hundred thousand messages they outgrow 2 MiB and every insert
@@ -254,7 +250,7 @@ class SQLiteStore(GroupWriter):
             writes=lambda: self._versions.total, connection=lambda: self._checkpointer)
         self._peers: Peers | None = None
         self._volatile = 0  # counts down: the versions handed out while another process may be writing
-        self._row_leases = 0  # leases of this store object held through a takeover row (they need renewing)
+        self._leases = FileLeases(lambda: self._peers, read=self.execute_read, write=self.execute_write)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r}, state={self._state.value})"
@@ -648,7 +644,7 @@ class SQLiteStore(GroupWriter):
         """Upsert messages of one thread atomically, in order (see the ``Store`` protocol).
 
         ``mark_pending``: the vector layer's pending marks are written inside the same transaction. ``fence``: the
-        save checks the lease in its transaction (see :meth:`_fence_check`).
+        save checks the lease in its transaction (see :meth:`FileLeases.fence_check`).
         """
         messages = q.validate_messages(thread_id, messages)
         if not messages:
@@ -664,7 +660,7 @@ class SQLiteStore(GroupWriter):
                     fence: Lease | None) -> list[Message]:
         rows = [message_row(m) for m in messages]
         after = await self._pending_hook(mark_pending)
-        fenced = self._fence_check(fence)
+        fenced = self._leases.fence_check(fence)
 
         def job(conn: sqlite3.Connection) -> dict[str, str]:
             fenced(conn)
@@ -699,7 +695,7 @@ class SQLiteStore(GroupWriter):
             await self._idle_checkpoint()
             return {thread_id: [] for thread_id in by_thread}
         after = await self._pending_hook(mark_pending)
-        fenced = self._fence_check(fence)
+        fenced = self._leases.fence_check(fence)
 
         def job(conn: sqlite3.Connection) -> list[dict[str, str]]:
             fenced(conn)
@@ -941,7 +937,7 @@ class SQLiteStore(GroupWriter):
         """Read the thread and write what ``change`` makes of it in one write transaction (``change`` runs on the
         writer thread, under SQLite's write lock: no process can write between the read and the write)."""
 
-        fenced = self._fence_check(fence)
+        fenced = self._leases.fence_check(fence)
 
         def job(conn: sqlite3.Connection) -> Thread | None:
             fenced(conn)
@@ -971,7 +967,7 @@ class SQLiteStore(GroupWriter):
         if not isinstance(resource_id, str) or not resource_id.strip():
             raise ValidationError("resource_id must be a non-empty string")
 
-        fenced = self._fence_check(fence)
+        fenced = self._leases.fence_check(fence)
 
         def job(conn: sqlite3.Connection) -> Resource | None:
             fenced(conn)
@@ -986,129 +982,17 @@ class SQLiteStore(GroupWriter):
         return await self._write_counted(job, self._resource_versions, (resource_id,))
 
     async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
-        """Hold ``key`` against every process on this file (a lock beside it; see ``_sqlite_peers``).
-
-        A holder that died releases it at once; one that is frozen (its heartbeat no longer vouches for its holds:
-        its last renewal plus its ``ttl`` has passed) is taken over through the database, and its later fenced
-        writes are refused.
-        """
+        """See :meth:`FileLeases.acquire`."""
         await self._ready()
-        peers = self._peers
-        assert peers is not None
-        delay = 0.001
-        checked_at = 0.0
-        waiting = False
-        try:
-            while True:
-                holder = peers.try_hold(key, owner)
-                if holder is None:
-                    return await self._held_lease(key, owner, ttl, wait)
-                if not wait:
-                    await anyio.lowlevel.checkpoint()
-                    raise busy_error(key)
-                if not waiting:
-                    peers.wait_begin(key)
-                    waiting = True
-                now = time.time()
-                if holder > 0 and now - checked_at >= min(0.25, ttl / 4):
-                    checked_at = now
-                    until = peers.alive_until(holder)
-                    if until is not None and now > until:  # the holder is alive but frozen: take over
-                        lease = await self._take_over(key, owner, ttl)
-                        if lease is not None:
-                            return lease
-                await anyio.sleep(delay)
-                delay = min(_LEASE_POLL_CAP, delay * 2)
-        finally:
-            if waiting:
-                peers.wait_end(key)
-
-    async def _held_lease(self, key: str, owner: str, ttl: float, wait: bool) -> Lease:
-        """The lock on ``key`` is ours: vouch for it, and wait for a takeover of a frozen holder still in force."""
-        peers = self._peers
-        assert peers is not None
-        try:
-            peers.beat(ttl, lazy=True)  # vouch for the new hold at once (not only at the next heartbeat)
-            if peers.takeovers() and await self._row_owner(key) not in (None, owner):
-                if not wait:
-                    raise busy_error(key)
-                delay = 0.001
-                while await self._row_owner(key) not in (None, owner):
-                    delay = await wait_backoff(delay)
-        except BaseException:
-            peers.release(key, owner)
-            raise
-        return Lease(key=key, owner=owner, token=0, acquired_at=time.time())
-
-    async def _take_over(self, key: str, owner: str, ttl: float) -> Lease | None:
-        """Take ``key`` over from a frozen holder through a row (None: another takeover is in force, or the
-        database is locked by the frozen holder itself; the caller looks again later)."""
-        peers = self._peers
-        assert peers is not None
-        peers.note_takeover()  # before the row exists: a fenced write that sees no takeover yet precedes it
-        taken: list[Lease] = []
-
-        def job(conn: sqlite3.Connection) -> Lease | None:
-            lease = take_over(conn, key, owner, os.getpid(), ttl)
-            if lease is not None:
-                taken.append(lease)
-            return lease
-
-        try:
-            lease = await self.execute_write(job)
-        except StorageError:
-            return None
-        except BaseException:
-            if taken:  # committed, but the caller was cancelled meanwhile: give it straight back
-                self._row_leases += 1
-                with anyio.CancelScope(shield=True):
-                    await self.release_lease(taken[0])
-            raise
-        if lease is not None:
-            self._row_leases += 1
-        return lease
-
-    def _fence_check(self, fence: Lease | None) -> Callable[[sqlite3.Connection], None]:
-        """The in-transaction check of a write fenced by ``fence``: ``LeaseLost`` when it lapsed (this process did
-        not renew it in time) or was taken over.
-
-        The takeover check is free until some process on the file has begun a takeover: the counter is raised
-        before a takeover row is written, and the check runs holding the write lock, so a count of 0 then means no
-        takeover can commit before this write does.
-        """
-        if fence is None:
-            return unfenced
-
-        def check(conn: sqlite3.Connection) -> None:
-            peers = self._peers
-            if peers is not None and fence.token == 0 and peers.lapsed(fence.acquired_at):
-                raise LeaseLost(fence.key, "its holder stopped renewing it for longer than its ttl")
-            if peers is None or peers.takeovers():
-                check_fence(conn, fence)
-
-        return check
-
-    async def _row_owner(self, key: str) -> str | None:
-        return await self.execute_read(lambda conn: active_owner(conn, key))
+        return await self._leases.acquire(key, owner=owner, ttl=ttl, wait=wait)
 
     async def release_lease(self, lease: Lease) -> None:
         """Give ``lease`` back (the lock, or the takeover row)."""
-        if lease.token == 0:
-            if self._peers is not None:
-                self._peers.release(lease.key, lease.owner)
-            return  # no checkpoint: it ends every turn, which has checkpointed plenty
-        self._row_leases = max(0, self._row_leases - 1)
-        with anyio.CancelScope(shield=True):
-            await self.execute_write(lambda conn: release_row(conn, lease))
+        await self._leases.release(lease)
 
     async def renew_leases(self, owner: str, ttl: float) -> None:
         """The heartbeat: this process is alive (its locks stand ``ttl`` more), and so do its takeover rows."""
-        if self._peers is not None:
-            self._peers.beat(ttl)
-        if self._row_leases:
-            await self.execute_write(lambda conn: renew_rows(conn, owner, ttl))
-        else:
-            await anyio.lowlevel.checkpoint()
+        await self._leases.renew(owner, ttl)
 
     # -- CLI helpers -------------------------------------------------------------------------------------
 
