@@ -74,11 +74,11 @@ async def test_saves_under_way_at_once_commit_as_groups_on_the_writer_thread(tmp
         assert len(await store.get_messages_by_id([f"t{t}-{i}" for t in range(8) for i in range(20)])) == 160
         job = [say("x", 0, "t0")]
         before = store.statistics()
-        store._saving = 1  # another save under way
+        store._group.saving = 1  # another save under way
         try:
             await store.save_messages("t0", job)
         finally:
-            store._saving = 0
+            store._group.saving = 0
         assert store.statistics().inline_commits == before.inline_commits  # it went to the writer thread
         await store.save_messages("t0", [say("y", 1, "t0")])
         assert store.statistics().inline_commits == before.inline_commits + 1  # a lone one: on the loop

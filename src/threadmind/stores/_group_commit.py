@@ -327,32 +327,56 @@ def read_tx(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connecti
 
 
 class GroupWriter:
-    """The writer half of ``SQLiteStore`` (a mixin: the store sets these attributes in its ``__init__``)."""
+    """The writer of one ``SQLiteStore``: jobs queue up, one caller at a time commits them (see the module).
 
-    _path: str
-    _max_batch: int
-    _writer: aiosqlite.Connection | None
-    _checkpointer: aiosqlite.Connection | None
-    _queue: deque[Job]
-    _writing: bool
-    _commits: int
-    _jobs: int
-    _largest: int
-    _last_group: int
-    _arrival: anyio.Event
-    _checkpointing: bool
-    _checked_at: int
-    _synchronous: str
-    _busy_timeout_ms: int
-    _peers: Peers | None
-    _wal_index: WalIndex
-    _waits_for_locks: bool
-    _inline_commits: int
-    _saving: int
+    :param path: the database file (its WAL is watched, see :meth:`_inline`).
+    :param max_batch: most jobs committed in one group transaction.
+    :param synchronous: the writer connection's ``synchronous`` level.
+    :param busy_timeout_ms: how long the writer waits for another connection's lock.
+    """
 
-    async def _submit(
+    def __init__(self, path: str, *, max_batch: int, synchronous: str, busy_timeout_ms: int) -> None:
+        self._path = path
+        self._max_batch = max_batch
+        self._synchronous = synchronous
+        self._busy_timeout_ms = busy_timeout_ms
+        self._writer: aiosqlite.Connection | None = None
+        self._checkpointer: aiosqlite.Connection | None = None
+        self._peers: Peers | None = None
+        self._queue: deque[Job] = deque()
+        self._writing = False
+        self._commits = 0
+        self._jobs = 0
+        self._largest = 0
+        self._last_group = 1
+        self._arrival = anyio.Event()
+        self._checkpointing = False
+        self._checked_at = 0
+        self._wal_index = WalIndex(path)  # how full the WAL is (see _inline)
+        self._waits_for_locks = True  # the writer connection's busy_timeout is busy_timeout_ms (not 0)
+        self._inline_commits = 0
+        #: ``save_messages`` calls under way (a lone caller's save may commit on the loop, see :meth:`_inline`).
+        self.saving = 0
+
+    def attach(self, writer: aiosqlite.Connection, checkpointer: aiosqlite.Connection, peers: Peers) -> None:
+        """The store opened: commit on ``writer``, checkpoint on ``checkpointer``, ``peers`` on the file."""
+        self._writer, self._checkpointer, self._peers = writer, checkpointer, peers
+
+    def detach(self) -> None:
+        """The store closed its connections (after a last job, see ``SQLiteStore.aclose``)."""
+        self._writer = self._checkpointer = None
+        self._wal_index.close()
+
+    def counters(self) -> tuple[int, int, int, int, int]:
+        """Group commits, jobs, largest group, jobs queued now, commits made on the event loop's thread."""
+        return self._commits, self._jobs, self._largest, len(self._queue), self._inline_commits
+
+    async def submit(
         self, fn: Callable[[sqlite3.Connection], T], bulk: SaveSpec | None = None, defer: float = 0.0
     ) -> T:
+        """Run ``fn`` in the next group's transaction and return what it returns (its error raised here alone).
+        ``bulk``: a save, committed with the group's other saves as bulk statements. ``defer``: background work
+        waits up to this long for a write to carry it."""
         link: SpanContext | None = None
         if tracing_enabled():
             context = trace.get_current_span().get_span_context()
@@ -483,7 +507,7 @@ class GroupWriter:
         writer = self._writer
         try:
             if writer is None:
-                raise StorageError(f"{self!r} is closed")
+                raise StorageError(f"SQLiteStore({self._path!r}) is closed")
             raw = self._inline_connection(writer) if self._inline(batch) else None
             if raw is not None and run_inline(raw, batch[0]):
                 self._inline_commits += 1
@@ -500,7 +524,7 @@ class GroupWriter:
         the file (its lock would be waited for), and the WAL far enough from ``wal_autocheckpoint`` that this
         commit cannot start SQLite's own checkpoint (which syncs: up to 5 ms measured; the commit that may is left
         to the writer thread). A save of a lone caller then skips two thread hops (about 70 µs of its 90 here)."""
-        if len(batch) != 1 or self._synchronous == "FULL" or self._saving > 1:
+        if len(batch) != 1 or self._synchronous == "FULL" or self.saving > 1:
             return False
         spec = batch[0].bulk
         if spec is None or len(spec.rows) > _INLINE_ROWS:

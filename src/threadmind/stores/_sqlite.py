@@ -45,7 +45,6 @@ import enum
 import os
 import sqlite3
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -72,7 +71,6 @@ from ._aiosqlite import (
 )
 from ._group_commit import (
     GroupWriter,
-    Job,
     SaveHook,
     SaveSpec,
     read_tx,
@@ -127,7 +125,6 @@ from ._sqlite_rows import (
 )
 from ._vector_records import SQLiteVectorRecords
 from ._versions import FileCounts, WriteCounts, counts_for_file
-from ._wal_index import WalIndex
 
 __all__ = ("SQLiteStore", "StoreStatistics")
 
@@ -184,7 +181,7 @@ class _State(enum.Enum):
 # -- the store ----------------------------------------------------------------------------------------
 
 
-class SQLiteStore(GroupWriter):
+class SQLiteStore:
     """Durable threads, messages and resources in one SQLite file (Mastra-compatible schema).
 
     :param path: database file; created if missing. An existing Mastra ``memory.db`` opens unchanged.
@@ -223,26 +220,14 @@ class SQLiteStore(GroupWriter):
             raise ConfigError(f"max_batch must be a positive integer, got {max_batch!r}")
         self._synchronous = synchronous.upper()
         self._busy_timeout_ms = busy_timeout_ms
-        self._max_batch = max_batch
         self._state = _State.NEW
         self._open_lock = anyio.Lock()
         self._closed = anyio.Event()
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
-        self._queue: deque[Job] = deque()
-        self._writing = False
-        self._commits = 0
-        self._jobs = 0
-        self._largest = 0
-        self._last_group = 1
-        self._arrival = anyio.Event()
         self._checkpointer: aiosqlite.Connection | None = None
-        self._checkpointing = False
-        self._checked_at = 0
-        self._wal_index = WalIndex(self._path)  # how full the WAL is (see GroupWriter._inline)
-        self._waits_for_locks = True  # the writer connection's busy_timeout is busy_timeout_ms (not 0)
-        self._inline_commits = 0
-        self._saving = 0  # save_messages calls under way (GroupWriter._inline: a lone caller's only)
+        self._group = GroupWriter(self._path, max_batch=max_batch, synchronous=self._synchronous,
+                                  busy_timeout_ms=busy_timeout_ms)
         self._vector_records: SQLiteVectorRecords | None = None
         # The keyword index's side in this process: searched scopes kept in memory, background folds.
         self._keywords = SQLiteKeywordIndex(
@@ -262,8 +247,9 @@ class SQLiteStore(GroupWriter):
 
     def statistics(self) -> StoreStatistics:
         """Writer counters (group commits, jobs, largest group, queued now)."""
-        return StoreStatistics(commits=self._commits, jobs=self._jobs, largest_group=self._largest,
-                               queued=len(self._queue), inline_commits=self._inline_commits)
+        commits, jobs, largest, queued, inline = self._group.counters()
+        return StoreStatistics(commits=commits, jobs=jobs, largest_group=largest, queued=queued,
+                               inline_commits=inline)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -283,7 +269,7 @@ class SQLiteStore(GroupWriter):
             writer = reader = checkpointer = None
             try:
                 # check_same_thread off: a short save may commit on the event loop's thread while the writer's is
-                # idle (GroupWriter._inline); the group-commit leader is the connection's one user at any time.
+                # idle (see _group_commit); the group-commit leader is the connection's one user at any time.
                 writer = await connect(self._path, isolation_level=None, cached_statements=256,
                                        check_same_thread=False)
                 await in_connection_thread(writer, self._setup_writer)
@@ -316,6 +302,7 @@ class SQLiteStore(GroupWriter):
             self._file_counts = counts_for_file(identity)
             self._versions, self._resource_versions = self._file_counts.threads, self._file_counts.resources
             self._writer, self._reader, self._checkpointer = writer, reader, checkpointer
+            self._group.attach(writer, checkpointer, peers)
             self._state = _State.OPEN
 
     def _opened(self) -> bool:
@@ -366,7 +353,7 @@ class SQLiteStore(GroupWriter):
                 # A no-op job queued last: when it has run, everything queued before it has committed.
                 with get_tracer().start_as_current_span("threadmind.store.close",
                                                         attributes={ATTR_DB_SYSTEM: "sqlite"}):
-                    await self._submit(lambda conn: None)
+                    await self._group.submit(lambda conn: None)
 
             finally:
                 self._state = _State.CLOSED
@@ -375,7 +362,7 @@ class SQLiteStore(GroupWriter):
                     if conn is not None:
                         await close_connection(conn)
                 self._reader = self._writer = self._checkpointer = None
-                self._wal_index.close()
+                self._group.detach()
                 if self._peers is not None:
                     self._peers.detach()
                 self._closed.set()
@@ -418,7 +405,7 @@ class SQLiteStore(GroupWriter):
         if not 0.0 <= defer <= 60.0:  # also refuses NaN
             raise ValidationError(f"`defer` must be between 0 and 60 seconds, got {defer!r}")
         await self._ready()
-        return await self._submit(fn, defer=defer)
+        return await self._group.submit(fn, defer=defer)
 
     async def _write_counted(self, fn: Callable[[sqlite3.Connection], T], counts: WriteCounts,
                              keys: Iterable[str]) -> T:
@@ -650,11 +637,11 @@ class SQLiteStore(GroupWriter):
         if not messages:
             await self._idle_checkpoint()
             return []
-        self._saving += 1
+        self._group.saving += 1
         try:
             return await self._save(thread_id, messages, mark_pending, fence)
         finally:
-            self._saving -= 1
+            self._group.saving -= 1
 
     async def _save(self, thread_id: str, messages: list[Message], mark_pending: bool,
                     fence: Lease | None) -> list[Message]:
@@ -672,7 +659,7 @@ class SQLiteStore(GroupWriter):
 
         await self._ready()
         try:
-            kept = await self._submit(job, SaveSpec(thread_id, rows, messages, after, fenced))
+            kept = await self._group.submit(job, SaveSpec(thread_id, rows, messages, after, fenced))
         finally:
             self._versions.bump((thread_id,))
         self._keywords.fold_soon()
