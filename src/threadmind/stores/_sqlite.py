@@ -13,27 +13,7 @@ the upsert ``ON CONFLICT(id) DO UPDATE`` updates the row in place, keeping both 
 connection, so reads proceed while a write commits. A write's result is delivered only after COMMIT, so a
 later read always sees it (read-your-writes).
 
-**Group commit.** Every write is a *job*: a sync function ``fn(conn) -> T`` run on the writer's thread.
-Jobs queue up; one writer at a time takes everything queued (up to ``max_batch``) and runs the whole group
-in one hop to aiosqlite's thread: ``BEGIN IMMEDIATE``, per job ``SAVEPOINT``/``RELEASE`` (a failing job is
-rolled back to its savepoint and fails alone), one ``COMMIT``. The writer role is taken by a waiting caller
-(leader/follower) rather than a background task: a store may be opened lazily from any task, and a
-long-lived task group entered there would be bound to that task's cancel scopes. The commit hop runs
-shielded from cancellation; a caller cancelled while its job is still queued removes it (nothing written),
-once the job is in a group it commits fully and only the result is dropped.
-
-**A lone caller's short save** at ``synchronous`` NORMAL or OFF (whose WAL commits do not wait for the disk) commits
-on the event loop's thread instead: no other save under way, no other process on the file, the write lock free at
-once (the writer connection does not wait for it there: a busy lock sends the save to the writer thread, where
-waiting blocks nothing), and the WAL far from SQLite's own checkpoint (read from the wal-index; the commit that may
-start it goes to the writer thread). It skips two thread hops: sequential saves at NORMAL 5 500 -> 8 800
-messages/s here, with the same transaction, the same durability and the same failure semantics. At FULL every
-commit waits for the disk, so it stays on the writer thread.
-
-A ``save_messages`` job is four statements: SAVEPOINT; ``UPDATE mastra_threads ... RETURNING "resourceId"``
-(existence, owner and the ``updatedAt`` bump at once); one multi-row upsert whose ``DO UPDATE ... WHERE`` skips
-ids owned by another thread and whose ``RETURNING`` gives the stored ``createdAt`` of re-saved ids; RELEASE.
-A skipped id fails the job, and its savepoint undoes the bump.
+**Group commit** and the short saves committed on the event loop's thread: see ``_group_commit``.
 
 ``execute_write`` and ``execute_read`` are public extension points: the vector layer keeps its own
 ``threadmind_*`` tables in the same file through them.
@@ -44,7 +24,6 @@ from __future__ import annotations
 import enum
 import os
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -54,12 +33,9 @@ import anyio
 import msgspec
 
 from ..codecs import Message, Resource, Thread
-from ..codecs._time import to_iso, utc_now
 from ..errors import (
     ConfigError,
-    MessageIdTaken,
     StorageError,
-    ThreadNotFound,
     ValidationError,
 )
 from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
@@ -87,41 +63,37 @@ from ._protocol import (
     ThreadPage,
     UnsetType,
 )
-from ._schema import create_schema
-from ._sqlite_keyword_index import SQLiteKeywordIndex
-from ._sqlite_keywords import (
-    delete_keywords_of_ids,
-    delete_keywords_of_thread,
-    enqueue,
-    enqueue_thread,
+from ._sqlite_jobs import (
+    delete_message_rows,
+    delete_thread_rows,
+    file_stats,
+    insert_thread,
+    message_reader,
+    messages_by_id,
+    modify_resource_row,
+    modify_thread_row,
+    move_thread,
+    save_one,
+    save_parts,
+    thread_list_reader,
+    update_message_rows,
+    update_thread_row,
+    upsert_resource,
 )
+from ._sqlite_keyword_index import SQLiteKeywordIndex
 from ._sqlite_leases import FileLeases
+from ._sqlite_open import setup_reader, setup_writer
 from ._sqlite_peers import Peers, peers_for
 from ._sqlite_rows import (
     CHUNK,
-    EXISTS_CODE,
-    MSG_COLS,
-    RESOURCE_ROW,
-    THREAD_COLS,
-    Row,
     SortKey,
-    bump,
-    chunks,
-    existing,
     fetch_thread_row,
-    include_rows,
-    keyed,
     message_from_row,
     message_row,
     page_after,
-    placeholders,
     resource_from_row,
     row_time,
-    save_rows,
     thread_from_row,
-    tm_json,
-    upsert,
-    write_resource,
 )
 from ._vector_records import SQLiteVectorRecords
 from ._versions import FileCounts, WriteCounts, counts_for_file
@@ -131,35 +103,6 @@ __all__ = ("SQLiteStore", "StoreStatistics")
 T = TypeVar("T")
 
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
-#: Each connection's page cache, at most (SQLite's default is 2 MiB). A semantic save inserts into five
-#: B-trees keyed by random ids; past a few hundred thousand messages they outgrow 2 MiB and every insert
-#: misses: 64 MiB made semantic saves into a million-message file 1 520 -> 1 750 msgs/s here.
-PAGE_CACHE_KIB = 65_536
-
-
-def switch_to_wal(
-    conn: sqlite3.Connection, timeout_ms: int, *, sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> str:
-    """``PRAGMA journal_mode = WAL``, tried again while the file is locked, for up to ``timeout_ms``; the mode.
-
-    Switching a file to WAL takes SQLite's exclusive lock without its busy handler, so when several processes
-    open one new file at once, one of them can get "database is locked" at once, whatever ``busy_timeout`` says.
-    Runs on the connection's own thread (the sleeps block that thread only).
-    """
-    deadline = clock() + timeout_ms / 1000
-    pause = 0.001
-    while True:
-        try:
-            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-        except sqlite3.OperationalError as exc:
-            text = str(exc).lower()
-            if ("locked" not in text and "busy" not in text) or clock() >= deadline:
-                raise
-        sleep(min(pause, max(0.0, deadline - clock())))
-        pause = min(pause * 2, 0.05)
-
-
 class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of the writer: committed groups (of which on the event loop's thread), jobs run, the largest
     group and jobs waiting now."""
@@ -272,9 +215,10 @@ class SQLiteStore:
                 # idle (see _group_commit); the group-commit leader is the connection's one user at any time.
                 writer = await connect(self._path, isolation_level=None, cached_statements=256,
                                        check_same_thread=False)
-                await in_connection_thread(writer, self._setup_writer)
+                await in_connection_thread(writer, lambda conn: setup_writer(conn, self._path, self._synchronous,
+                                                                        self._busy_timeout_ms))
                 reader = await connect(self._path, isolation_level=None, cached_statements=256)
-                await in_connection_thread(reader, self._setup_reader)
+                await in_connection_thread(reader, lambda conn: setup_reader(conn, self._busy_timeout_ms))
                 checkpointer = await connect(self._path, isolation_level=None)
                 await checkpointer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
                 # background keyword folds commit here unsynced (see _sqlite_fold); checkpoints still sync
@@ -307,32 +251,6 @@ class SQLiteStore:
 
     def _opened(self) -> bool:
         return self._state is _State.OPEN
-
-    def _setup_writer(self, conn: sqlite3.Connection) -> None:
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-        conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
-        mode = switch_to_wal(conn, self._busy_timeout_ms)
-        if mode.lower() != "wal":
-            raise StorageError(f"could not switch {self._path!r} to WAL mode (got {mode!r})")
-        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-        # Every job runs inside a SAVEPOINT, so SQLite keeps a sub-journal of the pages each one changes; past
-        # 64 KiB it spills to a temp file (~270 KB per semantic group commit). In memory it costs no syscalls:
-        # the vector write job of a semantic group measured 1.25-1.50 -> 0.96-1.18 ms.
-        conn.execute("PRAGMA temp_store = MEMORY")
-        conn.create_function("tm_json", 1, tm_json, deterministic=True)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            create_schema(conn)
-        except BaseException:
-            conn.rollback()
-            raise
-        conn.execute("COMMIT")
-
-    def _setup_reader(self, conn: sqlite3.Connection) -> None:
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-        conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
-        conn.execute("PRAGMA query_only = ON")
-        conn.create_function("tm_json", 1, tm_json, deterministic=True)
 
     async def aclose(self) -> None:
         """Run every queued write, then close both connections (their threads end); idempotent."""
@@ -440,18 +358,7 @@ class SQLiteStore:
         """Insert a new thread; ``ValidationError`` if the id exists."""
         q.validate_thread(thread)
         stored, meta = q.stored_thread(thread)
-
-        def job(conn: sqlite3.Connection) -> Thread:
-            if conn.execute("SELECT 1 FROM mastra_threads WHERE id = ?", (stored.id,)).fetchone():
-                raise ValidationError(f"Thread with id {stored.id} already exists", code=EXISTS_CODE)
-            conn.execute(
-                f"INSERT INTO mastra_threads ({THREAD_COLS}) VALUES (?,?,?,?,?,?)",
-                (stored.id, stored.resource_id, stored.title, meta, to_iso(stored.created_at),
-                 to_iso(stored.updated_at)),
-            )
-            return stored
-
-        return await self._write_counted(job, self._versions, (stored.id,))
+        return await self._write_counted(insert_thread(stored, meta), self._versions, (stored.id,))
 
     @property
     def write_counts(self) -> FileCounts:
@@ -513,30 +420,7 @@ class SQLiteStore:
     ) -> ThreadPage:
         """Threads filtered by owner and scalar metadata equality (reference §5.3)."""
         args = q.validate_thread_list(page, per_page, order_by, direction, metadata)
-        where: list[str] = []
-        params: list[Any] = []
-        if resource_id is not None:
-            where.append('"resourceId" = ?')
-            params.append(resource_id)
-        for key, value in args.metadata:
-            expr = ("json_extract(CASE WHEN typeof(metadata) = 'blob' THEN tm_json(metadata) ELSE metadata END, ?)")
-            params.append(f"$.{key}")
-            if value is None:
-                where.append(f"{expr} IS NULL")
-            else:
-                where.append(f"{expr} = ?")
-                params.append(q.sql_scalar(value))
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
-        order = "DESC" if args.descending else "ASC"
-        sql = (f'SELECT {THREAD_COLS} FROM mastra_threads{clause} ORDER BY "{args.order_column}" {order}, '
-               f"rowid {order} LIMIT ? OFFSET ?")
-
-        def read(conn: sqlite3.Connection) -> tuple[int, list[Row]]:
-            total = conn.execute(f"SELECT COUNT(*) FROM mastra_threads{clause}", params).fetchone()[0]
-            limit = -1 if args.limit is None else args.limit
-            return total, conn.execute(sql, [*params, limit, args.offset]).fetchall()
-
-        total, rows = await self.execute_read(read)
+        total, rows = await self.execute_read(thread_list_reader(resource_id, args))
         threads = [thread_from_row(row) for row in rows]
         has_more = args.limit is not None and args.offset + args.limit < total
         return ThreadPage(threads=threads, total=total, page=page, per_page=per_page, has_more=has_more)
@@ -552,48 +436,17 @@ class SQLiteStore:
         if title is not None and not isinstance(title, str):
             raise ValidationError("title must be a string or None")
         q.encode_metadata(metadata, "metadata")  # validate before queuing
-
-        def job(conn: sqlite3.Connection) -> Thread:
-            row = fetch_thread_row(conn, thread_id)
-            if row is None:
-                raise ThreadNotFound(thread_id, code="MASTRA_STORAGE_LIBSQL_UPDATE_THREAD_NOT_FOUND",
-                                     message=f"Thread {thread_id} not found")
-            old = thread_from_row(row)
-            updated = q.updated_thread(old, title, metadata)
-            meta = row[3] if metadata is None else q.encode_metadata(updated.metadata, "metadata")
-            conn.execute('UPDATE mastra_threads SET title = ?, metadata = ?, "updatedAt" = ? WHERE id = ?',
-                         (updated.title, meta, to_iso(updated.updated_at), thread_id))
-            return updated
-
-        return await self._write_counted(job, self._versions, (thread_id,))
+        return await self._write_counted(update_thread_row(thread_id, title, metadata), self._versions, (thread_id,))
 
     async def delete_thread(self, thread_id: str) -> None:
         """Delete the thread and its messages in one transaction (no error when missing)."""
-
-        def job(conn: sqlite3.Connection) -> None:
-            delete_keywords_of_thread(conn, thread_id)
-            conn.execute("DELETE FROM mastra_messages WHERE thread_id = ?", (thread_id,))
-            conn.execute("DELETE FROM mastra_threads WHERE id = ?", (thread_id,))
-
-        await self._write_counted(job, self._versions, (thread_id,))
+        await self._write_counted(delete_thread_rows(thread_id), self._versions, (thread_id,))
 
     async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
         """Move a thread and all its messages to another resource in one transaction."""
         if not isinstance(resource_id, str) or not resource_id.strip():
             raise ValidationError("resource_id must be a non-empty string")
-
-        def job(conn: sqlite3.Connection) -> Thread:
-            row = fetch_thread_row(conn, thread_id)
-            if row is None:
-                raise ThreadNotFound(thread_id, code="MASTRA_STORAGE_LIBSQL_UPDATE_THREAD_RESOURCE_ID_FAILED")
-            now = utc_now()
-            conn.execute('UPDATE mastra_threads SET "resourceId" = ?, "updatedAt" = ? WHERE id = ?',
-                         (resource_id, to_iso(now), thread_id))
-            conn.execute('UPDATE mastra_messages SET "resourceId" = ? WHERE thread_id = ?', (resource_id, thread_id))
-            enqueue_thread(conn, thread_id)
-            return msgspec.structs.replace(thread_from_row(row), resource_id=resource_id, updated_at=now)
-
-        moved = await self._write_counted(job, self._versions, (thread_id,))
+        moved = await self._write_counted(move_thread(thread_id, resource_id), self._versions, (thread_id,))
         self._keywords.fold_soon()
         return moved
 
@@ -603,22 +456,7 @@ class SQLiteStore:
         messages = q.validate_messages(thread.id, messages)
         q.check_owner(thread.id, thread.resource_id, messages)
         stored, meta = q.stored_thread(thread)
-        rows = [message_row(m) for m in messages]
-
-        def job(conn: sqlite3.Connection) -> Thread:
-            if conn.execute("SELECT 1 FROM mastra_threads WHERE id = ?", (stored.id,)).fetchone():
-                raise ValidationError(f"Thread with id {stored.id} already exists", code=EXISTS_CODE)
-            for mid, other, _ in existing(conn, [row[0] for row in rows]):
-                raise MessageIdTaken(mid, other)
-            conn.execute(
-                f"INSERT INTO mastra_threads ({THREAD_COLS}) VALUES (?,?,?,?,?,?)",
-                (stored.id, stored.resource_id, stored.title, meta, to_iso(stored.created_at),
-                 to_iso(stored.updated_at)),
-            )
-            upsert(conn, rows)
-            enqueue(conn, (row[0] for row in rows))
-            return stored
-
+        job = insert_thread(stored, meta, [message_row(m) for m in messages])
         created = await self._write_counted(job, self._versions, (stored.id,))
         self._keywords.fold_soon()
         return created
@@ -648,18 +486,10 @@ class SQLiteStore:
         rows = [message_row(m) for m in messages]
         after = await self._pending_hook(mark_pending)
         fenced = self._leases.fence_check(fence)
-
-        def job(conn: sqlite3.Connection) -> dict[str, str]:
-            fenced(conn)
-            kept = save_rows(conn, thread_id, rows, messages, to_iso(utc_now()))
-            enqueue(conn, (row[0] for row in rows))
-            if after is not None:
-                after(conn, messages)
-            return kept
-
         await self._ready()
         try:
-            kept = await self._group.submit(job, SaveSpec(thread_id, rows, messages, after, fenced))
+            kept = await self._group.submit(save_one(thread_id, rows, messages, fenced, after),
+                                            SaveSpec(thread_id, rows, messages, after, fenced))
         finally:
             self._versions.bump((thread_id,))
         self._keywords.fold_soon()
@@ -684,16 +514,8 @@ class SQLiteStore:
         after = await self._pending_hook(mark_pending)
         fenced = self._leases.fence_check(fence)
 
-        def job(conn: sqlite3.Connection) -> list[dict[str, str]]:
-            fenced(conn)
-            now = to_iso(utc_now())
-            kept = [save_rows(conn, thread_id, rows, messages, now) for thread_id, rows, messages in parts]
-            enqueue(conn, (row[0] for _, rows, _ in parts for row in rows))
-            if after is not None:
-                after(conn, [m for _, _, messages in parts for m in messages])
-            return kept
-
-        kept_per_part = await self._write_counted(job, self._versions, [thread_id for thread_id, _, _ in parts])
+        kept_per_part = await self._write_counted(save_parts(parts, fenced, after), self._versions,
+                                                  [thread_id for thread_id, _, _ in parts])
         self._keywords.fold_soon()
         stored = {thread_id: q.saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
                                                 for mid, created in kept.items()})
@@ -744,7 +566,7 @@ class SQLiteStore:
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         """Page through messages (reference §5.3), with include windows and filters."""
-        return await self.execute_read(self._message_reader(query))
+        return await self.execute_read(message_reader(query))
 
     async def get_thread_with_tail(self, thread_id: str, size: int) -> tuple[Thread | None, MessagePage]:
         """The thread row and its newest ``size`` messages (newest first) in one read transaction.
@@ -752,7 +574,7 @@ class SQLiteStore:
         What a thread actor needs when both its cached row and its tail have expired: one hop to the reader
         thread instead of two, and one snapshot.
         """
-        read_page = self._message_reader(MessageQuery(thread_id=thread_id, per_page=size, direction="DESC"))
+        read_page = message_reader(MessageQuery(thread_id=thread_id, per_page=size, direction="DESC"))
 
         def read(conn: sqlite3.Connection) -> tuple[Thread | None, MessagePage]:
             row = fetch_thread_row(conn, thread_id)
@@ -760,76 +582,13 @@ class SQLiteStore:
 
         return await self.execute_read(read)
 
-    def _message_reader(self, query: MessageQuery) -> Callable[[sqlite3.Connection], MessagePage]:
-        """Validate ``query`` and build the function that reads its page on a connection."""
-        flt = q.validate_message_query(query)
-        where = [f"thread_id IN ({placeholders(len(flt.thread_ids))})"]
-        params: list[Any] = list(flt.thread_ids)
-        if flt.resource_id is not None:
-            where.append('"resourceId" = ?')
-            params.append(flt.resource_id)
-        if flt.start is not None:
-            where.append('"createdAt" > ?' if flt.start_exclusive else '"createdAt" >= ?')
-            params.append(to_iso(flt.start))
-        if flt.end is not None:
-            where.append('"createdAt" < ?' if flt.end_exclusive else '"createdAt" <= ?')
-            params.append(to_iso(flt.end))
-        for key, value in flt.metadata:
-            path = f"$.metadata.{key}"
-            kind = "(CASE WHEN json_valid(content) THEN json_type(content, ?) END)"
-            extract = "(CASE WHEN json_valid(content) THEN json_extract(content, ?) END)"
-            if value is None or isinstance(value, bool):
-                where.append(f"{kind} = ?")
-                params.extend((path, "null" if value is None else ("true" if value else "false")))
-            elif isinstance(value, str):
-                where.append(f"{kind} = 'text' AND {extract} = ?")
-                params.extend((path, path, value))
-            else:
-                where.append(f"{kind} IN ('integer', 'real') AND {extract} = ?")
-                params.extend((path, path, value))
-        clause = " AND ".join(where)
-        order = "DESC" if flt.descending else "ASC"
-
-        def read(conn: sqlite3.Connection) -> MessagePage:
-            if flt.limit == 0:
-                page: list[tuple[SortKey, Message]] = []
-                total = 0
-            else:
-                select = (f'SELECT {MSG_COLS} FROM mastra_messages WHERE {clause} ORDER BY "createdAt" {order}, '
-                          f"rowid {order} LIMIT ? OFFSET ?")
-                limit = -1 if flt.limit is None else flt.limit
-                if query.include_total:
-                    total = conn.execute(f"SELECT COUNT(*) FROM mastra_messages WHERE {clause}", params).fetchone()[0]
-                    rows = conn.execute(select, [*params, limit, flt.offset]).fetchall()
-                else:  # no COUNT(*) (a scan of the thread): one row past the page says whether more follow
-                    rows = conn.execute(select, [*params, limit + 1 if limit >= 0 else -1, flt.offset]).fetchall()
-                    more = 0 <= limit < len(rows)
-                    if more:
-                        rows.pop()
-                    total = flt.offset + len(rows) + (1 if more else 0)
-                page = keyed(rows)
-            extra = include_rows(conn, flt)
-            messages = q.assemble(page, extra, flt.descending)
-            return MessagePage(messages=messages, total=total, page=query.page, per_page=query.per_page,
-                               has_more=q.messages_has_more(flt, len(page), total, messages))
-
-        return read
-
     async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
         """Messages with these ids in any thread, ascending by (created_at, sequence); unknown ids skipped."""
         wanted = list(dict.fromkeys(i for i in ids if isinstance(i, str)))
         if not wanted:
             await self._idle_checkpoint()
             return []
-
-        def read(conn: sqlite3.Connection) -> list[Message]:
-            rows: list[Row] = []
-            for chunk in chunks(wanted):
-                rows.extend(conn.execute(
-                    f"SELECT {MSG_COLS} FROM mastra_messages WHERE id IN ({placeholders(len(chunk))})", chunk))
-            return q.assemble(keyed(rows), (), False)
-
-        return await self.execute_read(read)
+        return await self.execute_read(messages_by_id(wanted))
 
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
         """Partial updates by id (content merged one level, content.metadata merged); bumps the threads."""
@@ -837,34 +596,8 @@ class SQLiteStore:
         if not parsed:
             await self._idle_checkpoint()
             return []
-        ids = list(dict.fromkeys(u.id for u in parsed))
-
-        def job(conn: sqlite3.Connection) -> list[Message]:
-            current: dict[str, tuple[SortKey, Message]] = {}
-            for chunk in chunks(ids):
-                for key, message in keyed(conn.execute(
-                        f"SELECT {MSG_COLS} FROM mastra_messages WHERE id IN ({placeholders(len(chunk))})",
-                        chunk)):
-                    current[message.id] = (key, message)
-            for update in parsed:
-                if update.id not in current:
-                    raise ValidationError(f"message {update.id!r} not found; update_messages needs existing ids")
-                key, old = current[update.id]
-                current[update.id] = (key, q.apply_update(old, update))
-            conn.executemany(
-                'UPDATE mastra_messages SET content = ?, role = ?, type = ?, "createdAt" = ?, "resourceId" = ? '
-                "WHERE id = ?",
-                [(q.encode_content_text(m.content), m.role, m.type or "v2", to_iso(m.created_at), m.resource_id,
-                  m.id) for _, m in current.values()],
-            )
-            enqueue(conn, current)
-            threads = {m.thread_id for _, m in current.values() if m.thread_id}
-            touched.extend(threads)
-            bump(conn, threads, to_iso(utc_now()))
-            return q.assemble((((to_iso(m.created_at), key[1]), m) for key, m in current.values()), (), False)
-
         touched: list[str] = []  # filled by the job (in the writer thread) before it returns
-        updated = await self._write_counted(job, self._versions, touched)
+        updated = await self._write_counted(update_message_rows(parsed, touched), self._versions, touched)
         self._keywords.fold_soon()
         return updated
 
@@ -874,21 +607,8 @@ class SQLiteStore:
         if not wanted:
             await self._idle_checkpoint()
             return set()
-
-        def job(conn: sqlite3.Connection) -> set[str]:
-            threads: set[str] = set()
-            for chunk in chunks(wanted):
-                marks = placeholders(len(chunk))
-                threads.update(r[0] for r in conn.execute(
-                    f"SELECT DISTINCT thread_id FROM mastra_messages WHERE id IN ({marks})", chunk))
-                delete_keywords_of_ids(conn, chunk)
-                conn.execute(f"DELETE FROM mastra_messages WHERE id IN ({marks})", chunk)
-            touched.extend(threads)
-            bump(conn, threads, to_iso(utc_now()))
-            return threads
-
         touched: list[str] = []  # filled by the job (in the writer thread) before it returns
-        return await self._write_counted(job, self._versions, touched)
+        return await self._write_counted(delete_message_rows(wanted, touched), self._versions, touched)
 
     # -- resources ---------------------------------------------------------------------------------------
 
@@ -908,12 +628,7 @@ class SQLiteStore:
     ) -> Resource:
         """Create the row if missing (metadata ``{}``), else set the given fields (metadata shallow-merged)."""
         q.check_resource_args(resource_id, working_memory, metadata)
-
-        def job(conn: sqlite3.Connection) -> Resource:
-            row = conn.execute(RESOURCE_ROW, (resource_id,)).fetchone()
-            old = None if row is None else resource_from_row(row)
-            return write_resource(conn, resource_id, row, old, working_memory, metadata)
-
+        job = upsert_resource(resource_id, working_memory, metadata)
         return await self._write_counted(job, self._resource_versions, (resource_id,))
 
     # -- read-modify-writes and leases --------------------------------------------------------------------
@@ -923,26 +638,7 @@ class SQLiteStore:
     ) -> Thread | None:
         """Read the thread and write what ``change`` makes of it in one write transaction (``change`` runs on the
         writer thread, under SQLite's write lock: no process can write between the read and the write)."""
-
-        fenced = self._leases.fence_check(fence)
-
-        def job(conn: sqlite3.Connection) -> Thread | None:
-            fenced(conn)
-            row = fetch_thread_row(conn, thread_id)
-            if row is None:
-                raise ThreadNotFound(thread_id, message=f"Thread {thread_id} not found")
-            old = thread_from_row(row)
-            wanted = change(old)
-            if wanted is None:
-                return None
-            if wanted.title is not None and not isinstance(wanted.title, str):
-                raise ValidationError("title must be a string or None")
-            updated = q.updated_thread(old, wanted.title, wanted.metadata)
-            meta = row[3] if wanted.metadata is None else q.encode_metadata(updated.metadata, "metadata")
-            conn.execute('UPDATE mastra_threads SET title = ?, metadata = ?, "updatedAt" = ? WHERE id = ?',
-                         (updated.title, meta, to_iso(updated.updated_at), thread_id))
-            return updated
-
+        job = modify_thread_row(thread_id, change, self._leases.fence_check(fence))
         return await self._write_counted(job, self._versions, (thread_id,))
 
     async def modify_resource(
@@ -953,19 +649,7 @@ class SQLiteStore:
         transaction."""
         if not isinstance(resource_id, str) or not resource_id.strip():
             raise ValidationError("resource_id must be a non-empty string")
-
-        fenced = self._leases.fence_check(fence)
-
-        def job(conn: sqlite3.Connection) -> Resource | None:
-            fenced(conn)
-            row = conn.execute(RESOURCE_ROW, (resource_id,)).fetchone()
-            old = None if row is None else resource_from_row(row)
-            wanted = change(old)
-            if wanted is None:
-                return None
-            q.check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
-            return write_resource(conn, resource_id, row, old, wanted.working_memory, wanted.metadata)
-
+        job = modify_resource_row(resource_id, change, self._leases.fence_check(fence))
         return await self._write_counted(job, self._resource_versions, (resource_id,))
 
     async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
@@ -987,22 +671,7 @@ class SQLiteStore:
     async def stats(self) -> dict[str, int]:
         """Row counts of the memory tables, ``resources`` in use (owning a thread or a working memory) and the
         database size in bytes (pages × page size)."""
-
-        def read(conn: sqlite3.Connection) -> dict[str, int]:
-            def scalar(sql: str) -> int:
-                return int(conn.execute(sql).fetchone()[0])
-
-            return {
-                "threads": scalar("SELECT COUNT(*) FROM mastra_threads"),
-                "messages": scalar("SELECT COUNT(*) FROM mastra_messages"),
-                "resources": scalar('SELECT COUNT(*) FROM (SELECT "resourceId" FROM mastra_threads '
-                                    "UNION SELECT id FROM mastra_resources)"),
-                "working_memories": scalar("SELECT COUNT(*) FROM mastra_resources"),
-
-                "file_bytes": scalar("PRAGMA page_count") * scalar("PRAGMA page_size"),
-            }
-
-        return await self.execute_read(read)
+        return await self.execute_read(file_stats)
 
     async def iter_messages(self, thread_ids: Sequence[str] | None = None) -> AsyncIterator[Message]:
         """Every message of the given threads (default: all threads by creation), ascending per thread."""
