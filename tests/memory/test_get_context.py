@@ -17,7 +17,7 @@ from threadmind.processors._observation_text import CONTINUATION_REMINDER, OBSER
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
 
-from .test_observational import _endless, _long, _observer, _om_memory, _records
+from ._om_support import endless, long_text, observer_step, om_memory, om_records
 
 BASE = datetime(2025, 5, 1, 9, 0, tzinfo=UTC)
 
@@ -49,13 +49,13 @@ async def test_without_observations_it_is_the_history_and_the_working_memory_ins
 async def test_with_observations_it_is_the_observations_and_what_they_do_not_cover(tmp_path: Path, kind: str) -> None:
     store = InMemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "om.db")
     calls: list[str] = []
-    async with _om_memory(store, _endless(_observer(calls))) as memory:
+    async with om_memory(store, endless(observer_step(calls))) as memory:
         agent = Agent("a", "be brief", ScriptedModel(["r1", "r2", "r3"]), memory=memory)
-        await agent.generate(_long("turn one"), thread_id="t1", resource_id="r1")
-        await agent.generate(_long("turn two"), thread_id="t1", resource_id="r1")
+        await agent.generate(long_text("turn one"), thread_id="t1", resource_id="r1")
+        await agent.generate(long_text("turn two"), thread_id="t1", resource_id="r1")
         await agent.generate("short three", thread_id="t1", resource_id="r1")
         await memory.settled()
-        record = (await _records(memory))[-1]
+        record = (await om_records(memory))[-1]
         await memory.save_messages([Message.user("a new question", id="q9", thread_id="t1", resource_id="r1")])
         context = await memory.get_context("t1", resource_id="r1")
     assert context.has_observations and context.om_record == record

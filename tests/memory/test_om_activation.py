@@ -15,22 +15,9 @@ from threadmind.models import ModelRequest
 from threadmind.models._scripted import ScriptedModel
 from threadmind.processors._om_triggers import activation_trigger, auto_ttl_ms, provider_changed
 from threadmind.stores._memory import InMemoryStore
-from threadmind.stores._om import OMRecord
 from threadmind.testing import observational_engine
 
-
-def _long(tag: str) -> str:
-    return f"{tag}: " + " ".join(f"word{i}" for i in range(30))
-
-
-def _endless(step: Any, model_id: str = "scripted") -> ScriptedModel:
-    return ScriptedModel(iter(lambda: step, None), model_id=model_id)
-
-
-async def _records(memory: Memory) -> list[OMRecord]:
-    engine = observational_engine(memory)
-    assert engine is not None
-    return await engine.records.history("thread:t1")
+from ._om_support import endless, long_text, om_records
 
 
 async def _stream_kinds(agent: Agent, text: str) -> list[Any]:
@@ -52,7 +39,7 @@ async def test_buffered_observations_activate_once_the_thread_sat_idle(idle: str
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A chunk computed ahead, far below ``messageTokens``: six minutes later the next turn activates it with no
     Observer call when ``activateAfterIdle`` is "5m" (the stream says "ttl"), and leaves it buffered without."""
-    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
+    observer: ScriptedModel = endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
     seen: list[tuple[int, str]] = []
 
     def reply(request: ModelRequest) -> str:
@@ -64,14 +51,14 @@ async def test_buffered_observations_activate_once_the_thread_sat_idle(idle: str
         observation["activateAfterIdle"] = idle
     async with Memory(storage=InMemoryStore(), options={"observationalMemory": {"observation": observation}}) \
             as memory:
-        agent = Agent("a", "i", _endless(reply), memory=memory)
-        await agent.generate(_long("turn0"), thread_id="t1", resource_id="r1")
+        agent = Agent("a", "i", endless(reply), memory=memory)
+        await agent.generate(long_text("turn0"), thread_id="t1", resource_id="r1")
         await memory.settled()
-        assert len((await _records(memory))[-1].buffered_chunks) == 1
+        assert len((await om_records(memory))[-1].buffered_chunks) == 1
         _away(monkeypatch, 6)
         events = await _stream_kinds(agent, "a short question")
         calls_at_model, system = seen[-1]
-        record = (await _records(memory))[-1]
+        record = (await om_records(memory))[-1]
     activations = [e for e in events if e.type == "data-om-activation"]
     assert calls_at_model == 1  # the chunk's own call, none for the turn
     if idle is None:
@@ -84,22 +71,22 @@ async def test_buffered_observations_activate_once_the_thread_sat_idle(idle: str
 async def test_buffered_observations_activate_when_the_agents_model_changes() -> None:
     """``activateOnProviderChange``: the reply names its model (``metadata.provider``/``modelId``, as Mastra reads
     it); the same model again leaves the chunk buffered, another one activates it before the model call."""
-    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
+    observer: ScriptedModel = endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
     options = {"observationalMemory": {"activateOnProviderChange": True,
                                        "observation": {"model": observer, "messageTokens": 1000, "bufferTokens": 50}}}
     async with Memory(storage=InMemoryStore(), options=options) as memory:
-        first = Agent("a", "i", _endless(lambda request: "ok", "openai/gpt-4o"), memory=memory)
-        second = Agent("a", "i", _endless(lambda request: "ok", "anthropic/claude-sonnet-4-5"), memory=memory)
-        await first.generate(_long("turn0"), thread_id="t1", resource_id="r1")
+        first = Agent("a", "i", endless(lambda request: "ok", "openai/gpt-4o"), memory=memory)
+        second = Agent("a", "i", endless(lambda request: "ok", "anthropic/claude-sonnet-4-5"), memory=memory)
+        await first.generate(long_text("turn0"), thread_id="t1", resource_id="r1")
         await memory.settled()
         stored = (await memory.recall("t1", per_page=False)).messages
         assert stored[-1].content.metadata == {"provider": "openai", "modelId": "gpt-4o"}
         same = await _stream_kinds(first, "hello again")
         assert not [e for e in same if e.type == "data-om-activation"]
-        assert not (await _records(memory))[-1].active_observations
+        assert not (await om_records(memory))[-1].active_observations
         await memory.settled()
         changed = await _stream_kinds(second, "and now?")
-        record = (await _records(memory))[-1]
+        record = (await om_records(memory))[-1]
     assert [e.data["triggeredBy"] for e in changed if e.type == "data-om-activation"] == ["provider_change"]
     assert "observed chunk 1" in record.active_observations
 
@@ -107,21 +94,21 @@ async def test_buffered_observations_activate_when_the_agents_model_changes() ->
 async def test_a_buffered_reflection_activates_once_the_thread_sat_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     """``reflection.activateAfterIdle``: a reflection computed ahead becomes the next generation after the thread
     sat idle, before ``observationTokens``, with no Reflector call of its own."""
-    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
-    reflector = _endless(lambda request: "* 🔴 condensed by the reflector")
+    observer: ScriptedModel = endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
+    reflector = endless(lambda request: "* 🔴 condensed by the reflector")
     options = {"observationalMemory": {
         "observation": {"model": observer, "messageTokens": 200, "bufferTokens": 50},
         "reflection": {"model": reflector, "observationTokens": 60, "activateAfterIdle": "1hr"}}}
     async with Memory(storage=InMemoryStore(), options=options) as memory:
-        agent = Agent("a", "i", _endless(lambda request: "ok"), memory=memory)
+        agent = Agent("a", "i", endless(lambda request: "ok"), memory=memory)
         for n in range(4):
-            await agent.generate(_long(f"turn{n}"), thread_id="t1", resource_id="r1")
+            await agent.generate(long_text(f"turn{n}"), thread_id="t1", resource_id="r1")
             await memory.settled()
-        history = await _records(memory)
+        history = await om_records(memory)
         assert len(history) == 1 and history[-1].buffered_reflection is not None and reflector.calls == 1
         _away(monkeypatch, 61)
         events = await _stream_kinds(agent, "back again")
-        history = await _records(memory)
+        history = await om_records(memory)
     assert [e.data["operationType"] for e in events if e.type == "data-om-activation"] == ["reflection"]
     assert len(history) == 2 and history[-1].origin_type == "reflection" and reflector.calls == 1
     assert history[-1].active_observations.startswith("* 🔴 condensed by the reflector")
@@ -143,7 +130,7 @@ async def test_the_observer_sees_the_newest_previous_observations_within_its_bud
         prompts.append(request.messages[0].text)
         return "* 🔴 fourth observation"
 
-    observation: dict[str, Any] = {"model": _endless(observe), "messageTokens": 50}
+    observation: dict[str, Any] = {"model": endless(observe), "messageTokens": 50}
     if budget is not None:
         observation["previousObserverTokens"] = budget
     async with Memory(storage=InMemoryStore(), options={"observationalMemory": {"observation": observation}}) \
@@ -158,7 +145,7 @@ async def test_the_observer_sees_the_newest_previous_observations_within_its_bud
                                             thread_id="t1", active_observations=text, origin_type="observation",
                                             created_at=utc_now(), updated_at=utc_now()),
                                      expected=None)
-        await memory.save_messages([Message.user(_long("one") + " " + _long("two"), thread_id="t1",
+        await memory.save_messages([Message.user(long_text("one") + " " + long_text("two"), thread_id="t1",
                                                  resource_id="r1")])
         config = memory.options.observational_memory_config
         assert config is not None
@@ -189,14 +176,14 @@ async def test_the_stream_says_when_buffering_starts_and_the_status_shows_what_i
     """Through ``Agent.stream``: the turn that starts computing a chunk ahead sends ``data-om-buffering-start``
     (the chunk's own ``cycleId``) before ``finish``; the next turn's ``data-om-status`` counts the chunk as
     complete, its message and observation tokens, and what an activation now would take out."""
-    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
+    observer: ScriptedModel = endless(lambda request: f"* 🔴 observed chunk {observer.calls}")
     options = {"observationalMemory": {"observation": {"model": observer, "messageTokens": 1000,
                                                        "bufferTokens": 50}}}
     async with Memory(storage=InMemoryStore(), options=options) as memory:
-        agent = Agent("a", "i", _endless(lambda request: "ok"), memory=memory)
-        first = await _stream_kinds(agent, _long("turn0"))
+        agent = Agent("a", "i", endless(lambda request: "ok"), memory=memory)
+        first = await _stream_kinds(agent, long_text("turn0"))
         await memory.settled()
-        [chunk] = (await _records(memory))[-1].buffered_chunks
+        [chunk] = (await om_records(memory))[-1].buffered_chunks
         second = await _stream_kinds(agent, "and then?")
     kinds = [event.type for event in first]
     started = next(event for event in first if event.type == "data-om-buffering-start")
@@ -216,7 +203,7 @@ async def test_a_reflection_below_block_after_runs_while_the_turn_goes_on(block_
     observations past ``observationTokens``: below ``reflection.blockAfter`` the Reflector runs in the background
     (here it waits for the turn's model call, so a waiting turn would never get there); past it the turn waits
     and its model reads the new generation."""
-    observer: ScriptedModel = _endless(lambda request: f"* 🔴 observed chunk {observer.calls}: " + " ".join(
+    observer: ScriptedModel = endless(lambda request: f"* 🔴 observed chunk {observer.calls}: " + " ".join(
         f"fact{i}" for i in range(12)))
     model_ran = anyio.Event()
 
@@ -238,15 +225,15 @@ async def test_a_reflection_below_block_after_runs_while_the_turn_goes_on(block_
         "observation": {"model": observer, "messageTokens": 200, "bufferTokens": 50},
         "reflection": {"model": reflector, "observationTokens": 40, "bufferActivation": 1, "blockAfter": block_after}}}
     async with Memory(storage=InMemoryStore(), options=options) as memory:
-        agent = Agent("a", "i", _endless(reply), memory=memory)
+        agent = Agent("a", "i", endless(reply), memory=memory)
         for n in range(3):
-            await agent.generate(_long(f"turn{n}"), thread_id="t1", resource_id="r1")
+            await agent.generate(long_text(f"turn{n}"), thread_id="t1", resource_id="r1")
             await memory.settled()
-        assert len(await _records(memory)) == 1 and reflector.calls == 0 and len(seen) == 3
+        assert len(await om_records(memory)) == 1 and reflector.calls == 0 and len(seen) == 3
         with anyio.fail_after(10):
-            await agent.generate(_long("turn3"), thread_id="t1", resource_id="r1")
+            await agent.generate(long_text("turn3"), thread_id="t1", resource_id="r1")
             await memory.settled()
-        history = await _records(memory)
+        history = await om_records(memory)
     calls_at_model, system = seen[-1]
     assert len(history) == 2 and history[-1].active_observations.startswith("* 🔴 condensed by the reflector")
     if block_after == 10:

@@ -28,19 +28,13 @@ from threadmind.stores._sqlite import SQLiteStore
 from threadmind.testing import observational_engine
 from threadmind.tools import ToolContext
 
+from ._om_support import endless, long_text
+
 GROUP = re.compile(r'<observation-group id="([0-9a-f]{16})" range="([^":]+):([^"]+)">')
 
 
-def _long(tag: str) -> str:
-    return f"{tag}: " + " ".join(f"word{i}" for i in range(30))
-
-
-def _endless(step: Any, model_id: str = "scripted") -> ScriptedModel:
-    return ScriptedModel(iter(lambda: step, None), model_id=model_id)
-
-
 def _options(retrieval: Any, **observation: Any) -> dict[str, Any]:
-    observer = _endless(lambda request: "* 🔴 the user planned a trip to Lisbon")
+    observer = endless(lambda request: "* 🔴 the user planned a trip to Lisbon")
     return {"observationalMemory": {"retrieval": retrieval,
                                     "observation": {"model": observer, "messageTokens": 50, **observation}}}
 
@@ -78,8 +72,8 @@ async def test_observations_are_grouped_and_the_model_recalls_the_messages_behin
 
     store = InMemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "om.db")
     async with Memory(storage=store, options=_options(True)) as memory:
-        agent = Agent("a", "i", _endless(reply), memory=memory)
-        first = await agent.generate(_long("my flight code is TP1234") + " " + _long("and more"),
+        agent = Agent("a", "i", endless(reply), memory=memory)
+        first = await agent.generate(long_text("my flight code is TP1234") + " " + long_text("and more"),
                                      thread_id="t1", resource_id="r1")
         await memory.settled()
         result = await agent.generate("what was my flight code exactly?", thread_id="t1", resource_id="r1")
