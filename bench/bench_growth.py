@@ -61,6 +61,9 @@ from threadmind.stores import HnswVectorStore, SQLiteStore
 from threadmind.testing import actor_system
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload, gen_text
 
+from ._growth_common import GcPauses, LoopGaps, pcts, rss_now_mb
+from ._growth_idle import IDLE_THREADS, IDLE_TIMEOUT, IDLE_TRACED, idle_phase, idle_traced_phase
+
 SIZES = (10_000, 100_000, 1_000_000)
 TURNS = 5  # 10 messages per thread
 THREADS_PER_RESOURCE = 10
@@ -71,20 +74,8 @@ def _resource(t: int) -> str:
     return f"resource-{t // THREADS_PER_RESOURCE}"
 
 
-def _rss_now_mb() -> float:
-    with open("/proc/self/statm", encoding="ascii") as statm:
-        return round(int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
-
-
 def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
-def _pcts(samples: Sequence[float]) -> dict[str, float]:
-    arr = np.asarray(samples, dtype=np.float64) * 1000.0
-    if arr.size == 0:
-        return {"p50_ms": 0.0, "p99_ms": 0.0}
-    return {"p50_ms": round(float(np.percentile(arr, 50)), 3), "p99_ms": round(float(np.percentile(arr, 99)), 3)}
 
 
 SEARCH = {"mode": "hybrid"}  # semanticRecall.search of every phase (--search)
@@ -117,7 +108,7 @@ async def _recall_latency(memory: Memory, threads: int, n: int = 300, offset: in
         started = time.perf_counter()
         await memory.recall(f"thread-{t}", resource_id=_resource(t))
         times.append(time.perf_counter() - started)
-    return _pcts(times)
+    return pcts(times)
 
 
 async def _semantic_latency(memory: Memory, threads: int, n: int = 300) -> dict[str, float]:
@@ -127,7 +118,7 @@ async def _semantic_latency(memory: Memory, threads: int, n: int = 300) -> dict[
         started = time.perf_counter()
         await memory.recall(thread, resource_id=owner, per_page=0, vector_search_string=text)
         times.append(time.perf_counter() - started)
-    return _pcts(times)
+    return pcts(times)
 
 
 async def _vector_latency(memory: Memory, threads: int, n: int = 300) -> dict[str, float]:
@@ -140,38 +131,13 @@ async def _vector_latency(memory: Memory, threads: int, n: int = 300) -> dict[st
         started = time.perf_counter()
         await index.query(text, top_k=4, resource_id=owner)
         times.append(time.perf_counter() - started)
-    return _pcts(times)
+    return pcts(times)
 
 
 def _stats(memory: Memory) -> Any:
     index = actor_system(memory).index
     assert index is not None
     return index.statistics()
-
-
-class _LoopGaps:
-    """A 1 ms sleep loop beside the work: its longest gaps are how long the event loop was held (a snapshot
-    written with the GIL held, a collection, a long callback) while saves and queries ran."""
-
-    def __init__(self) -> None:
-        self.gaps: list[float] = []
-        self._stop = anyio.Event()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    async def run(self) -> None:
-        last = time.perf_counter()
-        while not self._stop.is_set():
-            await anyio.sleep(0.001)
-            now = time.perf_counter()
-            self.gaps.append(now - last)
-            last = now
-
-    def report(self) -> dict[str, float]:
-        arr = np.asarray(self.gaps or [0.0], dtype=np.float64) * 1000.0
-        return {"max_gap_ms": round(float(arr.max()), 2), "p99_gap_ms": round(float(np.percentile(arr, 99)), 2),
-                "gaps_over_50ms": int((arr > 50.0).sum()), "gaps_over_200ms": int((arr > 200.0).sum())}
 
 
 # ------------------------------------------------------------------------------------------------ phases
@@ -203,8 +169,8 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
                 await memory.save_messages(_turn(workload, t, k))
                 latencies.append(time.perf_counter() - started)
 
-    gaps = _LoopGaps()
-    pauses = _GcPauses()
+    gaps = LoopGaps()
+    pauses = GcPauses()
     gc.callbacks.append(pauses)
     started = time.perf_counter()
     async with anyio.create_task_group() as outer:
@@ -217,7 +183,7 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
     marks.append(started + seconds)
     gc.callbacks.remove(pauses)
     saved = (threads - start_threads) * TURNS * 2
-    out["save"] = {"messages": saved, "msgs_per_s": round(saved / seconds), **_pcts(latencies),
+    out["save"] = {"messages": saved, "msgs_per_s": round(saved / seconds), **pcts(latencies),
                    "msgs_per_s_by_tenth": [round(tenth * TURNS * 2 / (b - a)) for a, b in pairwise(marks)]}
     out["event_loop_while_saving"] = {**gaps.report(), "gc": pauses.report(),
                                       "live_thread_actors": len(actor_system(memory).threads),
@@ -228,7 +194,7 @@ async def _write(path: str, start_threads: int, threads: int) -> dict[str, Any]:
     out["vector_query"] = await _vector_latency(memory, threads)
     out["recall_at_10"] = await _recall_at_10(memory, path, threads)
     stats = _stats(memory)
-    rss = _rss_now_mb()
+    rss = rss_now_mb()
     out["steady_rss_mb"] = rss
     out["index"] = {"vectors": stats.vectors, "hnswlib_mb": round(stats.store.ann_bytes / 2**20, 1),
                     "index_memory_mb": round(stats.memory_bytes / 2**20, 1), "staged_now": stats.staged,
@@ -269,7 +235,7 @@ async def _recall_at_10(memory: Memory, path: str, threads: int, n: int = 50) ->
 
 async def _restart(path: str, threads: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    gaps = _LoopGaps()  # how long loading the index held the event loop (hnswlib's load_index holds the GIL)
+    gaps = LoopGaps()  # how long loading the index held the event loop (hnswlib's load_index holds the GIL)
     async with anyio.create_task_group() as ticker:
         ticker.start_soon(gaps.run)
         started = time.perf_counter()
@@ -293,7 +259,7 @@ async def _restart(path: str, threads: int) -> dict[str, Any]:
     out["recall_after"] = await _recall_latency(memory, threads, offset=4999)  # threads mostly not cached yet
     out["vector_query_after"] = await _vector_latency(memory, threads, 200)
     out["peak_rss_mb"] = _peak_rss_mb()
-    out["rss_after_mb"] = _rss_now_mb()
+    out["rss_after_mb"] = rss_now_mb()
     # A start that added the rows its snapshot lacked saves a new one once live: what a server living on does
     # (the next start then loads the lot); the writer is a forked child, outside this process's RSS.
     out["snapshot_wait_s"] = await _until_snapshot_saved(memory)
@@ -338,7 +304,7 @@ async def _timed(calls: Sequence[tuple[str, str, str | None]], memory: Memory) -
         else:
             await memory.recall(thread, resource_id=owner, per_page=0, vector_search_string=text)
         times.append(time.perf_counter() - started)
-    return {**_pcts(times), "n": len(times)}
+    return {**pcts(times), "n": len(times)}
 
 
 async def _latency(path: str, threads: int, n: int = 300, scopes: int = 100) -> dict[str, Any]:
@@ -354,7 +320,7 @@ async def _latency(path: str, threads: int, n: int = 300, scopes: int = 100) -> 
     out: dict[str, Any] = {}
     memory = _memory(path)
     await memory.start()
-    gaps = _LoopGaps()  # a start after a restart that saved its snapshot: the whole index is in the snapshot
+    gaps = LoopGaps()  # a start after a restart that saved its snapshot: the whole index is in the snapshot
     async with anyio.create_task_group() as ticker:
         ticker.start_soon(gaps.run)
         started = time.perf_counter()
@@ -425,7 +391,7 @@ async def _raw_sqlite(path: str, histories: Sequence[str], scopes: Sequence[str]
                                      '"createdAt" DESC, rowid DESC LIMIT ? OFFSET ?', (thread, 16, 0)).fetchall())
             conn.execute("COMMIT")
             times.append(time.perf_counter() - started)
-        out: dict[str, Any] = {"recall_cold": {**_pcts(times), "n": len(times), "messages_read": read}}
+        out: dict[str, Any] = {"recall_cold": {**pcts(times), "n": len(times), "messages_read": read}}
         times = []
         read = 0
         for owner, query in zip(scopes, queries, strict=True):
@@ -444,7 +410,7 @@ async def _raw_sqlite(path: str, histories: Sequence[str], scopes: Sequence[str]
                         (target[5], target[4], target[7]),
                     ).fetchall())
             times.append(time.perf_counter() - started)
-        out["semantic_cold"] = {**_pcts(times), "n": len(times), "messages_read": read}
+        out["semantic_cold"] = {**pcts(times), "n": len(times), "messages_read": read}
         return out
     finally:
         conn.close()
@@ -467,261 +433,6 @@ def _cli(path: str, threads: int) -> dict[str, float]:
         if done.returncode != 0:
             out[f"{name}_error"] = done.stderr[-300:]  # type: ignore[assignment]
     return out
-
-
-# ------------------------------------------------------------------------------------------------ idle
-
-IDLE_THREADS = 100_000
-IDLE_TIMEOUT = 2.0
-IDLE_IN_FLIGHT = 16
-IDLE_TRACED = 2_000  # threads of the tracemalloc run (tracing all of them would take too long)
-IDLE_WARM = 50  # threads touched before measuring: the first-use caches of the process itself
-_TICK = 0.001
-
-
-def _idle_memory(path: str, idle_timeout: float, max_actors: int) -> Memory:
-    return Memory(storage=SQLiteStore(path), idle_timeout=idle_timeout, max_actors=max_actors,
-                  options={"lastMessages": 10})
-
-
-def _idle_owner(t: int) -> str:
-    return f"resource-{t // THREADS_PER_RESOURCE}"
-
-
-async def _touch(memory: Memory, first: int, count: int, in_flight: int = IDLE_IN_FLIGHT) -> None:
-    """Touch threads ``first .. first+count-1`` once each (create, save one message, recall), ``in_flight`` at once."""
-    next_t = first
-    end = first + count
-
-    async def _worker() -> None:
-        nonlocal next_t
-        while next_t < end:
-            t = next_t
-            next_t += 1
-            thread, owner = f"thread-{t}", _idle_owner(t)
-            await memory.create_thread(thread_id=thread, resource_id=owner)
-            await memory.save_messages([Message.user(f"hello {t}", thread_id=thread, resource_id=owner)])
-            await memory.recall(thread, resource_id=owner)
-
-    async with anyio.create_task_group() as tg:
-        for _ in range(in_flight):
-            tg.start_soon(_worker)
-
-
-def _live(memory: Memory) -> tuple[int, int]:
-    system = actor_system(memory)
-    return len(system.threads), len(system.resources)
-
-
-async def _until_passivated(memory: Memory) -> None:
-    """Poll until no thread or resource actor is live (the registries signal nothing when they empty)."""
-    while _live(memory) != (0, 0):  # noqa: ASYNC110
-        await anyio.sleep(0.01)
-
-
-class _GcPauses:
-    """Garbage-collector pauses from ``gc.callbacks``: per generation the count and the longest, and the total."""
-
-    def __init__(self) -> None:
-        self.longest = [0.0, 0.0, 0.0]
-        self.count = [0, 0, 0]
-        self.total = 0.0  # seconds spent collecting so far (what a gap or a sweep call subtracts)
-        self._started = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-            return
-        generation = info["generation"]
-        pause = time.perf_counter() - self._started
-        self.count[generation] += 1
-        self.total += pause
-        self.longest[generation] = max(self.longest[generation], pause)
-
-    def report(self) -> dict[str, Any]:
-        return {"collections": self.count, "longest_ms": [round(s * 1000.0, 3) for s in self.longest],
-                "total_ms": round(self.total * 1000.0, 1)}
-
-
-class _Ticker:
-    """Sleeps 1 ms in a loop and keeps the gaps between wakeups per stage; samples RSS and live actors."""
-
-    def __init__(self, memory: Memory, pauses: _GcPauses) -> None:
-        self._memory = memory
-        self._pauses = pauses
-        self.stage = "touch"
-        self.gaps: dict[str, list[float]] = {}
-        self.gc: dict[str, list[float]] = {}  # collector time within each gap
-        # The event loop thread's CPU time in each gap: a long gap with little of it is the OS running
-        # something else (this machine is shared), not the loop being busy.
-        self.cpu: dict[str, list[float]] = {}
-        self.peak_rss_mb = 0.0
-        self.peak_live = (0, 0)
-        self._stop = anyio.Event()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    async def run(self) -> None:
-        last, last_cpu, last_gc = time.perf_counter(), time.thread_time(), self._pauses.total
-        ticks = 0
-        while not self._stop.is_set():
-            await anyio.sleep(_TICK)
-            now, cpu, collected = time.perf_counter(), time.thread_time(), self._pauses.total
-            self.gaps.setdefault(self.stage, []).append(now - last)
-            self.cpu.setdefault(self.stage, []).append(cpu - last_cpu)
-            self.gc.setdefault(self.stage, []).append(collected - last_gc)
-            last, last_cpu, last_gc = now, cpu, collected
-            threads, resources = _live(self._memory)
-            if threads > self.peak_live[0]:
-                self.peak_live = (threads, max(resources, self.peak_live[1]))
-            ticks += 1
-            if ticks % 50 == 0:
-                self.peak_rss_mb = max(self.peak_rss_mb, _rss_now_mb())
-
-    def report(self, stage: str) -> dict[str, float]:
-        arr = np.asarray(self.gaps.get(stage, [0.0]), dtype=np.float64) * 1000.0
-        cpu = np.asarray(self.cpu.get(stage, [0.0]), dtype=np.float64) * 1000.0
-        without_gc = arr - np.asarray(self.gc.get(stage, [0.0]), dtype=np.float64) * 1000.0
-        worst = int(arr.argmax())
-        return {"ticks": int(arr.size), "max_gap_ms": round(float(arr.max()), 3),
-                "p99_gap_ms": round(float(np.percentile(arr, 99)), 3),
-                "p50_gap_ms": round(float(np.percentile(arr, 50)), 3),
-                "gaps_over_10ms": int((arr > 10.0).sum()), "gaps_over_50ms": int((arr > 50.0).sum()),
-                "max_gap_excluding_gc_ms": round(float(without_gc.max()), 3),
-                "p99_gap_excluding_gc_ms": round(float(np.percentile(without_gc, 99)), 3),
-                "max_gap_loop_cpu_ms": round(float(cpu[worst]), 3),
-                "max_loop_cpu_in_a_gap_ms": round(float(cpu.max()), 3)}
-
-
-def _rss_after_trim_mb() -> float:
-    """RSS once the C allocator has handed its free pages back (``malloc_trim``, glibc only)."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if name is not None:
-        libc = ctypes.CDLL(name)
-        if hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
-    return _rss_now_mb()
-
-
-class _SweepTimer:
-    """Times every ``sweep`` call of one registry (the background sweeper's slices) without changing it."""
-
-    def __init__(self, registry: Any, pauses: _GcPauses) -> None:
-        self.calls: list[tuple[str, float, float, int]] = []  # (stage, seconds, of which collecting, passivated)
-        self.stage = "touch"
-        sweep = registry.sweep
-
-        def timed(limit: int | None = None) -> int:
-            started, collected = time.perf_counter(), pauses.total
-            count: int = sweep(limit)
-            self.calls.append((self.stage, time.perf_counter() - started, pauses.total - collected, count))
-            return count
-
-        registry.sweep = timed
-
-    def report(self, stage: str) -> dict[str, float]:
-        calls = [c for c in self.calls if c[0] == stage]
-        seconds = [c[1] for c in calls]
-        return {"calls": len(calls), "passivated": sum(c[3] for c in calls),
-                "max_slice_passivated": max((c[3] for c in calls), default=0),
-                "max_ms": round(max(seconds, default=0.0) * 1000.0, 3),
-                "max_ms_excluding_gc": round(max((c[1] - c[2] for c in calls), default=0.0) * 1000.0, 3),
-                "calls_with_a_collection": sum(1 for c in calls if c[2] > 0),
-                "total_ms": round(sum(seconds) * 1000.0, 3)}
-
-
-async def _idle(path: str, threads: int, idle_timeout: float, max_actors: int) -> dict[str, Any]:
-    import gc
-
-    out: dict[str, Any] = {"threads": threads, "idle_timeout_s": idle_timeout, "max_actors": max_actors,
-                           "in_flight": IDLE_IN_FLIGHT}
-    memory = _idle_memory(path, idle_timeout, max_actors)
-    await memory.start()
-    try:
-        await _touch(memory, -IDLE_WARM, IDLE_WARM)
-        with anyio.fail_after(idle_timeout * 4 + 60):
-            await _until_passivated(memory)
-        gc.collect()
-        rss_before = _rss_now_mb()
-        blocks_before = sys.getallocatedblocks()
-        pauses = _GcPauses()
-        gc.callbacks.append(pauses)
-        ticker = _Ticker(memory, pauses)
-        sweeps = {"threads": _SweepTimer(actor_system(memory).threads, pauses),
-                  "resources": _SweepTimer(actor_system(memory).resources, pauses)}
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker.run)
-            started = time.perf_counter()
-            await _touch(memory, 0, threads)
-            touch_s = time.perf_counter() - started
-            ticker.stage = "drain"
-            for timer in sweeps.values():
-                timer.stage = "drain"
-            rss_touched = _rss_now_mb()
-            live_touched = _live(memory)
-            started = time.perf_counter()
-            with anyio.fail_after(idle_timeout * 4 + 600):
-                await _until_passivated(memory)
-            drain_s = time.perf_counter() - started
-            ticker.stop()
-        gc.callbacks.remove(pauses)
-        stats = actor_system(memory).threads.statistics()
-        gc.collect()
-        rss_after = _rss_now_mb()
-        blocks_after = sys.getallocatedblocks()
-        rss_trimmed = _rss_after_trim_mb()
-        out["touch"] = {"seconds": round(touch_s, 3), "msgs_per_s": round(threads / touch_s),
-                        "threads_per_s": round(threads / touch_s)}
-        out["rss_mb"] = {"before": rss_before, "peak": max(ticker.peak_rss_mb, rss_touched),
-                         "after_touching": rss_touched, "after_passivation": rss_after,
-                         "after_passivation_malloc_trim": rss_trimmed}
-        out["live_actors"] = {"peak_threads": ticker.peak_live[0], "peak_resources": ticker.peak_live[1],
-                              "after_touching_threads": live_touched[0], "after_touching_resources": live_touched[1]}
-        out["thread_actors"] = {"created": stats.created, "passivated": stats.passivated, "evicted": stats.evicted}
-        out["passivation_s_after_touching"] = round(drain_s, 3)
-        out["retained_per_thread"] = {
-            "rss_bytes": round((rss_after - rss_before) * 2**20 / threads),
-            "rss_bytes_after_malloc_trim": round((rss_trimmed - rss_before) * 2**20 / threads),
-            "allocated_blocks": round((blocks_after - blocks_before) / threads, 2),
-        }
-        out["event_loop"] = {"touch": ticker.report("touch"), "drain": ticker.report("drain"),
-                             "gc": pauses.report()}
-        out["sweeps"] = {name: {stage: timer.report(stage) for stage in ("touch", "drain")}
-                         for name, timer in sweeps.items()}
-    finally:
-        await memory.aclose()
-    return out
-
-
-async def _idle_traced(path: str, threads: int, idle_timeout: float, max_actors: int) -> dict[str, Any]:
-    """The bytes tracemalloc sees retained per thread once every actor of ``threads`` touched ones is passivated."""
-    import gc
-    import tracemalloc
-
-    memory = _idle_memory(path, idle_timeout, max_actors)
-    async with memory:
-        await _touch(memory, -IDLE_WARM, IDLE_WARM)
-        with anyio.fail_after(idle_timeout * 4 + 60):
-            await _until_passivated(memory)
-        gc.collect()
-        tracemalloc.start(1)
-        try:
-            before = tracemalloc.take_snapshot()
-            await _touch(memory, 0, threads)
-            with anyio.fail_after(idle_timeout * 4 + 600):
-                await _until_passivated(memory)
-            gc.collect()
-            diff = tracemalloc.take_snapshot().compare_to(before, "lineno")
-        finally:
-            tracemalloc.stop()
-    retained = sum(stat.size_diff for stat in diff)
-    top = [{"where": str(stat.traceback), "bytes_per_thread": round(stat.size_diff / threads, 1),
-            "blocks_per_thread": round(stat.count_diff / threads, 3)} for stat in diff[:8]]
-    return {"threads": threads, "retained_bytes_per_thread": round(retained / threads, 1), "grew_most": top}
 
 
 _PHASE_FLAGS: list[str] = []  # passed on to every phase's process (--search, --gc-threshold)
@@ -815,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(anyio.run(_restart if args.phase == "restart" else _latency, args.db, args.threads)))
         return
     if args.phase in ("idle", "idle-traced"):
-        phase = _idle if args.phase == "idle" else _idle_traced
+        phase = idle_phase if args.phase == "idle" else idle_traced_phase
         print(json.dumps(anyio.run(phase, args.db, args.threads, args.idle_timeout, args.idle_max_actors)))
         return
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-growth-")

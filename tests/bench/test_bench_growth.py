@@ -11,6 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, where bench/ lives
 
+from bench._growth_idle import IDLE_WARM
+
 from bench import bench_growth  # noqa: E402
 
 pytestmark = pytest.mark.bench  # benchmark smoke tests: CI's second step (pytest -m 'slow or bench')
@@ -34,7 +36,7 @@ def test_the_idle_phase_runs_alone_and_passivates_every_thread(
     idle = report["idle"]
     assert idle["threads"] == 40 and idle["idle_timeout_s"] == 0.2
     actors = idle["thread_actors"]
-    assert actors["created"] == actors["passivated"] == 40 + bench_growth.IDLE_WARM and actors["evicted"] == 0
+    assert actors["created"] == actors["passivated"] == 40 + IDLE_WARM and actors["evicted"] == 0
     assert 0 < idle["live_actors"]["peak_threads"] <= 40
     assert idle["touch"]["msgs_per_s"] > 0
     assert 0 < idle["rss_mb"]["before"] <= idle["rss_mb"]["peak"]
