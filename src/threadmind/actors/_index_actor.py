@@ -219,8 +219,9 @@ class IndexActor(Actor[IndexOp]):
             raise ConfigError(f"the index actor is {self._state.value}; start it (or the Memory) first",
                               code="THREADMIND_INDEX_CLOSED")
 
-    async def _submit(self, op: IndexOp) -> None:
-        """Queue ``op`` in the actor's mailbox; callers wait on ``op.done``."""
+    async def submit(self, op: IndexOp) -> None:
+        """Queue ``op`` in the actor's mailbox; callers wait on ``op.done`` (the commit-gated upsert queues its op
+        here as its save starts)."""
         self._check_running()
         try:
             await self.tell(op)
@@ -228,7 +229,7 @@ class IndexActor(Actor[IndexOp]):
             raise ConfigError("the index actor is closed", code="THREADMIND_INDEX_CLOSED") from None
 
     async def _call(self, op: IndexOp) -> None:
-        await self._submit(op)
+        await self.submit(op)
         await op.done.wait()
         if op.error is not None:
             raise fresh_error(op.error)
@@ -324,7 +325,7 @@ class IndexActor(Actor[IndexOp]):
         # No span per call on this hot path: the batch span links to the caller's (Memory's) span.
         op = IndexUpsert(items)
         if not wait:
-            await self._submit(op)
+            await self.submit(op)
             await anyio.lowlevel.checkpoint()
             return 0
         await self._call(op)
@@ -475,7 +476,7 @@ class IndexActor(Actor[IndexOp]):
                     await self._vector.clear_pending(gone)
                 op = IndexUpsert(items, read_seq=read_seq)
                 if items:
-                    await self._submit(op)
+                    await self.submit(op)
                     await op.done.wait()
             finally:
                 self._end_store_read()
@@ -511,7 +512,7 @@ class IndexActor(Actor[IndexOp]):
             first_error: BaseException | None = None
             for start in range(0, len(todo), self._batch_size):
                 op = IndexUpsert(todo[start : start + self._batch_size], read_seq=read_seq)
-                await self._submit(op)
+                await self.submit(op)
                 await op.done.wait()
                 made += op.vectors
                 done += len(op.items)

@@ -174,7 +174,7 @@ class CommitGatedUpsert:
     async def started(self) -> None:
         """(thread actor) The save is about to commit: queue the upsert. Never raises; errors reach ``result``."""
         try:
-            await self._actor._submit(self._op)
+            await self._actor.submit(self._op)
         except ConfigError as exc:  # the index closed: the save still commits, its marks make it pending
             self._op.error = exc
             return
