@@ -201,7 +201,7 @@ async def test_actor_store_and_operation_spans_name_their_thread_and_resource(
         by_name.setdefault(span.name, []).append(span)
     save = by_name["threadmind.actor.SaveMessages"][0].attributes or {}
     assert (save["threadmind.thread.id"], save["gen_ai.conversation.id"]) == ("t1", "t1")
-    resource = by_name["threadmind.actor.Exclusive"]
+    resource = by_name["threadmind.actor.ModifyResource"]
     assert any((s.attributes or {}).get("threadmind.resource.id") == "r1" for s in resource)
     op = by_name["threadmind.memory.save_messages"][0].attributes or {}
     assert op["threadmind.resource.id"] == "r1"

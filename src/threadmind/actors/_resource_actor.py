@@ -17,19 +17,32 @@ from typing import Any
 import msgspec
 
 from ..codecs import Resource
-from ..stores import Store
+from ..stores import Lease, ResourceChange, Store
 from ..tracing import ATTR_RESOURCE_ID
 from ._actor import NOT_NOW, Actor
 from ._thread_actor import TAIL_TTL, Exclusive
 
-__all__ = ("GetResource", "ResourceActor", "ResourceCommand")
+__all__ = ("GetResource", "ModifyResource", "ResourceActor", "ResourceCommand")
 
 
 class GetResource(msgspec.Struct, frozen=True):
     """The resource row, or None when it does not exist (from the cache while fresh)."""
 
 
-ResourceCommand = GetResource | Exclusive
+class ModifyResource(msgspec.Struct, frozen=True):
+    """Ask ``change`` what to write of the resource as stored (None when missing; None back: nothing) and write
+    it, in one store transaction (``Store.modify_resource``). ``change`` is a pure synchronous function of the
+    row; the actor then re-reads the row when next asked."""
+
+    change: Callable[[Resource | None], ResourceChange | None]
+    name: str = "modify_resource"
+    fence: Lease | None = None
+
+    def span_attributes(self) -> dict[str, str | int]:
+        return {"threadmind.exclusive.name": self.name}
+
+
+ResourceCommand = GetResource | ModifyResource | Exclusive
 
 
 class ResourceActor(Actor[ResourceCommand]):
@@ -64,6 +77,12 @@ class ResourceActor(Actor[ResourceCommand]):
                     self._resource = (row, self._clock() + self._ttl)
                     self._seen = before
                 return row
+            case ModifyResource(change, _, fence):
+                self._resource = None
+                try:
+                    return await self._store.modify_resource(self.key, change, fence=fence)
+                finally:
+                    self._resource = None
             case Exclusive(fn):
                 self._resource = None  # an arbitrary read-modify-write: trust the cache neither now nor after
                 try:

@@ -37,7 +37,7 @@ from ..stores import KeywordSearch, Lease
 from ..stores._keywords import supports_keywords
 from ..tracing import operation_span
 from ._registry import ActorRegistry
-from ._resource_actor import GetResource, ResourceActor
+from ._resource_actor import GetResource, ModifyResource, ResourceActor
 from ._thread_actor import Exclusive, ThreadActor
 
 if TYPE_CHECKING:
@@ -231,9 +231,11 @@ class ActorSystem:
         return threads, resources
 
     # threads -------------------------------------------------------------------------------------
-    async def ask(self, thread_id: str, command: Any) -> Any:
-        """Send ``command`` to the thread's actor and return its reply."""
-        self.check_running()
+    async def ask(self, thread_id: str, command: Any, *, background: bool = False) -> Any:
+        """Send ``command`` to the thread's actor and return its reply (``background``: the caller is background
+        work, which may still run while ``aclose()`` drains it)."""
+        if not background:
+            self.check_running()
         threads, _ = self._registries()
         return await threads.ask(thread_id, command)
 
@@ -331,6 +333,14 @@ class ActorSystem:
         _, resources = self._registries()
         result: T = await resources.ask(resource_id, Exclusive(fn, name))
         return result
+
+    async def modify_resource(self, resource_id: str, command: ModifyResource) -> Resource | None:
+        """Run ``command`` (a read-modify-write of the resource row) on the resource's actor, after the
+        resource's earlier operations."""
+        self.check_running()
+        _, resources = self._registries()
+        resource: Resource | None = await resources.ask(resource_id, command)
+        return resource
 
     async def get_resource(self, resource_id: str) -> Resource | None:
         """The resource row through its actor (cached while fresh; after any update through it, re-read)."""

@@ -32,6 +32,7 @@ __all__ = (
     "LoadMessages",
     "GetThread",
     "LoadWindow",
+    "ModifyThread",
     "PatchThreadMetadata",
     "SaveMessages",
     "SaveObserver",
@@ -127,6 +128,21 @@ class PatchThreadMetadata(msgspec.Struct, frozen=True):
         return {"threadmind.exclusive.name": self.name}
 
 
+class ModifyThread(msgspec.Struct, frozen=True):
+    """Ask ``change`` what to write of the thread as stored (None: nothing) and write it, in one store transaction
+    (``Store.modify_thread``: no process can write between the read and the write). ``change`` is a pure
+    synchronous function of the row (it may raise to refuse, e.g. ``ResourceMismatch``); working memory's merge
+    rules stay with its caller. No message changes: the actor keeps its tail and remembers the row it wrote.
+    """
+
+    change: Callable[[Thread], ThreadChange | None]
+    name: str = "modify_thread"
+    fence: Lease | None = None
+
+    def span_attributes(self) -> dict[str, str | int]:
+        return {"threadmind.exclusive.name": self.name}
+
+
 class Exclusive(msgspec.Struct, frozen=True):
     """Run ``fn`` with exclusive access to the thread (for multi-step read-modify-write).
 
@@ -144,7 +160,7 @@ class Exclusive(msgspec.Struct, frozen=True):
 
 ThreadCommand = (
     SaveMessages | LoadMessages | LoadWindow | GetThread | CreateThread | UpdateThread | PatchThreadMetadata
-    | DeleteThread | DeleteMessages | Exclusive
+    | ModifyThread | DeleteThread | DeleteMessages | Exclusive
 )
 
 # A thread actor keeps as many of the thread's newest messages as the longest window read through it (the
@@ -325,6 +341,13 @@ class ThreadActor(Actor[ThreadCommand]):
                 if patched is not None:
                     self._remember(patched)
                 return patched
+            case ModifyThread(modify, _, fence):
+                self._thread = None
+                self._own_writes += 1
+                modified = await store.modify_thread(self.key, modify, fence=fence)
+                if modified is not None:
+                    self._remember(modified)
+                return modified
             case DeleteThread():
                 self._tail = self._thread = None
                 return await store.delete_thread(self.key)

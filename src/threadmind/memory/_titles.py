@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..actors._thread_actor import GetThread, ModifyThread
 from ..codecs import Message, Thread
 from ..codecs._transcript import part_texts
 from ..errors import ThreadNotFound
@@ -42,8 +43,9 @@ async def generate_title(
     from ..models import ModelRequest
 
     try:
-        store = core.store()  # not actors(): aclose() lets background work finish
-        current = await store.get_thread(thread_id)
+        system = core.system  # not actors(): aclose() lets background work finish
+        assert system is not None
+        current: Thread | None = await system.ask(thread_id, GetThread(), background=True)
         if current is None or current.title:
             return None
         with operation_span("threadmind.memory.generate_title", "chat", thread_id=thread_id):
@@ -52,23 +54,16 @@ async def generate_title(
         title = _THINK.sub("", response.text or "").strip().strip("\"'")
         if not title:
             return None
-        set_to: str | None = None
 
         def change(thread: Thread) -> ThreadChange | None:
             return None if thread.title else ThreadChange(title=title)  # never retitle
 
-        async def _set() -> None:
-            nonlocal set_to
-            try:
-                if await store.modify_thread(thread_id, change) is not None:
-                    set_to = title
-            except ThreadNotFound:  # deleted meanwhile
-                pass
-
-        assert core.system is not None
         with operation_span("threadmind.memory.set_title", "update_memory", thread_id=thread_id):
-            await core.system.exclusive(thread_id, _set, "set_title", background=True)
-        return set_to
+            try:
+                titled = await system.ask(thread_id, ModifyThread(change, "set_title"), background=True)
+            except ThreadNotFound:  # deleted meanwhile
+                return None
+        return title if titled is not None else None
     except Exception:
         _log.warning("title generation for thread %s failed; title left untouched", thread_id, exc_info=True)
         return None

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._config import MemoryConfig
 from .._working_memory_schema import CompiledSchema, tool_parameters
 from ..actors import ActorSystem
+from ..actors._resource_actor import ModifyResource
 from ..actors._system import current_fence
-from ..actors._thread_actor import GetThread
+from ..actors._thread_actor import GetThread, ModifyThread
 from ..codecs import Resource, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors._hygiene import WM_TOOL_NAME
@@ -124,7 +125,6 @@ async def write_working_memory(
                         resource_id=owner if owner is not None else (key if scope == "resource" else None),
                         threadmind__working_memory__scope=scope):
         system = core.actors()
-        store = core.store()
         fence = current_fence(thread_id)  # written during an agent turn: only while the turn holds the thread
         written: list[str] = []
         if scope == "resource":
@@ -138,10 +138,7 @@ async def write_working_memory(
                 written.append(new)
                 return ResourceChange(working_memory=new)
 
-            async def _resource() -> None:
-                await store.modify_resource(key, change_resource, fence=fence)
-
-            await system.resource_exclusive(key, _resource, "working_memory")
+            await system.modify_resource(key, ModifyResource(change_resource, "working_memory", fence))
             return written[-1] if written else None
 
         def change_thread(thread: Thread) -> ThreadChange | None:
@@ -154,13 +151,10 @@ async def write_working_memory(
             written.append(new)
             return ThreadChange(metadata={"workingMemory": new})
 
-        async def _thread() -> None:
-            try:
-                await store.modify_thread(key, change_thread, fence=fence)
-            except ThreadNotFound:
-                raise ThreadNotFound(key, message=f"Thread {key} not found") from None
-
-        await system.exclusive(key, _thread, "working_memory")
+        try:
+            await system.ask(key, ModifyThread(change_thread, "working_memory", fence))
+        except ThreadNotFound:
+            raise ThreadNotFound(key, message=f"Thread {key} not found") from None
         return written[-1] if written else None
 
 
