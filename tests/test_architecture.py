@@ -217,6 +217,34 @@ def test_the_runner_check_sees_an_underscore_attribute(tmp_path: Path) -> None:
     assert _underscore_uses(sample) == ["runner.py:2 ._core"]
 
 
+#: The modules of ``memory/`` that may call ``MemoryCore.store()``: the door itself, and the core that defines it.
+STORE_DOORS = {"threadmind.memory._gateway", "threadmind.memory._core"}
+
+
+def _store_calls(path: Path) -> list[str]:
+    """Where a module calls ``<anything>.store()`` (the core's store, reached around the door)."""
+    hits: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "store"
+                and not node.args and not node.keywords):
+            hits.append(f"{path.name}:{node.lineno}")
+    return hits
+
+
+def test_memory_reaches_the_store_through_its_door_only() -> None:
+    """One door from ``memory/`` to the store (``_gateway.StoreDoor``): no other module of the package calls
+    ``core.store()``."""
+    others = {name: path for name, path in MODULES.items()
+              if name.startswith("threadmind.memory.") and name not in STORE_DOORS}
+    assert others and {name: hits for name, path in others.items() if (hits := _store_calls(path))} == {}
+
+
+def test_the_store_door_check_sees_a_call(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("async def run(core):\n    return await core.store().get_thread('t')\n")
+    assert _store_calls(sample) == ["sample.py:2"]
+
+
 def test_asyncio_is_imported_by_the_low_level_module_only() -> None:
     """threadmind's asyncio-specific code lives in ``threadmind._lowlevel``; the rest is anyio."""
     users = sorted(name for name in MODULES if any(t == "asyncio" for t in _stdlib_imports(name)))

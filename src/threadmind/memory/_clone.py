@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from .._results import CloneResult
+from ..actors._resource_actor import ModifyResource
 from ..actors._thread_actor import LoadMessages
 from ..codecs import Resource, Thread
 from ..codecs._time import to_iso, utc_now
@@ -41,8 +42,8 @@ async def clone_thread(
 ) -> CloneResult:
     """Copy the thread (arguments already validated)."""
     system = core.actors()
-    store = core.store()
-    source = await store.get_thread(source_thread_id)
+    door = core.door
+    source = await door.get_thread(source_thread_id)
     if source is None:
         raise ThreadNotFound(source_thread_id, code="MASTRA_STORAGE_LIBSQL_CLONE_THREAD_SOURCE_NOT_FOUND",
                              message=f"Source thread with id {source_thread_id} not found")
@@ -71,10 +72,10 @@ async def clone_thread(
     ]
 
     async def _create() -> Thread:
-        if await store.get_thread(target_id) is not None:
+        if await door.get_thread(target_id) is not None:
             raise ValidationError(f"Thread with id {target_id} already exists",
                                   code="MASTRA_STORAGE_LIBSQL_CLONE_THREAD_THREAD_EXISTS")
-        return await store.create_thread_with_messages(thread, copies)
+        return await door.create_thread_with_messages(thread, copies)
 
     created = await system.exclusive(target_id, _create, "clone_thread")
     index = core.index
@@ -87,7 +88,6 @@ async def clone_thread(
 async def _clone_side_state(core: MemoryCore, source: Thread, clone: Thread, id_map: Mapping[str, str]) -> None:
     """Resource-scoped working memory into a new owner without one, and the source's observations."""
     system = core.actors()
-    store = core.store()
     if clone.resource_id != source.resource_id:
         origin = await system.get_resource(source.resource_id)
         text = origin.working_memory if origin is not None else None
@@ -97,10 +97,7 @@ async def _clone_side_state(core: MemoryCore, source: Thread, clone: Thread, id_
                     return None  # an existing profile is never overwritten
                 return ResourceChange(working_memory=text)
 
-            async def _inherit() -> None:
-                await store.modify_resource(clone.resource_id, inherit)
-
-            await system.resource_exclusive(clone.resource_id, _inherit, "clone_working_memory")
+            await system.modify_resource(clone.resource_id, ModifyResource(inherit, "clone_working_memory"))
     if core.options.observational_memory_config is None and core.observational is None:
         return
     records = core.observational_engine().records

@@ -22,6 +22,7 @@ from ..search._searcher import Searcher
 from ..stores import Store, check_store
 from ..stores._keywords import supports_keywords
 from ..tokens import DefaultTokenCounter, TokenCounter
+from ._gateway import StoreDoor
 
 if TYPE_CHECKING:
     from ..actors._index_actor import IndexActor
@@ -69,6 +70,7 @@ class MemoryCore:
         self._merged: OrderedDict[bytes, MemoryConfig] = OrderedDict()
         self._om: ObservationalMemoryEngine | None = None
         self.system: ActorSystem | None = None
+        self._door: StoreDoor | None = None
         if self.storage is not None:
             self.system = ActorSystem(self.storage, cache_ttl=cache_ttl, idle_timeout=idle_timeout,
                                       max_actors=max_actors, lease_ttl=lease_ttl, index=self._make_index(),
@@ -87,6 +89,13 @@ class MemoryCore:
         assert self.system is not None
         self.system.check_running()
         return self.system
+
+    @property
+    def door(self) -> StoreDoor:
+        """The one door of ``memory/`` to the store (``_gateway``)."""
+        if self._door is None:
+            self._door = StoreDoor(self)
+        return self._door
 
     @property
     def index(self) -> IndexActor | None:

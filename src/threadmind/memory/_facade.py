@@ -125,7 +125,7 @@ class Memory:
     @property
     def storage(self) -> Store:
         """The configured store; ``ConfigError`` when there is none."""
-        return self._core.store()
+        return self._core.door.configured()
 
     def effective_options(self, override: MemoryConfig | Mapping[str, Any] | None = None) -> MemoryConfig:
         """The options a call with ``override`` (a per-call config or camelCase dict) runs with."""
@@ -137,7 +137,7 @@ class Memory:
         The actor system lives in a task of its own, owned by this Memory, so ``start()`` and ``aclose()`` may
         be called from any task and under any timeout (a server's startup and shutdown handlers).
         """
-        self._core.store()
+        self._core.door.configured()  # ConfigError without a store
         assert self._core.system is not None
         await self._core.system.start()
 
@@ -184,7 +184,7 @@ class Memory:
         with operation_span("threadmind.memory.get_thread", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
             self._core.actors()
-            thread = await self._core.store().get_thread(thread_id)
+            thread = await self._core.door.get_thread(thread_id)
             if thread is None or (resource_id is not None and thread.resource_id != resource_id):
                 return None
             return thread
@@ -210,7 +210,7 @@ class Memory:
             else "created_at"
         with operation_span("threadmind.memory.list_threads", "search_memory", resource_id=resource_id):
             self._core.actors()
-            return await self._core.store().list_threads(resource_id=resource_id, page=page, per_page=per_page,
+            return await self._core.door.list_threads(resource_id=resource_id, page=page, per_page=per_page,
                                                          order_by=order, direction=direction, metadata=metadata)
 
     async def update_thread(
@@ -243,9 +243,9 @@ class Memory:
         core = self._core
         with operation_span("threadmind.memory.update_thread_resource_id", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            store = core.store()
+            door = core.door
             thread = await core.actors().exclusive(
-                thread_id, lambda: store.update_thread_resource_id(thread_id, resource_id), "move_thread")
+                thread_id, lambda: door.update_thread_resource_id(thread_id, resource_id), "move_thread")
             if core.index is not None:
                 await core.index.move_thread(thread_id, resource_id)
             return thread
@@ -312,7 +312,7 @@ class Memory:
             require_id(value, f"ids[{i}]")
         with operation_span("threadmind.memory.list_messages_by_id", "search_memory"):
             self._core.actors()
-            return await self._core.store().get_messages_by_id(list(ids))
+            return await self._core.door.get_messages_by_id(list(ids))
 
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
         """Partial updates by id (content merged); changed text is re-embedded."""

@@ -1,16 +1,20 @@
-"""The memory processors' access to a Memory: every thread read and the turn's save go through the actors.
+"""The one door from ``memory/`` to a Memory's store and actors.
 
-``ActorAccess`` is the ``MemoryAccess`` that ``Memory`` hands its own processors. Reads of one thread's
-history are served by the thread's actor (from its in-memory tail while it is fresh), and persisting a turn is
-one exclusive step of that actor (make sure the thread exists, then save), so it takes its place in the
-thread's order like any other write. ``RoutedIndex`` is the index as the ``semantic-recall`` processor sees
-it: looked up at each call, so processors can be built before ``start()``.
+``StoreDoor`` holds every store operation memory's own logic runs (messages by id, pages, batches across threads,
+read-modify-writes, leases, the observational-memory records): the rest of ``memory/`` reaches the store through it
+and never through ``MemoryCore.store()`` (the architecture test holds that), so the store calls of ``memory/`` can
+be read in one place. Thread commands (``SaveMessages``, ``LoadWindow``, ``ModifyThread`` ...) go to the thread
+actors through ``ActorSystem``. ``ActorAccess`` is the ``MemoryAccess`` that ``Memory`` hands its own processors:
+reads of one thread's history are served by the thread's actor (from its in-memory tail while it is fresh), and
+persisting a turn is one step of that actor (make sure the thread exists, then save), so it takes its place in the
+thread's order like any other write. ``RoutedIndex`` is the index as the ``semantic-recall`` processor sees it:
+looked up at each call, so processors can be built before ``start()``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -22,14 +26,16 @@ from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
 from ..processors._access import AccessBase
 from ..search._searcher import as_vector_hits
-from ..stores import MessagePage, MessageQuery, ThreadPage
+from ..stores import Lease, MessagePage, MessageQuery, ResourceChange, Store, ThreadChange, ThreadPage
+from ..stores._keywords import KeywordSearch, supports_keywords
+from ..stores._om import ObservationalMemoryStore
 from ..tracing import operation_span
 
 if TYPE_CHECKING:
     from ..actors._index_actor import IndexActor, VectorHit
     from ._core import MemoryCore
 
-__all__ = ("ActorAccess", "RoutedIndex")
+__all__ = ("ActorAccess", "RoutedIndex", "StoreDoor")
 
 
 class ActorAccess(AccessBase):
@@ -130,3 +136,78 @@ class RoutedIndex:
 
     async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int:
         return await self._actor().upsert_messages(messages, wait=wait)
+
+
+class StoreDoor:
+    """The store operations of ``memory/`` (see the module docstring); each is the store's own, called as is."""
+
+    def __init__(self, core: MemoryCore) -> None:
+        self._core = core
+
+    @property
+    def keyword_index(self) -> bool:
+        """Whether the store keeps a keyword index (it can answer searches by words)."""
+        return supports_keywords(self._core.store())
+
+    def keyword_store(self) -> KeywordSearch | None:
+        """The store as the retrieval pipeline's keyword side, when it keeps a keyword index."""
+        store = self._core.store()
+        return store if supports_keywords(store) else None
+
+    def configured(self) -> Store:
+        """The store itself (``Memory.storage``); ``ConfigError`` when the Memory has none."""
+        return self._core.store()
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        return await self._core.store().get_thread(thread_id)
+
+    async def list_threads(self, *, resource_id: str | None = None, page: int = 0, per_page: int | bool = 100,
+                           order_by: Literal["created_at", "updated_at"] = "created_at",
+                           direction: Literal["ASC", "DESC"] = "DESC",
+                           metadata: Mapping[str, Any] | None = None) -> ThreadPage:
+        return await self._core.store().list_threads(resource_id=resource_id, page=page, per_page=per_page,
+                                                    order_by=order_by, direction=direction, metadata=metadata)
+
+    async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
+        return await self._core.store().update_thread_resource_id(thread_id, resource_id)
+
+    async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
+        return await self._core.store().create_thread_with_messages(thread, messages)
+
+    async def save_messages_many(self, by_thread: Mapping[str, Sequence[Message]], *,
+                                 mark_pending: bool = False) -> dict[str, list[Message]]:
+        return await self._core.store().save_messages_many(by_thread, mark_pending=mark_pending)
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        return await self._core.store().list_messages(query)
+
+    async def get_messages_by_id(self, ids: Sequence[str]) -> list[Message]:
+        return await self._core.store().get_messages_by_id(ids)
+
+    async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
+        return await self._core.store().update_messages(updates)
+
+    async def delete_messages(self, ids: Sequence[str]) -> set[str]:
+        return await self._core.store().delete_messages(ids)
+
+    async def modify_thread(self, thread_id: str, change: Callable[[Thread], ThreadChange | None], *,
+                            fence: Lease | None = None) -> Thread | None:
+        return await self._core.store().modify_thread(thread_id, change, fence=fence)
+
+    async def modify_resource(self, resource_id: str, change: Callable[[Resource | None], ResourceChange | None],
+                              *, fence: Lease | None = None) -> Resource | None:
+        return await self._core.store().modify_resource(resource_id, change, fence=fence)
+
+    async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
+        return await self._core.store().acquire_lease(key, owner=owner, ttl=ttl, wait=wait)
+
+    async def release_lease(self, lease: Lease) -> None:
+        await self._core.store().release_lease(lease)
+
+    async def build_keyword_index(self, progress: Callable[[int, int], object]) -> int:
+        """Index the words of the messages the keyword index lacks (0 when the store keeps none)."""
+        store = self._core.store()
+        return await store.build_keyword_index(progress) if supports_keywords(store) else 0
+
+    def observational_records(self, *, ttl: float | None = None) -> ObservationalMemoryStore:
+        return self._core.store().observational_records(ttl=ttl)

@@ -18,7 +18,6 @@ from .._results import SaveResult, Usage
 from ..actors._thread_actor import DeleteMessages, SaveMessages
 from ..codecs import Message
 from ..errors import ValidationError
-from ..stores._keywords import supports_keywords
 
 if TYPE_CHECKING:
     from ._core import MemoryCore
@@ -59,12 +58,12 @@ async def _save_by_thread(core: MemoryCore, by_thread: dict[str, list[Message]],
         ((thread_id, messages),) = by_thread.items()
         saved: list[Message] = await system.ask(thread_id, SaveMessages(messages, mark))
         return saved
-    store = core.store()
+    door = core.door
 
     # One transaction for every thread's part, written while each thread's actor is held, so the batch takes
     # its place in every thread's arrival order and no part commits without the others.
     async def write() -> dict[str, list[Message]]:
-        return await store.save_messages_many(by_thread, mark_pending=mark)
+        return await door.save_messages_many(by_thread, mark_pending=mark)
 
     results = await system.holding(sorted(by_thread), write, "save_messages")
     return [m for thread_id in by_thread for m in results[thread_id]]
@@ -73,8 +72,8 @@ async def _save_by_thread(core: MemoryCore, by_thread: dict[str, list[Message]],
 async def update_messages(core: MemoryCore, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
     """Partial updates by id, one transaction across threads; changed text is re-embedded."""
     system = core.actors()
-    store = core.store()
-    existing = {m.id: m for m in await store.get_messages_by_id([u["id"] for u in updates])}
+    door = core.door
+    existing = {m.id: m for m in await door.get_messages_by_id([u["id"] for u in updates])}
     by_thread: dict[str, list[Mapping[str, Any]]] = {}
     for i, update in enumerate(updates):
         old = existing.get(update["id"])
@@ -86,7 +85,7 @@ async def update_messages(core: MemoryCore, updates: Sequence[Mapping[str, Any]]
                                       f"{old.resource_id!r}; use update_thread_resource_id to move threads")
         by_thread.setdefault(old.thread_id or "", []).append(update)
     # One transaction for every thread involved, written while their actors are held (as a batch save).
-    updated: list[Message] = await system.holding(sorted(by_thread), _bind(store.update_messages, list(updates)),
+    updated: list[Message] = await system.holding(sorted(by_thread), _bind(door.update_messages, list(updates)),
                                                   "update_messages")
     index = core.index
     if index is not None and core.options.semantic_recall_config is not None:
@@ -99,16 +98,16 @@ async def update_messages(core: MemoryCore, updates: Sequence[Mapping[str, Any]]
 async def delete_messages(core: MemoryCore, ids: list[str]) -> None:
     """Delete messages (one transaction across threads) and their vectors."""
     system = core.actors()
-    store = core.store()
+    door = core.door
     by_thread: dict[str, list[str]] = {}
-    for message in await store.get_messages_by_id(ids):
+    for message in await door.get_messages_by_id(ids):
         by_thread.setdefault(message.thread_id or "", []).append(message.id)
     if len(by_thread) == 1:
         ((thread_id, subset),) = by_thread.items()
         await system.ask(thread_id, DeleteMessages(subset))
     elif by_thread:  # one transaction for every thread involved, written while their actors are held
         found = [mid for subset in by_thread.values() for mid in subset]
-        await system.holding(sorted(by_thread), _bind(store.delete_messages, found), "delete_messages")
+        await system.holding(sorted(by_thread), _bind(door.delete_messages, found), "delete_messages")
     index = core.index
     if index is not None:
         await index.delete_messages(ids)
@@ -128,13 +127,13 @@ def _bind(fn: Callable[[T], Awaitable[Any]], arg: T) -> Callable[[], Awaitable[A
 async def reindex_messages(core: MemoryCore, progress: Any = None, keyword_progress: Any = None) -> int:
     """``Memory.reindex``: the words of every message the keyword index lacks, then vectors for every message that has
     none; the vectors made (progress to the log unless callbacks are given)."""
-    store = core.store()
     core.actors()
-    if supports_keywords(store):
+    door = core.door
+    if door.keyword_index:
         def _log_words(done: int, total: int) -> None:
             _log.info("reindex: %d/%d messages indexed by their words", done, total)
 
-        await store.build_keyword_index(keyword_progress if keyword_progress is not None else _log_words)
+        await door.build_keyword_index(keyword_progress if keyword_progress is not None else _log_words)
     index = core.running_index()
     if index is None:
         return 0

@@ -47,10 +47,11 @@ from ..processors._observation_text import (
     split_observer_output,
 )
 from ..processors._om_triggers import chunks_to_activate
-from ..stores import DateRange, MessageQuery, ObservationalMemoryStore, OMRecord, Store, ThreadChange
+from ..stores import DateRange, MessageQuery, ObservationalMemoryStore, OMRecord, ThreadChange
 from ..stores._om import lookup_key, same_record
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
+from ._gateway import StoreDoor
 from ._om_parts import ManagedWorkingMemory, custom_instructions, newest_within
 from ._om_reflection import Reflections
 from ._working_memory import read_working_memory, scope_key, write_working_memory
@@ -68,12 +69,14 @@ _MAX_ROUNDS = 8  # observation rounds one background job may run before yielding
 
 
 class EngineHost(Protocol):
-    """What the engine needs of its Memory: the store, the actors that own threads and resources, the TTL."""
+    """What the engine needs of its Memory: the door to the store, the actors that own threads and resources, the
+    TTL."""
 
     cache_ttl: float
     system: ActorSystem | None
 
-    def store(self) -> Store: ...
+    @property
+    def door(self) -> StoreDoor: ...
 
     def actors(self) -> ActorSystem: ...
 
@@ -112,12 +115,12 @@ class ObservationalMemoryEngine:
     def records(self) -> ObservationalMemoryStore:
         """The OM record store (the SQLite table, or a dictionary)."""
         if self._records is None:
-            self._records = self._core.store().observational_records(ttl=self._core.cache_ttl)
+            self._records = self._core.door.observational_records(ttl=self._core.cache_ttl)
         return self._records
 
     @property
-    def _store(self) -> Store:
-        return self._core.store()
+    def _store(self) -> StoreDoor:
+        return self._core.door
 
     @staticmethod
     def key(config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> str:
@@ -184,8 +187,8 @@ class ObservationalMemoryEngine:
 
     # -- reading -------------------------------------------------------------------------------------
     async def _unobserved(
-        self, store: MemoryAccess | Store, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-        record: OMRecord | None,
+        self, store: MemoryAccess | StoreDoor, config: ObservationalMemoryConfig, thread_id: str,
+        resource_id: str | None, record: OMRecord | None,
     ) -> list[Message]:
         cursor = record.last_observed_at if record is not None else None
         seen = set(record.observed_message_ids) if record is not None else set()
@@ -633,7 +636,7 @@ class ObservationalMemoryEngine:
             _log.warning("the Observer's working memory for %s was not written", thread_id, exc_info=True)
 
     async def _mark_observed(
-        self, store: Store, thread_id: str, messages: Sequence[Message], extras: dict[str, str], *,
+        self, store: StoreDoor, thread_id: str, messages: Sequence[Message], extras: dict[str, str], *,
         retitle: bool = False,
     ) -> None:
         """After an observation: seal the observed messages and note the cursor (and the Observer's extras) in

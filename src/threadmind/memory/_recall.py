@@ -19,7 +19,6 @@ from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors._merge import is_system_reminder
 from ..processors._token_window import load_token_window
 from ..stores import DateRange, Include, MessagePage, MessageQuery
-from ..stores._keywords import supports_keywords
 
 if TYPE_CHECKING:
     from ._core import MemoryCore
@@ -42,7 +41,7 @@ async def recall(
 ) -> RecallResult:
     """The messages of one recall call (arguments already validated)."""
     system = core.actors()
-    store = core.store()
+    door = core.door
     semantic = config.semantic_recall_config if vector_search_string and _can_search(core, config) else None
     if not config.history_enabled and per_page is None and semantic is None:
         # Reference §1.1 step 2: no history asked for and no search to run (``include`` or not).
@@ -58,7 +57,7 @@ async def recall(
         return RecallResult(messages=visible(tail.messages), total=tail.total, page=0, per_page=limit,
                             has_more=tail.has_more)
     if resource_id is not None:
-        thread = await store.get_thread(thread_id)
+        thread = await door.get_thread(thread_id)
         if thread is None and not tolerate_missing:
             raise ThreadNotFound(thread_id, message=f"No thread found with id {thread_id}")
         if thread is not None and thread.resource_id != resource_id:
@@ -115,12 +114,12 @@ async def _token_window(
     core: MemoryCore, thread_id: str, resource_id: str | None, config: MemoryConfig, includes: list[Include],
     degraded: bool,
 ) -> RecallResult:
-    store = core.store()
+    door = core.door
     history = config.message_history
     assert history is not None
 
     async def _load() -> list[Message]:
-        return await load_token_window(store, thread_id, resource_id, history, config.max_messages, includes,
+        return await load_token_window(door, thread_id, resource_id, history, config.max_messages, includes,
                                        counter=core.tokens)
 
     messages = visible(await core.actors().exclusive(thread_id, _load, "load_token_window"))
@@ -134,7 +133,7 @@ def _can_search(core: MemoryCore, config: MemoryConfig) -> bool:
     semantic = config.semantic_recall_config
     if semantic is None:
         return False
-    return core.index is not None or (semantic.search != "vector" and supports_keywords(core.store()))
+    return core.index is not None or (semantic.search != "vector" and core.door.keyword_index)
 
 
 def visible(messages: Iterable[Message]) -> list[Message]:
@@ -146,13 +145,13 @@ async def search_messages(core: MemoryCore, query: str, *, resource_id: str, thr
                           mode: SearchMode | None, threshold: float | None,
                           window: DateRange | None) -> list[SearchHit]:
     """``Memory.search`` (arguments already validated)."""
-    store = core.store()
+    door = core.door
     configured = core.options.semantic_recall_config or SemanticRecallConfig()
     mode = mode or configured.search
     if mode == "vector" and core.actors().index is None:
         raise ValidationError("search 'vector' needs a vector store and an embedder")
     if thread_id is not None:
-        thread = await store.get_thread(thread_id)
+        thread = await door.get_thread(thread_id)
         if thread is None:
             raise ThreadNotFound(thread_id, message=f"No thread found with id {thread_id}")
         if thread.resource_id != resource_id:
@@ -166,7 +165,7 @@ async def search_messages(core: MemoryCore, query: str, *, resource_id: str, thr
     while len(hits) < top_k and start < len(ranked):  # messages outside the date range, or hidden, make room
         batch = ranked[start:start + max(top_k, 16)]
         start += len(batch)
-        messages = {m.id: m for m in visible(await store.get_messages_by_id([r.message_id for r in batch]))}
+        messages = {m.id: m for m in visible(await door.get_messages_by_id([r.message_id for r in batch]))}
         for entry in batch:
             message = messages.get(entry.message_id)
             if message is None or (window is not None and not _within(message, window)):

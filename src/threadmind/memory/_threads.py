@@ -45,7 +45,7 @@ async def ensure_thread(core: MemoryCore, thread_id: str, resource_id: str,
                 thread = await create_thread(core, Thread(thread_id, resource_id, "", None, now, now))
 
         except ValidationError:
-            thread = await core.store().get_thread(thread_id)  # created concurrently by another turn
+            thread = await core.door.get_thread(thread_id)  # created concurrently by another turn
             if thread is None:
                 raise
         _check_owner(thread, resource_id)

@@ -26,9 +26,10 @@ from ..codecs import Resource, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors._hygiene import WM_TOOL_NAME
 from ..processors._working_memory_text import deep_merge, drop_optional_nulls, normalize_ws, template_for
-from ..stores import ResourceChange, Store, ThreadChange
+from ..stores import ResourceChange, ThreadChange
 from ..tools import Tool, ToolContext
 from ..tracing import operation_span
+from ._gateway import StoreDoor
 from ._threads import ensure_thread
 from ._validation import require_id
 
@@ -51,11 +52,12 @@ _log = logging.getLogger("threadmind.memory")
 
 class WorkingMemoryHost(Protocol):
     """What reading and writing working memory needs of its Memory: the actors that own threads and resources,
-    and the store."""
+    and the door to the store."""
 
     def actors(self) -> ActorSystem: ...
 
-    def store(self) -> Store: ...
+    @property
+    def door(self) -> StoreDoor: ...
 
 
 SET_WORKING_MEMORY = "setWorkingMemory"
@@ -104,7 +106,7 @@ async def read_working_memory(core: WorkingMemoryHost, config: MemoryConfig, thr
             return None
         resource = await core.actors().get_resource(key)
         return resource.working_memory if resource is not None else None
-    thread = await core.store().get_thread(key)
+    thread = await core.door.get_thread(key)
     if thread is None or (resource_id is not None and thread.resource_id != resource_id):
         return None  # another resource's thread reads as absent, as in get_thread_by_id
     value = (thread.metadata or {}).get("workingMemory")
@@ -236,7 +238,7 @@ async def _run_tool(core: MemoryCore, args: Any, context: ToolContext, config: M
     if scope == "resource" and not resource_id:
         raise ValidationError("Resource ID is required for resource-scoped working memory updates")
     if thread_id:
-        thread = await core.store().get_thread(thread_id)
+        thread = await core.door.get_thread(thread_id)
         if thread is None:
             thread = await ensure_thread(core, thread_id, resource_id or thread_id)
         if resource_id and thread.resource_id != resource_id:
