@@ -16,7 +16,7 @@ import anyio
 import msgspec
 
 from ..codecs import Message, Thread
-from ..errors import ResourceMismatch, ThreadNotFound
+from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..stores import Lease, MessagePage, MessageQuery, Store, ThreadChange
 from ..tracing import ATTR_CONVERSATION_ID, ATTR_THREAD_ID
 from ._actor import NOT_NOW, Actor
@@ -26,6 +26,7 @@ __all__ = (
     "TAIL_CAPACITY",
     "TAIL_MAX",
     "CreateThread",
+    "CreateThreadWithMessages",
     "DeleteMessages",
     "DeleteThread",
     "Exclusive",
@@ -33,6 +34,7 @@ __all__ = (
     "GetThread",
     "LoadWindow",
     "ModifyThread",
+    "MoveThread",
     "PatchThreadMetadata",
     "SaveMessages",
     "SaveObserver",
@@ -102,6 +104,21 @@ class UpdateThread(msgspec.Struct, frozen=True):
     metadata: Mapping[str, Any] | None = None
 
 
+class MoveThread(msgspec.Struct, frozen=True):
+    """File the thread and all its messages under ``resource_id`` (``Store.update_thread_resource_id``)."""
+
+    resource_id: str
+
+
+class CreateThreadWithMessages(msgspec.Struct, frozen=True):
+    """Make this new thread with these messages in one store transaction (a clone); a thread already there is
+    refused with ``ValidationError`` carrying ``exists_code``."""
+
+    thread: Thread
+    messages: Sequence[Message]
+    exists_code: str = "THREADMIND_THREAD_EXISTS"
+
+
 class DeleteThread(msgspec.Struct, frozen=True):
     """Delete the thread and its messages."""
 
@@ -160,7 +177,7 @@ class Exclusive(msgspec.Struct, frozen=True):
 
 ThreadCommand = (
     SaveMessages | LoadMessages | LoadWindow | GetThread | CreateThread | UpdateThread | PatchThreadMetadata
-    | ModifyThread | DeleteThread | DeleteMessages | Exclusive
+    | ModifyThread | MoveThread | CreateThreadWithMessages | DeleteThread | DeleteMessages | Exclusive
 )
 
 # A thread actor keeps as many of the thread's newest messages as the longest window read through it (the
@@ -348,6 +365,20 @@ class ThreadActor(Actor[ThreadCommand]):
                 if modified is not None:
                     self._remember(modified)
                 return modified
+            case MoveThread(resource_id):
+                self._tail = self._thread = None  # every message changes owner
+                self._own_writes += 1
+                moved = await store.update_thread_resource_id(self.key, resource_id)
+                self._remember(moved)
+                return moved
+            case CreateThreadWithMessages(thread, messages, exists_code):
+                self._tail = self._thread = None
+                if await store.get_thread(self.key) is not None:
+                    raise ValidationError(f"Thread with id {self.key} already exists", code=exists_code)
+                self._own_writes += 1
+                created = await store.create_thread_with_messages(thread, messages)
+                self._remember(created)
+                return created
             case DeleteThread():
                 self._tail = self._thread = None
                 return await store.delete_thread(self.key)

@@ -17,10 +17,10 @@ import msgspec
 
 from .._results import CloneResult
 from ..actors._resource_actor import ModifyResource
-from ..actors._thread_actor import LoadMessages
+from ..actors._thread_actor import CreateThreadWithMessages, LoadMessages
 from ..codecs import Resource, Thread
 from ..codecs._time import to_iso, utc_now
-from ..errors import ThreadNotFound, ValidationError
+from ..errors import ThreadNotFound
 from ..stores import MessagePage, MessageQuery, ResourceChange
 from ..stores._om import lookup_key
 
@@ -71,13 +71,8 @@ async def clone_thread(
         for m in originals
     ]
 
-    async def _create() -> Thread:
-        if await door.get_thread(target_id) is not None:
-            raise ValidationError(f"Thread with id {target_id} already exists",
-                                  code="MASTRA_STORAGE_LIBSQL_CLONE_THREAD_THREAD_EXISTS")
-        return await door.create_thread_with_messages(thread, copies)
-
-    created = await system.exclusive(target_id, _create, "clone_thread")
+    created: Thread = await system.ask(target_id, CreateThreadWithMessages(
+        thread, copies, exists_code="MASTRA_STORAGE_LIBSQL_CLONE_THREAD_THREAD_EXISTS"))
     index = core.index
     if index is not None and core.options.semantic_recall_config is not None and copies:
         await index.copy_messages(id_map, thread_id=target_id, resource_id=target_resource)

@@ -19,7 +19,7 @@ import anyio
 
 from .._config import MemoryConfig, SearchMode
 from .._results import CloneResult, RecallResult, SaveResult, SearchHit, WorkingMemoryTemplate
-from ..actors._thread_actor import DeleteThread, UpdateThread
+from ..actors._thread_actor import DeleteThread, MoveThread, UpdateThread
 from ..codecs import Message, Thread
 from ..codecs._time import utc_now
 from ..errors import ConfigError, ValidationError
@@ -243,9 +243,7 @@ class Memory:
         core = self._core
         with operation_span("threadmind.memory.update_thread_resource_id", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            door = core.door
-            thread = await core.actors().exclusive(
-                thread_id, lambda: door.update_thread_resource_id(thread_id, resource_id), "move_thread")
+            thread: Thread = await core.actors().ask(thread_id, MoveThread(resource_id))
             if core.index is not None:
                 await core.index.move_thread(thread_id, resource_id)
             return thread

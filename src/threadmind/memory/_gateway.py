@@ -26,7 +26,7 @@ from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
 from ..processors._access import AccessBase
 from ..search._searcher import as_vector_hits
-from ..stores import Lease, MessagePage, MessageQuery, ResourceChange, Store, ThreadChange, ThreadPage
+from ..stores import Lease, MessagePage, MessageQuery, Store, ThreadChange, ThreadPage
 from ..stores._keywords import KeywordSearch, supports_keywords
 from ..stores._om import ObservationalMemoryStore
 from ..tracing import operation_span
@@ -168,12 +168,6 @@ class StoreDoor:
         return await self._core.store().list_threads(resource_id=resource_id, page=page, per_page=per_page,
                                                     order_by=order_by, direction=direction, metadata=metadata)
 
-    async def update_thread_resource_id(self, thread_id: str, resource_id: str) -> Thread:
-        return await self._core.store().update_thread_resource_id(thread_id, resource_id)
-
-    async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
-        return await self._core.store().create_thread_with_messages(thread, messages)
-
     async def save_messages_many(self, by_thread: Mapping[str, Sequence[Message]], *,
                                  mark_pending: bool = False) -> dict[str, list[Message]]:
         return await self._core.store().save_messages_many(by_thread, mark_pending=mark_pending)
@@ -193,10 +187,6 @@ class StoreDoor:
     async def modify_thread(self, thread_id: str, change: Callable[[Thread], ThreadChange | None], *,
                             fence: Lease | None = None) -> Thread | None:
         return await self._core.store().modify_thread(thread_id, change, fence=fence)
-
-    async def modify_resource(self, resource_id: str, change: Callable[[Resource | None], ResourceChange | None],
-                              *, fence: Lease | None = None) -> Resource | None:
-        return await self._core.store().modify_resource(resource_id, change, fence=fence)
 
     async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
         return await self._core.store().acquire_lease(key, owner=owner, ttl=ttl, wait=wait)
