@@ -20,17 +20,21 @@ from threadmind.stores import (
     HnswVectorStore,
     InMemoryStore,
     Lease,
+    Leases,
     MessagePage,
     MessageQuery,
     ObservationalMemoryStore,
+    ReadModifyWrite,
     ResourceChange,
+    SideRecords,
     SQLiteStore,
     Store,
     ThreadChange,
     ThreadPage,
+    ThreadsAndMessages,
     VectorRecords,
 )
-from threadmind.stores._protocol import UNSET, UnsetType
+from threadmind.stores._protocol import STORE_CAPABILITIES, UNSET, UnsetType
 
 from .test_conformance import (  # noqa: F401 - the suite, collected again here over the fixture below
     TestListMessages,
@@ -199,3 +203,32 @@ def test_a_store_missing_a_method_is_refused_naming_it(missing: str) -> None:
     with pytest.raises(ConfigError) as info:
         Memory(storage=Partial(InMemoryStore()))
     assert missing in info.value.message and info.value.code == "THREADMIND_STORE_INCOMPLETE"
+
+
+@pytest.mark.parametrize(("capability", "methods"), list(STORE_CAPABILITIES.items()))
+def test_each_capability_is_a_protocol_a_part_can_be_checked_against(capability: str,
+                                                                     methods: tuple[str, ...]) -> None:
+    """A third party may build its store a capability at a time: each capability is a protocol of its own that
+    the finished store satisfies, a store lacking one of its methods fails only that one, and the refusal names
+    the capability with the methods it lacks."""
+    protocol = {"ThreadsAndMessages": ThreadsAndMessages, "ReadModifyWrite": ReadModifyWrite,
+                "Leases": Leases, "SideRecords": SideRecords}[capability]
+    assert isinstance(MinimalStore(InMemoryStore()), protocol)
+
+    class Partial(MinimalStore):
+        pass
+
+    for name in methods:
+        setattr(Partial, name, None)
+    partial = Partial(InMemoryStore())
+    assert not isinstance(partial, protocol)
+    others = [p for p in (ThreadsAndMessages, ReadModifyWrite, Leases, SideRecords) if p is not protocol]
+    assert all(isinstance(partial, other) for other in others)
+    with pytest.raises(ConfigError) as info:
+        Memory(storage=partial)
+    assert f"{', '.join(methods)} ({capability})" in info.value.message
+
+
+def test_the_capabilities_together_are_the_store() -> None:
+    assert set(STORE_METHODS) == {name for names in STORE_CAPABILITIES.values() for name in names}
+    assert len(STORE_METHODS) == len(set(STORE_METHODS))

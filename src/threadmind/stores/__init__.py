@@ -22,13 +22,17 @@ from ._protocol import STORE_METHODS as STORE_METHODS
 from ._protocol import DateRange as DateRange
 from ._protocol import Include as Include
 from ._protocol import Lease as Lease
+from ._protocol import Leases as Leases
 from ._protocol import MessagePage as MessagePage
 from ._protocol import MessageQuery as MessageQuery
+from ._protocol import ReadModifyWrite as ReadModifyWrite
 from ._protocol import ResourceChange as ResourceChange
 from ._protocol import SaveHook as SaveHook
+from ._protocol import SideRecords as SideRecords
 from ._protocol import Store as Store
 from ._protocol import ThreadChange as ThreadChange
 from ._protocol import ThreadPage as ThreadPage
+from ._protocol import ThreadsAndMessages as ThreadsAndMessages
 from ._protocol import check_store as check_store
 from ._sqlite import SQLiteStore as SQLiteStore
 from ._vector_protocol import VectorHit as VectorHit
@@ -47,6 +51,7 @@ __all__ = (
     "KeywordMatches",
     "KeywordSearch",
     "Lease",
+    "Leases",
     "MessagePage",
     "MessageQuery",
     "Neighbours",
@@ -55,13 +60,16 @@ __all__ = (
     "PendingVector",
     "PgVectorStore",
     "PostgresStore",
+    "ReadModifyWrite",
     "ResourceChange",
     "SQLiteStore",
     "STORE_METHODS",
     "SaveHook",
+    "SideRecords",
     "Store",
     "ThreadChange",
     "ThreadPage",
+    "ThreadsAndMessages",
     "VectorHit",
     "VectorRecord",
     "VectorRecords",

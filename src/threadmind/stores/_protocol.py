@@ -23,16 +23,21 @@ if TYPE_CHECKING:
 __all__ = (
     "UNSET",
     "DateRange",
+    "STORE_CAPABILITIES",
     "STORE_METHODS",
     "SaveHook",
     "Include",
     "Lease",
+    "Leases",
     "MessagePage",
     "MessageQuery",
+    "ReadModifyWrite",
     "ResourceChange",
+    "SideRecords",
     "Store",
     "ThreadChange",
     "ThreadPage",
+    "ThreadsAndMessages",
     "check_store",
     "UnsetType",
 )
@@ -125,17 +130,9 @@ class ThreadPage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 @runtime_checkable
-class Store(Protocol):
-    """Durable threads, messages and resources: the whole contract threadmind relies on.
-
-    Implementations: ``SQLiteStore``, ``InMemoryStore``, ``PostgresStore``, or your own. ``Memory`` checks a
-    store once, at construction (:func:`check_store`), and refuses one that lacks a method below with a
-    ``ConfigError`` naming it. Every write method is atomic (all or nothing) and bumps the write counts of
-    what it touched (``thread_version``/``resource_version``): actors trust their caches only while the
-    counts are the ones they last saw, so a store that cannot tell returns a count that changes on every
-    call (caching off). Side tables live with the store (``vector_records``, ``observational_records``), so
-    what the index and observational memory write is as durable as the messages.
-    """
+class ThreadsAndMessages(Protocol):
+    """Threads, messages and resources, kept durably, with the write counts the actors' caches trust: the first
+    capability of a :class:`Store` (every write atomic, all or nothing)."""
 
     async def open(self) -> None:
         """Create or validate the schema and connections; idempotent."""
@@ -246,6 +243,25 @@ class Store(Protocol):
         """Create the row if missing (metadata ``{}``), else set the given fields (metadata shallow-merged)."""
         ...
 
+    # write counts ------------------------------------------------------------------------------
+    def thread_version(self, thread_id: str) -> int:
+        """How many write calls touched the thread's row or messages (one per call, success or not).
+
+        Actors trust what they cached only while this stays what they saw: a store shared with other
+        processes returns a new value on every call while one may be writing (so every read is fresh).
+        """
+        ...
+
+    def resource_version(self, resource_id: str) -> int:
+        """How many write calls touched the resource's row (see :meth:`thread_version`)."""
+        ...
+
+
+@runtime_checkable
+class ReadModifyWrite(Protocol):
+    """Atomic read-modify-writes of one row: what no other process's write may come between (working memory,
+    thread metadata). A capability of a :class:`Store`."""
+
     # atomic read-modify-writes -----------------------------------------------------------------
     async def modify_thread(
         self, thread_id: str, change: Callable[[Thread], ThreadChange | None], *, fence: Lease | None = None
@@ -267,6 +283,12 @@ class Store(Protocol):
         creates it)."""
         ...
 
+
+@runtime_checkable
+class Leases(Protocol):
+    """Leases held by one process at a time (an agent turn's hold on its thread), renewed by a heartbeat and
+    checked by fenced writes. A capability of a :class:`Store`."""
+
     # leases ------------------------------------------------------------------------------------
     async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
         """Hold ``key`` for ``owner`` against every other process (an agent turn holds ``thread:<id>``).
@@ -283,18 +305,11 @@ class Store(Protocol):
     async def renew_leases(self, owner: str, ttl: float) -> None:
         """Keep every lease of ``owner`` alive for another ``ttl`` seconds (called periodically while it runs)."""
 
-    # write counts ------------------------------------------------------------------------------
-    def thread_version(self, thread_id: str) -> int:
-        """How many write calls touched the thread's row or messages (one per call, success or not).
 
-        Actors trust what they cached only while this stays what they saw: a store shared with other
-        processes returns a new value on every call while one may be writing (so every read is fresh).
-        """
-        ...
-
-    def resource_version(self, resource_id: str) -> int:
-        """How many write calls touched the resource's row (see :meth:`thread_version`)."""
-        ...
+@runtime_checkable
+class SideRecords(Protocol):
+    """The records kept beside the messages by the vector index and observational memory, as durable as the
+    messages. A capability of a :class:`Store`."""
 
     # side tables -------------------------------------------------------------------------------
     def vector_records(self) -> VectorRecords:
@@ -308,14 +323,34 @@ class Store(Protocol):
         ...
 
 
+@runtime_checkable
+class Store(ThreadsAndMessages, ReadModifyWrite, Leases, SideRecords, Protocol):
+    """Durable threads, messages and resources: the whole contract threadmind relies on, the four capabilities
+    together (a third party may implement and test them one at a time).
+
+    Implementations: ``SQLiteStore``, ``InMemoryStore``, ``PostgresStore``, or your own. ``Memory`` checks a
+    store once, at construction (:func:`check_store`), and refuses one that lacks a method below with a
+    ``ConfigError`` naming it. Every write method is atomic (all or nothing) and bumps the write counts of
+    what it touched (``thread_version``/``resource_version``): actors trust their caches only while the
+    counts are the ones they last saw, so a store that cannot tell returns a count that changes on every
+    call (caching off). Side tables live with the store (``vector_records``, ``observational_records``), so
+    what the index and observational memory write is as durable as the messages.
+    """
+
+
 #: Every method a store must have, in the order ``check_store`` names missing ones.
-STORE_METHODS: tuple[str, ...] = (
-    "open", "aclose", "create_thread", "get_thread", "list_threads", "update_thread", "delete_thread",
-    "update_thread_resource_id", "create_thread_with_messages", "save_messages", "save_messages_many",
-    "list_messages", "get_thread_with_tail", "get_messages_by_id", "update_messages", "delete_messages",
-    "get_resource", "update_resource", "modify_thread", "modify_resource", "acquire_lease", "release_lease",
-    "renew_leases", "thread_version", "resource_version", "vector_records", "observational_records",
-)
+STORE_CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "ThreadsAndMessages": (
+        "open", "aclose", "create_thread", "get_thread", "list_threads", "update_thread", "delete_thread",
+        "update_thread_resource_id", "create_thread_with_messages", "save_messages", "save_messages_many",
+        "list_messages", "get_thread_with_tail", "get_messages_by_id", "update_messages", "delete_messages",
+        "get_resource", "update_resource", "thread_version", "resource_version"),
+    "ReadModifyWrite": ("modify_thread", "modify_resource"),
+    "Leases": ("acquire_lease", "release_lease", "renew_leases"),
+    "SideRecords": ("vector_records", "observational_records"),
+}
+"""The methods of each capability of the ``Store`` contract, in the order ``check_store`` names missing ones."""
+STORE_METHODS: tuple[str, ...] = tuple(name for names in STORE_CAPABILITIES.values() for name in names)
 
 
 
@@ -327,8 +362,10 @@ def check_store(store: object) -> Store:
     """
     missing = [name for name in STORE_METHODS if not callable(getattr(store, name, None))]
     if missing:
+        parts = [f"{', '.join(lacking)} ({capability})" for capability, names in STORE_CAPABILITIES.items()
+                 if (lacking := [name for name in names if name in missing])]
         raise ConfigError(
-            f"{type(store).__name__} is not a complete threadmind Store: it lacks {', '.join(missing)} "
+            f"{type(store).__name__} is not a complete threadmind Store: it lacks {'; '.join(parts)} "
             "(see threadmind.stores.Store for the contract)", code="THREADMIND_STORE_INCOMPLETE")
     assert isinstance(store, Store)
     return store
