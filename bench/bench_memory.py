@@ -264,7 +264,7 @@ from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
 from threadmind.embedders import HashEmbedder
 from threadmind.codecs._json import encode_content
 from threadmind.codecs._time import to_iso
-from threadmind.stores._schema import create_schema
+from threadmind.stores._sqlite._schema import create_schema
 from threadmind.stores._vector_records import _SCHEMA as VECTOR_SCHEMA
 wl = Workload(threads=int(sys.argv[2]), turns=int(sys.argv[3]))
 turns = {t: [[(m.id, m.thread_id, encode_content(m.content).decode(), m.role, "v2", to_iso(m.created_at),

@@ -20,7 +20,7 @@ from threadmind.embedders import HashEmbedder
 from threadmind.errors import ConfigError
 from threadmind.models import ScriptedModel
 from threadmind.stores import HnswVectorStore, InMemoryStore, PgVectorStore, PostgresStore, SQLiteStore
-from threadmind.stores._sqlite_keywords import queued
+from threadmind.stores._sqlite._fts import queued
 from threadmind.ui import messages_from_ui
 
 MODES = ("hybrid", "vector", "keyword")

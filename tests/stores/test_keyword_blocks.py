@@ -14,9 +14,9 @@ import pytest
 
 from threadmind.codecs import Message, Thread
 from threadmind.stores import SQLiteStore
-from threadmind.stores import _sqlite_keywords as sql_keywords
 from threadmind.stores._keyword_blocks import RESOURCE, KeywordBlock, KeywordBlocks
 from threadmind.stores._keywords import KeywordCandidate, count_words, keyword_ranking, query_terms, stem
+from threadmind.stores._sqlite import _fts as sql_keywords
 
 BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 WORDS = ("dog cat harbour marathon tokyo parrot garden violin recipe paint sunrise hiking chess bakery train river "

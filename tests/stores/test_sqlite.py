@@ -375,7 +375,7 @@ class TestCheckpoints:
     async def test_the_wal_is_checkpointed_outside_the_commit_path(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        import threadmind.stores._group_commit as sqlite_module
+        import threadmind.stores._sqlite._group_commit as sqlite_module
 
         monkeypatch.setattr(sqlite_module, "_CHECK_EVERY", 4)
         monkeypatch.setattr(sqlite_module, "_WAL_CHECKPOINT_BYTES", 32 << 10)
@@ -394,7 +394,7 @@ class TestCheckpoints:
     async def test_no_save_waits_for_a_checkpoint_and_close_waits_for_it(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        import threadmind.stores._group_commit as sqlite_module
+        import threadmind.stores._sqlite._group_commit as sqlite_module
 
         entered, release = threading.Event(), threading.Event()
         finished: list[bool] = []

@@ -17,7 +17,7 @@ from threadmind import Memory
 from threadmind.codecs import Message, Thread
 from threadmind.errors import ThreadNotFound
 from threadmind.stores import SQLiteStore
-from threadmind.stores._wal_index import WalIndex
+from threadmind.stores._sqlite._wal_index import WalIndex
 
 BASE = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -125,7 +125,7 @@ async def test_a_lock_held_elsewhere_is_waited_for_off_the_loop(tmp_path: Path) 
 _HOLD_OPEN = """
 import sys, anyio
 from threadmind.stores import SQLiteStore
-from threadmind.stores._wal_index import WalIndex
+from threadmind.stores._sqlite._wal_index import WalIndex
 
 async def main() -> None:
     async with SQLiteStore(sys.argv[1], synchronous="NORMAL"):

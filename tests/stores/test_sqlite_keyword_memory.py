@@ -14,10 +14,10 @@ import anyio
 import pytest
 
 from threadmind.codecs import Message, Thread
-from threadmind.stores import _sqlite_fold
 from threadmind.stores._keywords import query_terms
 from threadmind.stores._sqlite import SQLiteStore
-from threadmind.stores._sqlite_keywords import queued
+from threadmind.stores._sqlite import _fold as _sqlite_fold
+from threadmind.stores._sqlite._fts import queued
 
 BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 

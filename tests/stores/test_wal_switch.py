@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from threadmind.stores._sqlite_open import switch_to_wal
+from threadmind.stores._sqlite._open import switch_to_wal
 
 
 def _locked_for(path: Path, seconds: float) -> threading.Thread:

@@ -32,28 +32,16 @@ import aiosqlite
 import anyio
 import msgspec
 
-from ..codecs import Message, Resource, Thread
-from ..errors import (
+from ...codecs import Message, Resource, Thread
+from ...errors import (
     ConfigError,
     StorageError,
     ValidationError,
 )
-from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
-from . import _query as q
-from ._aiosqlite import (
-    close_connection,
-    connect,
-    in_connection_thread,
-)
-from ._group_commit import (
-    GroupWriter,
-    SaveHook,
-    SaveSpec,
-    read_tx,
-)
-from ._keywords import KeywordMatches, Neighbours
-from ._om import ObservationalMemoryStore, SQLiteOMStore
-from ._protocol import (
+from ...tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
+from .._keywords import KeywordMatches, Neighbours
+from .._om import ObservationalMemoryStore, SQLiteOMStore
+from .._protocol import (
     UNSET,
     Lease,
     MessagePage,
@@ -63,7 +51,33 @@ from ._protocol import (
     ThreadPage,
     UnsetType,
 )
-from ._sqlite_jobs import (
+from .._query import (
+    check_owner,
+    check_resource_args,
+    encode_metadata,
+    parse_updates,
+    saved,
+    stored_thread,
+    validate_delete_ids,
+    validate_messages,
+    validate_thread,
+    validate_thread_list,
+)
+from .._vector_records import SQLiteVectorRecords
+from .._versions import FileCounts, WriteCounts, counts_for_file
+from ._aiosqlite import (
+    close_connection,
+    connect,
+    in_connection_thread,
+)
+from ._file_leases import FileLeases
+from ._group_commit import (
+    GroupWriter,
+    SaveHook,
+    SaveSpec,
+    read_tx,
+)
+from ._jobs import (
     delete_message_rows,
     delete_thread_rows,
     file_stats,
@@ -80,11 +94,10 @@ from ._sqlite_jobs import (
     update_thread_row,
     upsert_resource,
 )
-from ._sqlite_keyword_index import SQLiteKeywordIndex
-from ._sqlite_leases import FileLeases
-from ._sqlite_open import setup_reader, setup_writer
-from ._sqlite_peers import Peers, peers_for
-from ._sqlite_rows import (
+from ._keyword_index import SQLiteKeywordIndex
+from ._open import setup_reader, setup_writer
+from ._peers import Peers, peers_for
+from ._rows import (
     CHUNK,
     SortKey,
     fetch_thread_row,
@@ -95,8 +108,6 @@ from ._sqlite_rows import (
     row_time,
     thread_from_row,
 )
-from ._vector_records import SQLiteVectorRecords
-from ._versions import FileCounts, WriteCounts, counts_for_file
 
 __all__ = ("SQLiteStore", "StoreStatistics")
 
@@ -221,7 +232,7 @@ class SQLiteStore:
                 await in_connection_thread(reader, lambda conn: setup_reader(conn, self._busy_timeout_ms))
                 checkpointer = await connect(self._path, isolation_level=None)
                 await checkpointer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-                # background keyword folds commit here unsynced (see _sqlite_fold); checkpoints still sync
+                # background keyword folds commit here unsynced (see _fold); checkpoints still sync
                 if self._synchronous != "OFF":
                     await checkpointer.execute("PRAGMA synchronous = NORMAL")
             except BaseException as exc:
@@ -356,8 +367,8 @@ class SQLiteStore:
 
     async def create_thread(self, thread: Thread) -> Thread:
         """Insert a new thread; ``ValidationError`` if the id exists."""
-        q.validate_thread(thread)
-        stored, meta = q.stored_thread(thread)
+        validate_thread(thread)
+        stored, meta = stored_thread(thread)
         return await self._write_counted(insert_thread(stored, meta), self._versions, (stored.id,))
 
     @property
@@ -368,7 +379,7 @@ class SQLiteStore:
 
     def caches_trusted(self) -> bool:
         """Whether what was read from this file can be kept: no other process has had it open since this one
-        last found itself alone (then every write is one this process counted). See ``_sqlite_peers``."""
+        last found itself alone (then every write is one this process counted). See ``_peers``."""
         peers = self._peers
         return peers is None or peers.alone()
 
@@ -419,7 +430,7 @@ class SQLiteStore:
         metadata: Mapping[str, Any] | None = None,
     ) -> ThreadPage:
         """Threads filtered by owner and scalar metadata equality (reference §5.3)."""
-        args = q.validate_thread_list(page, per_page, order_by, direction, metadata)
+        args = validate_thread_list(page, per_page, order_by, direction, metadata)
         total, rows = await self.execute_read(thread_list_reader(resource_id, args))
         threads = [thread_from_row(row) for row in rows]
         has_more = args.limit is not None and args.offset + args.limit < total
@@ -435,7 +446,7 @@ class SQLiteStore:
         """Set the title (when given), shallow-merge metadata, bump ``updated_at``; ``ThreadNotFound``."""
         if title is not None and not isinstance(title, str):
             raise ValidationError("title must be a string or None")
-        q.encode_metadata(metadata, "metadata")  # validate before queuing
+        encode_metadata(metadata, "metadata")  # validate before queuing
         return await self._write_counted(update_thread_row(thread_id, title, metadata), self._versions, (thread_id,))
 
     async def delete_thread(self, thread_id: str) -> None:
@@ -452,10 +463,10 @@ class SQLiteStore:
 
     async def create_thread_with_messages(self, thread: Thread, messages: Sequence[Message]) -> Thread:
         """Insert a new thread and its messages atomically (used by clone)."""
-        q.validate_thread(thread)
-        messages = q.validate_messages(thread.id, messages)
-        q.check_owner(thread.id, thread.resource_id, messages)
-        stored, meta = q.stored_thread(thread)
+        validate_thread(thread)
+        messages = validate_messages(thread.id, messages)
+        check_owner(thread.id, thread.resource_id, messages)
+        stored, meta = stored_thread(thread)
         job = insert_thread(stored, meta, [message_row(m) for m in messages])
         created = await self._write_counted(job, self._versions, (stored.id,))
         self._keywords.fold_soon()
@@ -471,7 +482,7 @@ class SQLiteStore:
         ``mark_pending``: the vector layer's pending marks are written inside the same transaction. ``fence``: the
         save checks the lease in its transaction (see :meth:`FileLeases.fence_check`).
         """
-        messages = q.validate_messages(thread_id, messages)
+        messages = validate_messages(thread_id, messages)
         if not messages:
             await self._idle_checkpoint()
             return []
@@ -493,7 +504,7 @@ class SQLiteStore:
         finally:
             self._versions.bump((thread_id,))
         self._keywords.fold_soon()
-        return q.saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
+        return saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
                                   for mid, created in kept.items()})
 
     async def save_messages_many(
@@ -505,7 +516,7 @@ class SQLiteStore:
         error) rolls back every part. ``mark_pending`` marks them all as awaiting vectors in the same
         transaction.
         """
-        checked = {thread_id: q.validate_messages(thread_id, messages) for thread_id, messages in by_thread.items()}
+        checked = {thread_id: validate_messages(thread_id, messages) for thread_id, messages in by_thread.items()}
         parts = [(thread_id, [message_row(m) for m in messages], messages)
                  for thread_id, messages in checked.items() if messages]
         if not parts:
@@ -517,7 +528,7 @@ class SQLiteStore:
         kept_per_part = await self._write_counted(save_parts(parts, fenced, after), self._versions,
                                                   [thread_id for thread_id, _, _ in parts])
         self._keywords.fold_soon()
-        stored = {thread_id: q.saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
+        stored = {thread_id: saved(messages, {mid: row_time(created, f"message {mid!r} createdAt")
                                                 for mid, created in kept.items()})
                   for (thread_id, _, messages), kept in zip(parts, kept_per_part, strict=True)}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
@@ -592,7 +603,7 @@ class SQLiteStore:
 
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
         """Partial updates by id (content merged one level, content.metadata merged); bumps the threads."""
-        parsed = q.parse_updates(updates)
+        parsed = parse_updates(updates)
         if not parsed:
             await self._idle_checkpoint()
             return []
@@ -603,7 +614,7 @@ class SQLiteStore:
 
     async def delete_messages(self, ids: Sequence[str]) -> set[str]:
         """Delete messages by id; return the affected thread ids (their ``updated_at`` bumped)."""
-        wanted = q.validate_delete_ids(ids)
+        wanted = validate_delete_ids(ids)
         if not wanted:
             await self._idle_checkpoint()
             return set()
@@ -627,7 +638,7 @@ class SQLiteStore:
         metadata: Mapping[str, Any] | None = None,
     ) -> Resource:
         """Create the row if missing (metadata ``{}``), else set the given fields (metadata shallow-merged)."""
-        q.check_resource_args(resource_id, working_memory, metadata)
+        check_resource_args(resource_id, working_memory, metadata)
         job = upsert_resource(resource_id, working_memory, metadata)
         return await self._write_counted(job, self._resource_versions, (resource_id,))
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from ..errors import StorageError
-from ._sqlite_keywords import KEYWORD_DDL, fts5_available
+from ...errors import StorageError
+from ._fts import KEYWORD_DDL, fts5_available
 
 __all__ = ("SCHEMA_VERSION", "create_schema")
 
@@ -47,7 +47,7 @@ _DDL = (
     'ON mastra_messages (thread_id, "resourceId", "createdAt")',
     "CREATE TABLE IF NOT EXISTS threadmind_meta (key TEXT PRIMARY KEY, value TEXT)",
     # Leases taken over from a frozen holder (the usual hold is a lock on the file beside the database; see
-    # _sqlite_peers). A write fenced by a lease checks this row in its own transaction.
+    # _peers). A write fenced by a lease checks this row in its own transaction.
     "CREATE TABLE IF NOT EXISTS threadmind_leases (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
     "pid INTEGER NOT NULL, token INTEGER NOT NULL, taken_at REAL NOT NULL, expires_at REAL NOT NULL, "
     "released INTEGER NOT NULL DEFAULT 0)",

@@ -12,13 +12,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ..codecs import Message, MessageContent, Resource, Thread, encode_json
-from ..codecs._json import content_from_text, decode_content
-from ..codecs._jsonb import decode_jsonb
-from ..codecs._time import from_iso, to_iso
-from ..errors import InvalidMessage, MessageIdTaken, StorageError, ThreadNotFound, ValidationError
-from . import _query as q
-from ._protocol import UnsetType
+from ...codecs import Message, MessageContent, Resource, Thread, encode_json
+from ...codecs._json import content_from_text, decode_content
+from ...codecs._jsonb import decode_jsonb
+from ...codecs._time import from_iso, to_iso
+from ...errors import InvalidMessage, MessageIdTaken, StorageError, ThreadNotFound, ValidationError
+from .._protocol import UnsetType
+from .._query import MessageFilter, check_owner, encode_content_text, encode_metadata, updated_resource
 
 __all__ = (
     "CHUNK",
@@ -215,7 +215,7 @@ def save_rows(
                          (now, thread_id)).fetchall()
     if not found:
         raise ThreadNotFound(thread_id)
-    q.check_owner(thread_id, found[0][0], messages)
+    check_owner(thread_id, found[0][0], messages)
     stored = upsert_returning(conn, rows, thread_id)
     if len(stored) != len(rows):  # an id of another thread was skipped by the upsert's WHERE
         for mid, other, _ in existing(conn, [row[0] for row in rows]):
@@ -231,7 +231,7 @@ def unfenced(conn: sqlite3.Connection) -> None:
 
 
 def message_row(message: Message) -> Row:
-    return (message.id, message.thread_id, q.encode_content_text(message.content), message.role,
+    return (message.id, message.thread_id, encode_content_text(message.content), message.role,
             message.type or "v2", to_iso(message.created_at), message.resource_id)
 
 
@@ -242,8 +242,8 @@ RESOURCE_ROW = 'SELECT id, "workingMemory", metadata, "createdAt", "updatedAt" F
 def write_resource(conn: sqlite3.Connection, resource_id: str, row: Row | None, old: Resource | None,
                     working_memory: str | None | UnsetType, metadata: Mapping[str, Any] | None) -> Resource:
     """Upsert the resource row with the given fields (metadata shallow-merged over ``old``'s)."""
-    new = q.updated_resource(resource_id, old, working_memory, metadata)
-    meta = row[2] if row is not None and metadata is None else q.encode_metadata(new.metadata, "metadata")
+    new = updated_resource(resource_id, old, working_memory, metadata)
+    meta = row[2] if row is not None and metadata is None else encode_metadata(new.metadata, "metadata")
     conn.execute(
         'INSERT INTO mastra_resources (id, "workingMemory", metadata, "createdAt", "updatedAt") '
         'VALUES (?,?,?,?,?) ON CONFLICT(id) DO UPDATE SET "workingMemory" = excluded."workingMemory", '
@@ -270,7 +270,7 @@ def page_after(thread_id: str, after: SortKey) -> Callable[[sqlite3.Connection],
     return read
 
 
-def include_rows(conn: sqlite3.Connection, flt: q.MessageFilter) -> list[tuple[SortKey, Message]]:
+def include_rows(conn: sqlite3.Connection, flt: MessageFilter) -> list[tuple[SortKey, Message]]:
     """Context windows: each target plus up to N rows before / M rows after it in its own thread."""
     out: list[Row] = []
     resource = ' AND "resourceId" = ?' if flt.resource_id is not None else ""

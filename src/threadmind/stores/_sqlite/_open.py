@@ -7,9 +7,9 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from ..errors import StorageError
+from ...errors import StorageError
+from ._rows import tm_json
 from ._schema import create_schema
-from ._sqlite_rows import tm_json
 
 __all__ = ("PAGE_CACHE_KIB", "setup_reader", "setup_writer", "switch_to_wal")
 

@@ -37,19 +37,19 @@ import anyio
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext
 
-from .._lowlevel import Reply, new_reply, running_loop
-from ..codecs import Message
-from ..codecs._time import to_iso, utc_now
-from ..errors import MessageIdTaken, StorageError, ThreadmindError, ThreadNotFound
-from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
-from . import _query as q
+from ..._lowlevel import Reply, new_reply, running_loop
+from ...codecs import Message
+from ...codecs._time import to_iso, utc_now
+from ...errors import MessageIdTaken, StorageError, ThreadmindError, ThreadNotFound
+from ...tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
+from .._query import check_owner
 from ._aiosqlite import (
     in_connection_thread,
     post_to_connection_thread,
 )
-from ._sqlite_keywords import enqueue
-from ._sqlite_peers import Peers
-from ._sqlite_rows import (
+from ._fts import enqueue
+from ._peers import Peers
+from ._rows import (
     Row,
     bump,
     chunks,
@@ -200,7 +200,7 @@ def run_saves(conn: sqlite3.Connection, run: list[Job]) -> bool:
                 if owner is None:
                     raise ThreadNotFound(spec.thread_id)
                 if spec.resources != {owner}:
-                    q.check_owner(spec.thread_id, owner, spec.messages)
+                    check_owner(spec.thread_id, owner, spec.messages)
                 local: dict[str, tuple[str, str]] = {}
                 kept: dict[str, str] = {}
                 for row in spec.rows:

@@ -1,6 +1,6 @@
 """Leases of a SQLite file, on the database side: taking over from a frozen holder, and fencing writes.
 
-The usual hold is a lock on the file beside the database (``_sqlite_peers``): token 0, no row, nothing
+The usual hold is a lock on the file beside the database (``_peers``): token 0, no row, nothing
 written. Only when a holder stops renewing (its process froze) does a waiter take the key over here, in a
 write transaction: a row with the new owner and a token one higher. Every fenced write checks the row inside
 its own transaction, so a takeover (which needs the write lock too) can never land between the check and the
@@ -19,11 +19,11 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from ..errors import LeaseLost, StorageError
-from ._leases import busy_error, wait_backoff
-from ._protocol import Lease
-from ._sqlite_peers import Peers
-from ._sqlite_rows import unfenced
+from ...errors import LeaseLost, StorageError
+from .._leases import busy_error, wait_backoff
+from .._protocol import Lease
+from ._peers import Peers
+from ._rows import unfenced
 
 __all__ = ("LEASE_POLL_CAP", "FileLeases", "active_owner", "check_fence", "release_row", "renew_rows", "take_over")
 
@@ -88,7 +88,7 @@ Run = Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
 
 
 class FileLeases:
-    """The leases of one ``SQLiteStore``: a lock beside the file while the holder renews it (``_sqlite_peers``),
+    """The leases of one ``SQLiteStore``: a lock beside the file while the holder renews it (``_peers``),
     a takeover row here once it stops.
 
     :param peers: the processes on the file (None until the store opens).
@@ -103,7 +103,7 @@ class FileLeases:
         self._row_leases = 0  # leases held through a takeover row (they need renewing)
 
     async def acquire(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
-        """Hold ``key`` against every process on this file (a lock beside it; see ``_sqlite_peers``).
+        """Hold ``key`` against every process on this file (a lock beside it; see ``_peers``).
 
         A holder that died releases it at once; one that is frozen (its heartbeat no longer vouches for its holds:
         its last renewal plus its ``ttl`` has passed) is taken over through the database, and its later fenced

@@ -1,6 +1,6 @@
 """Folding the keyword queue when the store goes quiet, so the next search finds nothing to fold.
 
-A save only queues the ids of the messages whose words changed (``_sqlite_keywords``); a search folds the queue
+A save only queues the ids of the messages whose words changed (``_fts``); a search folds the queue
 before it reads, in a commit of its own. In an agent turn the recall runs before the turn's save, so without this
 every turn's first search paid that commit (about 1–2 ms at ``synchronous=FULL``, and a read more). After a write
 that queued ids, once no write has come through the store for :data:`FOLD_DELAY` seconds, :class:`BackgroundFold`
@@ -27,10 +27,10 @@ from typing import Protocol
 
 import aiosqlite
 
-from .._lowlevel import running_loop
+from ..._lowlevel import running_loop
+from .._keywords import Neighbours
 from ._aiosqlite import post_to_connection_thread
-from ._keywords import Neighbours
-from ._sqlite_keywords import FOLD_BATCH, THREAD_FILL, Advance, fold, scope_versions, thread_neighbours
+from ._fts import FOLD_BATCH, THREAD_FILL, Advance, fold, scope_versions, thread_neighbours
 
 __all__ = ("FOLD_DELAY", "BackgroundFold", "grown_threads")
 

@@ -1,6 +1,6 @@
 """``SQLiteStore``'s keyword index in this process: searches from the scopes kept in memory (``_keyword_blocks``)
-or from FTS5 (``_sqlite_keywords``), the folds of the keyword queue (in the background once writes pause, see
-``_sqlite_fold``, or before a search that needs them), and the catch-up of rows written without keywords."""
+or from FTS5 (``_fts``), the folds of the keyword queue (in the background once writes pause, see
+``_fold``, or before a search that needs them), and the catch-up of rows written without keywords."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import aiosqlite
 import msgspec
 
-from ._keyword_blocks import KeywordBlocks
-from ._keywords import NO_MATCHES, KeywordMatches, Neighbours
-from ._sqlite_fold import BackgroundFold
-from ._sqlite_keywords import (
+from .._keyword_blocks import KeywordBlocks
+from .._keywords import NO_MATCHES, KeywordMatches, Neighbours
+from ._fold import BackgroundFold
+from ._fts import (
     FOLD_BATCH,
     Advance,
     catch_up_batch,
@@ -67,7 +67,7 @@ class SQLiteKeywordIndex:
     async def search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
                      limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
         """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (and with
-        ``neighbours_of`` the neighbours of those and of these) in one read (see ``_sqlite_keywords``); ids queued
+        ``neighbours_of`` the neighbours of those and of these) in one read (see ``_fts``); ids queued
         by saves that returned before this call are indexed first."""
         if not terms or limit <= 0:
             if neighbours_of is None:
@@ -109,7 +109,7 @@ class SQLiteKeywordIndex:
         return found or NO_MATCHES
 
     def fold_soon(self) -> None:
-        """A write queued ids for the keyword index: fold them in the background (see ``_sqlite_fold``)."""
+        """A write queued ids for the keyword index: fold them in the background (see ``_fold``)."""
         self.background_fold.soon(self._connection(), self._writes(), self._epoch(), list(self._checked))
 
     def _folded_in_background(self, advances: list[Advance], order: Neighbours, writes: int,

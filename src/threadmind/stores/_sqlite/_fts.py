@@ -50,8 +50,8 @@ from typing import Any
 
 import msgspec
 
-from ._keyword_blocks import RESOURCE, THREAD, KeywordBlock, KeywordBlocks, Owner, Row
-from ._keywords import (
+from .._keyword_blocks import RESOURCE, THREAD, KeywordBlock, KeywordBlocks, Owner, Row
+from .._keywords import (
     KEYWORD_TERMS,
     NO_MATCHES,
     KeywordCandidate,
@@ -64,7 +64,7 @@ from ._keywords import (
     stem,
     text_tokens,
 )
-from ._sqlite_rows import chunks, message_from_row, placeholders
+from ._rows import chunks, message_from_row, placeholders
 
 __all__ = ("CATCH_UP_BATCH", "Advance", "FOLD_BATCH", "KEYWORD_DDL", "catch_up_batch", "delete_keywords_of_ids",
            "delete_keywords_of_thread", "enqueue", "enqueue_thread", "fold", "fts5_available", "keyword_backlog",

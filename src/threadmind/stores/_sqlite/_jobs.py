@@ -10,13 +10,25 @@ from typing import Any
 
 import msgspec
 
-from ..codecs import Message, Resource, Thread
-from ..codecs._time import to_iso, utc_now
-from ..errors import MessageIdTaken, ThreadNotFound, ValidationError
-from . import _query as q
-from ._protocol import MessagePage, MessageQuery, ResourceChange, ThreadChange, UnsetType
-from ._sqlite_keywords import delete_keywords_of_ids, delete_keywords_of_thread, enqueue, enqueue_thread
-from ._sqlite_rows import (
+from ...codecs import Message, Resource, Thread
+from ...codecs._time import to_iso, utc_now
+from ...errors import MessageIdTaken, ThreadNotFound, ValidationError
+from .._protocol import MessagePage, MessageQuery, ResourceChange, ThreadChange, UnsetType
+from .._query import (
+    MessageUpdate,
+    ThreadListArgs,
+    apply_update,
+    assemble,
+    check_resource_args,
+    encode_content_text,
+    encode_metadata,
+    messages_has_more,
+    sql_scalar,
+    updated_thread,
+    validate_message_query,
+)
+from ._fts import delete_keywords_of_ids, delete_keywords_of_thread, enqueue, enqueue_thread
+from ._rows import (
     EXISTS_CODE,
     MSG_COLS,
     RESOURCE_ROW,
@@ -66,7 +78,7 @@ def insert_thread(stored: Thread, meta: str | None, rows: Sequence[Row] = ()) ->
     return job
 
 
-def thread_list_reader(resource_id: str | None, args: q.ThreadListArgs,
+def thread_list_reader(resource_id: str | None, args: ThreadListArgs,
                        ) -> Callable[[sqlite3.Connection], tuple[int, list[Row]]]:
     """The total and the page of threads of ``list_threads`` (filtered by owner and scalar metadata equality)."""
     where: list[str] = []
@@ -81,7 +93,7 @@ def thread_list_reader(resource_id: str | None, args: q.ThreadListArgs,
             where.append(f"{expr} IS NULL")
         else:
             where.append(f"{expr} = ?")
-            params.append(q.sql_scalar(value))
+            params.append(sql_scalar(value))
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     order = "DESC" if args.descending else "ASC"
     sql = (f'SELECT {THREAD_COLS} FROM mastra_threads{clause} ORDER BY "{args.order_column}" {order}, '
@@ -105,8 +117,8 @@ def update_thread_row(thread_id: str, title: str | None,
             raise ThreadNotFound(thread_id, code="MASTRA_STORAGE_LIBSQL_UPDATE_THREAD_NOT_FOUND",
                                  message=f"Thread {thread_id} not found")
         old = thread_from_row(row)
-        updated = q.updated_thread(old, title, metadata)
-        meta = row[3] if metadata is None else q.encode_metadata(updated.metadata, "metadata")
+        updated = updated_thread(old, title, metadata)
+        meta = row[3] if metadata is None else encode_metadata(updated.metadata, "metadata")
         conn.execute('UPDATE mastra_threads SET title = ?, metadata = ?, "updatedAt" = ? WHERE id = ?',
                      (updated.title, meta, to_iso(updated.updated_at), thread_id))
         return updated
@@ -157,8 +169,8 @@ def modify_thread_row(thread_id: str, change: Callable[[Thread], ThreadChange | 
             return None
         if wanted.title is not None and not isinstance(wanted.title, str):
             raise ValidationError("title must be a string or None")
-        updated = q.updated_thread(old, wanted.title, wanted.metadata)
-        meta = row[3] if wanted.metadata is None else q.encode_metadata(updated.metadata, "metadata")
+        updated = updated_thread(old, wanted.title, wanted.metadata)
+        meta = row[3] if wanted.metadata is None else encode_metadata(updated.metadata, "metadata")
         conn.execute('UPDATE mastra_threads SET title = ?, metadata = ?, "updatedAt" = ? WHERE id = ?',
                      (updated.title, meta, to_iso(updated.updated_at), thread_id))
         return updated
@@ -172,7 +184,7 @@ def modify_thread_row(thread_id: str, change: Callable[[Thread], ThreadChange | 
 def message_reader(query: MessageQuery) -> Callable[[sqlite3.Connection], MessagePage]:
     """Validate ``query`` and build the function that reads its page (reference §5.3: include windows and
     filters)."""
-    flt = q.validate_message_query(query)
+    flt = validate_message_query(query)
     where = [f"thread_id IN ({placeholders(len(flt.thread_ids))})"]
     params: list[Any] = list(flt.thread_ids)
     if flt.resource_id is not None:
@@ -219,9 +231,9 @@ def message_reader(query: MessageQuery) -> Callable[[sqlite3.Connection], Messag
                 total = flt.offset + len(rows) + (1 if more else 0)
             page = keyed(rows)
         extra = include_rows(conn, flt)
-        messages = q.assemble(page, extra, flt.descending)
+        messages = assemble(page, extra, flt.descending)
         return MessagePage(messages=messages, total=total, page=query.page, per_page=query.per_page,
-                           has_more=q.messages_has_more(flt, len(page), total, messages))
+                           has_more=messages_has_more(flt, len(page), total, messages))
 
     return read
 
@@ -234,12 +246,12 @@ def messages_by_id(wanted: Sequence[str]) -> Callable[[sqlite3.Connection], list
         for chunk in chunks(list(wanted)):
             rows.extend(conn.execute(
                 f"SELECT {MSG_COLS} FROM mastra_messages WHERE id IN ({placeholders(len(chunk))})", chunk))
-        return q.assemble(keyed(rows), (), False)
+        return assemble(keyed(rows), (), False)
 
     return read
 
 
-def update_message_rows(parsed: Sequence[q.MessageUpdate],
+def update_message_rows(parsed: Sequence[MessageUpdate],
                         touched: list[str]) -> Callable[[sqlite3.Connection], list[Message]]:
     """Partial updates by id (content merged one level, content.metadata merged); the threads they touch are
     bumped and added to ``touched``."""
@@ -255,18 +267,18 @@ def update_message_rows(parsed: Sequence[q.MessageUpdate],
             if update.id not in current:
                 raise ValidationError(f"message {update.id!r} not found; update_messages needs existing ids")
             key, old = current[update.id]
-            current[update.id] = (key, q.apply_update(old, update))
+            current[update.id] = (key, apply_update(old, update))
         conn.executemany(
             'UPDATE mastra_messages SET content = ?, role = ?, type = ?, "createdAt" = ?, "resourceId" = ? '
             "WHERE id = ?",
-            [(q.encode_content_text(m.content), m.role, m.type or "v2", to_iso(m.created_at), m.resource_id,
+            [(encode_content_text(m.content), m.role, m.type or "v2", to_iso(m.created_at), m.resource_id,
               m.id) for _, m in current.values()],
         )
         enqueue(conn, current)
         threads = {m.thread_id for _, m in current.values() if m.thread_id}
         touched.extend(threads)
         bump(conn, threads, to_iso(utc_now()))
-        return q.assemble((((to_iso(m.created_at), key[1]), m) for key, m in current.values()), (), False)
+        return assemble((((to_iso(m.created_at), key[1]), m) for key, m in current.values()), (), False)
 
     return job
 
@@ -361,7 +373,7 @@ def modify_resource_row(resource_id: str, change: Callable[[Resource | None], Re
         wanted = change(old)
         if wanted is None:
             return None
-        q.check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
+        check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
         return write_resource(conn, resource_id, row, old, wanted.working_memory, wanted.metadata)
 
     return job
