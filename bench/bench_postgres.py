@@ -34,7 +34,7 @@ from threadmind import Memory, Message
 from threadmind.codecs._json import encode_content
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore
-from threadmind.stores._postgres_pool import import_asyncpg
+from threadmind.stores._postgres._pool import import_asyncpg
 from threadmind.testing import actor_system
 from threadmind.workload import Workload
 

@@ -50,7 +50,7 @@ from threadmind.codecs import Thread
 from threadmind.embedders import HashEmbedder
 from threadmind.models import ModelRequest, ModelResponse
 from threadmind.stores import HnswVectorStore, PostgresStore, SQLiteStore
-from threadmind.stores._postgres_pool import import_asyncpg
+from threadmind.stores._postgres._pool import import_asyncpg
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
 
 from ._pgserver import PgCluster

@@ -25,10 +25,11 @@ except ImportError:  # the pg_cluster fixture skips these tests (fails them in C
 
 from threadmind.codecs import Message, Thread
 from threadmind.errors import ConfigError, ResourceMismatch, StorageError, ValidationError
-from threadmind.stores import PostgresStore, _postgres_leases
+from threadmind.stores import PostgresStore
 from threadmind.stores._om import OMRecord
-from threadmind.stores._postgres_pool import IDLE_IN_TRANSACTION, transaction
-from threadmind.stores._postgres_schema import SCHEMA_VERSION
+from threadmind.stores._postgres import _lease_rows as _postgres_leases
+from threadmind.stores._postgres._pool import IDLE_IN_TRANSACTION, transaction
+from threadmind.stores._postgres._schema import SCHEMA_VERSION
 from threadmind.stores._protocol import STORE_METHODS, MessageQuery, Store
 from threadmind.stores._sqlite import SQLiteStore
 from threadmind.stores._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord, VectorRecords
@@ -665,6 +666,6 @@ class _Failure(Exception):
     ],
 )
 def test_retries_only_where_safe(error: BaseException, read: bool, write: bool) -> None:
-    from threadmind.stores._postgres_pool import _transient
+    from threadmind.stores._postgres._pool import _transient
 
     assert (_transient(error, write=False), _transient(error, write=True)) == (read, write)

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from threadmind.codecs import Message, Thread
-from threadmind.stores import _postgres_keyword_search
 from threadmind.stores._keywords import KeywordMatches, query_terms
 from threadmind.stores._postgres import PostgresStore
+from threadmind.stores._postgres import _keyword_search as _postgres_keyword_search
 
 from .test_keywords import write_behind_the_index
 

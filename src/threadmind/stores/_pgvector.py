@@ -54,7 +54,7 @@ from ._pgvector_table import (
     vector_codec,
 )
 from ._postgres import PostgresStore
-from ._postgres_pool import PgPool, check_connection, check_int, import_asyncpg, masked, storage_error
+from ._postgres._pool import PgPool, check_connection, check_int, import_asyncpg, masked, storage_error
 from ._protocol import SaveHook, Store
 from ._vector_protocol import F32, Metric, VectorHit, VectorStoreStatistics
 from ._vector_records import PendingVector, VectorRecord, VectorRecords

@@ -16,7 +16,7 @@ batches (a message without words gets an empty row, so it is not picked again).
 Every statement that writes keyword rows also bumps, in the same statement, the version of each scope its rows left
 or joined (``threadmind_keyword_versions``: a counter per resource and thread slot, :data:`BUMPED`); a scope's
 version is its slots' counters, which only grow, so any committed change to a scope changes it. A process keeps
-searched scopes in memory while their version stays (``_postgres_keyword_search``). A resource has
+searched scopes in memory while their version stays (``_keyword_search``). A resource has
 :data:`SCOPE_SLOTS` counters, one picked by the writing thread, so saves to its threads seldom wait on one row.
 """
 
@@ -26,9 +26,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..codecs import Message
-from ._keyword_blocks import RESOURCE, THREAD, CountedRow, Owner
-from ._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMatches, indexed_text, stem, text_tokens
+from ...codecs import Message
+from .._keyword_blocks import RESOURCE, THREAD, CountedRow, Owner
+from .._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMatches, indexed_text, stem, text_tokens
 
 __all__ = ("BLOCK_SQL", "BUMPED", "CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "KEYWORD_COLUMNS",
            "MOVE_THREAD_SQL", "NEIGHBOURS_SQL", "SCOPE_SLOTS", "SEARCH_SQL", "UPSERT_SQL", "VERSION_SQL", "block_rows",

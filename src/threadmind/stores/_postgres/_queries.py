@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..codecs import Thread
-from . import _query as q
-from ._postgres_rows import (
+from ...codecs import Thread
+from .._protocol import MessagePage, MessageQuery
+from .._query import assemble, messages_has_more, validate_message_query
+from ._rows import (
     MSG_COLS,
     MSG_FROM,
     MSG_KEY,
@@ -27,8 +28,7 @@ from ._postgres_rows import (
     keyed,
     order_by,
 )
-from ._postgres_rows import thread_from_row as _thread
-from ._protocol import MessagePage, MessageQuery
+from ._rows import thread_from_row as _thread
 
 __all__ = ("MessageReads",)
 
@@ -59,7 +59,7 @@ class MessageReads:
 
     def __init__(self, query: MessageQuery) -> None:
         self.query = query
-        flt = self.flt = q.validate_message_query(query)
+        flt = self.flt = validate_message_query(query)
         # One thread (nearly every call) as `=`: a generic plan then estimates one thread's rows, not ANY's guess.
         single = len(flt.thread_ids) == 1
         params = Params(flt.thread_ids[0] if single else flt.thread_ids)
@@ -118,9 +118,9 @@ class MessageReads:
     def _assemble(self, rows: list[Any], extra: list[Any], total: int) -> MessagePage:
         flt = self.flt
         page = keyed(rows)
-        messages = q.assemble(page, keyed(extra), flt.descending)
+        messages = assemble(page, keyed(extra), flt.descending)
         return MessagePage(messages=messages, total=total, page=self.query.page, per_page=self.query.per_page,
-                           has_more=q.messages_has_more(flt, len(page), total, messages))
+                           has_more=messages_has_more(flt, len(page), total, messages))
 
     async def page(self, conn: Any) -> MessagePage:
         """The page (reference §5.3 semantics) on ``conn``."""

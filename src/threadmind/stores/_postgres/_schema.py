@@ -13,7 +13,7 @@ data lives in ``threadmind_*`` tables:
   vector records (the same tables and semantics as the SQLite store's, embeddings as ``bytea``; an identity column
   ``pos`` plays the part of SQLite's rowid: a row's storage position, kept by an upsert);
 * ``threadmind_leases`` and the ``threadmind_lease_tokens`` and ``threadmind_presence_keys`` sequences: who holds
-  which thread for a turn, and whether that holder's process is still connected (see ``_postgres_leases``);
+  which thread for a turn, and whether that holder's process is still connected (see ``_lease_rows``);
 * ``threadmind_fail(text)``: raises, so one statement can abort itself when a check made inside it fails.
 
 **Migrations** are idempotent and race-free: a fast unlocked read of the version first; when it is missing or
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import StorageError
+from ...errors import StorageError
 
 __all__ = ("MASTRA_DDL", "SCHEMA_VERSION", "THREADMIND_DDL", "migrate")
 
@@ -174,10 +174,10 @@ THREADMIND_DDL: tuple[str, ...] = (
     "  token BIGINT NOT NULL,\n"
     "  expires_at TIMESTAMPTZ NOT NULL\n"
     ")",
-    # version 3 databases: a lease names its holder's presence (see _postgres_leases)
+    # version 3 databases: a lease names its holder's presence (see _lease_rows)
     "ALTER TABLE threadmind_leases ADD COLUMN IF NOT EXISTS presence BIGINT",
     "CREATE SEQUENCE IF NOT EXISTS threadmind_presence_keys",
-    # version 3 databases: the keyword index (see _postgres_keywords); messages written before it are indexed by
+    # version 3 databases: the keyword index (see _tsvector); messages written before it are indexed by
     # PostgresStore.build_keyword_index
     "CREATE TABLE IF NOT EXISTS threadmind_keywords (\n"
     "  message_id TEXT PRIMARY KEY,\n"
@@ -191,7 +191,7 @@ THREADMIND_DDL: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS threadmind_keywords_thread ON threadmind_keywords (thread_id)",
     # version 5: each keyword scope's version (the sum of its slots' counters), bumped by every keyword write in its
     # statement, so a process may trust the scope's rows it keeps in memory while the version stays (see
-    # _postgres_keywords)
+    # _tsvector)
     "CREATE TABLE IF NOT EXISTS threadmind_keyword_versions (\n"
     "  scope TEXT NOT NULL,\n"
     "  slot INTEGER NOT NULL,\n"

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._keyword_blocks import RESOURCE, THREAD, CountedRow, KeywordBlock, KeywordBlocks, Owner
-from ._keywords import KeywordMatches
-from ._postgres_keywords import (
+from .._keyword_blocks import RESOURCE, THREAD, CountedRow, KeywordBlock, KeywordBlocks, Owner
+from .._keywords import KeywordMatches
+from ._tsvector import (
     BLOCK_SQL,
     NEIGHBOURS_SQL,
     SEARCH_SQL,

@@ -20,10 +20,10 @@ from typing import Any
 
 import msgspec
 
-from ..codecs import Message, MessageContent, Resource, Thread
-from ..codecs._json import content_from_text, decode_content
-from ..errors import InvalidMessage, StorageError, ValidationError
-from . import _query as q
+from ...codecs import Message, MessageContent, Resource, Thread
+from ...codecs._json import content_from_text, decode_content
+from ...errors import InvalidMessage, StorageError, ValidationError
+from .._query import ms
 
 __all__ = (
     "MSG_COLS",
@@ -83,10 +83,10 @@ def as_naive(value: datetime) -> datetime:
 def from_columns(zoned: datetime | None, plain: datetime | None) -> datetime:
     """A timestamp read as Mastra reads it: the ``…Z`` column, else the plain one taken as UTC (ms precision)."""
     if zoned is not None:
-        return q.ms(zoned)
+        return ms(zoned)
     if plain is None:
         raise StorageError("a timestamp column is NULL in both its forms")
-    return q.ms(plain.replace(tzinfo=UTC))
+    return ms(plain.replace(tzinfo=UTC))
 
 
 def check_text(value: str | None, field: str) -> None:
@@ -161,7 +161,7 @@ def message_from_row(row: Row) -> Message:
 
 
 def keyed(rows: Iterable[Row]) -> list[tuple[SortKey, Message]]:
-    """Messages with their sort key (``"createdAt"``, sequence, id), for ``q.assemble``."""
+    """Messages with their sort key (``"createdAt"``, sequence, id), for ``assemble``."""
     return [((row[4], row[8], row[0]), message_from_row(row)) for row in rows]
 
 

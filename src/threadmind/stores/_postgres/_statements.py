@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..codecs import Thread
-from ..codecs._time import utc_now
-from ..errors import ValidationError
-from . import _query as q
-from ._postgres_rows import (
+from ...codecs import Thread
+from ...codecs._time import utc_now
+from ...errors import ValidationError
+from .._protocol import ResourceChange, UnsetType
+from .._query import encode_metadata, stored_thread, validate_thread
+from ._rows import (
     MSG_COLS,
     MSG_FROM,
     MSG_KEY,
@@ -22,7 +23,6 @@ from ._postgres_rows import (
     metadata_param,
     order_by,
 )
-from ._protocol import ResourceChange, UnsetType
 
 __all__ = (
     "CHUNK",
@@ -122,7 +122,7 @@ def resource_params(resource_id: str, change: ResourceChange) -> list[Any]:
     """The parameters of ``MODIFY_RESOURCE`` / ``CREATE_RESOURCE`` for one change."""
     memory = None if isinstance(change.working_memory, UnsetType) else change.working_memory
     check_text(memory, "working_memory")
-    patch = metadata_param(q.encode_metadata(dict(change.metadata or {}), "metadata"), "metadata")
+    patch = metadata_param(encode_metadata(dict(change.metadata or {}), "metadata"), "metadata")
     now = utc_now()
     return [resource_id, memory, patch, as_naive(now), now, not isinstance(change.working_memory, UnsetType),
             change.metadata is not None]
@@ -139,10 +139,10 @@ def check_lease_args(key: str, owner: str, ttl: float) -> None:
 
 def thread_params(thread: Thread) -> tuple[Thread, list[Any]]:
     """The thread as stored and the parameters of ``CREATE_THREAD``."""
-    q.validate_thread(thread)
+    validate_thread(thread)
     for name in ("id", "resource_id", "title"):
         check_text(getattr(thread, name), f"thread.{name}")
-    stored, meta = q.stored_thread(thread)
+    stored, meta = stored_thread(thread)
     meta = metadata_param(meta, "thread.metadata")
     return stored, [stored.id, stored.resource_id, stored.title, meta, as_naive(stored.created_at), stored.created_at,
                     as_naive(stored.updated_at), stored.updated_at]

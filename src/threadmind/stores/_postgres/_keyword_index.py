@@ -1,5 +1,5 @@
 """``PostgresStore``'s keyword index: searches answered from the scope's rows kept in memory while the server
-confirms their version, else by SQL (``_postgres_keyword_search``), the neighbours of hits, and the catch-up of
+confirms their version, else by SQL (``_keyword_search``), the neighbours of hits, and the catch-up of
 messages written without keyword rows (by Mastra, or by a threadmind older than the index)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import Any
 
 import msgspec
 
-from ._keywords import NO_MATCHES, KeywordMatches
-from ._postgres_keyword_search import KeywordScopes
-from ._postgres_keywords import CATCH_UP_SQL, NEIGHBOURS_SQL, UPSERT_SQL, keyword_rows, tsquery_literal
-from ._postgres_pool import transaction
-from ._postgres_rows import message_from_row
+from .._keywords import NO_MATCHES, KeywordMatches
+from ._keyword_search import KeywordScopes
+from ._pool import transaction
+from ._rows import message_from_row
+from ._tsvector import CATCH_UP_SQL, NEIGHBOURS_SQL, UPSERT_SQL, keyword_rows, tsquery_literal
 
 __all__ = ("PostgresKeywordIndex",)
 
@@ -36,7 +36,7 @@ class PostgresKeywordIndex:
     async def search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
                      limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
         """The scope's statistics and its best ``limit`` messages holding any of ``terms``: from the scope's rows
-        kept in memory while its version is unchanged, else by SQL (see ``_postgres_keyword_search``); with
+        kept in memory while its version is unchanged, else by SQL (see ``_keyword_search``); with
         ``neighbours_of``, the neighbours of those and of these (those the scope's block has not kept yet in one
         more statement on the same connection)."""
         query, lexemes = tsquery_literal(terms)

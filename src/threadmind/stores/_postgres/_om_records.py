@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ._om import OM_TABLE, OMRecord, same_record
-from ._postgres_pool import transaction
-from ._postgres_rows import as_naive, decode_json, from_columns
+from .._om import OM_TABLE, OMRecord, same_record
+from ._pool import transaction
+from ._rows import as_naive, decode_json, from_columns
 
 __all__ = ("PostgresOMStore",)
 

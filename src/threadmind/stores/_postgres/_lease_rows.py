@@ -43,9 +43,9 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from ..errors import LeaseLost
-from ._leases import busy_error
-from ._protocol import Lease
+from ...errors import LeaseLost
+from .._leases import busy_error
+from .._protocol import Lease
 
 __all__ = ("FENCE_SQL", "LeaseListener", "PgLeases", "Presence", "check_fence", "lease_lost")
 

@@ -4,9 +4,9 @@ The statement bumps each thread's ``updatedAt`` where the thread exists and is o
 (that ``UPDATE`` locks the rows, and re-checks them once a concurrent writer commits); only when every thread was
 bumped does it upsert the messages (a re-saved id keeps its ``createdAt`` and position; an id of another thread is
 skipped by the upsert's ``WHERE``), record new ids' insertion sequence, their keyword index rows (see
-``_postgres_keywords``; the versions of the keyword scopes they touch go up, and the statement returns each scope's
+``_tsvector``; the versions of the keyword scopes they touch go up, and the statement returns each scope's
 new version and its own share of the change) and, when asked, the pending-vector marks.
-A fenced save also reads its lease row ``FOR SHARE`` (see ``_postgres_leases``): when the lease
+A fenced save also reads its lease row ``FOR SHARE`` (see ``_lease_rows``): when the lease
 was lost, the statement aborts itself with ``threadmind_fail('lease lost')`` and the store raises ``LeaseLost``.
 When a thread was missed or an id skipped, ``threadmind_fail`` aborts the whole statement (SQLSTATE ``TM001``): it
 runs in autocommit, so nothing of it is applied. The store then reads why (:data:`DIAGNOSE_SQL`) and raises what the
@@ -21,13 +21,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..codecs import Message
-from ..errors import MessageIdTaken, ResourceMismatch, ThreadNotFound
-from . import _query as q
-from ._keyword_blocks import CountedRow
-from ._postgres_keywords import BUMPED, entry_columns, keyword_entries
-from ._postgres_rows import as_naive, check_text, from_columns
-from ._protocol import Lease
+from ...codecs import Message
+from ...errors import MessageIdTaken, ResourceMismatch, ThreadNotFound
+from .._keyword_blocks import CountedRow
+from .._protocol import Lease
+from .._query import check_owner, encode_content_text, ms, validate_messages
+from ._rows import as_naive, check_text, from_columns
+from ._tsvector import BUMPED, entry_columns, keyword_entries
 
 __all__ = ("DIAGNOSE_SQL", "SAVE_SQL", "Part", "kept", "parts_of", "refusal", "save_params")
 
@@ -106,9 +106,9 @@ class Part:
         for i, m in enumerate(messages):
             for value, field in ((m.id, "id"), (m.resource_id, "resource_id"), (m.role, "role"), (m.type, "type")):
                 check_text(value, f"messages[{i}].{field}")
-            created = q.ms(m.created_at)
+            created = ms(m.created_at)
             first = rows.get(m.id)
-            rows[m.id] = [m.id, thread_id, q.encode_content_text(m.content), m.role, m.type or "v2",
+            rows[m.id] = [m.id, thread_id, encode_content_text(m.content), m.role, m.type or "v2",
                           first[5] if first else created, m.resource_id]
         self.rows = rows
         resources = {m.resource_id for m in messages}
@@ -117,7 +117,7 @@ class Part:
 
 def parts_of(by_thread: Mapping[str, Sequence[Message]]) -> list[Part]:
     """Validated parts (empty ones dropped); an id in two parts is refused (it cannot belong to both)."""
-    checked = {thread_id: q.validate_messages(thread_id, messages) for thread_id, messages in by_thread.items()}
+    checked = {thread_id: validate_messages(thread_id, messages) for thread_id, messages in by_thread.items()}
     parts = [Part(thread_id, messages) for thread_id, messages in checked.items() if messages]
     claimed: dict[str, str] = {}
     for part in parts:
@@ -155,7 +155,7 @@ def refusal(parts: Sequence[Part], record: Any) -> Exception | None:
         if owner is None:
             return ThreadNotFound(part.thread_id)
         try:
-            q.check_owner(part.thread_id, owner, part.messages)
+            check_owner(part.thread_id, owner, part.messages)
         except ResourceMismatch as exc:
             return exc
         for mid in part.rows:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ._vector_records import PendingVector, VectorRecord
+from .._vector_records import PendingVector, VectorRecord
 
 __all__ = ("PostgresVectorRecords",)
 

@@ -32,9 +32,9 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import anyio.lowlevel
 
-from ..errors import ConfigError, StorageError
-from ..tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
-from ._postgres_schema import migrate
+from ...errors import ConfigError, StorageError
+from ...tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
+from ._schema import migrate
 
 __all__ = ("IDLE_IN_TRANSACTION", "PgPool", "check_connection", "check_int", "import_asyncpg", "masked",
            "storage_error", "transaction")

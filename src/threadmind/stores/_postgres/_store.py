@@ -1,7 +1,7 @@
 """``PostgresStore``: Mastra's ``@mastra/pg`` memory schema on asyncpg, for many processes on many machines.
 
-One database serves Mastra and threadmind (see ``_postgres_schema``); encodings and reads follow ``@mastra/pg``
-(see ``_postgres_rows``). Every query is parameterised. Each write call is one statement in autocommit where one
+One database serves Mastra and threadmind (see ``_schema``); encodings and reads follow ``@mastra/pg``
+(see ``_rows``). Every query is parameterised. Each write call is one statement in autocommit where one
 statement can do all of it (saves, thread and resource updates with their merges done by the server, deletes of
 messages), else one short transaction that first locks the thread row (thread deletes and moves, clones, message
 updates), so no read-modify-write loses a concurrent update from another process. ``modify_thread`` and
@@ -9,11 +9,11 @@ updates), so no read-modify-write loses a concurrent update from another process
 transaction. Ordering is (``"createdAt"``, insertion sequence, id) everywhere.
 
 Leases (an agent turn's hold on its thread) are rows timed by the server's clock, and fenced writes check theirs
-inside their own statement or transaction (see ``_postgres_leases``). Other hosts may write at any time, so
+inside their own statement or transaction (see ``_lease_rows``). Other hosts may write at any time, so
 ``thread_version`` and ``resource_version`` change on every call: the actors read through instead of trusting
 their caches. The store itself keeps what it can confirm in the same round trip: a thread's newest messages with
 the thread row's version (``get_thread_with_tail``), and searched keyword scopes with their version counters
-(``_postgres_keyword_search``).
+(``_keyword_search``).
 
 ``vector_records()`` and ``observational_records()`` give the vector records and the observational-memory records
 kept in the same database.
@@ -30,23 +30,38 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import anyio.lowlevel
 import msgspec
 
-from ..codecs import Message, Resource, Thread
-from ..codecs._time import utc_now
-from ..errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
-from . import _query as q
-from ._keywords import KeywordMatches
-from ._postgres_keyword_index import PostgresKeywordIndex
-from ._postgres_keywords import (
-    DELETE_IDS_SQL,
-    DELETE_THREAD_SQL,
-    MOVE_THREAD_SQL,
-    UPSERT_SQL,
-    keyword_rows,
+from ...codecs import Message, Resource, Thread
+from ...codecs._time import utc_now
+from ...errors import MessageIdTaken, StorageError, ThreadNotFound, ValidationError
+from .._keywords import KeywordMatches
+from .._protocol import (
+    UNSET,
+    Lease,
+    MessagePage,
+    MessageQuery,
+    ResourceChange,
+    ThreadChange,
+    ThreadPage,
+    UnsetType,
 )
-from ._postgres_leases import LeaseListener, PgLeases, Presence, check_fence, lease_lost
-from ._postgres_pool import PgPool, check_connection, masked, storage_error, transaction
-from ._postgres_queries import MessageReads
-from ._postgres_rows import (
+from .._query import (
+    apply_update,
+    assemble,
+    check_owner,
+    check_resource_args,
+    encode_content_text,
+    encode_metadata,
+    parse_updates,
+    saved,
+    validate_delete_ids,
+    validate_thread_list,
+)
+from .._versions import FileCounts
+from ._keyword_index import PostgresKeywordIndex
+from ._lease_rows import LeaseListener, PgLeases, Presence, check_fence, lease_lost
+from ._pool import PgPool, check_connection, masked, storage_error, transaction
+from ._queries import MessageReads
+from ._rows import (
     MSG_COLS,
     MSG_FROM,
     RESOURCE_COLS,
@@ -62,9 +77,9 @@ from ._postgres_rows import (
     thread_filter,
     thread_from_row,
 )
-from ._postgres_save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, save_params
-from ._postgres_schema import FAIL_SQLSTATE
-from ._postgres_statements import (
+from ._save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, save_params
+from ._schema import FAIL_SQLSTATE
+from ._statements import (
     CHUNK,
     CREATE_RESOURCE,
     CREATE_THREAD,
@@ -80,21 +95,17 @@ from ._postgres_statements import (
     resource_params,
     thread_params,
 )
-from ._protocol import (
-    UNSET,
-    Lease,
-    MessagePage,
-    MessageQuery,
-    ResourceChange,
-    ThreadChange,
-    ThreadPage,
-    UnsetType,
+from ._tsvector import (
+    DELETE_IDS_SQL,
+    DELETE_THREAD_SQL,
+    MOVE_THREAD_SQL,
+    UPSERT_SQL,
+    keyword_rows,
 )
-from ._versions import FileCounts
 
 if TYPE_CHECKING:
-    from ._postgres_om import PostgresOMStore
-    from ._postgres_vectors import PostgresVectorRecords
+    from ._om_records import PostgresOMStore
+    from ._vectors import PostgresVectorRecords
 
 #: Threads whose last thread-with-tail answer a store keeps (validated by the thread row's version at each read).
 TAILS_KEPT = 4096
@@ -245,7 +256,7 @@ class PostgresStore:
 
     def vector_records(self) -> PostgresVectorRecords:
         """The vector records (``VectorRecords``) in this database's ``threadmind_vector*`` tables."""
-        from ._postgres_vectors import PostgresVectorRecords
+        from ._vectors import PostgresVectorRecords
 
         return PostgresVectorRecords(self)
 
@@ -255,7 +266,7 @@ class PostgresStore:
         ``ttl`` is accepted and unused: other hosts write the same table, so records are always read from the
         server.
         """
-        from ._postgres_om import PostgresOMStore
+        from ._om_records import PostgresOMStore
 
         return PostgresOMStore(self, ttl)
 
@@ -297,7 +308,7 @@ class PostgresStore:
         metadata: Mapping[str, Any] | None = None,
     ) -> ThreadPage:
         """Threads filtered by owner and scalar metadata equality (reference §5.3)."""
-        args = q.validate_thread_list(page, per_page, order_by, direction, metadata)
+        args = validate_thread_list(page, per_page, order_by, direction, metadata)
         params = Params()
         where: list[str] = []
         if resource_id is not None:
@@ -329,7 +340,7 @@ class PostgresStore:
         if title is not None and not isinstance(title, str):
             raise ValidationError("title must be a string or None")
         check_text(title, "title")
-        patch = metadata_param(q.encode_metadata(metadata, "metadata"), "metadata")
+        patch = metadata_param(encode_metadata(metadata, "metadata"), "metadata")
         now = utc_now()
 
         async def run(conn: Any) -> Thread:
@@ -387,7 +398,7 @@ class PostgresStore:
         stored, params = thread_params(thread)
         parts = parts_of({thread.id: messages})
         for part in parts:
-            q.check_owner(thread.id, thread.resource_id, part.messages)
+            check_owner(thread.id, thread.resource_id, part.messages)
         rows = [row for part in parts for row in part.rows.values()]
 
         async def run(conn: Any) -> None:
@@ -444,10 +455,10 @@ class PostgresStore:
             raise storage_error(failed, "save_messages")  # refused three times, each time for no lasting reason
 
         row = await self._counted(run, "save_messages", [part.thread_id for part in parts])
-        saved, bumped = row[1], row[2]
+        written, bumped = row[1], row[2]
         self._keywords.scopes.saved(entries, bumped)  # committed: blocks of the scopes may take the new rows
-        kept_at = kept(parts, saved)
-        stored = {part.thread_id: q.saved(part.messages, kept_at[part.thread_id]) for part in parts}
+        kept_at = kept(parts, written)
+        stored = {part.thread_id: saved(part.messages, kept_at[part.thread_id]) for part in parts}
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
@@ -491,11 +502,11 @@ class PostgresStore:
             return []
         rows = await self._read(lambda conn: conn.fetch(
             f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = ANY($1::text[])", wanted), "get_messages_by_id")
-        return q.assemble(keyed(rows), (), False)
+        return assemble(keyed(rows), (), False)
 
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
         """Partial updates by id (content merged one level, content.metadata merged); bumps the threads."""
-        parsed = q.parse_updates(updates)
+        parsed = parse_updates(updates)
         if not parsed:
             await self._idle()
             return []
@@ -512,7 +523,7 @@ class PostgresStore:
                     if update.id not in current:
                         raise ValidationError(f"message {update.id!r} not found; update_messages needs existing ids")
                     row, old = changed.get(update.id) or current[update.id]
-                    changed[update.id] = (row, q.apply_update(old, update))
+                    changed[update.id] = (row, apply_update(old, update))
                 new = [m for _, m in changed.values()]
                 for i, m in enumerate(new):
                     for value, field in ((m.resource_id, "resource_id"), (m.type, "type")):
@@ -521,18 +532,18 @@ class PostgresStore:
                 threads = sorted({m.thread_id for m in new if m.thread_id} | {row[6] for row, _ in changed.values()})
                 touched.extend(threads)
                 await conn.execute(
-                    UPDATE_MESSAGES, [m.id for m in new], [q.encode_content_text(m.content) for m in new],
+                    UPDATE_MESSAGES, [m.id for m in new], [encode_content_text(m.content) for m in new],
                     [m.role for m in new], [m.type or "v2" for m in new], [as_naive(m.created_at) for m in new],
                     [m.created_at for m in new], [m.resource_id for m in new], as_naive(now), now, threads)
                 await conn.execute(UPSERT_SQL, *keyword_rows([(m, m.resource_id or row[7] or "")
                                                               for row, m in changed.values()]))
-            return q.assemble((((as_naive(m.created_at), row[8], m.id), m) for row, m in changed.values()), (), False)
+            return assemble((((as_naive(m.created_at), row[8], m.id), m) for row, m in changed.values()), (), False)
 
         return await self._counted(run, "update_messages", touched)
 
     async def delete_messages(self, ids: Sequence[str]) -> set[str]:
         """Delete messages by id; return the affected thread ids (their ``updated_at`` bumped)."""
-        wanted = q.validate_delete_ids(ids)
+        wanted = validate_delete_ids(ids)
         if not wanted:
             await self._idle()
             return set()
@@ -562,11 +573,11 @@ class PostgresStore:
 
         One upsert: the server merges the metadata, so concurrent updates from any process never lose a key.
         """
-        q.check_resource_args(resource_id, working_memory, metadata)
+        check_resource_args(resource_id, working_memory, metadata)
         check_text(resource_id, "resource_id")
         memory = None if isinstance(working_memory, UnsetType) else working_memory
         check_text(memory, "working_memory")
-        patch = metadata_param(q.encode_metadata(dict(metadata or {}), "metadata"), "metadata")
+        patch = metadata_param(encode_metadata(dict(metadata or {}), "metadata"), "metadata")
         now = utc_now()
 
         async def run(conn: Any) -> Resource:
@@ -598,7 +609,7 @@ class PostgresStore:
                 if wanted.title is not None and not isinstance(wanted.title, str):
                     raise ValidationError("title must be a string or None")
                 check_text(wanted.title, "title")
-                patch = metadata_param(q.encode_metadata(wanted.metadata, "metadata"), "metadata")
+                patch = metadata_param(encode_metadata(wanted.metadata, "metadata"), "metadata")
                 now = utc_now()
                 updated = await conn.fetchrow(UPDATE_THREAD, thread_id, wanted.title, patch is not None,
                                               patch or "{}", as_naive(now), now)
@@ -634,7 +645,7 @@ class PostgresStore:
                     wanted = change(old)
                     if wanted is None:
                         return None
-                    q.check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
+                    check_resource_args(resource_id, wanted.working_memory, wanted.metadata)
                     params = resource_params(resource_id, wanted)
                     if row is not None:
                         new = await conn.fetchrow(MODIFY_RESOURCE, *params)
@@ -648,7 +659,7 @@ class PostgresStore:
 
     async def acquire_lease(self, key: str, *, owner: str, ttl: float, wait: bool) -> Lease:
         """Hold ``key`` for ``owner`` against every process on this database (a row in ``threadmind_leases``
-        expiring ``ttl`` seconds from now by the server's clock; see ``_postgres_leases``).
+        expiring ``ttl`` seconds from now by the server's clock; see ``_lease_rows``).
 
         :raises ThreadBusy: ``wait=False`` and another holder's lease has not expired.
         """
