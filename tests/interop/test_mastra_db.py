@@ -18,10 +18,10 @@ import pytest
 from threadmind.codecs import message_to_dict, thread_to_dict
 from threadmind.embedders._hash import HashEmbedder
 from threadmind.memory import Memory
-from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._interop import import_mastra_vectors, mastra_vector_tables
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.stores._vectors._hnsw import HnswVectorStore
 from threadmind.testing import actor_system
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures

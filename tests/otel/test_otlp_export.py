@@ -32,8 +32,8 @@ from threadmind.agent import Agent
 from threadmind.embedders._hash import HashEmbedder
 from threadmind.memory import Memory
 from threadmind.models import ModelResponse, ScriptedModel, ToolCall
-from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.stores._vectors._hnsw import HnswVectorStore
 
 THREAD = "thread-otlp"
 RESOURCE = "user-otlp"

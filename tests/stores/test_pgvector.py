@@ -24,10 +24,11 @@ from bench._pgserver import PgCluster
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
 from threadmind.errors import ConfigError
-from threadmind.stores import PgVectorStore, PostgresStore, SQLiteStore, _pgvector_query
+from threadmind.stores import PgVectorStore, PostgresStore, SQLiteStore
 from threadmind.stores._protocol import Store
-from threadmind.stores._vector_protocol import VectorStore
 from threadmind.stores._vector_records import PendingVector, VectorRecord
+from threadmind.stores._vectors import _pgvector_query
+from threadmind.stores._vectors._contract import VectorStore
 from threadmind.testing import actor_system
 
 from ..vectors._support import exact_top_k

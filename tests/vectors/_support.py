@@ -18,7 +18,7 @@ from threadmind.embedders._hash import HashEmbedder
 from threadmind.embedders._protocol import Embeddings
 from threadmind.stores import HnswVectorStore, PgVectorStore
 from threadmind.stores._protocol import Store
-from threadmind.stores._vector_protocol import VectorStore, VectorStoreStatistics
+from threadmind.stores._vectors._contract import VectorStore, VectorStoreStatistics
 
 WORDS = (
     "agent memory thread resource message search vector index query result context window token budget model "

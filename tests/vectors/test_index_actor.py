@@ -16,12 +16,12 @@ from anyio import wait_all_tasks_blocked
 from threadmind.actors._index_actor import IndexActor, VectorHit
 from threadmind.codecs import Message
 from threadmind.errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ValidationError
-from threadmind.stores import _hnsw_index, _hnsw_session, _hnsw_snapshot
-from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._memory import InMemoryStore
 from threadmind.stores._protocol import Store
 from threadmind.stores._sqlite import SQLiteStore
-from threadmind.stores._vector_protocol import VectorStore
+from threadmind.stores._vectors import _hnsw_index, _hnsw_session, _hnsw_snapshot
+from threadmind.stores._vectors._contract import VectorStore
+from threadmind.stores._vectors._hnsw import HnswVectorStore
 
 from ._support import FlakyEmbedder, VectorFactory, exact_top_k, make_message, persist, random_text, vector_count
 

@@ -7,7 +7,7 @@ import gc
 
 import numpy as np
 
-from threadmind.stores._hnsw import HnswIndex, IndexEntry
+from threadmind.stores._vectors._hnsw import HnswIndex, IndexEntry
 
 
 def _index() -> HnswIndex:

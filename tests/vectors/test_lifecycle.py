@@ -13,9 +13,9 @@ import pytest
 
 from threadmind.actors._index_actor import IndexActor
 from threadmind.codecs import Message
-from threadmind.stores import _hnsw_index, _hnsw_session
-from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.stores._vectors import _hnsw_index, _hnsw_session
+from threadmind.stores._vectors._hnsw import HnswVectorStore
 
 from ._support import FlakyEmbedder, make_message, persist
 

@@ -12,7 +12,8 @@ import pytest
 
 from threadmind import Memory
 from threadmind.embedders import HashEmbedder
-from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore, SQLiteStore, _hnsw_session, _hnsw_snapshot
+from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore, SQLiteStore
+from threadmind.stores._vectors import _hnsw_session, _hnsw_snapshot
 from threadmind.testing import actor_system
 
 from ._support import make_message

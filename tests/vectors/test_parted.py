@@ -11,9 +11,9 @@ import msgspec
 import numpy as np
 import pytest
 
-from threadmind.stores import _hnsw_snapshot
-from threadmind.stores._hnsw import HnswIndex, IndexEntry
-from threadmind.stores._parted import MAX_BATCH, PART_BITS, STR_PARTS, IntParts, StrParts
+from threadmind.stores._vectors import _hnsw_snapshot
+from threadmind.stores._vectors._hnsw import HnswIndex, IndexEntry
+from threadmind.stores._vectors._parted import MAX_BATCH, PART_BITS, STR_PARTS, IntParts, StrParts
 
 
 def _dicts(value: Any) -> list[dict[Any, Any]]:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from threadmind.stores import HnswVectorStore, InMemoryStore
-from threadmind.stores._hnsw import HnswIndex, IndexEntry
 from threadmind.stores._vector_records import VectorRecord
+from threadmind.stores._vectors._hnsw import HnswIndex, IndexEntry
 
 
 def _vectors(n: int, seed: int) -> np.ndarray:

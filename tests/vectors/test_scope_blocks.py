@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from threadmind.errors import ConfigError
-from threadmind.stores._hnsw import HnswIndex, HnswVectorStore, IndexEntry
+from threadmind.stores._vectors._hnsw import HnswIndex, HnswVectorStore, IndexEntry
 
 DIM = 16
 

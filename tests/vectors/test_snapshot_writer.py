@@ -14,9 +14,9 @@ import anyio
 import pytest
 
 from threadmind.actors._index_actor import IndexActor
-from threadmind.stores import _hnsw_session, _hnsw_snapshot
-from threadmind.stores._hnsw import HnswVectorStore
 from threadmind.stores._sqlite import SQLiteStore
+from threadmind.stores._vectors import _hnsw_session, _hnsw_snapshot
+from threadmind.stores._vectors._hnsw import HnswVectorStore
 
 from ._support import FlakyEmbedder, make_message, persist
 

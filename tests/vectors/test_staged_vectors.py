@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from threadmind.stores._hnsw import BRUTE_FORCE_LIMIT, HnswIndex, IndexEntry
+from threadmind.stores._vectors._hnsw import BRUTE_FORCE_LIMIT, HnswIndex, IndexEntry
 
 
 def _index() -> HnswIndex:

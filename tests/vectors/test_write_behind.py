@@ -17,7 +17,7 @@ from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
 from threadmind.stores._vector_records import SQLiteVectorRecords, VectorRecord
-from threadmind.stores._write_behind import CoalescingRecords
+from threadmind.stores._vectors._write_behind import CoalescingRecords
 from threadmind.testing import actor_system
 
 
@@ -231,7 +231,7 @@ async def test_concurrent_semantic_saves_share_vector_row_writes(tmp_path: Path)
 
 async def test_buffered_rows_never_hold_back_later_saves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """More batches than the pipeline has slots wait in the buffer; saves go on (and a delete still writes them)."""
-    import threadmind.stores._hnsw_session as index_actor
+    import threadmind.stores._vectors._hnsw_session as index_actor
 
     class _Patient(CoalescingRecords):
         def __init__(self, inner: Any) -> None:
@@ -254,9 +254,9 @@ _CRASHING_WRITER = r"""
 import os, sys
 from pathlib import Path
 import anyio
-import threadmind.stores._hnsw_session as index_actor
+import threadmind.stores._vectors._hnsw_session as index_actor
 from threadmind import Memory, Message
-from threadmind.stores._write_behind import CoalescingRecords
+from threadmind.stores._vectors._write_behind import CoalescingRecords
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
 

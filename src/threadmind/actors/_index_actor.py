@@ -6,7 +6,7 @@ recent batches were shared): one ``embedder.embed`` call for the texts not cache
 vector store, and SQL rows written behind (:mod:`._index_batch`). Batches run pipelined in the actor's task
 group. Deletes, moves and copies go through the same mailbox and wait for every earlier batch, so a delete
 issued after an upsert always ends deleted. Where vectors live and how they are searched is the vector
-store's business (:class:`~threadmind.stores._vector_protocol.VectorStore`).
+store's business (:class:`~threadmind.stores.VectorStore`).
 
 A one-thread ``Memory.save_messages`` queues its upsert as the thread actor starts the save
 (:class:`CommitGatedUpsert`): the batch embeds while the messages commit and stages the vectors only once
@@ -41,7 +41,7 @@ from ..embedders._cache import EmbeddingCache
 from ..embedders._chunking import chunk_text, is_blank, message_text
 from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ThreadmindError, ValidationError
 from ..stores import MessageQuery, SaveHook, Store, VectorHit, VectorStore, VectorStoreStatistics
-from ..stores._vector_protocol import as_vector_store
+from ..stores._vectors._contract import as_vector_store
 from ..tracing import ATTR_OPERATION, operation_span
 from ._actor import Actor
 from ._index_batch import UpsertBatches

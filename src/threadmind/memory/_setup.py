@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from .._config import MemoryConfig
 from ..errors import ConfigError
 from ..stores._keywords import supports_keywords
-from ..stores._vector_protocol import as_vector_store
+from ..stores._vectors._contract import as_vector_store
 
 if TYPE_CHECKING:
     from ..embedders import Embedder

@@ -8,7 +8,6 @@ internals (the query checks both ``Memory`` and stores apply, the side-table pro
 from __future__ import annotations
 
 from .._public import present_as
-from ._hnsw import HnswVectorStore as HnswVectorStore
 from ._keywords import KeywordCandidate as KeywordCandidate
 from ._keywords import KeywordMatches as KeywordMatches
 from ._keywords import KeywordSearch as KeywordSearch
@@ -16,7 +15,6 @@ from ._keywords import Neighbours as Neighbours
 from ._memory import InMemoryStore as InMemoryStore
 from ._om import ObservationalMemoryStore as ObservationalMemoryStore
 from ._om import OMRecord as OMRecord
-from ._pgvector import PgVectorStore as PgVectorStore
 from ._postgres import PostgresStore as PostgresStore
 from ._protocol import STORE_METHODS as STORE_METHODS
 from ._protocol import DateRange as DateRange
@@ -35,12 +33,14 @@ from ._protocol import ThreadPage as ThreadPage
 from ._protocol import ThreadsAndMessages as ThreadsAndMessages
 from ._protocol import check_store as check_store
 from ._sqlite import SQLiteStore as SQLiteStore
-from ._vector_protocol import VectorHit as VectorHit
-from ._vector_protocol import VectorStore as VectorStore
-from ._vector_protocol import VectorStoreStatistics as VectorStoreStatistics
 from ._vector_records import PendingVector as PendingVector
 from ._vector_records import VectorRecord as VectorRecord
 from ._vector_records import VectorRecords as VectorRecords
+from ._vectors import HnswVectorStore as HnswVectorStore
+from ._vectors import PgVectorStore as PgVectorStore
+from ._vectors import VectorHit as VectorHit
+from ._vectors import VectorStore as VectorStore
+from ._vectors import VectorStoreStatistics as VectorStoreStatistics
 
 __all__ = (
     "DateRange",

@@ -32,7 +32,10 @@ import anyio.abc
 import anyio.lowlevel
 import numpy as np
 
-from ..errors import ConfigError
+from ...errors import ConfigError
+from .._protocol import SaveHook, Store
+from .._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord
+from ._contract import VectorHit, VectorStoreStatistics
 from ._hnsw_entries import IndexEntry
 from ._hnsw_index import (
     BRUTE_FORCE_LIMIT,
@@ -45,10 +48,7 @@ from ._hnsw_index import (
 )
 from ._hnsw_session import Session
 from ._hnsw_snapshot import save_snapshot
-from ._protocol import SaveHook, Store
 from ._scope_blocks import SearchHit
-from ._vector_protocol import VectorHit, VectorStoreStatistics
-from ._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord
 
 __all__ = (
     "BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "HnswVectorStore", "Metric", "SearchHit", "IndexEntry", "HnswIndex",

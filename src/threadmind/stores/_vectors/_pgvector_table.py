@@ -33,7 +33,7 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 import numpy as np
 
-from ..errors import ConfigError, StorageError
+from ...errors import ConfigError, StorageError
 
 __all__ = ("HNSW_MAX_DIMENSIONS", "NAMESPACE", "IndexSpec", "Layout", "MetricOps", "build_concurrently",
            "ensure_extension", "ivfflat_lists", "layout", "message_tables", "metric_ops", "quote", "set_up_table",

@@ -37,7 +37,12 @@ import anyio.lowlevel
 import msgspec
 import numpy as np
 
-from ..errors import ConfigError
+from ...errors import ConfigError
+from .._postgres import PostgresStore
+from .._postgres._pool import PgPool, check_connection, check_int, import_asyncpg, masked, storage_error
+from .._protocol import SaveHook, Store
+from .._vector_records import PendingVector, VectorRecord, VectorRecords
+from ._contract import F32, Metric, VectorHit, VectorStoreStatistics
 from ._pgvector_query import ScopedSearch
 from ._pgvector_table import (
     NAMESPACE,
@@ -53,11 +58,6 @@ from ._pgvector_table import (
     table_name,
     vector_codec,
 )
-from ._postgres import PostgresStore
-from ._postgres._pool import PgPool, check_connection, check_int, import_asyncpg, masked, storage_error
-from ._protocol import SaveHook, Store
-from ._vector_protocol import F32, Metric, VectorHit, VectorStoreStatistics
-from ._vector_records import PendingVector, VectorRecord, VectorRecords
 
 __all__ = ("PgVectorStore",)
 

@@ -19,8 +19,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from ._protocol import SaveHook, Store
-from ._vector_records import PendingVector, VectorRecord
+from .._protocol import SaveHook, Store
+from .._vector_records import PendingVector, VectorRecord
 
 __all__ = ("Metric", "VectorHit", "VectorStore", "VectorStoreStatistics", "as_vector_store")
 
@@ -177,7 +177,7 @@ class VectorStore(Protocol):
 
 def as_vector_store(value: Any) -> VectorStore:
     """``value`` if it implements :class:`VectorStore`, else ``ConfigError`` naming what is missing."""
-    from ..errors import ConfigError
+    from ...errors import ConfigError
 
     missing = [name for name in _REQUIRED if not callable(getattr(value, name, None))]
     if missing:

@@ -17,10 +17,10 @@ import anyio
 from opentelemetry import trace
 from opentelemetry.trace import Link
 
-from .._lowlevel import FastEvent
-from ..errors import StorageError
-from ..tracing import ATTR_OPERATION, tracing_enabled
-from ._vector_records import PendingVector, VectorRecord, VectorRecords
+from ..._lowlevel import FastEvent
+from ...errors import StorageError
+from ...tracing import ATTR_OPERATION, tracing_enabled
+from .._vector_records import PendingVector, VectorRecord, VectorRecords
 
 __all__ = ("CoalescingRecords",)
 

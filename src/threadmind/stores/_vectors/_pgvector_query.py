@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from ._contract import VectorHit
 from ._pgvector_table import NAMESPACE, Layout
-from ._vector_protocol import VectorHit
 
 __all__ = ("MAX_SCAN_TUPLES", "ScopedSearch")
 

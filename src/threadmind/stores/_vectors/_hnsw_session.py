@@ -21,15 +21,15 @@ import anyio.lowlevel
 import msgspec
 import numpy as np
 
+from .._protocol import Store
+from .._vector_records import SQLiteVectorRecords, VectorRecord, VectorRecords
+from .._vector_records_memory import InMemoryVectorRecords
 from . import _hnsw_snapshot
+from ._contract import VectorHit, VectorStoreStatistics
 from ._hnsw_entries import IndexBusy, IndexEntry, decode_records
 from ._hnsw_index import F32, FLUSH_CHUNK, HnswIndex
 from ._hnsw_snapshot import fork_snapshot, load_snapshot, manifest_count, reap_snapshot, save_snapshot, stop_snapshot
-from ._protocol import Store
 from ._scope_blocks import SearchHit, merge, scores, top_messages
-from ._vector_protocol import VectorHit, VectorStoreStatistics
-from ._vector_records import SQLiteVectorRecords, VectorRecord, VectorRecords
-from ._vector_records_memory import InMemoryVectorRecords
 from ._write_behind import CoalescingRecords
 
 if TYPE_CHECKING:

@@ -35,10 +35,10 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from .._vector_records import VectorRecord
 from ._hnsw_entries import IndexBusy, IndexEntry, SnapshotView, decode_records
 from ._parted import MAX_BATCH, IntParts, StrParts
 from ._scope_blocks import ScopeBlocks, ScopeKey, SearchHit, merge, scope_key, scores, top_messages
-from ._vector_records import VectorRecord
 
 __all__ = ("BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "SCOPE_CACHE_BYTES", "HnswIndex")
 

@@ -9,8 +9,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from .._vector_records import VectorRecord
 from ._parted import IntParts
-from ._vector_records import VectorRecord
 
 __all__ = ("IndexBusy", "IndexEntry", "SnapshotView", "decode_records")
 
