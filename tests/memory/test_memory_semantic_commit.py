@@ -1,7 +1,8 @@
 """Semantic saves embed while their messages commit, and stage vectors only for what committed.
 
-``Memory.save_messages`` on one thread queues its upsert with the index actor as the thread actor starts the
-save, so the embedding overlaps the commit; the vectors become searchable only after the commit succeeded. Every
+``Memory.save_messages`` queues each thread's upsert with the index actor as the save starts (the thread actor's
+save, or the one transaction of a batch across threads), so the embedding overlaps the commit; the vectors become
+searchable only after the commit succeeded. Every
 test runs over HnswVectorStore and over PgVectorStore (the messages and their pending marks in SQLite, the vectors
 in PostgreSQL).
 """
@@ -144,6 +145,70 @@ async def test_a_failed_save_leaves_no_vector_and_the_index_keeps_working(
         await memory.save_messages([msg("m3", "t2", text="glacier crevasse rescue training")])
         assert (await _hit_ids(memory, "glacier crevasse rescue training"))[0] == "m3"
         assert await _rows(memory) == [("m1", "t1"), ("m3", "t2")]
+
+
+class _HeldManyStore(SQLiteStore):
+    """SQLiteStore whose saves across threads wait for ``release`` while ``hold`` is set."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.hold = False
+        self.release = anyio.Event()
+        self.saves_done = 0
+
+    async def save_messages_many(self, by_thread: Any, **kw: Any) -> dict[str, list[Message]]:
+        if self.hold:
+            await self.release.wait()
+        saved = await super().save_messages_many(by_thread, **kw)
+        self.saves_done += 1
+        return saved
+
+
+async def test_a_batch_across_threads_embeds_while_it_commits_and_is_searchable_on_return(
+        tmp_path: Path, make_vector: VectorFactory) -> None:
+    """As a single thread's save: every part is embedded while the one transaction commits, nothing is
+    searchable before it has, and everything is on return."""
+    store = _HeldManyStore(tmp_path / "m.db")
+    embedder = _WatchedEmbedder("volcano")
+    async with _memory(store, make_vector, tmp_path, embedder) as memory:
+        for thread_id in ("t1", "t2"):
+            await memory.create_thread(thread_id=thread_id, resource_id="r1")
+        store.hold = True
+        batch = [msg("m1", "t1", text="the volcano erupted at dawn"), msg("m2", "t2", text="lava reached the sea")]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(memory.save_messages, batch)
+            try:
+                with anyio.fail_after(5):
+                    await embedder.seen.wait()  # embedded while the commit is still held
+                assert store.saves_done == 0
+                await anyio.sleep(0.05)
+                assert await _hit_ids(memory, "the volcano erupted at dawn") == []
+            finally:
+                store.release.set()
+        assert store.saves_done == 1
+        assert (await _hit_ids(memory, "the volcano erupted at dawn"))[0] == "m1"
+        assert (await _hit_ids(memory, "lava reached the sea"))[0] == "m2"
+        assert sorted(await _rows(memory)) == [("m1", "t1"), ("m2", "t2")]
+
+
+async def test_a_failed_batch_across_threads_leaves_no_vector_of_any_part(
+        tmp_path: Path, make_vector: VectorFactory) -> None:
+    async with _memory(SQLiteStore(tmp_path / "m.db"), make_vector, tmp_path, HashEmbedder(dim=64)) as memory:
+        for thread_id in ("t1", "t2", "t3"):
+            await memory.create_thread(thread_id=thread_id, resource_id="r1")
+        await memory.save_messages([msg("m1", "t1", text="alpine lakes in the summer")])
+        # m1 belongs to t1: the batch fails whole, after every part's texts were queued for embedding
+        with pytest.raises(ValidationError, match="already belongs"):
+            await memory.save_messages([msg("m2", "t2", text="glacier crevasse rescue training"),
+                                        msg("m1", "t3", text="moved text that must not be indexed")])
+        assert "m2" not in await _hit_ids(memory, "glacier crevasse rescue training")
+        assert [h for h in await _hit_ids(memory, "moved text that must not be indexed") if h != "m1"] == []
+        stats = actor_system(memory).index.statistics()  # type: ignore[union-attr]
+        assert await _count(memory) == 1 and stats.pending == 0
+        await memory.save_messages([msg("m2", "t2", text="glacier crevasse rescue training"),
+                                    msg("m4", "t3", text="a quiet harbour at night")])
+        assert (await _hit_ids(memory, "glacier crevasse rescue training"))[0] == "m2"
+        assert sorted(await _rows(memory)) == [("m1", "t1"), ("m2", "t2"), ("m4", "t3")]
 
 
 async def test_a_resaved_message_keeps_its_stored_created_at_in_the_vector_row(

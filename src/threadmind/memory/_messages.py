@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._config import MemoryConfig
 from .._results import SaveResult, Usage
-from ..actors._thread_actor import DeleteMessages, SaveMessages
+from ..actors._thread_actor import DeleteMessages, SaveMessages, SaveObserver
 from ..codecs import Message
 from ..errors import ValidationError
 
@@ -39,31 +39,43 @@ async def save_batch(core: MemoryCore, batch: list[Message], config: MemoryConfi
         by_thread.setdefault(message.thread_id or "", []).append(message)
     index = core.index if config.semantic_recall_config is not None else None
     mark = index is not None
-    if index is not None and len(by_thread) == 1:
-        # One thread: embed while the save commits (the vectors are staged once it has committed).
+    # With semantic recall on, each thread's part is embedded while it commits and its vectors are staged once it
+    # has committed, queued in the thread's commit order (a message re-saved later ends with its later text); the
+    # save returns once they are queryable. One thread or several alike.
+    gates = {thread_id: index.upsert_on_commit(messages) for thread_id, messages in by_thread.items()} \
+        if index is not None else {}
+    if len(by_thread) == 1:
         ((thread_id, messages),) = by_thread.items()
-        upsert = index.upsert_on_commit(messages)
-        saved: list[Message] = await system.ask(thread_id, SaveMessages(messages, mark, upsert))
-        tokens = await upsert.result()
+        saved: list[Message] = await system.ask(thread_id, SaveMessages(messages, mark, gates.get(thread_id)))
     else:
-        saved = await _save_by_thread(core, by_thread, mark)
-        tokens = await index.upsert_messages(saved) if index is not None else 0
+        saved = await _save_across(core, by_thread, mark, gates)
+    tokens = 0
+    for gate in gates.values():
+        tokens += await gate.result()
     saved.sort(key=_created_at)  # as stored: ascending by created_at, ties in batch order (reference §1)
     return SaveResult(messages=saved, usage=Usage(tokens=tokens) if tokens else None)
 
 
-async def _save_by_thread(core: MemoryCore, by_thread: dict[str, list[Message]], mark: bool) -> list[Message]:
+async def _save_across(core: MemoryCore, by_thread: dict[str, list[Message]], mark: bool,
+                       gates: Mapping[str, SaveObserver]) -> list[Message]:
+    """One transaction for every thread's part, written while each thread's actor is held, so the batch takes its
+    place in every thread's arrival order and no part commits without the others; each thread's gate (its index
+    work) is told when the write starts and how it ended, as a thread actor tells a single-thread save's."""
     system = core.actors()
-    if len(by_thread) == 1:
-        ((thread_id, messages),) = by_thread.items()
-        saved: list[Message] = await system.ask(thread_id, SaveMessages(messages, mark))
-        return saved
     door = core.door
 
-    # One transaction for every thread's part, written while each thread's actor is held, so the batch takes
-    # its place in every thread's arrival order and no part commits without the others.
     async def write() -> dict[str, list[Message]]:
-        return await door.save_messages_many(by_thread, mark_pending=mark)
+        for gate in gates.values():
+            await gate.started()
+        try:
+            written = await door.save_messages_many(by_thread, mark_pending=mark)
+        except BaseException:
+            for gate in gates.values():
+                gate.finished(None)
+            raise
+        for thread_id, gate in gates.items():
+            gate.finished(written.get(thread_id, []))
+        return written
 
     results = await system.holding(sorted(by_thread), write, "save_messages")
     return [m for thread_id in by_thread for m in results[thread_id]]
