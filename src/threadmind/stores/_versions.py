@@ -56,12 +56,13 @@ class FileCounts:
 
 
 # (st_dev, st_ino) of an open database file -> its counters, while some store object on it holds them.
-_BY_FILE: weakref.WeakValueDictionary[tuple[int, int], FileCounts] = weakref.WeakValueDictionary()
+_BY_FILE: weakref.WeakValueDictionary[tuple[int, int] | str, FileCounts] = weakref.WeakValueDictionary()
 _BY_FILE_LOCK = threading.Lock()
 
 
-def counts_for_file(identity: tuple[int, int]) -> FileCounts:
-    """The counters every store object on the file ``identity`` (device, inode) shares in this process."""
+def counts_for_file(identity: tuple[int, int] | str) -> FileCounts:
+    """The counters every store object on one database shares in this process: a SQLite file by its ``identity``
+    (device, inode), a PostgreSQL database by its DSN."""
     with _BY_FILE_LOCK:
         counts = _BY_FILE.get(identity)
         if counts is None:

@@ -25,6 +25,8 @@ from ._rows import (
 )
 
 __all__ = (
+    "STATS_KEYS",
+    "STATS_SQL",
     "CHUNK",
     "CREATE_RESOURCE",
     "CREATE_THREAD",
@@ -152,3 +154,11 @@ def columns(rows: Sequence[list[Any]]) -> list[list[Any]]:
     """Message rows (id, thread, content, role, type, created, resource) as the array columns of an insert."""
     return [[r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
             [r[4] for r in rows], [as_naive(r[5]) for r in rows], [r[5] for r in rows], [r[6] for r in rows]]
+
+
+# The row counts ``PostgresStore.stats`` reports, with the database's size in bytes.
+STATS_SQL = (
+    "SELECT (SELECT count(*) FROM mastra_threads), (SELECT count(*) FROM mastra_messages), "
+    '(SELECT count(*) FROM (SELECT "resourceId" FROM mastra_threads UNION SELECT id FROM mastra_resources) u), '
+    "(SELECT count(*) FROM mastra_resources), pg_database_size(current_database())")
+STATS_KEYS = ("threads", "messages", "resources", "working_memories", "file_bytes")

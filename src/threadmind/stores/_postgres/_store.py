@@ -21,7 +21,6 @@ kept in the same database.
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -56,7 +55,7 @@ from .._query import (
     validate_delete_ids,
     validate_thread_list,
 )
-from .._versions import FileCounts
+from .._versions import FileCounts, counts_for_file
 from ._keyword_index import PostgresKeywordIndex
 from ._lease_rows import LeaseListener, PgLeases, Presence, check_fence, lease_lost
 from ._pool import PgPool, check_connection, masked, storage_error, transaction
@@ -86,6 +85,8 @@ from ._statements import (
     DELETE_MESSAGES,
     INSERT_MESSAGES,
     MODIFY_RESOURCE,
+    STATS_KEYS,
+    STATS_SQL,
     UPDATE_MESSAGES,
     UPDATE_RESOURCE,
     UPDATE_THREAD,
@@ -117,17 +118,6 @@ T = TypeVar("T")
 _EXISTS_CODE = "THREADMIND_THREAD_EXISTS"
 _LIBSQL = "MASTRA_STORAGE_LIBSQL_"
 
-# Store objects on one database within one process share their write counters (see ``_versions``).
-_BY_DATABASE: weakref.WeakValueDictionary[str, FileCounts] = weakref.WeakValueDictionary()
-
-
-def _counts_for(dsn: str) -> FileCounts:
-    counts = _BY_DATABASE.get(dsn)
-    if counts is None:
-        counts = _BY_DATABASE[dsn] = FileCounts()
-    return counts
-
-
 class PostgresStore:
     """Durable threads, messages and resources in PostgreSQL (Mastra's ``@mastra/pg`` schema).
 
@@ -145,7 +135,7 @@ class PostgresStore:
         check_connection(dsn, min_size, max_size, statement_cache_size)
         self._dsn = dsn
         self._pool = PgPool(dsn, min_size=min_size, max_size=max_size, statement_cache_size=statement_cache_size)
-        self._file_counts = _counts_for(dsn)
+        self._file_counts = counts_for_file(dsn)  # shared by the process's store objects on it
         self._versions = self._file_counts.threads
         self._resource_versions = self._file_counts.resources
         self._volatile = 0  # counts down: every version handed out is new (other hosts may have written)
@@ -679,13 +669,8 @@ class PostgresStore:
     async def stats(self) -> dict[str, int]:
         """Row counts of the memory tables, ``resources`` in use (owning a thread or a working memory) and the
         database's size in bytes (``file_bytes``)."""
-        row = await self._read(lambda conn: conn.fetchrow(
-            "SELECT (SELECT count(*) FROM mastra_threads), (SELECT count(*) FROM mastra_messages), "
-            '(SELECT count(*) FROM (SELECT "resourceId" FROM mastra_threads UNION SELECT id FROM mastra_resources) '
-            "u), (SELECT count(*) FROM mastra_resources), pg_database_size(current_database())"), "stats")
-        return {"threads": int(row[0]), "messages": int(row[1]), "resources": int(row[2]),
-                "working_memories": int(row[3]), "file_bytes": int(row[4])}
-
+        row = await self._read(lambda conn: conn.fetchrow(STATS_SQL), "stats")
+        return dict(zip(STATS_KEYS, map(int, row), strict=True))
 
     async def iter_messages(self, thread_ids: Sequence[str] | None = None) -> AsyncIterator[Message]:
         """Every message of the given threads (default: all threads by creation), ascending per thread."""

@@ -3,7 +3,7 @@ writer (``_group_commit``), the jobs and reads of its calls (``_jobs``), its con
 ``_aiosqlite``), its rows (``_rows``), the processes on one file (``_peers``, ``_file_leases``), the WAL's fill
 (``_wal_index``) and its keyword index (FTS5: ``_fts``, ``_fold``, ``_keyword_index``)."""
 
+from ._group_commit import StoreStatistics as StoreStatistics
 from ._store import SQLiteStore as SQLiteStore
-from ._store import StoreStatistics as StoreStatistics
 
 __all__ = ("SQLiteStore", "StoreStatistics")

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 import anyio
+import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext
 
@@ -60,6 +61,7 @@ from ._rows import (
 from ._wal_index import WalIndex
 
 __all__ = (
+    "StoreStatistics",
     "GroupWriter",
     "Job",
     "SaveHook",
@@ -341,6 +343,17 @@ def read_tx(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connecti
 
     return run
 
+
+
+class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the writer: committed groups (of which on the event loop's thread), jobs run, the largest
+    group and jobs waiting now."""
+
+    commits: int
+    jobs: int
+    largest_group: int
+    queued: int
+    inline_commits: int = 0
 
 
 class GroupWriter:

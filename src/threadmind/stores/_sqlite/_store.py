@@ -30,7 +30,6 @@ from typing import Any, Literal, TypeVar
 
 import aiosqlite
 import anyio
-import msgspec
 
 from ...codecs import Message, Resource, Thread
 from ...errors import (
@@ -75,6 +74,7 @@ from ._group_commit import (
     GroupWriter,
     SaveHook,
     SaveSpec,
+    StoreStatistics,
     read_tx,
 )
 from ._jobs import (
@@ -109,22 +109,11 @@ from ._rows import (
     thread_from_row,
 )
 
-__all__ = ("SQLiteStore", "StoreStatistics")
+__all__ = ("SQLiteStore",)
 
 T = TypeVar("T")
 
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
-class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of the writer: committed groups (of which on the event loop's thread), jobs run, the largest
-    group and jobs waiting now."""
-
-    commits: int
-    jobs: int
-    largest_group: int
-    queued: int
-    inline_commits: int = 0
-
-
 class _State(enum.Enum):
     NEW = "new"
     OPEN = "open"
