@@ -14,7 +14,7 @@ from threadmind.stores._keywords import KeywordMatches, query_terms
 from threadmind.stores._postgres import PostgresStore
 from threadmind.stores._postgres import _keyword_search as _postgres_keyword_search
 
-from .test_keywords import write_behind_the_index
+from ..test_keywords import write_behind_the_index
 
 BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 WORDS = ("harbour dog cat parrot marathon tokyo spring deadline budget invoice garden piano violin salmon "

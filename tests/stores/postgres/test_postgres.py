@@ -618,7 +618,7 @@ class TestSideTables:
 @pytest.mark.slow
 def test_the_cluster_is_stopped_when_pytest_dies(tmp_path: Path) -> None:
     """A session killed with SIGKILL leaves no server behind (the watchdog stops it)."""
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     script = ("import sys, time\nsys.path.insert(0, sys.argv[1])\nfrom bench._pgserver import PgCluster\n"
               "c = PgCluster().start()\nprint(c.data_dir, flush=True)\ntime.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", script, str(repo)], stdout=subprocess.PIPE, text=True)

@@ -12,7 +12,7 @@ import pytest
 
 from threadmind.codecs._jsonb import decode_jsonb
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "mastra-1.71"  # a copy of ../shared/fixtures
 
 
 def el(kind: int, payload: bytes = b"", *, width: int | None = None) -> bytes:
