@@ -27,7 +27,7 @@ from ..errors import ConfigError, ThreadNotFound, ValidationError
 from ..processors._access import AccessBase
 from ..search._searcher import as_vector_hits
 from ..stores import Lease, MessagePage, MessageQuery, Store, ThreadChange, ThreadPage
-from ..stores._keywords import KeywordSearch, supports_keywords
+from ..stores._keywords import supports_keywords
 from ..stores._om import ObservationalMemoryStore
 from ..tracing import operation_span
 
@@ -148,11 +148,6 @@ class StoreDoor:
     def keyword_index(self) -> bool:
         """Whether the store keeps a keyword index (it can answer searches by words)."""
         return supports_keywords(self._core.store())
-
-    def keyword_store(self) -> KeywordSearch | None:
-        """The store as the retrieval pipeline's keyword side, when it keeps a keyword index."""
-        store = self._core.store()
-        return store if supports_keywords(store) else None
 
     def configured(self) -> Store:
         """The store itself (``Memory.storage``); ``ConfigError`` when the Memory has none."""
