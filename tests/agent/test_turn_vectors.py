@@ -1,4 +1,6 @@
-"""An agent turn's vectors wait for its messages to commit, as ``Memory.save_messages`` gates them.
+"""An agent turn is saved with semantic recall on exactly as ``Memory.save_messages`` saves: its messages are
+embedded while they commit, their vectors staged only once the commit succeeded, and queryable when the turn
+returns (``generate``) or its stream ends (``stream``, the chat server's door).
 
 The semantic-recall output step runs before the message-history step persists the turn; it must not stage
 vectors for messages that a failed (or never reached) persist leaves unwritten.
@@ -7,20 +9,22 @@ vectors for messages that a failed (or never reached) persist leaves unwritten.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from tests._factories import semantic_memory
 
-from threadmind import Memory
+from threadmind import Memory, Message
 from threadmind.agent import Agent
 from threadmind.embedders import Embeddings, HashEmbedder
 from threadmind.errors import StorageError
 from threadmind.models import ScriptedModel
 from threadmind.processors import MessageHistory
-from threadmind.stores import SQLiteStore
+from threadmind.stores import InMemoryStore, Lease, SQLiteStore, Store
+from threadmind.ui import messages_from_ui
 
 OPTIONS = {"lastMessages": 10, "semanticRecall": {"topK": 5, "messageRange": 0, "scope": "resource"}}
 IDS: dict[str, Any] = {"thread_id": "t1", "resource_id": "r1"}
@@ -95,3 +99,93 @@ async def test_a_turn_whose_vectors_fail_is_marked_pending_in_its_save(tmp_path:
         assert await memory.reindex() == 2
         assert len(await _hits(memory, "plums")) == 2
 
+
+
+class _SlowEmbedder(HashEmbedder):
+    """A remote embedder that takes its time: a turn that does not wait for its vectors returns before they exist."""
+
+    async def embed(self, texts: list[str]) -> Embeddings:
+        await anyio.sleep(0.2)
+        return await super().embed(texts)
+
+
+def _stores(tmp_path: Path) -> dict[str, Store]:
+    return {"sqlite": SQLiteStore(tmp_path / "s.db", synchronous="NORMAL"), "memory": InMemoryStore()}
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", "memory"])
+async def test_a_generated_turn_is_searchable_by_meaning_when_it_returns(tmp_path: Path, store_kind: str) -> None:
+    async with semantic_memory(_stores(tmp_path)[store_kind], tmp_path / "v", OPTIONS,
+                               embedder=_SlowEmbedder(dim=64)) as memory:
+        result = await Agent("a", "Be brief.", ScriptedModel(["figs are sweet"]), memory=memory).generate(
+            "tell me about figs", **IDS)
+        stored = sorted(m.id for m in (await memory.recall("t1", resource_id="r1", per_page=False)).messages)
+        assert len(stored) == 2 and result.messages[-1].id in stored
+        # no flush_index: the turn returned once its vectors were queryable, as a save_messages call does
+        hits = await memory.search_vectors("figs", top_k=50, resource_id="r1")
+        assert sorted(hit.message_id for hit in hits) == stored
+
+
+async def test_a_streamed_chat_turn_is_searchable_by_meaning_when_its_stream_ends(tmp_path: Path) -> None:
+    async with semantic_memory(SQLiteStore(tmp_path / "c.db", synchronous="NORMAL"), tmp_path / "v", OPTIONS,
+                               embedder=_SlowEmbedder(dim=64)) as memory:
+        agent = Agent("a", "Be brief.", ScriptedModel(["kiwis are fuzzy"]), memory=memory)
+        body = {"id": "t1", "trigger": "submit-message",
+                "messages": [{"id": "u-1", "role": "user", "parts": [{"type": "text", "text": "kiwis?"}]}]}
+        async with agent.stream(messages_from_ui(body), thread_id="t1", resource_id="r1") as stream:
+            async for _ in stream:
+                pass
+        stored = sorted(m.id for m in (await memory.recall("t1", resource_id="r1", per_page=False)).messages)
+        assert len(stored) == 2 and "u-1" in stored
+        hits = await memory.search_vectors("kiwis", top_k=50, resource_id="r1")
+        assert sorted(hit.message_id for hit in hits) == stored
+
+
+class _Timeline:
+    """When the turn's save and its embedding began and ended (seconds since the turn began)."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+
+class _SlowDisk(InMemoryStore):
+    """A store whose saves take 0.2 s (a slow disk, a remote database)."""
+
+    def __init__(self, timeline: _Timeline) -> None:
+        super().__init__()
+        self._timeline = timeline
+
+    async def save_messages(self, thread_id: str, messages: Sequence[Message], *, mark_pending: bool = False,
+                            fence: Lease | None = None) -> list[Message]:
+        self._timeline.events.append("save begins")
+        await anyio.sleep(0.2)
+        saved = await super().save_messages(thread_id, messages, mark_pending=mark_pending, fence=fence)
+        self._timeline.events.append("save commits")
+        return saved
+
+
+class _TimedEmbedder(_SlowEmbedder):
+    def __init__(self, timeline: _Timeline) -> None:
+        super().__init__(dim=64)
+        self._timeline = timeline
+
+    async def embed(self, texts: list[str]) -> Embeddings:
+        if any("brown" in text or "palms" in text for text in texts):  # the saved messages, not a recall's query
+            self._timeline.events.append("embedding begins")
+        return await super().embed(texts)
+
+
+async def test_a_turn_embeds_while_its_save_commits_as_save_messages_does(tmp_path: Path) -> None:
+    timeline = _Timeline()
+    async with semantic_memory(_SlowDisk(timeline), tmp_path / "v", OPTIONS,
+                               embedder=_TimedEmbedder(timeline)) as memory:
+        await memory.create_thread(resource_id="r1", thread_id="t1")
+        for door in ("save_messages", "generate"):
+            timeline.events.clear()
+            if door == "save_messages":
+                await memory.save_messages([Message.user("dates are brown", thread_id="t1", resource_id="r1")])
+            else:
+                await Agent("a", "Be brief.", ScriptedModel(["dates grow on palms"]), memory=memory).generate(
+                    "tell me about dates", **IDS)
+            # one meaning of "saved with semantic recall on" whatever the door: the embedding overlaps the commit
+            assert timeline.events == ["save begins", "embedding begins", "save commits"], door

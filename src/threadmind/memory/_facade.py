@@ -455,8 +455,8 @@ class Memory:
 
     async def settled(self) -> None:
         """Return once the background work started so far has finished: titles, observations and reflections
-        (and what they started meanwhile), then the vectors queued so far (an agent turn embeds in the
-        background). The memory stays open; work started later is not waited for (Mastra's ``settled()``)."""
+        (and what they started meanwhile), then the index's queued work (vectors queued without waiting, HNSW
+        insertion). The memory stays open; work started later is not waited for (Mastra's ``settled()``)."""
         system = self._core.system
         if system is None or not system.running:
             await anyio.lowlevel.checkpoint()

@@ -13,6 +13,7 @@ looked up at each call, so processors can be built before ``start()``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,7 +25,7 @@ from ..actors._system import current_fence
 from ..actors._thread_actor import TAIL_MAX, CreateThread, LoadMessages, LoadWindow, SaveMessages
 from ..codecs import Message, Resource, Thread
 from ..errors import ConfigError, ThreadNotFound, ValidationError
-from ..processors._access import AccessBase
+from ..processors._access import AccessBase, TurnEmbedder, embed_stored
 from ..search._searcher import as_vector_hits
 from ..stores import Lease, MessagePage, MessageQuery, Store, ThreadChange, ThreadPage
 from ..stores._keywords import supports_keywords
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from ._core import MemoryCore
 
 __all__ = ("ActorAccess", "RoutedIndex", "StoreDoor")
+
+_log = logging.getLogger("threadmind.semantic_recall")
 
 
 class ActorAccess(AccessBase):
@@ -77,22 +80,35 @@ class ActorAccess(AccessBase):
         page: MessagePage = await system.ask(query.thread_id, LoadMessages(query))
         return page
 
-    async def persist_turn(self, thread: Thread, messages: Sequence[Message], *,
-                           mark_pending: bool = False) -> list[Message]:
+    async def persist_turn(self, thread: Thread, messages: Sequence[Message], *, mark_pending: bool = False,
+                           embed: TurnEmbedder | None = None) -> list[Message]:
         """Save the turn into ``thread`` (created first when missing), through the thread's actor.
 
         The turn made sure of the thread when it began; one deleted since surfaces as ``ThreadNotFound`` from the
-        save and is made again, as the reference ensures the thread exists.
+        save and is made again, as the reference ensures the thread exists. With ``embed`` (this Memory's index, as
+        its ``semantic-recall`` processor asks) the save embeds while it commits and returns once the vectors are
+        queryable: the path of ``Memory.save_messages`` (``IndexActor.upsert_on_commit``); another embedder embeds
+        the stored messages after the commit.
         """
         system = self._core.actors()
+        index = self._core.index if isinstance(embed, RoutedIndex) else None
         with operation_span("threadmind.memory.save_messages", "upsert_memory", thread_id=thread.id,
                             resource_id=thread.resource_id, threadmind__messages__count=len(messages)):
-            save = SaveMessages(messages, mark_pending, fence=current_fence(thread.id))
+            fence = current_fence(thread.id)
+            gate = None if index is None else index.upsert_on_commit(messages)
             try:
-                saved: list[Message] = await system.ask(thread.id, save)
+                saved: list[Message] = await system.ask(thread.id, SaveMessages(messages, mark_pending, gate, fence))
             except ThreadNotFound:
                 await self._create(thread)
-                saved = await system.ask(thread.id, save)
+                gate = None if index is None else index.upsert_on_commit(messages)
+                saved = await system.ask(thread.id, SaveMessages(messages, mark_pending, gate, fence))
+            if gate is not None:
+                try:
+                    await gate.result()
+                except Exception:  # the turn is durable; its messages stay marked as awaiting vectors
+                    _log.warning("embedding the turn's messages failed; they will be retried", exc_info=True)
+            elif embed is not None:
+                await embed_stored(embed, saved)
             return saved
 
     async def _create(self, thread: Thread) -> None:

@@ -9,6 +9,7 @@ more than this: no thread deletes, no resource writes, no raw transactions.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -16,7 +17,30 @@ from ..codecs import Message, Resource, Thread
 from ..errors import ThreadNotFound, ValidationError
 from ..stores import MessagePage, MessageQuery, Store, ThreadPage
 
-__all__ = ("AccessBase", "MemoryAccess", "MessageReader", "StoreAccess", "as_access")
+__all__ = ("AccessBase", "MemoryAccess", "MessageReader", "StoreAccess", "TurnEmbedder", "as_access",
+           "embed_stored")
+
+_log = logging.getLogger("threadmind.semantic_recall")
+
+
+class TurnEmbedder(Protocol):
+    """What embeds a persisted turn: the index behind the ``semantic-recall`` processor."""
+
+    async def upsert_messages(self, messages: Sequence[Message], *, wait: bool = True) -> int:
+        """Embed and index ``messages``; with ``wait``, return once their vectors are queryable."""
+        ...
+
+
+async def embed_stored(embedder: TurnEmbedder, stored: Sequence[Message]) -> None:
+    """Give a committed turn's messages their vectors, queryable on return. A failure is logged, not raised (the
+    turn is durable; its messages stay marked as awaiting vectors, and the index retries them)."""
+    new = [m for m in stored if m.role != "system"]
+    if not new:
+        return
+    try:
+        await embedder.upsert_messages(new, wait=True)
+    except Exception:
+        _log.warning("embedding the turn's messages failed; they will be retried", exc_info=True)
 
 
 
@@ -49,10 +73,12 @@ class MemoryAccess(MessageReader, Protocol):
         """The resource row, or None."""
         ...
 
-    async def persist_turn(self, thread: Thread, messages: Sequence[Message], *,
-                           mark_pending: bool = False) -> list[Message]:
+    async def persist_turn(self, thread: Thread, messages: Sequence[Message], *, mark_pending: bool = False,
+                           embed: TurnEmbedder | None = None) -> list[Message]:
         """Save ``messages`` into ``thread``, creating the thread first when it is missing, in one step of the
-        thread's owner; returns them as stored. ``mark_pending`` as in ``Store.save_messages``."""
+        thread's owner; returns them as stored. ``mark_pending`` as in ``Store.save_messages``. With ``embed``, the
+        stored messages' vectors are queryable when this returns, as after ``Memory.save_messages`` (an embedding
+        failure is logged and leaves them awaiting vectors; the save stands)."""
         ...
 
 
@@ -84,17 +110,20 @@ class StoreAccess(AccessBase):
     async def get_resource(self, resource_id: str) -> Resource | None:
         return await self.store.get_resource(resource_id)
 
-    async def persist_turn(self, thread: Thread, messages: Sequence[Message], *,
-                           mark_pending: bool = False) -> list[Message]:
+    async def persist_turn(self, thread: Thread, messages: Sequence[Message], *, mark_pending: bool = False,
+                           embed: TurnEmbedder | None = None) -> list[Message]:
         store = self.store
         try:
-            return await store.save_messages(thread.id, messages, mark_pending=mark_pending)
+            saved = await store.save_messages(thread.id, messages, mark_pending=mark_pending)
         except ThreadNotFound:  # the thread is gone (or never was): make it, then save (reference: ensure)
             try:
                 await store.create_thread(thread)
             except ValidationError:  # made meanwhile by someone else: save into theirs
                 pass
-            return await store.save_messages(thread.id, messages, mark_pending=mark_pending)
+            saved = await store.save_messages(thread.id, messages, mark_pending=mark_pending)
+        if embed is not None:  # no thread actor to overlap the embedding with the commit: after it
+            await embed_stored(embed, saved)
+        return saved
 
 
 def as_access(storage: Store | MemoryAccess) -> MemoryAccess:

@@ -18,6 +18,7 @@ from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 from .._config import MemoryConfig
 from ..codecs import Message, Thread
 from ..errors import TripWire, ValidationError
+from ._access import TurnEmbedder
 from ._message_list import MessageList
 
 __all__ = (
@@ -51,12 +52,13 @@ class RequestContext:
     """What memory processors know about the run: the thread, the resource and the effective options.
 
     ``persisted`` is None until the run's messages are saved, then what was stored. A processor whose work
-    depends on them (embedding the turn) calls :meth:`when_persisted`, so that work never runs for a
-    save that failed, whatever order the processors run in.
+    depends on them calls :meth:`when_persisted`, so that work never runs for a save that failed, whatever order
+    the processors run in. Embedding the turn is the save's own work (:meth:`embed_with_save`): a turn is saved
+    with semantic recall on exactly as ``Memory.save_messages`` saves, embedding while it commits.
     """
 
-    __slots__ = ("_after_persist", "data_parts", "finish_reason", "mark_pending", "memory_config", "model_id",
-                 "persisted", "resource_id", "run_state", "thread")
+    __slots__ = ("_after_persist", "data_parts", "embed_with", "finish_reason", "mark_pending", "memory_config",
+                 "model_id", "persisted", "resource_id", "run_state", "thread")
 
     def __init__(
         self,
@@ -73,6 +75,8 @@ class RequestContext:
         self.persisted: list[Message] | None = None
         #: Whether the turn's save also marks its messages as awaiting vectors (semantic recall embeds them).
         self.mark_pending = False
+        #: What embeds the turn's messages as the save commits (set by :meth:`embed_with_save`), or None.
+        self.embed_with: TurnEmbedder | None = None
         self._after_persist: list[AfterPersist] = []
         #: Transient ``data-*`` parts written for the stream's consumer, not yet sent (the run drains them).
         self.data_parts: list[tuple[str, dict[str, Any]]] = []
@@ -83,6 +87,12 @@ class RequestContext:
         """Send a transient ``data-*`` part (``kind``, e.g. ``data-om-status``) to the stream's consumer before
         the next model call (Mastra's ``writer.custom``); ``generate`` has no consumer and drops it."""
         self.data_parts.append((kind, dict(data)))
+
+    def embed_with_save(self, embedder: TurnEmbedder) -> None:
+        """(the ``semantic-recall`` processor, before the turn is persisted) Have the turn's save embed its messages
+        while it commits, mark them as awaiting vectors in its transaction, and return once they are queryable."""
+        self.embed_with = embedder
+        self.mark_pending = True
 
     async def when_persisted(self, work: AfterPersist) -> None:
         """Run ``work`` with the stored messages once the turn is persisted (now, if it already is)."""

@@ -15,7 +15,7 @@ from .._config import MessageRange, SearchMode
 from .._metadata_filter import MetadataFilter
 from ..codecs import Message, TextPart
 from ..stores import Include, MessageQuery, Store
-from ._access import MemoryAccess, as_access
+from ._access import MemoryAccess, as_access, embed_stored
 from ._protocol import ProcessInputArgs, ProcessOutputArgs
 
 if TYPE_CHECKING:
@@ -171,12 +171,14 @@ class SemanticRecall:
         return None
 
     async def process_output_result(self, args: ProcessOutputArgs) -> None:
-        """Embed the turn's messages once they are stored, and exactly as stored.
+        """Embed the turn's messages exactly as stored, queryable once the turn's save returns.
 
-        The vectors wait for the commit (``RequestContext.when_persisted``), as ``Memory.save_messages`` gates
-        its vectors on the commit: a persist that fails or is cancelled leaves no vector for a message that does
-        not exist. The save also marks the messages as awaiting vectors in its own transaction, so a crash
-        before the vectors are written leaves them for the index's retry.
+        Before the turn is persisted (memory's own order: this step, then ``message-history``) the save itself
+        embeds them while it commits (``RequestContext.embed_with_save``), as ``Memory.save_messages`` does: the
+        vectors are staged only once the commit succeeded (a failed or cancelled persist leaves none), and the
+        save marks the messages as awaiting vectors in its transaction, so a crash before the vectors are written
+        leaves them for the index's retry. After it (a user's ``MessageHistory`` placed first) they are embedded
+        at once. An embedding failure never fails the turn.
         """
         context = args.context
         if context.memory_config.read_only or not (context.thread_id or args.message_list.thread_id):
@@ -184,15 +186,7 @@ class SemanticRecall:
         if not self.index.embeds:  # keyword recall without a vector store: the save's keyword rows are enough
             return None
         if context.persisted is None:
-            context.mark_pending = True
-        await context.when_persisted(self._embed)
+            context.embed_with_save(self.index)
+        else:
+            await embed_stored(self.index, context.persisted)
         return None
-
-    async def _embed(self, stored: list[Message]) -> None:
-        new = [m for m in stored if m.role != "system"]
-        if not new:
-            return
-        try:
-            await self.index.upsert_messages(new, wait=False)
-        except Exception:
-            _log.warning("embedding the turn's messages failed; they will be retried", exc_info=True)
