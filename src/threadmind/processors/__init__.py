@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .._public import present_as
 from ._access import MemoryAccess as MemoryAccess
+from ._access import TurnEmbedder as TurnEmbedder
 from ._history import MemoryTokenLimiter as MemoryTokenLimiter
 from ._history import MessageHistory as MessageHistory
 from ._input_filter import MemoryInputFilter as MemoryInputFilter
@@ -40,6 +41,7 @@ __all__ = (
     "RequestContext",
     "SemanticRecall",
     "TokenLimiter",
+    "TurnEmbedder",
     "WorkingMemory",
     "WorkingMemoryState",
 )
