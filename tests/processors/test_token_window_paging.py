@@ -10,8 +10,8 @@ import pytest
 from tests._factories import RESOURCE, THREAD, CountingStore, base_time, msg, open_memory, seed, text_msg, tool_part
 
 from threadmind import Message, MessageHistoryConfig
+from threadmind._history_window import _PAGE, _retain, group_by_tool_calls, load_token_window
 from threadmind.codecs import TextPart
-from threadmind.processors._token_window import _PAGE, _retain, group_by_tool_calls, load_token_window
 from threadmind.testing import processor_access
 from threadmind.tokens import DefaultTokenCounter
 

@@ -15,9 +15,12 @@ from typing import Any, Protocol
 import anyio
 import msgspec
 
+from .._config import MessageHistoryConfig
+from .._history_window import load_token_window
 from ..codecs import Message, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
-from ..stores import Lease, MessagePage, MessageQuery, Store, ThreadChange
+from ..stores import Include, Lease, MessagePage, MessageQuery, Store, ThreadChange
+from ..tokens import TokenCounter
 from ..tracing import ATTR_CONVERSATION_ID, ATTR_THREAD_ID
 from ._actor import NOT_NOW, Actor
 from ._tail import Tail
@@ -32,6 +35,7 @@ __all__ = (
     "Exclusive",
     "LoadMessages",
     "GetThread",
+    "LoadTokenWindow",
     "LoadWindow",
     "ModifyThread",
     "MoveThread",
@@ -85,6 +89,18 @@ class LoadWindow(msgspec.Struct, frozen=True):
     limit: int
     resource_id: str | None = None
     tolerate_missing: bool = False
+
+
+class LoadTokenWindow(msgspec.Struct, frozen=True):
+    """The newest messages that fit ``history``'s token budget and ``max_messages``, after the thread's trim
+    boundary, with the messages of ``includes`` merged in, ascending (``Memory.recall`` with ``messageHistory``):
+    read in the thread's order, between its writes."""
+
+    history: MessageHistoryConfig
+    max_messages: int | None
+    includes: Sequence[Include] = ()
+    resource_id: str | None = None
+    counter: TokenCounter | None = None
 
 
 class GetThread(msgspec.Struct, frozen=True):
@@ -176,8 +192,9 @@ class Exclusive(msgspec.Struct, frozen=True):
 
 
 ThreadCommand = (
-    SaveMessages | LoadMessages | LoadWindow | GetThread | CreateThread | UpdateThread | PatchThreadMetadata
-    | ModifyThread | MoveThread | CreateThreadWithMessages | DeleteThread | DeleteMessages | Exclusive
+    SaveMessages | LoadMessages | LoadWindow | LoadTokenWindow | GetThread | CreateThread | UpdateThread
+    | PatchThreadMetadata | ModifyThread | MoveThread | CreateThreadWithMessages | DeleteThread | DeleteMessages
+    | Exclusive
 )
 
 # A thread actor keeps as many of the thread's newest messages as the longest window read through it (the
@@ -319,6 +336,9 @@ class ThreadActor(Actor[ThreadCommand]):
                 if cached is not NOT_NOW:
                     return cached
                 return await self._load_window(limit, resource_id, tolerate_missing)
+            case LoadTokenWindow(history, max_messages, includes, resource_id, counter):
+                return await load_token_window(store, self.key, resource_id, history, max_messages, includes,
+                                               counter=counter)
             case GetThread():
                 cached = self.answer_now(command)
                 if cached is not NOT_NOW:

@@ -30,12 +30,12 @@ import anyio
 import msgspec
 
 from .._config import MemoryConfig, ObservationalMemoryConfig, WorkingMemoryConfig
+from .._history_window import is_transient_signal
 from ..actors._system import forget_fences
 from ..codecs import FilePart, Message, Thread
 from ..codecs._time import from_iso, to_iso, utc_now
 from ..errors import ThreadBusy, ThreadmindError, ThreadNotFound, ValidationError
 from ..processors import MemoryAccess
-from ..processors._hygiene import is_transient_signal
 from ..processors._observation_groups import message_range, wrap_in_group
 from ..processors._observation_text import (
     OBSERVER_INSTRUCTIONS,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._config import MemoryConfig, ObservationalMemoryConfig
+from .._history_window import BOUNDARY_KEY, Boundary
 from ..actors._system import current_fence
 from ..actors._thread_actor import PatchThreadMetadata
 from ..codecs import Thread
@@ -27,7 +28,6 @@ from ..processors import (
     WorkingMemory,
     WorkingMemoryState,
 )
-from ..processors._token_window import BOUNDARY_KEY, Boundary
 from ..processors._working_memory_text import template_for
 from ..tracing import operation_span
 from ._core import STORAGE_MISSING

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Literal
 
 from .._config import MemoryConfig, SearchMode, SemanticRecallConfig
 from .._results import RecallResult, SearchHit
-from ..actors._thread_actor import LoadMessages, LoadWindow
+from ..actors._thread_actor import LoadMessages, LoadTokenWindow, LoadWindow
 from ..codecs import Message
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors._merge import is_system_reminder
-from ..processors._token_window import load_token_window
 from ..stores import DateRange, Include, MessagePage, MessageQuery
 
 if TYPE_CHECKING:
@@ -114,15 +113,10 @@ async def _token_window(
     core: MemoryCore, thread_id: str, resource_id: str | None, config: MemoryConfig, includes: list[Include],
     degraded: bool,
 ) -> RecallResult:
-    door = core.door
     history = config.message_history
     assert history is not None
-
-    async def _load() -> list[Message]:
-        return await load_token_window(door, thread_id, resource_id, history, config.max_messages, includes,
-                                       counter=core.tokens)
-
-    messages = visible(await core.actors().exclusive(thread_id, _load, "load_token_window"))
+    window = LoadTokenWindow(history, config.max_messages, includes, resource_id, core.tokens)
+    messages = visible(await core.actors().ask(thread_id, window))
     per_page: int | bool = config.max_messages if config.max_messages is not None else False
     return RecallResult(messages=messages, total=len(messages), page=0, per_page=per_page, has_more=False,
                         degraded=degraded)

@@ -13,11 +13,12 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from .._history_window import MessageReader
 from ..codecs import Message, Resource, Thread
 from ..errors import ThreadNotFound, ValidationError
 from ..stores import MessagePage, MessageQuery, Store, ThreadPage
 
-__all__ = ("AccessBase", "MemoryAccess", "MessageReader", "StoreAccess", "TurnEmbedder", "as_access",
+__all__ = ("AccessBase", "MemoryAccess", "StoreAccess", "TurnEmbedder", "as_access",
            "embed_stored")
 
 _log = logging.getLogger("threadmind.semantic_recall")
@@ -42,19 +43,6 @@ async def embed_stored(embedder: TurnEmbedder, stored: Sequence[Message]) -> Non
     except Exception:
         _log.warning("embedding the turn's messages failed; they will be retried", exc_info=True)
 
-
-
-class MessageReader(Protocol):
-    """Thread rows and pages of messages: what history windows read (a ``Store`` is one, and so is
-    ``MemoryAccess``)."""
-
-    async def get_thread(self, thread_id: str) -> Thread | None:
-        """The thread row, or None."""
-        ...
-
-    async def list_messages(self, query: MessageQuery) -> MessagePage:
-        """A page of messages (reference §5.3)."""
-        ...
 
 
 @runtime_checkable

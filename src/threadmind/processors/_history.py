@@ -10,22 +10,23 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from .._config import MessageHistoryConfig
+from .._history_window import (
+    CONVERSATION_OVERHEAD,
+    Boundary,
+    advance_boundary,
+    group_by_tool_calls,
+    is_transient_signal,
+    load_token_window,
+    read_boundary,
+)
 from ..codecs import Message, Thread
 from ..codecs._time import utc_now
 from ..errors import ThreadNotFound
 from ..stores import MessageQuery, Store
 from ..tokens import DefaultTokenCounter, TokenCounter, TokenLimiterCounter
 from ._access import MemoryAccess, as_access
-from ._hygiene import is_transient_signal, persistable
+from ._hygiene import persistable
 from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs, RequestContext
-from ._token_window import (
-    CONVERSATION_OVERHEAD,
-    Boundary,
-    advance_boundary,
-    group_by_tool_calls,
-    load_token_window,
-    read_boundary,
-)
 
 __all__ = ("MemoryTokenLimiter", "MessageHistory", "persist_turn")
 

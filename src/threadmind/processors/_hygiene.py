@@ -5,13 +5,12 @@ Shared by ``Memory.save_messages`` and the ``MessageHistory`` output processor (
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
+from .._history_window import is_transient_signal
 from ..codecs import Message, MessageContent, Part, TextPart, ToolInvocationPart
 
-__all__ = ("WM_TOOL_NAME", "is_transient_signal", "persistable", "strip_working_memory_tags")
+__all__ = ("WM_TOOL_NAME", "persistable", "strip_working_memory_tags")
 
 WM_TOOL_NAME = "updateWorkingMemory"
 _OPEN = "<working_memory>"
@@ -35,15 +34,6 @@ def strip_working_memory_tags(text: str) -> str:
     out.append(text[pos:])
     stripped = "".join(out)
     return stripped.strip() if stripped != text else text
-
-
-def is_transient_signal(message: Message) -> bool:
-    """A signal whose ``content.metadata.signal.transient`` is true is never stored."""
-    if message.role != "signal":
-        return False
-    metadata = message.content.metadata or {}
-    signal: Any = metadata.get("signal")
-    return isinstance(signal, dict) and signal.get("transient") is True
 
 
 def _clean_parts(parts: list[Part], *, history_step: bool) -> tuple[list[Part], bool]:

@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 import msgspec
 
+from .._history_window import group_by_tool_calls
 from ..codecs import Message, TextPart
 from ..errors import ConfigError
 from ..tokens import TokenLimiterCounter
 from ._protocol import ProcessInputArgs, ProcessInputStepArgs, ProcessOutputArgs
-from ._token_window import group_by_tool_calls
 
 __all__ = ("TokenLimiter",)
 

@@ -1,5 +1,8 @@
 """Token-budget history: the paged newest-first loader and the per-thread trim boundary (reference §3.4).
 
+Below both the processors (the ``message-history`` and ``memory-token-limiter`` steps) and the thread actor, which
+loads a token window for ``Memory.recall`` as one of its commands (``LoadTokenWindow``).
+
 The boundary lives in ``thread.metadata["memoryTokenLimiter"]`` as ``{createdAt, messageIds, maxTokens,
 atMaxRemoveTokens}``; it only moves forward and is ignored when the budget changes. Trimming never deletes
 rows, it only excludes them from future context windows.
@@ -9,24 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
-from .._config import MessageHistoryConfig
-from ..codecs import Message, ToolInvocationPart
-from ..codecs._time import from_iso, to_iso
-from ..stores import Include, MessageQuery
-from ..tokens import DefaultTokenCounter, TokenCounter
-from ._access import MessageReader
-from ._hygiene import is_transient_signal
+from ._config import MessageHistoryConfig
+from .codecs import Message, Thread, ToolInvocationPart
+from .codecs._time import from_iso, to_iso
+from .stores import Include, MessagePage, MessageQuery
+from .tokens import DefaultTokenCounter, TokenCounter
 
 __all__ = (
     "BOUNDARY_KEY",
     "Boundary",
     "CONVERSATION_OVERHEAD",
     "advance_boundary",
+    "MessageReader",
     "group_by_tool_calls",
+    "is_transient_signal",
     "load_token_window",
     "read_boundary",
 )
@@ -37,6 +40,28 @@ _PAGE = 64
 # Rows per page of the token-window loader. The thread actor's tail grows to the pages asked (up to
 # TAIL_MAX, 4 pages), so a window of up to 256 messages is read from the store once (and after each 2 s
 # expiry) and served from memory in between.
+
+
+class MessageReader(Protocol):
+    """Thread rows and pages of messages: what history windows read (a ``Store`` is one, and so is
+    ``MemoryAccess``)."""
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """The thread row, or None."""
+        ...
+
+    async def list_messages(self, query: MessageQuery) -> MessagePage:
+        """A page of messages (reference §5.3)."""
+        ...
+
+
+def is_transient_signal(message: Message) -> bool:
+    """A signal whose ``content.metadata.signal.transient`` is true is never stored."""
+    if message.role != "signal":
+        return False
+    metadata = message.content.metadata or {}
+    signal: Any = metadata.get("signal")
+    return isinstance(signal, dict) and signal.get("transient") is True
 
 
 class Boundary(msgspec.Struct, frozen=True):
