@@ -167,19 +167,19 @@ class MemoryCore:
         return "memory_messages" if dim == 1536 else f"memory_messages_{dim}"
 
     # options -------------------------------------------------------------------------------------
-    def call_config(self, override: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:
-        """The instance options with a per-call override merged over them (merged dicts are remembered)."""
-        if override is None or override is self.options:
+    def call_config(self, memory_config: MemoryConfig | Mapping[str, Any] | None) -> MemoryConfig:
+        """The instance options with a per-call ``memory_config`` merged over them (merged dicts are remembered)."""
+        if memory_config is None or memory_config is self.options:
             return self.options
-        if type(override) is not dict:
-            return merge_config(self.options, override)
+        if type(memory_config) is not dict:
+            return merge_config(self.options, memory_config)
         try:  # the same per-call dict comes with every turn: merge it once (configs are frozen)
-            key = _config_json(override)
+            key = _config_json(memory_config)
         except (TypeError, msgspec.EncodeError):  # holds a value JSON cannot express (a schema class, a model)
-            return merge_config(self.options, override)
+            return merge_config(self.options, memory_config)
         merged = self._merged.get(key)
         if merged is None:
-            merged = self._merged[key] = merge_config(self.options, override)
+            merged = self._merged[key] = merge_config(self.options, memory_config)
             if len(self._merged) > _MERGED_CONFIGS:
                 self._merged.popitem(last=False)
         else:

@@ -127,9 +127,11 @@ class Memory:
         """The configured store; ``ConfigError`` when there is none."""
         return self._core.door.configured()
 
-    def effective_options(self, override: MemoryConfig | Mapping[str, Any] | None = None) -> MemoryConfig:
-        """The options a call with ``override`` (a per-call config or camelCase dict) runs with."""
-        return self._core.call_config(override)
+    def effective_options(self, memory_config: MemoryConfig | Mapping[str, Any] | None = None) -> MemoryConfig:
+        """The options a call given ``memory_config`` (a per-call ``MemoryConfig`` or camelCase dict: what
+        ``save_messages(memory_config=)``, ``recall(thread_config=)`` and ``Agent.generate(memory_options=)`` take)
+        runs with (Mastra's ``getMergedThreadConfig``)."""
+        return self._core.call_config(memory_config)
 
     async def start(self) -> None:
         """Open the store and start the actor system (idempotent; a failed start may be retried).
