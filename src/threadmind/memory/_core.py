@@ -71,6 +71,7 @@ class MemoryCore:
         self._om: ObservationalMemoryEngine | None = None
         self.system: ActorSystem | None = None
         self._door: StoreDoor | None = None
+        self._searcher: Searcher | None = None
         if self.storage is not None:
             self.system = ActorSystem(self.storage, cache_ttl=cache_ttl, idle_timeout=idle_timeout,
                                       max_actors=max_actors, lease_ttl=lease_ttl, index=self._make_index(),
@@ -108,12 +109,15 @@ class MemoryCore:
 
     def searcher(self) -> Searcher:
         """The retrieval pipeline over this memory's store (its keyword index, when it keeps one) and its index
-        actor (when there is a vector store and an embedder); raises as :meth:`actors`."""
-        store = self.store()
+        actor (when there is a vector store and an embedder), made once (both are fixed when the Memory is
+        built); raises as :meth:`actors`."""
         index = self.actors().index
-        recall = self.options.semantic_recall_config or SemanticRecallConfig()
-        return Searcher(store if supports_keywords(store) else None, index, max_chunk_chars=recall.max_chunk_chars,
-                        store=store)
+        if self._searcher is None:
+            store = self.store()
+            recall = self.options.semantic_recall_config or SemanticRecallConfig()
+            self._searcher = Searcher(store if supports_keywords(store) else None, index,
+                                      max_chunk_chars=recall.max_chunk_chars, store=store)
+        return self._searcher
 
     def _make_index(self) -> IndexActor | None:
         if self.vector is None or self.embedder is None or self.storage is None:
