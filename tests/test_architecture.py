@@ -245,6 +245,34 @@ def test_the_store_door_check_sees_a_call(tmp_path: Path) -> None:
     assert _store_calls(sample) == ["sample.py:2"]
 
 
+#: The one module of ``memory/`` that runs its own code inside an actor: the observation engine, whose Observer and
+#: Reflector snapshots and compare-and-set commits (memory's policy, over its own records) must fall between the
+#: thread's (or resource's) writes. Everything else reaches a thread by typed commands.
+CLOSURE_RUNNERS = {"threadmind.memory._observational"}
+_CLOSURE_CALLS = {"exclusive", "holding", "resource_exclusive"}
+
+
+def _closure_calls(path: Path) -> list[str]:
+    """Where a module hands an actor a function to run (``exclusive``, ``holding``, ``resource_exclusive``)."""
+    return [f"{path.name}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _CLOSURE_CALLS]
+
+
+def test_memory_reaches_threads_by_typed_commands() -> None:
+    """Saves, loads, read-modify-writes, moves, clones, token windows and writes across threads are commands the
+    actors handle; only the observation engine runs closures in an actor."""
+    others = {name: path for name, path in MODULES.items()
+              if name.startswith("threadmind.memory.") and name not in CLOSURE_RUNNERS}
+    assert others and {name: hits for name, path in others.items() if (hits := _closure_calls(path))} == {}
+
+
+def test_the_closure_check_sees_a_call(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("async def run(system, fn):\n    return await system.holding(['a', 'b'], fn, 'x')\n")
+    assert _closure_calls(sample) == ["sample.py:2"]
+
+
 def test_asyncio_is_imported_by_the_low_level_module_only() -> None:
     """threadmind's asyncio-specific code lives in ``threadmind._lowlevel``; the rest is anyio."""
     users = sorted(name for name in MODULES if any(t == "asyncio" for t in _stdlib_imports(name)))

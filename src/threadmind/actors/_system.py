@@ -5,7 +5,8 @@ started and closed from any task. It offers the few ways the rest of threadmind 
 
 * ``ask(thread_id, command)``: one command to a thread's actor, in its arrival order;
 * ``exclusive(thread_id, fn)``: run ``fn`` with the thread to itself (a multi-step read-modify-write);
-* ``holding(thread_ids, fn)``: run ``fn`` while holding several threads (sorted ids: never deadlocks);
+* ``holding(thread_ids, fn)``: run ``fn`` while holding several threads (sorted ids: never deadlocks), and
+  ``across(command)``: one write over several threads so (``SaveAcross``, ``UpdateAcross``, ``DeleteAcross``);
 * ``resource_exclusive(resource_id, fn)`` / ``get_resource(resource_id)``: the same for a resource;
 * ``turn(thread_id, policy)``: an agent turn's hold on its thread (``enqueue``, ``reject`` or ``parallel``);
 * ``spawn(fn, ...)``: background work (titles, observations) that ``aclose()`` waits for.
@@ -36,6 +37,7 @@ from ..errors import ThreadBusy, ThreadmindError
 from ..stores import KeywordSearch, Lease
 from ..stores._keywords import supports_keywords
 from ..tracing import operation_span
+from ._across import AcrossThreads, write_across
 from ._registry import ActorRegistry
 from ._resource_actor import GetResource, ModifyResource, ResourceActor
 from ._thread_actor import Exclusive, ThreadActor
@@ -264,6 +266,15 @@ class ActorSystem:
             return await fn()
         first, rest = thread_ids[0], thread_ids[1:]
         return await self.exclusive(first, lambda: self.holding(rest, fn, name), name)
+
+    async def across(self, command: AcrossThreads) -> Any:
+        """Run a write across threads (``_across``): one store transaction, while every thread's actor is held."""
+        store = self.store
+
+        async def write() -> Any:
+            return await write_across(store, command)
+
+        return await self.holding(command.thread_ids(), write, command.name)
 
     @asynccontextmanager
     async def turn(self, thread_id: str, policy: TurnPolicy) -> AsyncIterator[Lease | None]:

@@ -179,10 +179,6 @@ class StoreDoor:
         return await self._core.store().list_threads(resource_id=resource_id, page=page, per_page=per_page,
                                                     order_by=order_by, direction=direction, metadata=metadata)
 
-    async def save_messages_many(self, by_thread: Mapping[str, Sequence[Message]], *,
-                                 mark_pending: bool = False) -> dict[str, list[Message]]:
-        return await self._core.store().save_messages_many(by_thread, mark_pending=mark_pending)
-
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         return await self._core.store().list_messages(query)
 
@@ -191,9 +187,6 @@ class StoreDoor:
 
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
         return await self._core.store().update_messages(updates)
-
-    async def delete_messages(self, ids: Sequence[str]) -> set[str]:
-        return await self._core.store().delete_messages(ids)
 
     async def modify_thread(self, thread_id: str, change: Callable[[Thread], ThreadChange | None], *,
                             fence: Lease | None = None) -> Thread | None:

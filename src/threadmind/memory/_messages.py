@@ -9,12 +9,13 @@ commit succeeded; the save also marks its messages as awaiting vectors in the sa
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from .._config import MemoryConfig
 from .._results import SaveResult, Usage
+from ..actors._across import DeleteAcross, SaveAcross, UpdateAcross
 from ..actors._thread_actor import DeleteMessages, SaveMessages, SaveObserver
 from ..codecs import Message
 from ..errors import ValidationError
@@ -25,9 +26,6 @@ if TYPE_CHECKING:
 __all__ = ("delete_messages", "reindex_messages", "save_batch", "update_messages")
 
 _log = logging.getLogger("threadmind.memory")
-
-T = TypeVar("T")
-
 
 async def save_batch(core: MemoryCore, batch: list[Message], config: MemoryConfig) -> SaveResult:
     """Persist a checked, de-duplicated batch (each message carries its thread and resource)."""
@@ -58,27 +56,11 @@ async def save_batch(core: MemoryCore, batch: list[Message], config: MemoryConfi
 
 async def _save_across(core: MemoryCore, by_thread: dict[str, list[Message]], mark: bool,
                        gates: Mapping[str, SaveObserver]) -> list[Message]:
-    """One transaction for every thread's part, written while each thread's actor is held, so the batch takes its
-    place in every thread's arrival order and no part commits without the others; each thread's gate (its index
-    work) is told when the write starts and how it ended, as a thread actor tells a single-thread save's."""
-    system = core.actors()
-    door = core.door
-
-    async def write() -> dict[str, list[Message]]:
-        for gate in gates.values():
-            await gate.started()
-        try:
-            written = await door.save_messages_many(by_thread, mark_pending=mark)
-        except BaseException:
-            for gate in gates.values():
-                gate.finished(None)
-            raise
-        for thread_id, gate in gates.items():
-            gate.finished(written.get(thread_id, []))
-        return written
-
-    results = await system.holding(sorted(by_thread), write, "save_messages")
-    return [m for thread_id in by_thread for m in results[thread_id]]
+    """One transaction for every thread's part, written while each thread's actor is held (``SaveAcross``), so the
+    batch takes its place in every thread's arrival order and no part commits without the others; each thread's
+    gate (its index work) is told when the write starts and how it ended."""
+    written: dict[str, list[Message]] = await core.actors().across(SaveAcross(by_thread, mark, gates))
+    return [m for thread_id in by_thread for m in written[thread_id]]
 
 
 async def update_messages(core: MemoryCore, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
@@ -97,8 +79,7 @@ async def update_messages(core: MemoryCore, updates: Sequence[Mapping[str, Any]]
                                       f"{old.resource_id!r}; use update_thread_resource_id to move threads")
         by_thread.setdefault(old.thread_id or "", []).append(update)
     # One transaction for every thread involved, written while their actors are held (as a batch save).
-    updated: list[Message] = await system.holding(sorted(by_thread), _bind(door.update_messages, list(updates)),
-                                                  "update_messages")
+    updated: list[Message] = await system.across(UpdateAcross(list(updates), list(by_thread)))
     index = core.index
     if index is not None and core.options.semantic_recall_config is not None:
         changed = [m for m in updated if existing[m.id].content != m.content]
@@ -119,7 +100,7 @@ async def delete_messages(core: MemoryCore, ids: list[str]) -> None:
         await system.ask(thread_id, DeleteMessages(subset))
     elif by_thread:  # one transaction for every thread involved, written while their actors are held
         found = [mid for subset in by_thread.values() for mid in subset]
-        await system.holding(sorted(by_thread), _bind(door.delete_messages, found), "delete_messages")
+        await system.across(DeleteAcross(found, list(by_thread)))
     index = core.index
     if index is not None:
         await index.delete_messages(ids)
@@ -127,13 +108,6 @@ async def delete_messages(core: MemoryCore, ids: list[str]) -> None:
 
 def _created_at(message: Message) -> datetime:
     return message.created_at
-
-
-def _bind(fn: Callable[[T], Awaitable[Any]], arg: T) -> Callable[[], Awaitable[Any]]:
-    async def _call() -> Any:
-        return await fn(arg)
-
-    return _call
 
 
 async def reindex_messages(core: MemoryCore, progress: Any = None, keyword_progress: Any = None) -> int:
