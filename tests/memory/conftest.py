@@ -11,8 +11,8 @@ from tests._factories import StoreFactory, StoreKind, new_store
 from threadmind import Memory
 from threadmind.stores import Store
 
-from ..vectors._support import make_vector as make_vector
-from ..vectors._support import vector_kind as vector_kind
+from ..stores.vectors._support import make_vector as make_vector
+from ..stores.vectors._support import vector_kind as vector_kind
 
 
 @pytest.fixture(params=[pytest.param("sqlite", id="sqlite"), pytest.param("memory", id="inmemory")])

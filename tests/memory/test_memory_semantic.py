@@ -18,7 +18,7 @@ from threadmind.stores import HnswVectorStore, InMemoryStore, PostgresStore, SQL
 from threadmind.stores._protocol import Store
 from threadmind.testing import actor_system
 
-from ..vectors._support import FlakyEmbedder, VectorFactory
+from ..stores.vectors._support import FlakyEmbedder, VectorFactory
 from ._support import msg
 
 TOPICS = [

@@ -25,7 +25,7 @@ from threadmind.errors import EmbedderError, ValidationError
 from threadmind.stores import SQLiteStore
 from threadmind.testing import actor_system
 
-from ..vectors._support import VectorFactory, vector_count, vector_rows
+from ..stores.vectors._support import VectorFactory, vector_count, vector_rows
 from ._support import BASE, PLAIN_LOOP, msg
 
 _OPTIONS = {"semanticRecall": {"topK": 3, "messageRange": 0, "scope": "resource"}, "lastMessages": 2}

@@ -31,7 +31,7 @@ from threadmind.stores._vectors import _pgvector_query
 from threadmind.stores._vectors._contract import VectorStore
 from threadmind.testing import actor_system
 
-from ..vectors._support import exact_top_k
+from ._support import exact_top_k
 
 DIM = 8
 
