@@ -465,3 +465,28 @@ class TestVNext:
         async with working_memory(store_factory(), version="vnext") as memory:
             text = await memory.get_system_message(thread_id="t1", resource_id="r1")
             assert text is not None and "Only store information if it's in the working memory template" not in text
+
+
+class _CountingStore(SQLiteStore):
+    """Counts the thread rows read from the file."""
+
+    thread_reads = 0
+
+    async def get_thread(self, thread_id: str) -> Any:
+        self.thread_reads += 1
+        return await super().get_thread(thread_id)
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+async def test_a_turn_that_updates_working_memory_reads_its_thread_by_one_route(tmp_path: Path, scope: str) -> None:
+    """The tool checks the thread through its actor (the row the turn already holds), then writes in one
+    transaction: no extra read of the row from the file on the way."""
+    store = _CountingStore(tmp_path / "count.db")
+    async with working_memory(store, scope=scope) as memory:
+        agent = Agent("a", "be helpful", ScriptedModel(["hi", _wm_call("# Me\n- name: Ada"), "noted"]),
+                      memory=memory)
+        await agent.generate("Hello", thread_id="t1", resource_id="r1")  # the thread exists, its actor is warm
+        store.thread_reads = 0
+        await agent.generate("I am Ada", thread_id="t1", resource_id="r1")
+        assert store.thread_reads == 0
+        assert await memory.get_working_memory(thread_id="t1", resource_id="r1") == "# Me\n- name: Ada"

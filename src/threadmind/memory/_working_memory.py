@@ -238,7 +238,8 @@ async def _run_tool(core: MemoryCore, args: Any, context: ToolContext, config: M
     if scope == "resource" and not resource_id:
         raise ValidationError("Resource ID is required for resource-scoped working memory updates")
     if thread_id:
-        thread = await core.door.get_thread(thread_id)
+        # The row the turn holds, from the thread's actor (the write below reads it again in its transaction).
+        thread: Thread | None = await core.actors().ask(thread_id, GetThread())
         if thread is None:
             thread = await ensure_thread(core, thread_id, resource_id or thread_id)
         if resource_id and thread.resource_id != resource_id:
