@@ -245,10 +245,6 @@ def test_the_store_door_check_sees_a_call(tmp_path: Path) -> None:
     assert _store_calls(sample) == ["sample.py:2"]
 
 
-#: The one module of ``memory/`` that runs its own code inside an actor: the observation engine, whose Observer and
-#: Reflector snapshots and compare-and-set commits (memory's policy, over its own records) must fall between the
-#: thread's (or resource's) writes. Everything else reaches a thread by typed commands.
-CLOSURE_RUNNERS = {"threadmind.memory._observational"}
 _CLOSURE_CALLS = {"exclusive", "holding", "resource_exclusive"}
 
 
@@ -261,10 +257,9 @@ def _closure_calls(path: Path) -> list[str]:
 
 def test_memory_reaches_threads_by_typed_commands() -> None:
     """Saves, loads, read-modify-writes, moves, clones, token windows and writes across threads are commands the
-    actors handle; only the observation engine runs closures in an actor."""
-    others = {name: path for name, path in MODULES.items()
-              if name.startswith("threadmind.memory.") and name not in CLOSURE_RUNNERS}
-    assert others and {name: hits for name, path in others.items() if (hits := _closure_calls(path))} == {}
+    actors handle: no module of ``memory/`` hands an actor a function of its own to run."""
+    modules = {name: path for name, path in MODULES.items() if name.startswith("threadmind.memory.")}
+    assert modules and {name: hits for name, path in modules.items() if (hits := _closure_calls(path))} == {}
 
 
 def test_the_closure_check_sees_a_call(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ started and closed from any task. It offers the few ways the rest of threadmind 
 * ``exclusive(thread_id, fn)``: run ``fn`` with the thread to itself (a multi-step read-modify-write);
 * ``holding(thread_ids, fn)``: run ``fn`` while holding several threads (sorted ids: never deadlocks), and
   ``across(command)``: one write over several threads so (``SaveAcross``, ``UpdateAcross``, ``DeleteAcross``);
-* ``resource_exclusive(resource_id, fn)`` / ``get_resource(resource_id)``: the same for a resource;
+* ``modify_resource(resource_id, command)`` / ``get_resource(resource_id)``: a resource's row, in its order;
 * ``turn(thread_id, policy)``: an agent turn's hold on its thread (``enqueue``, ``reject`` or ``parallel``);
 * ``spawn(fn, ...)``: background work (titles, observations) that ``aclose()`` waits for.
 
@@ -336,15 +336,6 @@ class ActorSystem:
         return await self.store.acquire_lease(key, owner=self.owner, ttl=self.lease_ttl, wait=True), True
 
     # resources -----------------------------------------------------------------------------------
-    async def resource_exclusive(self, resource_id: str, fn: Callable[[], Awaitable[T]], name: str, *,
-                                 background: bool = False) -> T:
-        """Run ``fn`` with exclusive access to the resource (its working memory, its row)."""
-        if not background:
-            self.check_running()
-        _, resources = self._registries()
-        result: T = await resources.ask(resource_id, Exclusive(fn, name))
-        return result
-
     async def modify_resource(self, resource_id: str, command: ModifyResource) -> Resource | None:
         """Run ``command`` (a read-modify-write of the resource row) on the resource's actor, after the
         resource's earlier operations."""

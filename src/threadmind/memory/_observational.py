@@ -8,9 +8,11 @@ activate` makes them active when a turn reaches the threshold, with no model cal
 Reference §8.1. The record (``mastra_observational_memory``, see ``stores/_om.py``) holds the observations
 and a cursor (``lastObservedAt`` + ``observedMessageIds``); messages past the cursor are "unobserved" and
 still sent verbatim. When they exceed ``message_tokens`` an observation runs in the memory's background
-task group; only past ``block_after`` does a turn wait for it. Every read-modify-write of a record runs
-through the owning actor (the thread's, or the resource's for resource scope), and the model calls run
-between two such steps, so a turn is never held up by a slow Observer unless it has to be.
+task group; only past ``block_after`` does a turn wait for it. Every change to a record is a compare-and-set in one
+store transaction (a record changed since the cycle read it is left alone, never overwritten), and the model calls
+run between reading and committing, so a turn is never held up by a slow Observer unless it has to be. The steps run
+beside the thread's own commands, not inside its actor: the compare-and-set and the lease below are what keep two
+cycles, two tasks or two processes apart, and a snapshot reads only committed rows.
 
 Each Observer cycle (buffering a chunk, or observing) holds the lease ``om-observer:<key>`` on the store from its
 snapshot to its commit (:meth:`~ObservationalMemoryEngine.claim`): one cycle at a time per key in every process on
@@ -24,7 +26,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import msgspec
@@ -62,7 +64,6 @@ if TYPE_CHECKING:
 
 __all__ = ("ObservationalMemoryEngine",)
 
-T = TypeVar("T")
 _log = logging.getLogger("threadmind.observational")
 
 _MAX_ROUNDS = 8  # observation rounds one background job may run before yielding to the next trigger
@@ -146,19 +147,6 @@ class ObservationalMemoryEngine:
             return result
         return self._agent_models.get(f"thread:{thread_id}") or (
             self._agent_models.get(f"resource:{resource_id}") if resource_id else None)
-
-    async def serialized(
-        self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
-        fn: Callable[[], Awaitable[T]], name: str,
-    ) -> T:
-        """Run ``fn`` on the owning actor (works while ``aclose()`` drains background work)."""
-        system = self._core.system
-        if system is None:
-            raise ThreadmindError("this Memory has no store", code="THREADMIND_CLOSED")
-        if config.scope == "resource" and resource_id:
-            return await system.resource_exclusive(resource_id, fn, name, background=True)
-        # Observation reads messages and writes only OM records: the thread actor keeps its tail and row.
-        return await system.exclusive(thread_id, fn, name, thread_unchanged=True, background=True)
 
     @asynccontextmanager
     async def claim(self, role: str, key: str, *, wait: bool) -> AsyncIterator[bool | None]:
@@ -334,7 +322,7 @@ class ObservationalMemoryEngine:
                         if m.id not in held]
             return _Snapshot(record=record, messages=messages, tokens=self.counter.count_messages(messages))
 
-        snap = await self.serialized(config, thread_id, resource_id, _snapshot, "om_buffer_snapshot")
+        snap = await _snapshot()
         model = self.model_for(config, thread_id, resource_id)
         if not snap.messages or model is None:
             return False
@@ -378,7 +366,7 @@ class ObservationalMemoryEngine:
 
         with operation_span("threadmind.om.commit_buffer", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            return await self.serialized(config, thread_id, resource_id, _commit, "om_buffer")
+            return await _commit()
 
     async def activate(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
                        tokens: int | None, working_memory: WorkingMemoryConfig | None = None) -> bool:
@@ -437,7 +425,7 @@ class ObservationalMemoryEngine:
             return record, documents[-1:]
 
         with operation_span("threadmind.om.activate", "update_memory", thread_id=thread_id, resource_id=resource_id):
-            swapped = await self.serialized(config, thread_id, resource_id, _swap, "om_activate")
+            swapped = await _swap()
         if swapped is None:
             return False
         record, documents = swapped
@@ -556,7 +544,7 @@ class ObservationalMemoryEngine:
             return _Snapshot(record=record, messages=messages, tokens=self.counter.count_messages(messages),
                              title=title)
 
-        snap = await self.serialized(config, thread_id, resource_id, _snapshot, "om_snapshot")
+        snap = await _snapshot()
         threshold = config.message_threshold(snap.record.observation_token_count if snap.record is not None else 0)
         if snap.tokens < threshold or not snap.messages:  # observe at the threshold (reference: >=)
             return False
@@ -603,7 +591,7 @@ class ObservationalMemoryEngine:
 
         with operation_span("threadmind.om.commit_observation", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            committed = await self.serialized(config, thread_id, resource_id, _commit, "om_observe")
+            committed = await _commit()
         if committed is None:
             return False
         if new_working_memory is not None and working_memory is not None:
@@ -642,8 +630,8 @@ class ObservationalMemoryEngine:
         """After an observation: seal the observed messages and note the cursor (and the Observer's extras) in
         ``thread.metadata.mastra.om`` (reference §8.1); with ``retitle`` (``observation.threadTitle``), the title
         the Observer gave becomes the thread's as Mastra's ``resolveThreadTitleUpdate`` decides (trimmed, 3
-        characters or more, not the current one, the title not pinned). Straight to the store, inside the owning
-        actor's exclusive step: the write counts make the thread actors drop their caches."""
+        characters or more, not the current one, the title not pinned). Straight to the store, each a
+        read-modify-write in one transaction: the write counts make the thread actors drop their caches."""
         updates = sealed_updates(messages)
         if updates:
             await store.update_messages(updates)

@@ -102,7 +102,7 @@ class Reflections:
             record.updated_at = utc_now()
             await records.replace(record, expected=current)
 
-        await self._engine.serialized(config, thread_id, resource_id, _commit, "om_reflect_ahead")
+        await _commit()
 
     async def now(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,
                   model: LanguageModel | None) -> bool:
@@ -142,4 +142,4 @@ class Reflections:
 
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            return await self._engine.serialized(config, thread_id, resource_id, _commit, "om_reflect")
+            return await _commit()
