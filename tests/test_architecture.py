@@ -217,32 +217,41 @@ def test_the_runner_check_sees_an_underscore_attribute(tmp_path: Path) -> None:
     assert _underscore_uses(sample) == ["runner.py:2 ._core"]
 
 
-#: The modules of ``memory/`` that may call ``MemoryCore.store()``: the door itself, and the core that defines it.
-STORE_DOORS = {"threadmind.memory._gateway", "threadmind.memory._core"}
+#: The one module of ``memory/`` that reaches the store and the actor system: the door (``_gateway.Door``).
+DOOR = "threadmind.memory._gateway"
 
 
-def _store_calls(path: Path) -> list[str]:
-    """Where a module calls ``<anything>.store()`` (the core's store, reached around the door)."""
-    hits: list[str] = []
+def _door_bypasses(path: Path) -> list[str]:
+    """Where a module reaches the store or the actors around the door: ``<x>.store()``, ``<x>.storage.<op>(...)``,
+    ``<x>.actors(...)``, ``<x>.system`` or the ``ActorSystem`` itself."""
+    hits: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "store"
-                and not node.args and not node.keywords):
-            hits.append(f"{path.name}:{node.lineno}")
-    return hits
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            func = node.func
+            if func.attr in ("store", "actors") or (
+                    isinstance(func.value, ast.Attribute) and func.value.attr == "storage"):
+                hits.append((node.lineno, f".{func.attr}()"))
+        elif isinstance(node, ast.Attribute) and node.attr == "system":
+            hits.append((node.lineno, ".system"))
+        elif isinstance(node, ast.Name) and node.id == "ActorSystem":
+            hits.append((node.lineno, "ActorSystem"))
+    return [f"{path.name}:{line} {what}" for line, what in sorted(hits)]
 
 
-def test_memory_reaches_the_store_through_its_door_only() -> None:
-    """One door from ``memory/`` to the store (``_gateway.StoreDoor``): no other module of the package calls
-    ``core.store()``."""
-    others = {name: path for name, path in MODULES.items()
-              if name.startswith("threadmind.memory.") and name not in STORE_DOORS}
-    assert others and {name: hits for name, path in others.items() if (hits := _store_calls(path))} == {}
+def test_memory_reaches_the_store_and_the_actors_through_its_door_only() -> None:
+    """One door from ``memory/`` to the store and the actors (``_gateway.Door``): no other module of the package
+    calls the store or the actor system; they send typed commands through the door."""
+    others = {name: path for name, path in MODULES.items() if name.startswith("threadmind.memory.") and name != DOOR}
+    assert others and {name: hits for name, path in others.items() if (hits := _door_bypasses(path))} == {}
 
 
-def test_the_store_door_check_sees_a_call(tmp_path: Path) -> None:
+def test_the_door_check_sees_each_bypass(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("async def run(core):\n    return await core.store().get_thread('t')\n")
-    assert _store_calls(sample) == ["sample.py:2"]
+    sample.write_text("async def run(core):\n    await core.store().get_thread('t')\n"
+                      "    await core.storage.get_thread('t')\n    await core.actors().ask('t', 1)\n"
+                      "    return core.system\n")
+    assert _door_bypasses(sample) == ["sample.py:2 .store()", "sample.py:3 .get_thread()", "sample.py:4 .actors()",
+                                      "sample.py:5 .system"]
 
 
 _CLOSURE_CALLS = {"exclusive", "holding", "resource_exclusive"}

@@ -18,10 +18,7 @@ def actor_system(memory: Memory) -> ActorSystem:
 
     :raises ~threadmind.errors.ConfigError: the memory has no store.
     """
-    core = memory._core
-    core.store()
-    assert core.system is not None
-    return core.system
+    return memory._core.door.actors(background=True)
 
 
 def processor_access(memory: Memory) -> MemoryAccess:
@@ -31,4 +28,4 @@ def processor_access(memory: Memory) -> MemoryAccess:
 
 def observational_engine(memory: Memory) -> ObservationalMemoryEngine | None:
     """The observational-memory engine (records, observations in flight), once anything used it."""
-    return memory._core.observational
+    return memory._core.door.observational

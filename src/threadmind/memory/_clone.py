@@ -41,13 +41,13 @@ async def clone_thread(
     message_limit: int | None,
 ) -> CloneResult:
     """Copy the thread (arguments already validated)."""
-    system = core.actors()
     door = core.door
+    door.check_running()
     source = await door.get_thread(source_thread_id)
     if source is None:
         raise ThreadNotFound(source_thread_id, code="MASTRA_STORAGE_LIBSQL_CLONE_THREAD_SOURCE_NOT_FOUND",
                              message=f"Source thread with id {source_thread_id} not found")
-    page: MessagePage = await system.ask(
+    page: MessagePage = await door.ask(
         source_thread_id, LoadMessages(MessageQuery(thread_id=source_thread_id, per_page=False)))
     originals = page.messages
     if message_limit is not None:
@@ -71,9 +71,9 @@ async def clone_thread(
         for m in originals
     ]
 
-    created: Thread = await system.ask(target_id, CreateThreadWithMessages(
+    created: Thread = await door.ask(target_id, CreateThreadWithMessages(
         thread, copies, exists_code="MASTRA_STORAGE_LIBSQL_CLONE_THREAD_THREAD_EXISTS"))
-    index = core.index
+    index = core.door.index
     if index is not None and core.options.semantic_recall_config is not None and copies:
         await index.copy_messages(id_map, thread_id=target_id, resource_id=target_resource)
     await _clone_side_state(core, source, created, id_map)
@@ -82,9 +82,10 @@ async def clone_thread(
 
 async def _clone_side_state(core: MemoryCore, source: Thread, clone: Thread, id_map: Mapping[str, str]) -> None:
     """Resource-scoped working memory into a new owner without one, and the source's observations."""
-    system = core.actors()
+    door = core.door
+    door.check_running()
     if clone.resource_id != source.resource_id:
-        origin = await system.get_resource(source.resource_id)
+        origin = await door.get_resource(source.resource_id)
         text = origin.working_memory if origin is not None else None
         if text:
             def inherit(target: Resource | None) -> ResourceChange | None:
@@ -92,10 +93,10 @@ async def _clone_side_state(core: MemoryCore, source: Thread, clone: Thread, id_
                     return None  # an existing profile is never overwritten
                 return ResourceChange(working_memory=text)
 
-            await system.modify_resource(clone.resource_id, ModifyResource(inherit, "clone_working_memory"))
-    if core.options.observational_memory_config is None and core.observational is None:
+            await door.modify_resource(clone.resource_id, ModifyResource(inherit, "clone_working_memory"))
+    if core.options.observational_memory_config is None and core.door.observational is None:
         return
-    records = core.observational_engine().records
+    records = core.door.observational_engine().records
     current = await records.current(lookup_key("thread", source.id, None))
     if current is not None:
         now = utc_now()

@@ -50,7 +50,7 @@ async def memory_context(memory: Memory, config: MemoryConfig, thread_id: str,
     messages: list[Message] | None = None
     om = config.observational_memory_config
     if om is not None:
-        engine = memory._core.observational_engine()
+        engine = memory._core.door.observational_engine()
         record, unobserved = await engine.load(om, thread_id, resource_id, memory._pipeline.access)
         if record is not None:
             messages = unobserved  # everything after what the observations cover

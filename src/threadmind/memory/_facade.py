@@ -139,14 +139,11 @@ class Memory:
         The actor system lives in a task of its own, owned by this Memory, so ``start()`` and ``aclose()`` may
         be called from any task and under any timeout (a server's startup and shutdown handlers).
         """
-        self._core.door.configured()  # ConfigError without a store
-        assert self._core.system is not None
-        await self._core.system.start()
+        await self._core.door.start()  # ConfigError without a store
 
     async def aclose(self) -> None:
         """Wait for background work, drain every actor, flush the index and close the store (from any task)."""
-        if self._core.system is not None:
-            await self._core.system.aclose()
+        await self._core.door.aclose()
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -158,7 +155,7 @@ class Memory:
 
     def __del__(self) -> None:
         core = getattr(self, "_core", None)
-        if core is not None and core.system is not None and core.system.running:
+        if core is not None and core.door.running:
             warnings.warn("unclosed Memory; use `async with memory:` or await memory.aclose()", ResourceWarning,
                           stacklevel=1)
 
@@ -185,7 +182,7 @@ class Memory:
         require_id(thread_id, "thread_id")
         with operation_span("threadmind.memory.get_thread", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            self._core.actors()
+            self._core.door.check_running()
             thread = await self._core.door.get_thread(thread_id)
             if thread is None or (resource_id is not None and thread.resource_id != resource_id):
                 return None
@@ -211,7 +208,7 @@ class Memory:
         order: Literal["created_at", "updated_at"] = "updated_at" if order_by in ("updated_at", "updatedAt") \
             else "created_at"
         with operation_span("threadmind.memory.list_threads", "search_memory", resource_id=resource_id):
-            self._core.actors()
+            self._core.door.check_running()
             return await self._core.door.list_threads(resource_id=resource_id, page=page, per_page=per_page,
                                                          order_by=order, direction=direction, metadata=metadata)
 
@@ -223,7 +220,7 @@ class Memory:
         check_title(title)
         check_metadata(metadata)
         with operation_span("threadmind.memory.update_thread", "update_memory", thread_id=thread_id):
-            thread: Thread = await self._core.actors().ask(thread_id, UpdateThread(title, metadata))
+            thread: Thread = await self._core.door.ask(thread_id, UpdateThread(title, metadata))
             await mirror_into_resource(self._core, thread.resource_id, metadata)
             return thread
 
@@ -232,11 +229,11 @@ class Memory:
         require_id(thread_id, "thread_id")
         core = self._core
         with operation_span("threadmind.memory.delete_thread", "delete_memory", thread_id=thread_id):
-            await core.actors().ask(thread_id, DeleteThread())
-            if core.index is not None:
-                await core.index.delete_thread(thread_id)
-            if core.observational is not None:  # the thread's observations go with it (reference §1 deleteThread)
-                await core.observational.records.delete(f"thread:{thread_id}")
+            await core.door.ask(thread_id, DeleteThread())
+            if core.door.index is not None:
+                await core.door.index.delete_thread(thread_id)
+            if core.door.observational is not None:  # the thread's observations go with it (reference §1 deleteThread)
+                await core.door.observational.records.delete(f"thread:{thread_id}")
 
     async def update_thread_resource_id(self, thread_id: str, *, resource_id: str) -> Thread:
         """Move a thread and all its messages (and vectors) to another resource."""
@@ -245,9 +242,9 @@ class Memory:
         core = self._core
         with operation_span("threadmind.memory.update_thread_resource_id", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            thread: Thread = await core.actors().ask(thread_id, MoveThread(resource_id))
-            if core.index is not None:
-                await core.index.move_thread(thread_id, resource_id)
+            thread: Thread = await core.door.ask(thread_id, MoveThread(resource_id))
+            if core.door.index is not None:
+                await core.door.index.move_thread(thread_id, resource_id)
             return thread
 
     # messages ------------------------------------------------------------------------------------
@@ -273,7 +270,7 @@ class Memory:
         owner = batch[0].resource_id if batch and all(m.resource_id == batch[0].resource_id for m in batch) else None
         with operation_span("threadmind.memory.save_messages", "upsert_memory", thread_id=only, resource_id=owner,
                             threadmind__messages__count=len(batch)):
-            self._core.actors()
+            self._core.door.check_running()
             return await save_batch(self._core, batch, config)
 
     async def recall(
@@ -311,7 +308,7 @@ class Memory:
         for i, value in enumerate(ids):
             require_id(value, f"ids[{i}]")
         with operation_span("threadmind.memory.list_messages_by_id", "search_memory"):
-            self._core.actors()
+            self._core.door.check_running()
             return await self._core.door.get_messages_by_id(list(ids))
 
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
@@ -321,7 +318,7 @@ class Memory:
             if not isinstance(update, Mapping):
                 raise ValidationError(f"updates[{i}] must be a dict with an 'id'")
             require_id(update.get("id"), f"updates[{i}].id")
-        self._core.actors()
+        self._core.door.check_running()
         if not updates:
             await anyio.lowlevel.checkpoint()
             return []
@@ -346,7 +343,7 @@ class Memory:
             if not isinstance(key, str) or not key.strip():
                 raise ValidationError("All message IDs must be non-empty strings")
             keys.append(key)
-        self._core.actors()
+        self._core.door.check_running()
         if not keys:
             await anyio.lowlevel.checkpoint()
             return
@@ -434,7 +431,7 @@ class Memory:
         check_vector_search_args(text, top_k, thread_id, resource_id)
         with operation_span("threadmind.memory.search_vectors", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            index = self._core.running_index()
+            index = self._core.door.running_index()
             if index is None:
                 await anyio.lowlevel.checkpoint()
                 return []
@@ -449,7 +446,7 @@ class Memory:
         traffic: hnswlib reads a snapshot holding the GIL, which stalls the event loop (1–6 s at a million
         vectors on a 2-core machine), and until the load ends semantic queries are slower.
         """
-        index = self._core.running_index()
+        index = self._core.door.running_index()
         if index is None:
             await anyio.lowlevel.checkpoint()
             return 0
@@ -459,14 +456,7 @@ class Memory:
         """Return once the background work started so far has finished: titles, observations and reflections
         (and what they started meanwhile), then the index's queued work (vectors queued without waiting, HNSW
         insertion). The memory stays open; work started later is not waited for (Mastra's ``settled()``)."""
-        system = self._core.system
-        if system is None or not system.running:
-            await anyio.lowlevel.checkpoint()
-            return
-        await system.settled()
-        index = self._core.running_index()
-        if index is not None:
-            await index.flush()
+        await self._core.door.settled()
 
     async def flush_index(self) -> int:
         """Wait until every vector queued so far is written and searchable; returns how many were staged.
@@ -474,7 +464,7 @@ class Memory:
         Saves already return once their vectors are queryable; this is for work that opted out (an agent
         turn embeds in the background) and for tools that need a quiescent index.
         """
-        index = self._core.running_index()
+        index = self._core.door.running_index()
         if index is None:
             await anyio.lowlevel.checkpoint()
             return 0
@@ -484,11 +474,11 @@ class Memory:
     def index_name(self) -> str | None:
         """The vector index semantic recall uses (``memory_messages_<dim>``), once the embedder's dimension is
         known (at ``start()``, or at the first use after an unreachable embedder)."""
-        return self._core.index_name
+        return self._core.door.index_name
 
     def index_statistics(self) -> IndexStatistics | None:
         """Counters of the vector index (live vectors, pending messages, batches...), or None without one."""
-        index = self._core.index
+        index = self._core.door.index
         return index.statistics() if index is not None else None
 
     # working memory ------------------------------------------------------------------------------
@@ -501,13 +491,13 @@ class Memory:
     ) -> str | None:
         """The stored working memory text, or None when disabled, empty, or the thread is another resource's."""
         check_ids(thread_id, resource_id)
-        self._core.actors()
+        self._core.door.check_running()
         config = self._core.call_config(memory_config)
         if not config.working_memory.enabled:
             return None
         with operation_span("threadmind.memory.get_working_memory", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            return await read_working_memory(self._core, config, thread_id, resource_id)
+            return await read_working_memory(self._core.door, config, thread_id, resource_id)
 
     async def get_working_memory_object(
         self,
@@ -526,7 +516,7 @@ class Memory:
             with ``update_working_memory`` or under another schema); the message names the path.
         """
         check_ids(thread_id, resource_id)
-        self._core.actors()
+        self._core.door.check_running()
         config = self._core.call_config(memory_config)
         if not config.working_memory.enabled:
             return None
@@ -536,7 +526,7 @@ class Memory:
                               "Struct or a JSON Schema); Markdown working memory is text: use get_working_memory")
         with operation_span("threadmind.memory.get_working_memory", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            text = await read_working_memory(self._core, config, thread_id, resource_id)
+            text = await read_working_memory(self._core.door, config, thread_id, resource_id)
         return None if text is None else compiled.load(text)
 
     async def update_working_memory(
@@ -556,7 +546,7 @@ class Memory:
         if not isinstance(working_memory, str):
             raise ValidationError(f"`working_memory` must be a string, got {type(working_memory).__name__}")
         scope, key = scope_key(config, thread_id, resource_id)
-        await write_working_memory(self._core, scope, key, lambda _old: working_memory, owner=resource_id,
+        await write_working_memory(self._core.door, scope, key, lambda _old: working_memory, owner=resource_id,
                                    thread_id=thread_id)
 
     def get_working_memory_template(
@@ -577,16 +567,16 @@ class Memory:
         """The working-memory instruction the model sees (read-only variant when read-only), or None (also for
         a thread of another resource)."""
         check_ids(thread_id, resource_id)
-        self._core.actors()
+        self._core.door.check_running()
         config = self._core.call_config(memory_config)
         template = template_for(config.working_memory)
         if template is None or config.working_memory.state_signals:  # delivered as a state signal instead
             return None
         with operation_span("threadmind.memory.get_system_message", "search_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            if not await owned_by(self._core, thread_id, resource_id):
+            if not await owned_by(self._core.door, thread_id, resource_id):
                 return None
-            data = await read_working_memory(self._core, config, thread_id, resource_id)
+            data = await read_working_memory(self._core.door, config, thread_id, resource_id)
             if config.read_only or not config.working_memory.managed_by_agent:
                 return readonly_instruction(data)
             return instruction(template, data, vnext=config.working_memory.version == "vnext")

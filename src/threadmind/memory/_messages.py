@@ -29,13 +29,14 @@ _log = logging.getLogger("threadmind.memory")
 
 async def save_batch(core: MemoryCore, batch: list[Message], config: MemoryConfig) -> SaveResult:
     """Persist a checked, de-duplicated batch (each message carries its thread and resource)."""
-    system = core.actors()
+    door = core.door
+    door.check_running()
     if not batch:
         return SaveResult(messages=[])
     by_thread: dict[str, list[Message]] = {}
     for message in batch:
         by_thread.setdefault(message.thread_id or "", []).append(message)
-    index = core.index if config.semantic_recall_config is not None else None
+    index = core.door.index if config.semantic_recall_config is not None else None
     mark = index is not None
     # With semantic recall on, each thread's part is embedded while it commits and its vectors are staged once it
     # has committed, queued in the thread's commit order (a message re-saved later ends with its later text); the
@@ -44,7 +45,7 @@ async def save_batch(core: MemoryCore, batch: list[Message], config: MemoryConfi
         if index is not None else {}
     if len(by_thread) == 1:
         ((thread_id, messages),) = by_thread.items()
-        saved: list[Message] = await system.ask(thread_id, SaveMessages(messages, mark, gates.get(thread_id)))
+        saved: list[Message] = await door.ask(thread_id, SaveMessages(messages, mark, gates.get(thread_id)))
     else:
         saved = await _save_across(core, by_thread, mark, gates)
     tokens = 0
@@ -59,14 +60,14 @@ async def _save_across(core: MemoryCore, by_thread: dict[str, list[Message]], ma
     """One transaction for every thread's part, written while each thread's actor is held (``SaveAcross``), so the
     batch takes its place in every thread's arrival order and no part commits without the others; each thread's
     gate (its index work) is told when the write starts and how it ended."""
-    written: dict[str, list[Message]] = await core.actors().across(SaveAcross(by_thread, mark, gates))
+    written: dict[str, list[Message]] = await core.door.across(SaveAcross(by_thread, mark, gates))
     return [m for thread_id in by_thread for m in written[thread_id]]
 
 
 async def update_messages(core: MemoryCore, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
     """Partial updates by id, one transaction across threads; changed text is re-embedded."""
-    system = core.actors()
     door = core.door
+    door.check_running()
     existing = {m.id: m for m in await door.get_messages_by_id([u["id"] for u in updates])}
     by_thread: dict[str, list[Mapping[str, Any]]] = {}
     for i, update in enumerate(updates):
@@ -79,8 +80,8 @@ async def update_messages(core: MemoryCore, updates: Sequence[Mapping[str, Any]]
                                       f"{old.resource_id!r}; use update_thread_resource_id to move threads")
         by_thread.setdefault(old.thread_id or "", []).append(update)
     # One transaction for every thread involved, written while their actors are held (as a batch save).
-    updated: list[Message] = await system.across(UpdateAcross(list(updates), list(by_thread)))
-    index = core.index
+    updated: list[Message] = await door.across(UpdateAcross(list(updates), list(by_thread)))
+    index = core.door.index
     if index is not None and core.options.semantic_recall_config is not None:
         changed = [m for m in updated if existing[m.id].content != m.content]
         if changed:
@@ -90,18 +91,18 @@ async def update_messages(core: MemoryCore, updates: Sequence[Mapping[str, Any]]
 
 async def delete_messages(core: MemoryCore, ids: list[str]) -> None:
     """Delete messages (one transaction across threads) and their vectors."""
-    system = core.actors()
     door = core.door
+    door.check_running()
     by_thread: dict[str, list[str]] = {}
     for message in await door.get_messages_by_id(ids):
         by_thread.setdefault(message.thread_id or "", []).append(message.id)
     if len(by_thread) == 1:
         ((thread_id, subset),) = by_thread.items()
-        await system.ask(thread_id, DeleteMessages(subset))
+        await door.ask(thread_id, DeleteMessages(subset))
     elif by_thread:  # one transaction for every thread involved, written while their actors are held
         found = [mid for subset in by_thread.values() for mid in subset]
-        await system.across(DeleteAcross(found, list(by_thread)))
-    index = core.index
+        await door.across(DeleteAcross(found, list(by_thread)))
+    index = core.door.index
     if index is not None:
         await index.delete_messages(ids)
 
@@ -113,14 +114,14 @@ def _created_at(message: Message) -> datetime:
 async def reindex_messages(core: MemoryCore, progress: Any = None, keyword_progress: Any = None) -> int:
     """``Memory.reindex``: the words of every message the keyword index lacks, then vectors for every message that has
     none; the vectors made (progress to the log unless callbacks are given)."""
-    core.actors()
+    core.door.check_running()
     door = core.door
     if door.keyword_index:
         def _log_words(done: int, total: int) -> None:
             _log.info("reindex: %d/%d messages indexed by their words", done, total)
 
         await door.build_keyword_index(keyword_progress if keyword_progress is not None else _log_words)
-    index = core.running_index()
+    index = core.door.running_index()
     if index is None:
         return 0
 

@@ -26,7 +26,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -53,33 +53,19 @@ from ..stores import DateRange, MessageQuery, ObservationalMemoryStore, OMRecord
 from ..stores._om import lookup_key, same_record
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
-from ._gateway import StoreDoor
 from ._om_parts import ManagedWorkingMemory, custom_instructions, newest_within
 from ._om_reflection import Reflections
 from ._working_memory import read_working_memory, scope_key, write_working_memory
 
 if TYPE_CHECKING:
-    from ..actors import ActorSystem
     from ..models import LanguageModel
+    from ._gateway import Door
 
 __all__ = ("ObservationalMemoryEngine",)
 
 _log = logging.getLogger("threadmind.observational")
 
 _MAX_ROUNDS = 8  # observation rounds one background job may run before yielding to the next trigger
-
-
-class EngineHost(Protocol):
-    """What the engine needs of its Memory: the door to the store, the actors that own threads and resources, the
-    TTL."""
-
-    cache_ttl: float
-    system: ActorSystem | None
-
-    @property
-    def door(self) -> StoreDoor: ...
-
-    def actors(self) -> ActorSystem: ...
 
 
 class _Snapshot(msgspec.Struct, kw_only=True):
@@ -94,13 +80,13 @@ class ObservationalMemoryEngine:
 
     def __init__(
         self,
-        core: EngineHost,
+        door: Door,
         *,
         token_counter: TokenCounter | None = None,
         retries: int = 3,
         backoff: float = 0.05,
     ) -> None:
-        self._core = core
+        self._door = door
         self._records: ObservationalMemoryStore | None = None
         self.counter: TokenCounter = token_counter or DefaultTokenCounter()
         self.retries = retries
@@ -116,12 +102,12 @@ class ObservationalMemoryEngine:
     def records(self) -> ObservationalMemoryStore:
         """The OM record store (the SQLite table, or a dictionary)."""
         if self._records is None:
-            self._records = self._core.door.observational_records(ttl=self._core.cache_ttl)
+            self._records = self._door.observational_records()
         return self._records
 
     @property
-    def _store(self) -> StoreDoor:
-        return self._core.door
+    def _store(self) -> Door:
+        return self._door
 
     @staticmethod
     def key(config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None) -> str:
@@ -154,18 +140,15 @@ class ObservationalMemoryEngine:
         an Observer (``role`` "observer": buffering and observing) or Reflector cycle runs, so each runs once; the
         heartbeat renews it, a dead holder's lapses within seconds. Yields True when taken at once, None when taken
         after waiting for another holder (``wait``), False when another holds it (not ``wait``)."""
-        system = self._core.system
-        if system is None:
-            raise ThreadmindError("this Memory has no store", code="THREADMIND_CLOSED")
         store, name = self._store, f"om-{role}:{key}"
         waited = False
         try:
-            lease = await store.acquire_lease(name, owner=system.owner, ttl=system.lease_ttl, wait=False)
+            lease = await store.acquire_lease(name, wait=False)
         except ThreadBusy:
             if not wait:
                 yield False
                 return
-            lease = await store.acquire_lease(name, owner=system.owner, ttl=system.lease_ttl, wait=True)
+            lease = await store.acquire_lease(name, wait=True)
             waited = True
         try:
             yield None if waited else True
@@ -175,7 +158,7 @@ class ObservationalMemoryEngine:
 
     # -- reading -------------------------------------------------------------------------------------
     async def _unobserved(
-        self, store: MemoryAccess | StoreDoor, config: ObservationalMemoryConfig, thread_id: str,
+        self, store: MemoryAccess | Door, config: ObservationalMemoryConfig, thread_id: str,
         resource_id: str | None, record: OMRecord | None,
     ) -> list[Message]:
         cursor = record.last_observed_at if record is not None else None
@@ -217,11 +200,10 @@ class ObservationalMemoryEngine:
     def start_background(self, key: str, what: str, job: Callable[[], Awaitable[object]]) -> bool:
         """Run ``job`` in the background unless work under ``key`` is in flight; True when started. A failure is
         logged: the turn that reaches the threshold does the work itself."""
-        system = self._core.system
-        if system is None or key in self._inflight:
+        if key in self._inflight:
             return False
         done = self._inflight[key] = anyio.Event()
-        if system.spawn(self._run_started, key, done, what, job, name=f"threadmind.om.{what}[{key}]"):
+        if self._door.spawn(self._run_started, key, done, what, job, name=f"threadmind.om.{what}[{key}]"):
             return True
         self._finish(key, done)
         return False
@@ -607,7 +589,7 @@ class ObservationalMemoryEngine:
                                       resource_id: str | None) -> str | None:
         """The working memory the Observer is shown (None when there is none, or no resource to read it by)."""
         try:
-            return await read_working_memory(self._core, MemoryConfig(working_memory=working_memory), thread_id,
+            return await read_working_memory(self._door, MemoryConfig(working_memory=working_memory), thread_id,
                                              resource_id)
         except ValidationError:  # resource scope without a resource id
             return None
@@ -618,13 +600,13 @@ class ObservationalMemoryEngine:
         config = MemoryConfig(working_memory=working_memory)
         try:
             scope, key = scope_key(config, thread_id, resource_id)
-            await write_working_memory(self._core, scope, key, lambda old: None if old == text else text,
+            await write_working_memory(self._door, scope, key, lambda old: None if old == text else text,
                                        owner=resource_id, thread_id=thread_id)
         except (ValidationError, ThreadmindError):
             _log.warning("the Observer's working memory for %s was not written", thread_id, exc_info=True)
 
     async def _mark_observed(
-        self, store: StoreDoor, thread_id: str, messages: Sequence[Message], extras: dict[str, str], *,
+        self, store: Door, thread_id: str, messages: Sequence[Message], extras: dict[str, str], *,
         retitle: bool = False,
     ) -> None:
         """After an observation: seal the observed messages and note the cursor (and the Observer's extras) in

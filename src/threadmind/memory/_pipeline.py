@@ -30,8 +30,7 @@ from ..processors import (
 )
 from ..processors._working_memory_text import template_for
 from ..tracing import operation_span
-from ._core import STORAGE_MISSING
-from ._gateway import ActorAccess, RoutedIndex
+from ._gateway import STORAGE_MISSING, ActorAccess, RoutedIndex
 from ._validation import configured_ids
 
 if TYPE_CHECKING:
@@ -45,8 +44,8 @@ class Pipeline:
 
     def __init__(self, core: MemoryCore) -> None:
         self._core = core
-        self.access = ActorAccess(core)
-        self._index = RoutedIndex(core)
+        self.access = ActorAccess(core.door)
+        self._index = RoutedIndex(core.door)
 
     def input_processors(self, configured: Sequence[object], config: MemoryConfig) -> list[object]:
         """The memory's input processors in the reference order, skipping ids already ``configured``."""
@@ -106,8 +105,8 @@ class Pipeline:
             raise ConfigError("semantic recall needs a vector store", code="SEMANTIC_RECALL_MISSING_VECTOR_ADAPTER")
         if core.embedder is None and not keyword_only:
             raise ConfigError("semantic recall needs an embedder", code="SEMANTIC_RECALL_MISSING_EMBEDDER")
-        name = core.declared_index_name()
-        if name is None and core.index is not None:
+        name = core.door.declared_index_name()
+        if name is None and core.door.index is not None:
             raise EmbedderError(
                 "Failed to determine the embedder's output dimension. Semantic recall cannot safely select a "
                 "vector index until the embedder returns a usable embedding. Check that the embedder is "
@@ -124,12 +123,12 @@ class Pipeline:
         core = self._core
         if core.storage is None:
             raise ConfigError(STORAGE_MISSING, code="THREADMIND_STORAGE_MISSING")
-        return ObservationalMemory(self.access, core.observational_engine(), om)
+        return ObservationalMemory(self.access, core.door.observational_engine(), om)
 
     async def _write_state_tracking(self, thread_id: str,
                                     change: Callable[[Mapping[str, Any] | None], Mapping[str, Any]]) -> None:
         """Record a state signal's tracking in the thread's metadata, read and written by its actor."""
-        await self._core.actors().ask(thread_id, PatchThreadMetadata(
+        await self._core.door.ask(thread_id, PatchThreadMetadata(
             lambda thread: change(thread.metadata), "state_signal", current_fence(thread_id)))
 
     async def _write_boundary(self, thread_id: str, advance: Callable[[Thread], Boundary | None]) -> Thread | None:
@@ -139,6 +138,6 @@ class Pipeline:
             return None if boundary is None else {BOUNDARY_KEY: boundary.to_metadata()}
 
         with operation_span("threadmind.memory.advance_boundary", "update_memory", thread_id=thread_id):
-            updated: Thread | None = await self._core.actors().ask(
+            updated: Thread | None = await self._core.door.ask(
                 thread_id, PatchThreadMetadata(patch, "advance_boundary", current_fence(thread_id)))
         return updated

@@ -39,8 +39,8 @@ async def recall(
     vector_search_string: str | None,
 ) -> RecallResult:
     """The messages of one recall call (arguments already validated)."""
-    system = core.actors()
     door = core.door
+    door.check_running()
     semantic = config.semantic_recall_config if vector_search_string and _can_search(core, config) else None
     if not config.history_enabled and per_page is None and semantic is None:
         # Reference §1.1 step 2: no history asked for and no search to run (``include`` or not).
@@ -52,7 +52,7 @@ async def recall(
     if (per_page is None and page == 0 and direction is None and not includes and window is None
             and semantic is None and config.message_history is None and limit):
         # The default window comes from the thread actor's in-memory tail: no database read when warm.
-        tail: MessagePage = await system.ask(thread_id, LoadWindow(limit, resource_id, tolerate_missing))
+        tail: MessagePage = await door.ask(thread_id, LoadWindow(limit, resource_id, tolerate_missing))
         return RecallResult(messages=visible(tail.messages), total=tail.total, page=0, per_page=limit,
                             has_more=tail.has_more)
     if resource_id is not None:
@@ -80,7 +80,7 @@ async def recall(
         include=includes,
         date_range=window,
     )
-    result: MessagePage = await system.ask(thread_id, LoadMessages(query))
+    result: MessagePage = await door.ask(thread_id, LoadMessages(query))
     messages = visible(result.messages)
     if newest_first:
         messages.reverse()  # the store returned (created_at, sequence) descending
@@ -97,7 +97,7 @@ async def _semantic_includes(
             "Either provide a resourceId or explicitly set semanticRecall.scope to 'thread'."
         )
     # The one retrieval pipeline (threadmind.search): the processor and Memory.search rank the same way.
-    found = await core.searcher().search(
+    found = await core.door.searcher().search(
         text, top_k=semantic.top_k, resource_id=resource_id if semantic.scope == "resource" else None,
         thread_id=thread_id if semantic.scope == "thread" else None, mode=semantic.search,
         keyword_weight=semantic.keyword_weight, threshold=semantic.threshold,
@@ -116,7 +116,7 @@ async def _token_window(
     history = config.message_history
     assert history is not None
     window = LoadTokenWindow(history, config.max_messages, includes, resource_id, core.tokens)
-    messages = visible(await core.actors().ask(thread_id, window))
+    messages = visible(await core.door.ask(thread_id, window))
     per_page: int | bool = config.max_messages if config.max_messages is not None else False
     return RecallResult(messages=messages, total=len(messages), page=0, per_page=per_page, has_more=False,
                         degraded=degraded)
@@ -127,7 +127,7 @@ def _can_search(core: MemoryCore, config: MemoryConfig) -> bool:
     semantic = config.semantic_recall_config
     if semantic is None:
         return False
-    return core.index is not None or (semantic.search != "vector" and core.door.keyword_index)
+    return core.door.index is not None or (semantic.search != "vector" and core.door.keyword_index)
 
 
 def visible(messages: Iterable[Message]) -> list[Message]:
@@ -142,7 +142,7 @@ async def search_messages(core: MemoryCore, query: str, *, resource_id: str, thr
     door = core.door
     configured = core.options.semantic_recall_config or SemanticRecallConfig()
     mode = mode or configured.search
-    if mode == "vector" and core.actors().index is None:
+    if mode == "vector" and core.door.running_index() is None:
         raise ValidationError("search 'vector' needs a vector store and an embedder")
     if thread_id is not None:
         thread = await door.get_thread(thread_id)
@@ -150,7 +150,7 @@ async def search_messages(core: MemoryCore, query: str, *, resource_id: str, thr
             raise ThreadNotFound(thread_id, message=f"No thread found with id {thread_id}")
         if thread.resource_id != resource_id:
             raise ResourceMismatch(thread_id, thread.resource_id, resource_id)
-    found = await core.searcher().search(query, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
+    found = await core.door.searcher().search(query, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
                                          mode=mode, keyword_weight=configured.keyword_weight, threshold=threshold,
                                          metadata_filter=configured.metadata_filter())
     ranked = found.ranked

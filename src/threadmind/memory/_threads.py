@@ -20,7 +20,7 @@ __all__ = ("create_thread", "ensure_thread")
 async def create_thread(core: MemoryCore, thread: Thread) -> Thread:
     """Insert ``thread`` through its actor; ``ValidationError`` if the id is taken. The caller opens the
     operation span (``Memory.create_thread`` one covering the resource mirror too)."""
-    created: Thread = await core.actors().ask(thread.id, CreateThread(thread))
+    created: Thread = await core.door.ask(thread.id, CreateThread(thread))
     return created
 
 
@@ -31,8 +31,9 @@ async def ensure_thread(core: MemoryCore, thread_id: str, resource_id: str,
     ``admit`` runs once the thread is known to be the resource's (or before a missing one is created), so a
     request it refuses leaves no thread behind.
     """
-    system = core.actors()
-    thread: Thread | None = await system.ask(thread_id, GetThread())
+    door = core.door
+    door.check_running()
+    thread: Thread | None = await door.ask(thread_id, GetThread())
     if thread is not None:
         _check_owner(thread, resource_id)
     if admit is not None:

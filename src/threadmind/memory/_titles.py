@@ -43,9 +43,8 @@ async def generate_title(
     from ..models import ModelRequest
 
     try:
-        system = core.system  # not actors(): aclose() lets background work finish
-        assert system is not None
-        current: Thread | None = await system.ask(thread_id, GetThread(), background=True)
+        # background work: aclose() lets it finish
+        current: Thread | None = await core.door.ask(thread_id, GetThread(), background=True)
         if current is None or current.title:
             return None
         with operation_span("threadmind.memory.generate_title", "chat", thread_id=thread_id):
@@ -60,7 +59,7 @@ async def generate_title(
 
         with operation_span("threadmind.memory.set_title", "update_memory", thread_id=thread_id):
             try:
-                titled = await system.ask(thread_id, ModifyThread(change, "set_title"), background=True)
+                titled = await core.door.ask(thread_id, ModifyThread(change, "set_title"), background=True)
             except ThreadNotFound:  # deleted meanwhile
                 return None
         return title if titled is not None else None

@@ -82,8 +82,7 @@ class Turn:
         title = self._title_job(model, message_list)
         if title is not None:
             job, args = title
-            assert self._core.system is not None
-            self._core.system.spawn(job, *args)
+            self._core.door.spawn(job, *args)
 
     async def finish_with_title(self, model: LanguageModel, message_list: MessageList) -> str | None:
         """As :meth:`finish`, but generate the title now and return it (None: no new title) — for a stream that
@@ -98,7 +97,7 @@ class Turn:
     def _title_job(self, model: LanguageModel, message_list: MessageList) -> tuple[
             Callable[..., Coroutine[Any, Any, str | None]], tuple[Any, ...]] | None:
         core, config, thread_id = self._core, self.config, self.thread.id
-        engine = core.observational
+        engine = core.door.observational
         if engine is not None and config.observational_memory_config is not None:
             engine.note_agent_model(thread_id, self.resource_id, model)
         title = config.generate_title_config
@@ -134,7 +133,7 @@ async def open_turn(
         nonlocal stored_input
         stored_input = await _stored_input(pipeline.access, thread_id, input_ids)
 
-    async with core.actors().turn(thread_id, config.thread_concurrency):
+    async with core.door.turn(thread_id, config.thread_concurrency):
         thread = await ensure_thread(core, thread_id, resource_id, admit if input_ids else None)
         inputs, outputs = await _processors(core, pipeline, config, input_processors, output_processors)
         tools: dict[str, Tool] = {}
@@ -170,7 +169,7 @@ async def _processors(
                 pipeline.output_processors(configured_outputs, config))
     except EmbedderError:
         try:
-            await core.ensure_index_name()
+            await core.door.ensure_index_name()
         except EmbedderError:
             _log.warning("embedder unreachable and its dimension unknown: this turn runs without semantic recall")
             return (pipeline.input_processors([*configured_inputs, _NO_SEMANTIC_RECALL], config),

@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .._config import MemoryConfig
 from .._working_memory_schema import CompiledSchema, tool_parameters
-from ..actors import ActorSystem
 from ..actors._resource_actor import ModifyResource
 from ..actors._system import current_fence
 from ..actors._thread_actor import GetThread, ModifyThread
@@ -29,16 +28,15 @@ from ..processors._working_memory_text import deep_merge, drop_optional_nulls, n
 from ..stores import ResourceChange, ThreadChange
 from ..tools import Tool, ToolContext
 from ..tracing import operation_span
-from ._gateway import StoreDoor
 from ._threads import ensure_thread
 from ._validation import require_id
 
 if TYPE_CHECKING:
     from ._core import MemoryCore
+    from ._gateway import Door
 
 __all__ = (
     "VNEXT_REASONS",
-    "WorkingMemoryHost",
     "mirror_into_resource",
     "owned_by",
     "read_working_memory",
@@ -48,16 +46,6 @@ __all__ = (
 )
 
 _log = logging.getLogger("threadmind.memory")
-
-
-class WorkingMemoryHost(Protocol):
-    """What reading and writing working memory needs of its Memory: the actors that own threads and resources,
-    and the door to the store."""
-
-    def actors(self) -> ActorSystem: ...
-
-    @property
-    def door(self) -> StoreDoor: ...
 
 
 SET_WORKING_MEMORY = "setWorkingMemory"
@@ -86,27 +74,27 @@ def scope_key(config: MemoryConfig, thread_id: str, resource_id: str | None) -> 
     return scope, thread_id
 
 
-async def owned_by(core: WorkingMemoryHost, thread_id: str | None, resource_id: str | None) -> bool:
+async def owned_by(door: Door, thread_id: str | None, resource_id: str | None) -> bool:
     """False when ``thread_id`` names an existing thread of another resource than ``resource_id``.
 
     A thread that does not exist yet passes: resource-scoped working memory may precede its first thread.
     """
     if not thread_id or resource_id is None:
         return True
-    thread: Thread | None = await core.actors().ask(thread_id, GetThread())
+    thread: Thread | None = await door.ask(thread_id, GetThread())
     return thread is None or thread.resource_id == resource_id
 
 
-async def read_working_memory(core: WorkingMemoryHost, config: MemoryConfig, thread_id: str,
+async def read_working_memory(door: Door, config: MemoryConfig, thread_id: str,
                               resource_id: str | None) -> str | None:
     """The stored text, or None (disabled, empty, or the thread belongs to another resource)."""
     scope, key = scope_key(config, thread_id, resource_id)
     if scope == "resource":
-        if not await owned_by(core, thread_id, resource_id):
+        if not await owned_by(door, thread_id, resource_id):
             return None
-        resource = await core.actors().get_resource(key)
+        resource = await door.get_resource(key)
         return resource.working_memory if resource is not None else None
-    thread = await core.door.get_thread(key)
+    thread = await door.get_thread(key)
     if thread is None or (resource_id is not None and thread.resource_id != resource_id):
         return None  # another resource's thread reads as absent, as in get_thread_by_id
     value = (thread.metadata or {}).get("workingMemory")
@@ -114,7 +102,7 @@ async def read_working_memory(core: WorkingMemoryHost, config: MemoryConfig, thr
 
 
 async def write_working_memory(
-    core: WorkingMemoryHost, scope: str, key: str, update: Update, *, owner: str | None = None,
+    door: Door, scope: str, key: str, update: Update, *, owner: str | None = None,
     thread_id: str | None = None,
 ) -> str | None:
     """Read-modify-write working memory under the scope's actor; ``update`` returns None to skip the write.
@@ -126,12 +114,11 @@ async def write_working_memory(
     with operation_span("threadmind.memory.update_working_memory", "update_memory", thread_id=thread_id,
                         resource_id=owner if owner is not None else (key if scope == "resource" else None),
                         threadmind__working_memory__scope=scope):
-        system = core.actors()
         fence = current_fence(thread_id)  # written during an agent turn: only while the turn holds the thread
         written: list[str] = []
         if scope == "resource":
-            if not await owned_by(core, thread_id, owner):
-                raise await _mismatch(core, str(thread_id), str(owner))
+            if not await owned_by(door, thread_id, owner):
+                raise await _mismatch(door, str(thread_id), str(owner))
 
             def change_resource(resource: Resource | None) -> ResourceChange | None:
                 new = update(resource.working_memory if resource is not None else None)
@@ -140,7 +127,7 @@ async def write_working_memory(
                 written.append(new)
                 return ResourceChange(working_memory=new)
 
-            await system.modify_resource(key, ModifyResource(change_resource, "working_memory", fence))
+            await door.modify_resource(key, ModifyResource(change_resource, "working_memory", fence))
             return written[-1] if written else None
 
         def change_thread(thread: Thread) -> ThreadChange | None:
@@ -154,14 +141,14 @@ async def write_working_memory(
             return ThreadChange(metadata={"workingMemory": new})
 
         try:
-            await system.ask(key, ModifyThread(change_thread, "working_memory", fence))
+            await door.ask(key, ModifyThread(change_thread, "working_memory", fence))
         except ThreadNotFound:
             raise ThreadNotFound(key, message=f"Thread {key} not found") from None
         return written[-1] if written else None
 
 
-async def _mismatch(core: WorkingMemoryHost, thread_id: str, resource_id: str) -> ResourceMismatch:
-    thread: Thread | None = await core.actors().ask(thread_id, GetThread())
+async def _mismatch(door: Door, thread_id: str, resource_id: str) -> ResourceMismatch:
+    thread: Thread | None = await door.ask(thread_id, GetThread())
     return ResourceMismatch(thread_id, thread.resource_id if thread else "?", resource_id)
 
 
@@ -171,7 +158,7 @@ async def mirror_into_resource(core: MemoryCore, resource_id: str, metadata: Map
     text = metadata.get("workingMemory") if metadata else None
     wm = core.options.working_memory
     if isinstance(text, str) and wm.enabled and wm.scope == "resource":
-        await write_working_memory(core, "resource", resource_id, lambda _old: text)
+        await write_working_memory(core.door, "resource", resource_id, lambda _old: text)
 
 
 # the tool ----------------------------------------------------------------------------------------
@@ -239,7 +226,7 @@ async def _run_tool(core: MemoryCore, args: Any, context: ToolContext, config: M
         raise ValidationError("Resource ID is required for resource-scoped working memory updates")
     if thread_id:
         # The row the turn holds, from the thread's actor (the write below reads it again in its transaction).
-        thread: Thread | None = await core.actors().ask(thread_id, GetThread())
+        thread: Thread | None = await core.door.ask(thread_id, GetThread())
         if thread is None:
             thread = await ensure_thread(core, thread_id, resource_id or thread_id)
         if resource_id and thread.resource_id != resource_id:
@@ -251,7 +238,7 @@ async def _run_tool(core: MemoryCore, args: Any, context: ToolContext, config: M
     assert template is not None
 
     async def write(update: Update) -> str | None:
-        return await write_working_memory(core, scope, key, update, owner=resource_id, thread_id=thread_id)
+        return await write_working_memory(core.door, scope, key, update, owner=resource_id, thread_id=thread_id)
 
     if template.format == "markdown" and config.working_memory.version == "vnext":
         try:
