@@ -301,6 +301,17 @@ class SQLiteVectorRecords:
         """Create our tables now (before any message save carries a pending marker)."""
         await self._ensure()
 
+    async def database_file(self) -> str:
+        """The path of the store's database file ("" for an in-memory database)."""
+
+        def _main_file(conn: sqlite3.Connection) -> str:
+            for _, name, file in conn.execute("PRAGMA database_list"):
+                if name == "main":
+                    return str(file or "")
+            return ""
+
+        return await self._store.execute_read(_main_file)
+
     def shared(self) -> bool:
         """Whether another process may have the file open (and query these rows) now."""
         return not self._store.caches_trusted()

@@ -99,7 +99,7 @@ def test_a_reused_row_is_scored_with_its_new_vector() -> None:
 def test_the_block_cache_stays_within_its_byte_budget() -> None:
     rng = np.random.default_rng(4)
     budget = 4 * 50 * (DIM * 4 + 8)  # four blocks of 50 rows (vectors and row numbers)
-    index = HnswVectorStore(scope_cache_bytes=budget)._open_index("memory_messages_16", DIM)
+    index = HnswVectorStore(scope_cache_bytes=budget).open_index("memory_messages_16", DIM)
     vectors = _unit(rng, 50 * 12)
     index.upsert([IndexEntry(0, f"m{i}", f"m{i}", f"t{i // 50}", f"r{i // 50}") for i in range(600)], vectors, seq=1,
                  defer=True)
@@ -112,7 +112,7 @@ def test_the_block_cache_stays_within_its_byte_budget() -> None:
 
 def test_a_zero_budget_caches_nothing_and_still_finds_everything() -> None:
     rng = np.random.default_rng(8)
-    index = HnswVectorStore(scope_cache_bytes=0)._open_index("memory_messages_16", DIM)
+    index = HnswVectorStore(scope_cache_bytes=0).open_index("memory_messages_16", DIM)
     vectors = _unit(rng, 30)
     index.upsert([IndexEntry(0, f"m{i}", f"m{i}", "t1", f"r{i % 2}") for i in range(30)], vectors, seq=1, defer=True)
     for i in range(30):

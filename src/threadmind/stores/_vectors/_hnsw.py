@@ -157,8 +157,8 @@ class HnswVectorStore:
         if self._owner is owner:
             self._owner = None
 
-    def _open_index(self, name: str, dim: int, capacity: int = 0) -> HnswIndex:
-        """A fresh, empty in-memory index object."""
+    def open_index(self, name: str, dim: int, capacity: int = 0) -> HnswIndex:
+        """(its session) A fresh, empty in-memory index object with this store's settings."""
         return HnswIndex(
             name=name, dim=dim, metric=self._metric, m=self._m, ef_construction=self._ef_construction,
             ef_search=self._ef_search, directory=self._path, scope_cache_bytes=self._scope_cache_bytes,

@@ -145,6 +145,11 @@ class HnswIndex:
         return len(self._unindexed_rows)
 
     @property
+    def untaken(self) -> int:
+        """Staged vectors the graph builder has not taken yet."""
+        return len(self._staged)
+
+    @property
     def marks(self) -> int:
         """Deletions not yet applied to hnswlib."""
         return len(self._to_mark)

@@ -106,13 +106,6 @@ async def _own_thread(fn: Callable[..., T], args: tuple[Any, ...], *, name: str,
     return result
 
 
-def _database_file(conn: sqlite3.Connection) -> str:
-    for _, name, file in conn.execute("PRAGMA database_list"):
-        if name == "main":
-            return str(file or "")
-    return ""
-
-
 class Session:
     """One opened HnswVectorStore: records, the in-memory index (once loaded) and the background tasks."""
 
@@ -168,7 +161,7 @@ class Session:
     async def _open_watch(self) -> sqlite3.Connection | None:
         """A private read-only connection whose ``data_version`` tells whether another connection committed."""
         assert isinstance(self.raw, SQLiteVectorRecords)
-        path = await self.raw._store.execute_read(_database_file)
+        path = await self.raw.database_file()
         if not path:
             return None
 
@@ -277,7 +270,7 @@ class Session:
             self.added_at_start += len(page)
 
         rows = await self.records.size_hint(name)
-        index = self.config._open_index(name, dim)
+        index = self.config.open_index(name, dim)
         capacity = int(rows * 1.1)
         reason = await (self._daemon(load_snapshot, index, capacity) if background
                         else anyio.to_thread.run_sync(load_snapshot, index, capacity))
@@ -301,7 +294,7 @@ class Session:
         else:
             if reason not in ("no path", "missing"):
                 logger.info("rebuilding vector index %s from SQL: %s", name, reason)
-            index = self.config._open_index(name, dim)
+            index = self.config.open_index(name, dim)
             index.reserve(capacity)
             since, _ = await self.records.sequence(name)
             after_row = 0
@@ -558,7 +551,7 @@ class Session:
                         await self.flush_wanted.wait()  # another change: wait for quiet again
                     if not quiet.cancelled_caught:
                         continue
-                while index is self.index and (index._staged or index.marks) and not self.closing:
+                while index is self.index and (index.untaken or index.marks) and not self.closing:
                     await self._flush_chunk(index)
                     await anyio.lowlevel.checkpoint()  # where a close's cancellation gets in
                     if index.added_since_snapshot >= self._snapshot_due(index):
@@ -567,7 +560,7 @@ class Session:
                     await self.persist()
                 except Exception:  # a failed snapshot only costs a longer replay at the next start
                     logger.exception("could not save the vector index snapshot")
-                if index._staged and not self.closing:
+                if index.untaken and not self.closing:
                     self.flush_wanted.set()  # more to insert
 
     async def _flush_chunk(self, index: HnswIndex) -> int:
@@ -600,7 +593,7 @@ class Session:
         index = self.index
         added = 0
         while index is not None and index is self.index:
-            if index._staged or index.marks:
+            if index.untaken or index.marks:
                 added += await self._flush_chunk(index)
             elif self.chunks_in_flight:
                 await self.chunk_done.wait()
