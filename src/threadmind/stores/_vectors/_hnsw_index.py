@@ -154,6 +154,10 @@ class HnswIndex:
         """Deletions not yet applied to hnswlib."""
         return len(self._to_mark)
 
+    def save_graph(self, path: str) -> None:
+        """Write the hnswlib graph to ``path`` (the snapshot writer's child process; holds the GIL throughout)."""
+        self._index.save_index(path)
+
     @property
     def dirty(self) -> bool:
         """True when hnswlib or the maps changed since the last snapshot."""

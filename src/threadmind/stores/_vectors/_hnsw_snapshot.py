@@ -125,7 +125,7 @@ def save_snapshot(index: HnswIndex, view: SnapshotView) -> bool:
             for row, e in all_entries.items() if e is not None and row not in unindexed
         ]
         hnsw_tmp = hnsw_path.with_name(hnsw_path.name + ".tmp")
-        index._index.save_index(str(hnsw_tmp))
+        index.save_graph(str(hnsw_tmp))
         hnsw_sha = _sha256(hnsw_tmp)
         _fsync_replace(hnsw_tmp, hnsw_path)
         entries_bytes = msgspec.msgpack.encode(entries)
