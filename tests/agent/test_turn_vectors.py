@@ -1,6 +1,6 @@
-"""An agent turn is saved with semantic recall on exactly as ``Memory.save_messages`` saves: its messages are
-embedded while they commit, their vectors staged only once the commit succeeded, and queryable when the turn
-returns (``generate``) or its stream ends (``stream``, the chat server's door).
+"""An agent turn is saved with semantic recall on through the pipeline of ``Memory.save_messages``: its messages are
+embedded while they commit and their vectors staged only once the commit succeeded, by ``generate`` and by
+``stream`` (the chat server's door) alike; the turn does not wait for them, ``Memory.settled()`` does.
 
 The semantic-recall output step runs before the message-history step persists the turn; it must not stage
 vectors for messages that a failed (or never reached) persist leaves unwritten.
@@ -102,7 +102,7 @@ async def test_a_turn_whose_vectors_fail_is_marked_pending_in_its_save(tmp_path:
 
 
 class _SlowEmbedder(HashEmbedder):
-    """A remote embedder that takes its time: a turn that does not wait for its vectors returns before they exist."""
+    """A remote embedder that takes its time (the turn returns before its vectors exist)."""
 
     async def embed(self, texts: list[str]) -> Embeddings:
         await anyio.sleep(0.2)
@@ -114,19 +114,19 @@ def _stores(tmp_path: Path) -> dict[str, Store]:
 
 
 @pytest.mark.parametrize("store_kind", ["sqlite", "memory"])
-async def test_a_generated_turn_is_searchable_by_meaning_when_it_returns(tmp_path: Path, store_kind: str) -> None:
+async def test_a_generated_turn_is_searchable_by_meaning_once_settled(tmp_path: Path, store_kind: str) -> None:
     async with semantic_memory(_stores(tmp_path)[store_kind], tmp_path / "v", OPTIONS,
                                embedder=_SlowEmbedder(dim=64)) as memory:
         result = await Agent("a", "Be brief.", ScriptedModel(["figs are sweet"]), memory=memory).generate(
             "tell me about figs", **IDS)
         stored = sorted(m.id for m in (await memory.recall("t1", resource_id="r1", per_page=False)).messages)
         assert len(stored) == 2 and result.messages[-1].id in stored
-        # no flush_index: the turn returned once its vectors were queryable, as a save_messages call does
+        await memory.settled()  # the turn does not wait for its vectors
         hits = await memory.search_vectors("figs", top_k=50, resource_id="r1")
         assert sorted(hit.message_id for hit in hits) == stored
 
 
-async def test_a_streamed_chat_turn_is_searchable_by_meaning_when_its_stream_ends(tmp_path: Path) -> None:
+async def test_a_streamed_chat_turn_is_searchable_by_meaning_once_settled(tmp_path: Path) -> None:
     async with semantic_memory(SQLiteStore(tmp_path / "c.db", synchronous="NORMAL"), tmp_path / "v", OPTIONS,
                                embedder=_SlowEmbedder(dim=64)) as memory:
         agent = Agent("a", "Be brief.", ScriptedModel(["kiwis are fuzzy"]), memory=memory)
@@ -137,6 +137,7 @@ async def test_a_streamed_chat_turn_is_searchable_by_meaning_when_its_stream_end
                 pass
         stored = sorted(m.id for m in (await memory.recall("t1", resource_id="r1", per_page=False)).messages)
         assert len(stored) == 2 and "u-1" in stored
+        await memory.settled()
         hits = await memory.search_vectors("kiwis", top_k=50, resource_id="r1")
         assert sorted(hit.message_id for hit in hits) == stored
 

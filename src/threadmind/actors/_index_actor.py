@@ -332,7 +332,14 @@ class IndexActor(Actor[IndexOp]):
         return round(op.usage)
 
     def upsert_on_commit(self, messages: Sequence[Message]) -> CommitGatedUpsert:
-        """An upsert that embeds ``messages`` while their save commits (pass it to the thread actor's save).
+        """An upsert that embeds ``messages`` while their save commits (pass it to the thread actor's save, or to
+        ``SaveAcross`` with the other threads' parts): the one way a save with semantic recall on gets its vectors.
+
+        The rule, for every door: the vectors are staged only once the commit succeeded (a failed save leaves none),
+        in the thread's commit order, and are searchable **when ``Memory.save_messages`` returns** (it waits for
+        :meth:`CommitGatedUpsert.result`: one thread's batch or several threads' alike) and **soon after an agent
+        turn** (the turn does not wait for its embedding; ``Memory.settled()`` does). The save marks the messages as
+        awaiting vectors in its transaction, so a crash or an embedder outage leaves them for the index's retry.
 
         The messages must be one thread's batch as given to the save; their ids and texts are what is stored.
         """

@@ -52,7 +52,7 @@ STORAGE_MISSING = (
     "(for example storage=SQLiteStore('memory.db'))."
 )
 
-_log = logging.getLogger("threadmind.semantic_recall")
+_log = logging.getLogger("threadmind.memory")
 
 
 class ActorAccess(AccessBase):
@@ -101,9 +101,9 @@ class ActorAccess(AccessBase):
 
         The turn made sure of the thread when it began; one deleted since surfaces as ``ThreadNotFound`` from the
         save and is made again, as the reference ensures the thread exists. With ``embed`` (this Memory's index, as
-        its ``semantic-recall`` processor asks) the save embeds while it commits and returns once the vectors are
-        queryable: the path of ``Memory.save_messages`` (``IndexActor.upsert_on_commit``); another embedder embeds
-        the stored messages after the commit.
+        its ``semantic-recall`` processor asks) the save embeds while it commits, the path of ``Memory.save_messages``
+        (``IndexActor.upsert_on_commit``: an agent turn does not wait for its vectors); another embedder is given the
+        stored messages after the commit.
         """
         door = self._door
         door.check_running()
@@ -118,12 +118,7 @@ class ActorAccess(AccessBase):
                 await self._create(thread)
                 gate = None if index is None else index.upsert_on_commit(messages)
                 saved = await door.ask(thread.id, SaveMessages(messages, mark_pending, gate, fence))
-            if gate is not None:
-                try:
-                    await gate.result()
-                except Exception:  # the turn is durable; its messages stay marked as awaiting vectors
-                    _log.warning("embedding the turn's messages failed; they will be retried", exc_info=True)
-            elif embed is not None:
+            if gate is None and embed is not None:
                 await embed_stored(embed, saved)
             return saved
 

@@ -15,7 +15,6 @@ from ._history import MessageHistory as MessageHistory
 from ._input_filter import MemoryInputFilter as MemoryInputFilter
 from ._message_list import MessageList as MessageList
 from ._observational import ObservationalMemory as ObservationalMemory
-from ._protocol import AfterPersist as AfterPersist
 from ._protocol import ProcessInputArgs as ProcessInputArgs
 from ._protocol import ProcessInputStepArgs as ProcessInputStepArgs
 from ._protocol import Processor as Processor
@@ -27,7 +26,6 @@ from ._working_memory import WorkingMemory as WorkingMemory
 from ._working_memory_state import WorkingMemoryState as WorkingMemoryState
 
 __all__ = (
-    "AfterPersist",
     "MemoryAccess",
     "MemoryInputFilter",
     "MemoryTokenLimiter",

@@ -33,13 +33,14 @@ class TurnEmbedder(Protocol):
 
 
 async def embed_stored(embedder: TurnEmbedder, stored: Sequence[Message]) -> None:
-    """Give a committed turn's messages their vectors, queryable on return. A failure is logged, not raised (the
-    turn is durable; its messages stay marked as awaiting vectors, and the index retries them)."""
+    """Queue a committed turn's messages for their vectors (an agent turn does not wait for them; see
+    ``IndexActor.upsert_on_commit``). A failure is logged, not raised (the turn is durable; its messages stay marked
+    as awaiting vectors, and the index retries them)."""
     new = [m for m in stored if m.role != "system"]
     if not new:
         return
     try:
-        await embedder.upsert_messages(new, wait=True)
+        await embedder.upsert_messages(new, wait=False)
     except Exception:
         _log.warning("embedding the turn's messages failed; they will be retried", exc_info=True)
 
@@ -65,8 +66,8 @@ class MemoryAccess(MessageReader, Protocol):
                            embed: TurnEmbedder | None = None) -> list[Message]:
         """Save ``messages`` into ``thread``, creating the thread first when it is missing, in one step of the
         thread's owner; returns them as stored. ``mark_pending`` as in ``Store.save_messages``. With ``embed``, the
-        stored messages' vectors are queryable when this returns, as after ``Memory.save_messages`` (an embedding
-        failure is logged and leaves them awaiting vectors; the save stands)."""
+        stored messages get vectors through it, searchable soon after this returns (``IndexActor.upsert_on_commit``
+        states the rule; an embedding failure leaves them awaiting vectors, and the save stands)."""
         ...
 
 

@@ -104,7 +104,7 @@ async def persist_turn(storage: MemoryAccess, args: ProcessOutputArgs) -> list[M
     user message). System messages, transient signals, partial calls and working-memory parts and tags are
     dropped. One step of the thread's owner makes sure the thread exists (the reference's ensure: a thread
     deleted meanwhile is made again) and saves, embedding while it commits when semantic recall asked for it
-    (``RequestContext.embed_with_save``); then what waited for the commit runs (``RequestContext.when_persisted``).
+    (``RequestContext.embed_with_save``).
     """
     context = args.context
     thread_id, resource_id = args.ids()
@@ -126,7 +126,7 @@ async def persist_turn(storage: MemoryAccess, args: ProcessOutputArgs) -> list[M
         now = utc_now()
         thread = context.thread = Thread(thread_id, resource_id or thread_id, "", {}, now, now)
     saved = await storage.persist_turn(thread, kept, mark_pending=context.mark_pending, embed=context.embed_with)
-    await context.mark_persisted(saved)
+    context.persisted = saved
     return kept
 
 

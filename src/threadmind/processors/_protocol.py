@@ -12,7 +12,7 @@ results added. A method returns None (the list was changed in place, or not at a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NoReturn, Protocol, runtime_checkable
 
 from .._config import MemoryConfig
@@ -44,20 +44,15 @@ class Processor(Protocol):
         ...
 
 
-#: Work that must wait until the turn's messages are durable; given the messages as stored.
-AfterPersist = Callable[[list[Message]], Awaitable[None]]
-
-
 class RequestContext:
     """What memory processors know about the run: the thread, the resource and the effective options.
 
-    ``persisted`` is None until the run's messages are saved, then what was stored. A processor whose work
-    depends on them calls :meth:`when_persisted`, so that work never runs for a save that failed, whatever order
-    the processors run in. Embedding the turn is the save's own work (:meth:`embed_with_save`): a turn is saved
-    with semantic recall on exactly as ``Memory.save_messages`` saves, embedding while it commits.
+    ``persisted`` is None until the run's messages are saved, then what was stored. Embedding the turn is the
+    save's own work (:meth:`embed_with_save`): a turn is saved with semantic recall on through the pipeline of
+    ``Memory.save_messages`` (see ``IndexActor.upsert_on_commit`` for when its vectors are searchable).
     """
 
-    __slots__ = ("_after_persist", "data_parts", "embed_with", "finish_reason", "mark_pending", "memory_config",
+    __slots__ = ("data_parts", "embed_with", "finish_reason", "mark_pending", "memory_config",
                  "model_id", "persisted", "resource_id", "run_state", "thread")
 
     def __init__(
@@ -77,7 +72,6 @@ class RequestContext:
         self.mark_pending = False
         #: What embeds the turn's messages as the save commits (set by :meth:`embed_with_save`), or None.
         self.embed_with: TurnEmbedder | None = None
-        self._after_persist: list[AfterPersist] = []
         #: Transient ``data-*`` parts written for the stream's consumer, not yet sent (the run drains them).
         self.data_parts: list[tuple[str, dict[str, Any]]] = []
         #: The agent's model (its ``model_id``), when an agent runs the turn.
@@ -90,23 +84,9 @@ class RequestContext:
 
     def embed_with_save(self, embedder: TurnEmbedder) -> None:
         """(the ``semantic-recall`` processor, before the turn is persisted) Have the turn's save embed its messages
-        while it commits, mark them as awaiting vectors in its transaction, and return once they are queryable."""
+        while it commits and mark them as awaiting vectors in its transaction."""
         self.embed_with = embedder
         self.mark_pending = True
-
-    async def when_persisted(self, work: AfterPersist) -> None:
-        """Run ``work`` with the stored messages once the turn is persisted (now, if it already is)."""
-        if self.persisted is not None:
-            await work(self.persisted)
-        else:
-            self._after_persist.append(work)
-
-    async def mark_persisted(self, saved: list[Message]) -> None:
-        """(the persisting processor) The turn's messages committed: run what waited for them."""
-        self.persisted = saved
-        waiting, self._after_persist = self._after_persist, []
-        for work in waiting:
-            await work(saved)
 
     @property
     def thread_id(self) -> str | None:

@@ -171,14 +171,14 @@ class SemanticRecall:
         return None
 
     async def process_output_result(self, args: ProcessOutputArgs) -> None:
-        """Embed the turn's messages exactly as stored, queryable once the turn's save returns.
+        """Embed the turn's messages exactly as stored, searchable soon after the turn (``upsert_on_commit``).
 
         Before the turn is persisted (memory's own order: this step, then ``message-history``) the save itself
         embeds them while it commits (``RequestContext.embed_with_save``), as ``Memory.save_messages`` does: the
         vectors are staged only once the commit succeeded (a failed or cancelled persist leaves none), and the
         save marks the messages as awaiting vectors in its transaction, so a crash before the vectors are written
-        leaves them for the index's retry. After it (a user's ``MessageHistory`` placed first) they are embedded
-        at once. An embedding failure never fails the turn.
+        leaves them for the index's retry. After it (a user's ``MessageHistory`` placed first) they are queued at
+        once. An embedding failure never fails the turn.
         """
         context = args.context
         if context.memory_config.read_only or not (context.thread_id or args.message_list.thread_id):
