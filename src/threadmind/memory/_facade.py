@@ -454,7 +454,7 @@ class Memory:
 
     async def settled(self) -> None:
         """Return once the background work started so far has finished: titles, observations and reflections
-        (and what they started meanwhile), then the index's queued work (vectors queued without waiting, HNSW
+        (and what they started meanwhile), then the index's queued work (the vectors of agent turns, HNSW
         insertion). The memory stays open; work started later is not waited for (Mastra's ``settled()``)."""
         await self._core.door.settled()
 
