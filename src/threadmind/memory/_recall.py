@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Literal
 
 from .._config import MemoryConfig, SearchMode, SemanticRecallConfig
 from .._results import RecallResult, SearchHit
-from ..actors._thread_actor import LoadMessages, LoadTokenWindow, LoadWindow
-from ..codecs import Message
+from ..actors._thread_actor import GetThread, LoadMessages, LoadTokenWindow, LoadWindow
+from ..codecs import Message, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..processors._merge import is_system_reminder
 from ..stores import DateRange, Include, MessagePage, MessageQuery
@@ -56,7 +56,8 @@ async def recall(
         return RecallResult(messages=visible(tail.messages), total=tail.total, page=0, per_page=limit,
                             has_more=tail.has_more)
     if resource_id is not None:
-        thread = await door.get_thread(thread_id)
+        # The owner check reads the row the thread's actor holds (fresh as the actors' caches are).
+        thread: Thread | None = await door.ask(thread_id, GetThread())
         if thread is None and not tolerate_missing:
             raise ThreadNotFound(thread_id, message=f"No thread found with id {thread_id}")
         if thread is not None and thread.resource_id != resource_id:
@@ -145,11 +146,11 @@ async def search_messages(core: MemoryCore, query: str, *, resource_id: str, thr
     if mode == "vector" and core.door.running_index() is None:
         raise ValidationError("search 'vector' needs a vector store and an embedder")
     if thread_id is not None:
-        thread = await door.get_thread(thread_id)
-        if thread is None:
+        owner: Thread | None = await door.ask(thread_id, GetThread())  # the row the thread's actor holds
+        if owner is None:
             raise ThreadNotFound(thread_id, message=f"No thread found with id {thread_id}")
-        if thread.resource_id != resource_id:
-            raise ResourceMismatch(thread_id, thread.resource_id, resource_id)
+        if owner.resource_id != resource_id:
+            raise ResourceMismatch(thread_id, owner.resource_id, resource_id)
     found = await core.door.searcher().search(query, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
                                          mode=mode, keyword_weight=configured.keyword_weight, threshold=threshold,
                                          metadata_filter=configured.metadata_filter())
