@@ -234,15 +234,19 @@ class ObservationalMemory:
         if config.buffer_size is not None:
             cycle = f"buffer-obs-{uuid.uuid4()}"
             # observations computed ahead, in chunks
-            if engine.should_buffer(config, record, tokens) and engine.buffer(
-                    config, thread_id, resource_id, tokens, working_memory=managed, cycle_id=cycle):
+            buffering = engine.should_buffer(config, record, tokens) and engine.buffer(
+                config, thread_id, resource_id, tokens, working_memory=managed, cycle_id=cycle)
+            if buffering:
                 context.write_data("data-om-buffering-start", {
                     "cycleId": cycle, "operationType": "observation", "startedAt": to_iso(utc_now()),
                     "tokensToBuffer": tokens - (record.last_buffered_at_tokens if record is not None else 0),
                     "recordId": record.id if record is not None else None, "threadId": thread_id,
                     "threadIds": [thread_id], "config": _marker_config(config)})
-            if tokens >= limit and (record is None or not record.buffered_chunks):
-                engine.schedule(config, thread_id, resource_id, working_memory=managed)  # nothing to activate
+            # Nothing to activate at the next turn, and no chunk on its way: observe now. (A chunk being computed
+            # is activated by the next turn at the threshold, with no model call; observing its messages as well
+            # would race it for the Observer's lease and do the work twice.)
+            if tokens >= limit and not buffering and (record is None or not record.buffered_chunks):
+                engine.schedule(config, thread_id, resource_id, working_memory=managed)
             return None
         if tokens >= limit:  # at it, as the reference
             engine.schedule(config, thread_id, resource_id, working_memory=managed)
