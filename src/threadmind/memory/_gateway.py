@@ -76,8 +76,7 @@ class ActorAccess(AccessBase):
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         if not isinstance(query.thread_id, str):
             return await self._door.configured().list_messages(query)
-        door = self._door
-        door.check_running()
+        door = self._door  # each ask checks that the memory is running
         per_page = query.per_page
         if (query.direction == "DESC" and not query.include and query.date_range is None and not query.metadata
                 and isinstance(per_page, int) and per_page is not True and per_page > 0
@@ -175,7 +174,6 @@ class Door:
 
     def __init__(self, core: MemoryCore, *, idle_timeout: float, max_actors: int, lease_ttl: float) -> None:
         self._core = core
-        self.cache_ttl = core.cache_ttl
         #: The vector index's name, once the embedder's dimension is known.
         self.index_name: str | None = None
         self._searcher: Searcher | None = None
@@ -238,7 +236,7 @@ class Door:
 
     def observational_records(self) -> ObservationalMemoryStore:
         """The observation records, cached as long as the Memory's caches are trusted."""
-        return self.configured().observational_records(ttl=self.cache_ttl)
+        return self.configured().observational_records(ttl=self._core.cache_ttl)
 
     # -- the actors ---------------------------------------------------------------------------------
     def actors(self, *, background: bool = False) -> ActorSystem:
