@@ -10,12 +10,13 @@ single thread's save's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from ..codecs import Message
 from ..stores import Store
+from ..stores._vector_rows import SavesVectorRows, VectorRows
 from ._thread_actor import SaveObserver
 
 __all__ = ("AcrossThreads", "DeleteAcross", "SaveAcross", "UpdateAcross", "write_across")
@@ -73,10 +74,15 @@ async def write_across(store: Store, command: AcrossThreads) -> Any:
     an update the updated messages, a deletion the ids it deleted."""
     match command:
         case SaveAcross(by_thread, mark_pending, observers):
-            for observer in observers.values():
-                await observer.started()
+            rows = [await observer.started() for observer in observers.values()]
+            inline = [part for part in rows if part is not None]
             try:
-                written = await store.save_messages_many(by_thread, mark_pending=mark_pending)
+                if inline:  # some parts' vectors are written by the save itself (see ``RowsForSave``)
+                    written = await cast(SavesVectorRows, store).save_messages_with_vectors(
+                        by_thread, VectorRows.joined(cast(list[VectorRows], inline)),
+                        mark_pending=mark_pending and len(inline) < len(rows))
+                else:
+                    written = await store.save_messages_many(by_thread, mark_pending=mark_pending)
             except BaseException:
                 for observer in observers.values():
                     observer.finished(None)

@@ -162,27 +162,49 @@ class CommitGatedUpsert:
     The embedding (batched with other callers') overlaps the commit; the vectors are staged only after the
     commit succeeded, so a hit never names a message that is not durable, and a failed save leaves no vector.
     Queued in the thread's commit order, so a message re-saved twice ends with the text stored last.
+
+    Where the message store can write the vectors in the save's own statement (:meth:`prepare` found rows, see
+    ``IndexActor.rows_for_save``), they commit with the messages instead: nothing is queued, and the save returns
+    with its vectors queryable in every process.
     """
 
-    __slots__ = ("_actor", "_op", "_queued")
+    __slots__ = ("_actor", "_inline", "_op", "_queued", "_rows")
 
     def __init__(self, actor: IndexActor, op: IndexUpsert) -> None:
         self._actor = actor
         self._op = op
         self._queued = False
+        self._rows: object | None = None
+        self._inline = False
 
-    async def started(self) -> None:
-        """(thread actor) The save is about to commit: queue the upsert. Never raises; errors reach ``result``."""
+    async def prepare(self) -> None:
+        """(caller, before asking for the save) Embed now if the save can write the vectors itself. Never raises:
+        an embedder failure leaves the upsert to the batch path, which retries it and marks the messages."""
+        try:
+            self._rows = await self._actor.rows_for_save(self._op)
+        except Exception:  # the batch path meets the same failure and reports it
+            self._rows = None
+
+    async def started(self) -> object | None:
+        """(thread actor) The save is about to commit: the vector rows it writes itself, or None once the upsert is
+        queued (or the index is closed). Never raises; errors reach ``result``."""
+        if self._rows is not None and self._actor.claim_for_save(self._op):
+            self._inline = True
+            return self._rows
         try:
             await self._actor.submit(self._op)
         except ConfigError as exc:  # the index closed: the save still commits, its marks make it pending
             self._op.error = exc
-            return
+            return None
         self._queued = True
+        return None
 
     def finished(self, saved: Sequence[Message] | None) -> None:
         """(thread actor) The save committed (``saved``), or failed or ended unknown (None: index nothing)."""
         self._op.committed = saved
+        if self._inline:
+            self._op.done.set()
+            return
         assert self._op.gate is not None
         self._op.gate.set()
 

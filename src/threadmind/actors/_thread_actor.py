@@ -10,7 +10,7 @@ from that: the store's insertion sequence is assigned in the order this actor su
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
 import msgspec
@@ -20,6 +20,7 @@ from .._history_window import load_token_window
 from ..codecs import Message, Thread
 from ..errors import ResourceMismatch, ThreadNotFound, ValidationError
 from ..stores import Include, Lease, MessagePage, MessageQuery, Store, ThreadChange
+from ..stores._vector_rows import SavesVectorRows, VectorRows
 from ..tokens import TokenCounter
 from ..tracing import ATTR_CONVERSATION_ID, ATTR_THREAD_ID
 from ._actor import NOT_NOW, Actor
@@ -50,8 +51,9 @@ __all__ = (
 class SaveObserver(Protocol):
     """Told, in the thread's commit order, that a save starts and how it ended (the index overlaps its work)."""
 
-    async def started(self) -> None:
-        """The save is about to commit. Must not raise."""
+    async def started(self) -> object | None:
+        """The save is about to commit: the vector rows it is to write itself (``save_messages_with_vectors``
+        of a store that can, see ``RowsForSave``), or None. Must not raise."""
 
     def finished(self, saved: Sequence[Message] | None) -> None:
         """The stored messages, or None when the save failed or its outcome is unknown."""
@@ -299,11 +301,14 @@ class ThreadActor(Actor[ThreadCommand]):
         store = self._store
         match command:
             case SaveMessages(messages, mark_pending, observer, fence):
-                if observer is not None:
-                    await observer.started()
+                rows = None if observer is None else await observer.started()
                 self._own_writes += 1
                 try:
-                    saved = await store.save_messages(self.key, messages, mark_pending=mark_pending, fence=fence)
+                    if rows is None:
+                        saved = await store.save_messages(self.key, messages, mark_pending=mark_pending, fence=fence)
+                    else:  # the vector store made the rows for this store: it writes them in the save
+                        saved = (await cast(SavesVectorRows, store).save_messages_with_vectors(
+                            {self.key: messages}, cast(VectorRows, rows), fence=fence))[self.key]
                 except BaseException:
                     self._tail = None  # the outcome is unknown to us: re-read next time
                     if observer is not None:

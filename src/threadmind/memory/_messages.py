@@ -2,8 +2,10 @@
 
 A batch of one thread goes through that thread's actor; a batch spanning threads is written in one store
 transaction while every involved thread's actor is held (taken in sorted order, so batches never deadlock).
-With semantic recall on, a single-thread save embeds while it commits and stages the vectors only once the
-commit succeeded; the save also marks its messages as awaiting vectors in the same transaction.
+With semantic recall on, a save embeds while it commits and stages the vectors only once the commit succeeded; the
+save also marks its messages as awaiting vectors in the same transaction. Where the message store can write the
+vectors in the save's own statement (``PostgresStore`` with ``PgVectorStore`` in its database), the save embeds
+first and its vectors commit with the messages.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ async def save_batch(core: MemoryCore, batch: list[Message], config: MemoryConfi
     # save returns once they are queryable. One thread or several alike.
     gates = {thread_id: index.upsert_on_commit(messages) for thread_id, messages in by_thread.items()} \
         if index is not None else {}
+    for gate in gates.values():  # where the save can write its vectors itself, they are embedded first
+        await gate.prepare()
     if len(by_thread) == 1:
         ((thread_id, messages),) = by_thread.items()
         saved: list[Message] = await door.ask(thread_id, SaveMessages(messages, mark, gates.get(thread_id)))

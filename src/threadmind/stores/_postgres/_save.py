@@ -16,6 +16,7 @@ it runs the save again.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -29,7 +30,7 @@ from .._query import check_owner, encode_content_text, ms, validate_messages
 from ._rows import as_naive, check_text, from_columns
 from ._tsvector import BUMPED, entry_columns, keyword_entries
 
-__all__ = ("DIAGNOSE_SQL", "SAVE_SQL", "Part", "kept", "parts_of", "refusal", "save_params")
+__all__ = ("DIAGNOSE_SQL", "SAVE_SQL", "Part", "kept", "parts_of", "refusal", "save_params", "save_sql")
 
 SAVE_SQL = f"""
 WITH input AS (
@@ -88,6 +89,39 @@ SELECT CASE WHEN NOT go.fenced THEN threadmind_fail('lease lost')
        ARRAY(SELECT ROW(b.scope, b.slot, b.n) FROM bumped b)
 FROM go
 """
+
+
+_SAVE_HEAD, _SAVE_TAIL = SAVE_SQL.split(f"{BUMPED}\n")
+
+
+@functools.lru_cache(maxsize=16)
+def save_sql(table: str | None = None, vector_type: str = "", namespace: str = "") -> str:
+    """:data:`SAVE_SQL`, and with a vector ``table`` the CTEs that replace the saved messages' vectors there (the
+    parameters of :meth:`VectorRows.params` after the save's): only when the save applies, with each row's
+    ``created_at`` as stored, and clearing the messages' pending marks."""
+    if table is None:
+        return SAVE_SQL
+    vectors = f"""vrec AS (
+  SELECT r.vector_id, r.metadata || jsonb_build_object('created_at', to_char(
+           COALESCE(s."createdAtZ", s."createdAt" AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+           'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')) AS metadata,
+         r.embedding
+  FROM unnest($23::text[], $24::text[], $25::jsonb[], $26::{vector_type}[])
+    AS r(vector_id, message_id, metadata, embedding)
+  JOIN saved s ON s.id = r.message_id
+), vgone AS (
+  DELETE FROM {table} v USING go WHERE go.ok AND go.fenced AND v.namespace = '{namespace}'
+    AND v.metadata->>'message_id' = ANY($24::text[]) AND NOT (v.vector_id = ANY($23::text[]))
+), vpending AS (
+  DELETE FROM threadmind_vector_pending p USING go WHERE go.ok AND go.fenced AND p.message_id = ANY($24::text[])
+), vsaved AS (
+  INSERT INTO {table} (vector_id, embedding, metadata, namespace)
+  SELECT vector_id, embedding, metadata, '{namespace}' FROM vrec
+  ON CONFLICT (namespace, vector_id) DO UPDATE SET embedding = EXCLUDED.embedding, metadata = EXCLUDED.metadata
+), """
+    return f"{_SAVE_HEAD}{vectors}{BUMPED}\n{_SAVE_TAIL}"
+
+
 DIAGNOSE_SQL = """
 SELECT ARRAY(SELECT ROW(t.id, t."resourceId") FROM mastra_threads t WHERE t.id = ANY($1::text[])),
        ARRAY(SELECT ROW(m.id, m.thread_id) FROM mastra_messages m WHERE m.id = ANY($2::text[]))

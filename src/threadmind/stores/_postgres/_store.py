@@ -55,10 +55,11 @@ from .._query import (
     validate_delete_ids,
     validate_thread_list,
 )
+from .._vector_rows import VectorRows, vector_codec
 from .._versions import FileCounts, counts_for_file
 from ._keyword_index import PostgresKeywordIndex
 from ._lease_rows import LeaseListener, PgLeases, Presence, check_fence, lease_lost
-from ._pool import PgPool, check_connection, masked, storage_error, transaction
+from ._pool import PgPool, check_connection, import_asyncpg, masked, storage_error, transaction
 from ._queries import MessageReads
 from ._rows import (
     MSG_COLS,
@@ -76,7 +77,7 @@ from ._rows import (
     thread_filter,
     thread_from_row,
 )
-from ._save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, save_params
+from ._save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, save_params, save_sql
 from ._schema import FAIL_SQLSTATE
 from ._statements import (
     CHUNK,
@@ -422,17 +423,43 @@ class PostgresStore:
     async def save_messages_many(self, by_thread: Mapping[str, Sequence[Message]], *, mark_pending: bool = False,
                                  fence: Lease | None = None) -> dict[str, list[Message]]:
         """Upsert the messages of several threads in one statement: every thread's part, or none of them."""
+        return await self._save(by_thread, mark_pending, fence, None)
+
+    async def save_messages_with_vectors(self, by_thread: Mapping[str, Sequence[Message]], vectors: VectorRows, *,
+                                         mark_pending: bool = False,
+                                         fence: Lease | None = None) -> dict[str, list[Message]]:
+        """:meth:`save_messages_many`, and in the same statement new vectors of (some of) the messages, replacing
+        their old ones in a ``PgVectorStore`` table of this database and clearing their pending marks."""
+        return await self._save(by_thread, mark_pending, fence, vectors)
+
+    async def _save(self, by_thread: Mapping[str, Sequence[Message]], mark_pending: bool, fence: Lease | None,
+                    vectors: VectorRows | None) -> dict[str, list[Message]]:
         parts = parts_of(by_thread)
         if not parts:
             await self._idle()
             return {thread_id: [] for thread_id in by_thread}
         params, entries = save_params(parts, utc_now(), bool(mark_pending), fence)
+        sql = SAVE_SQL
+        if vectors is not None:
+            sql = save_sql(vectors.table, vectors.vector_type, vectors.namespace)
+            params.extend(vectors.params())
         ids = [mid for part in parts for mid in part.rows]
+
+        async def fetch(conn: Any) -> Any:
+            try:
+                return await conn.fetchrow(sql, *params)
+            except import_asyncpg().DataError:
+                if vectors is None:
+                    raise
+                # A connection's first save with vectors: the driver encodes them in binary once told how (it
+                # encodes the arguments before sending anything, so nothing ran).
+                await vector_codec(conn, vectors.schema)
+                return await conn.fetchrow(sql, *params)
 
         async def run(conn: Any) -> Any:
             for _ in range(3):
                 try:
-                    return await conn.fetchrow(SAVE_SQL, *params)
+                    return await fetch(conn)
                 except Exception as exc:
                     if getattr(exc, "sqlstate", None) != FAIL_SQLSTATE:
                         raise

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from .._protocol import SaveHook, Store
 from .._vector_records import PendingVector, VectorRecord
 
-__all__ = ("Metric", "VectorHit", "VectorStore", "VectorStoreStatistics", "as_vector_store")
+__all__ = ("Metric", "RowsForSave", "VectorHit", "VectorStore", "VectorStoreStatistics", "as_vector_store")
 
 Metric = Literal["cosine", "euclidean", "dotproduct"]
 F32 = npt.NDArray[np.float32]
@@ -173,6 +173,20 @@ class VectorStore(Protocol):
 
     def statistics(self) -> VectorStoreStatistics:
         """Counters, for tests, benchmarks and operators."""
+
+
+@runtime_checkable
+class RowsForSave(Protocol):
+    """A vector store whose rows the message store's save can write in its own statement (``PgVectorStore`` with a
+    ``PostgresStore`` of the same database): a save's vectors then commit with its messages, in one round trip."""
+
+    @property
+    def rows_go_with_saves(self) -> bool:
+        """Whether the message store it was opened with writes its rows in its saves (checked before embedding)."""
+
+    def rows_for_save(self, records: Sequence[VectorRecord]) -> object | None:
+        """What the message store's ``save_messages_with_vectors`` writes for ``records``; None when this store
+        cannot have its rows written so (then they are written apart)."""
 
 
 def as_vector_store(value: Any) -> VectorStore:

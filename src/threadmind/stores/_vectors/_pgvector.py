@@ -42,6 +42,7 @@ from .._postgres import PostgresStore
 from .._postgres._pool import PgPool, check_connection, check_int, import_asyncpg, masked, storage_error
 from .._protocol import SaveHook, Store
 from .._vector_records import PendingVector, VectorRecord, VectorRecords
+from .._vector_rows import VectorRows
 from ._contract import F32, Metric, VectorHit, VectorStoreStatistics
 from ._pgvector_query import ScopedSearch
 from ._pgvector_table import (
@@ -389,6 +390,22 @@ class PgVectorStore:
     def has_message(self, message_id: str) -> bool:
         return True  # not known without a query; deleting nothing is harmless
 
+    @property
+    def rows_go_with_saves(self) -> bool:
+        """Whether the message store is a ``PostgresStore`` of this database (see :meth:`rows_for_save`)."""
+        return self._same_database
+
+    def rows_for_save(self, records: Sequence[VectorRecord]) -> VectorRows | None:
+        """The records as the message save's statement writes them (see :class:`RowsForSave`), when the message
+        store is a ``PostgresStore`` of this database and the index's table is set up; else None."""
+        if not self._same_database or self._layout is None or self._pool is None or not records:
+            return None
+        t = self._layout
+        return VectorRows(table=t.table, vector_type=t.vector_type, namespace=NAMESPACE, schema=self._schema,
+                          vector_ids=[r.vector_id for r in records], message_ids=[r.message_id for r in records],
+                          metadata=[_meta.encode(_metadata(r, created=False)).decode() for r in records],
+                          embeddings=[r.embedding for r in records])
+
     def stage(self, records: Sequence[VectorRecord], rows: F32) -> bool:
         return False  # searchable once written: the database is the index
 
@@ -528,7 +545,11 @@ class PgVectorStore:
                                      sql_queries=search.exact_queries + search.ann_queries)
 
 
-def _metadata(record: VectorRecord) -> dict[str, str]:
-    """The keys ``@mastra/memory`` writes (and reads ``message_id`` and ``thread_id`` back from)."""
-    return {"message_id": record.message_id, "thread_id": record.thread_id, "resource_id": record.resource_id,
-            "role": record.role, "created_at": record.created_at}
+def _metadata(record: VectorRecord, *, created: bool = True) -> dict[str, str]:
+    """The keys ``@mastra/memory`` writes (and reads ``message_id`` and ``thread_id`` back from); ``created``: with
+    ``created_at`` (a save's statement adds it from the stored message)."""
+    meta = {"message_id": record.message_id, "thread_id": record.thread_id, "resource_id": record.resource_id,
+            "role": record.role}
+    if created:
+        meta["created_at"] = record.created_at
+    return meta

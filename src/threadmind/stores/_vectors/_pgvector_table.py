@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import math
 import re
-import struct
 from typing import Any, Literal, NamedTuple
 
 import msgspec
-import numpy as np
 
 from ...errors import ConfigError, StorageError
+from .._vector_rows import vector_codec
 
 __all__ = ("HNSW_MAX_DIMENSIONS", "NAMESPACE", "IndexSpec", "Layout", "MetricOps", "build_concurrently",
            "ensure_extension", "ivfflat_lists", "layout", "message_tables", "metric_ops", "quote", "set_up_table",
@@ -150,32 +149,6 @@ async def ensure_extension(conn: Any) -> str:
     if schema is None:  # pragma: no cover - the statement above succeeded
         raise StorageError(f"the extension `{EXTENSION}` is missing right after CREATE EXTENSION")
     return str(schema)
-
-
-# ------------------------------------------------------------------------------------------ codec
-
-_HEADER = struct.Struct(">HH")
-
-
-def _encode(value: bytes | bytearray | memoryview | np.ndarray[Any, Any]) -> bytes:
-    """pgvector's binary form (int16 dimension, int16 unused, big-endian float32s) of little-endian float32 bytes
-    or a float array."""
-    if isinstance(value, np.ndarray):
-        floats = np.ascontiguousarray(value, dtype="<f4").ravel()
-    else:
-        floats = np.frombuffer(value, dtype="<f4")
-    return _HEADER.pack(floats.size, 0) + floats.astype(">f4").tobytes()
-
-
-def _decode(data: bytes) -> bytes:
-    """Little-endian float32 bytes (threadmind's stored form) of a vector in pgvector's binary form."""
-    dimension, _ = _HEADER.unpack_from(data)
-    return np.frombuffer(data, dtype=">f4", count=dimension, offset=4).astype("<f4").tobytes()
-
-
-async def vector_codec(conn: Any, schema: str) -> None:
-    """Exchange ``vector`` values in binary (our little-endian float32 bytes in, out): no text formatting."""
-    await conn.set_type_codec("vector", schema=schema, encoder=_encode, decoder=_decode, format="binary")
 
 
 # ------------------------------------------------------------------------------------------ table
