@@ -98,7 +98,8 @@ _SAVE_HEAD, _SAVE_TAIL = SAVE_SQL.split(f"{BUMPED}\n")
 def save_sql(table: str | None = None, vector_type: str = "", namespace: str = "") -> str:
     """:data:`SAVE_SQL`, and with a vector ``table`` the CTEs that replace the saved messages' vectors there (the
     parameters of :meth:`VectorRows.params` after the save's): only when the save applies, with each row's
-    ``created_at`` as stored, and clearing the messages' pending marks."""
+    ``created_at`` as stored, and clearing the messages' pending marks. (The namespace is tested so that no index
+    serves it, as ``PgVectorStore`` tests it everywhere: see ``namespace_is``.)"""
     if table is None:
         return SAVE_SQL
     vectors = f"""vrec AS (
@@ -110,7 +111,7 @@ def save_sql(table: str | None = None, vector_type: str = "", namespace: str = "
     AS r(vector_id, message_id, metadata, embedding)
   JOIN saved s ON s.id = r.message_id
 ), vgone AS (
-  DELETE FROM {table} v USING go WHERE go.ok AND go.fenced AND v.namespace = '{namespace}'
+  DELETE FROM {table} v USING go WHERE go.ok AND go.fenced AND COALESCE(v.namespace, '') = '{namespace}'
     AND v.metadata->>'message_id' = ANY($24::text[]) AND NOT (v.vector_id = ANY($23::text[]))
 ), vpending AS (
   DELETE FROM threadmind_vector_pending p USING go WHERE go.ok AND go.fenced AND p.message_id = ANY($24::text[])

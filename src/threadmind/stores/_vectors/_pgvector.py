@@ -54,6 +54,7 @@ from ._pgvector_table import (
     ivfflat_lists,
     layout,
     message_tables,
+    namespace_is,
     quote,
     set_up_table,
     table_name,
@@ -421,7 +422,7 @@ class PgVectorStore:
                    if self._same_database else "")
         sql = (f"WITH rec AS (SELECT * FROM unnest($1::text[], $2::{t.vector_type}[], $3::jsonb[]) "
                "AS r(vector_id, embedding, metadata)), "
-               f"gone AS (DELETE FROM {t.table} v WHERE v.namespace = '{NAMESPACE}' "
+               f"gone AS (DELETE FROM {t.table} v WHERE {namespace_is('v')} "
                "AND v.metadata->>'message_id' = ANY($4::text[]) AND NOT (v.vector_id = ANY($1::text[]))), "
                f"{pending}"
                f"ins AS (INSERT INTO {t.table} (vector_id, embedding, metadata, namespace) "
@@ -489,7 +490,7 @@ class PgVectorStore:
                "ELSE m.new || '#' || v.id END, v.embedding, "
                "v.metadata || jsonb_build_object('message_id', m.new, 'thread_id', $3::text, 'resource_id', $4::text), "
                f"v.namespace FROM {t.table} v JOIN unnest($1::text[], $2::text[]) AS m(old, new) "
-               f"ON v.metadata->>'message_id' = m.old WHERE v.namespace = '{NAMESPACE}' "
+               f"ON v.metadata->>'message_id' = m.old WHERE {namespace_is('v')} "
                "ON CONFLICT (namespace, vector_id) DO UPDATE SET embedding = EXCLUDED.embedding, "
                "metadata = EXCLUDED.metadata")
         await self._write(lambda conn: conn.execute(sql, old, new, thread_id, resource_id), "vector copy")

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import anyio
 
 from ._contract import VectorHit
-from ._pgvector_table import NAMESPACE, Layout
+from ._pgvector_table import Layout, namespace_is
 
 __all__ = ("MAX_SCAN_TUPLES", "ScopedSearch")
 
@@ -46,7 +46,7 @@ _COLUMNS = "v.metadata->>'message_id', v.metadata->>'thread_id', v.metadata->>'r
 
 def _where(resource_id: str | None, thread_id: str | None, first: int) -> tuple[str, list[str]]:
     """The scope's filter (parameters numbered from ``first``) and its parameters."""
-    parts, params = [f"namespace = '{NAMESPACE}'"], []
+    parts, params = [namespace_is()], []
     for field, value in (("thread_id", thread_id), ("resource_id", resource_id)):
         if value is not None:
             params.append(value)

@@ -35,13 +35,23 @@ from ...errors import ConfigError, StorageError
 from .._vector_rows import vector_codec
 
 __all__ = ("HNSW_MAX_DIMENSIONS", "NAMESPACE", "IndexSpec", "Layout", "MetricOps", "build_concurrently",
-           "ensure_extension", "ivfflat_lists", "layout", "message_tables", "metric_ops", "quote", "set_up_table",
+           "ensure_extension", "ivfflat_lists", "layout", "message_tables", "metric_ops", "namespace_is", "quote",
+           "set_up_table",
            "table_name", "vector_codec")
 
 Metric = Literal["cosine", "euclidean", "dotproduct"]
 EXTENSION = "vector"
 HNSW_MAX_DIMENSIONS = 2000
 NAMESPACE = "default"
+
+
+def namespace_is(alias: str | None = None) -> str:
+    """The rows of :data:`NAMESPACE` (``alias``: the table's), written so that the planner never reads the
+    ``(namespace, vector_id)`` index for it: every row has that namespace, and statistics taken while the table was
+    small (it grows from empty) make a bitmap of the whole index look cheap beside the index that finds the rows
+    (0.39 ms of a 0.87 ms scoped query over 8 000 rows, 0.42 ms of a 2-vector save's statement)."""
+    column = "namespace" if alias is None else f"{alias}.namespace"
+    return f"COALESCE({column}, '') = '{NAMESPACE}'"
 #: ``xxh32(field).toString(16)``: the suffix ``@mastra/pg`` gives the btree of each field in ``metadataIndexes``.
 _FIELD_HASH = {"thread_id": "57d95f6b", "resource_id": "5a823b81", "message_id": "12150d99"}
 _INDEX_NAME = re.compile(r"^memory_messages(?:_(\d+))?$")
