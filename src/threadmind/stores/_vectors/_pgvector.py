@@ -14,7 +14,10 @@ source of truth is the pgvector table; what the message store keeps is the pendi
 the marks once the vectors are committed (in the same statement when the message store is a
 ``PostgresStore`` on the same DSN; else right after it: a crash in between only embeds those messages again).
 Vectors are searchable once written (``stage`` returns False), so the index actor's batch waits for its one
-multi-row ``INSERT … ON CONFLICT`` statement before answering its callers.
+multi-row ``INSERT … ON CONFLICT`` statement before answering its callers. On the message store's own database a
+``Memory.save_messages`` skips the batch: its vectors, embedded first, go in the save's statement
+(:meth:`PgVectorStore.rows_for_save`, ``PostgresStore.save_messages_with_vectors``), so they commit with the
+messages and no mark is needed.
 
 The HNSW index costs every insert far more than the row itself (see :mod:`._pgvector_table`) and serves only
 resource scopes larger than ``exact_limit`` (smaller scopes and threads are searched exactly, see
