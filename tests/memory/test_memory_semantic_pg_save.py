@@ -188,3 +188,30 @@ async def test_a_message_whose_upsert_is_still_queued_goes_the_batch_path(memory
     await third.prepare()
     assert await third.started() is not None
     third.finished(None)
+
+
+async def test_a_batch_across_threads_writes_some_parts_itself_and_queues_the_others(memory: Memory,
+                                                                                     pg_dsn: str) -> None:
+    index = actor_system(memory).index
+    assert index is not None
+    await memory.save_messages([msg("m0", "t3", text="the index is selected by a first save")])
+    queued = index.upsert_on_commit([msg("m1", "t1", text="an agent turn's reply, still committing")])
+    assert await queued.started() is None
+    told = False
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(memory.save_messages, [msg("m1", "t1", text="the reply as saved again"),
+                                                 msg("m2", "t2", text="a part nothing of which is queued")])
+            with anyio.fail_after(10):  # t2's part commits with its vectors; t1's waits for the queued write
+                while sorted(row[1] for row in await _vector_rows(pg_dsn)) != ["m0", "m2"]:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert await _marks(pg_dsn) == 1  # t1's part is owed its vectors, t2's is not
+            queued.finished([msg("m1", "t1", text="an agent turn's reply, still committing")])
+            told = True
+    finally:
+        if not told:  # a failed assertion must not leave the index waiting on it
+            queued.finished(None)
+    assert sorted(row[1] for row in await _vector_rows(pg_dsn)) == ["m0", "m1", "m2"]
+    hits = await index.query("the reply as saved again", top_k=1, resource_id="r1")
+    assert hits[0].message_id == "m1" and hits[0].score > 0.999
+    assert await _marks(pg_dsn) == 0

@@ -92,6 +92,8 @@ FROM go
 
 
 _SAVE_HEAD, _SAVE_TAIL = SAVE_SQL.split(f"{BUMPED}\n")
+_MARKED = "FROM input i, go WHERE go.ok AND $14::boolean"
+assert _SAVE_HEAD.count(_MARKED) == 1
 
 
 @functools.lru_cache(maxsize=16)
@@ -120,7 +122,9 @@ def save_sql(table: str | None = None, vector_type: str = "", namespace: str = "
   SELECT vector_id, embedding, metadata, '{namespace}' FROM vrec
   ON CONFLICT (namespace, vector_id) DO UPDATE SET embedding = EXCLUDED.embedding, metadata = EXCLUDED.metadata
 ), """
-    return f"{_SAVE_HEAD}{vectors}{BUMPED}\n{_SAVE_TAIL}"
+    # Messages whose vectors the statement writes are not marked (a batch across threads may mark its other parts).
+    head = _SAVE_HEAD.replace(_MARKED, _MARKED + " AND NOT (i.id = ANY($24::text[]))")
+    return f"{head}{vectors}{BUMPED}\n{_SAVE_TAIL}"
 
 
 DIAGNOSE_SQL = """
