@@ -22,9 +22,10 @@ stores with a vector). Messages that do not match never come back, neighbours li
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, runtime_checkable
 
+import anyio
 import msgspec
 
 from .._config import SearchMode
@@ -33,12 +34,12 @@ from ..codecs import Message, Thread
 from ..codecs._time import to_iso
 from ..embedders._chunking import chunk_text, message_text
 from ..errors import EmbedderError
-from ..stores import KeywordCandidate, KeywordSearch, Neighbours, Store, VectorHit
-from ..stores._keywords import query_terms
+from ..stores import KeywordMatches, KeywordSearch, Store, VectorHit
+from ..stores._keywords import NO_MATCHES, query_terms
 from ._rank import DEFAULT_KEYWORD_WEIGHT, Ranked, fuse, pools, smoothed
 
-__all__ = ("MAX_FILTERED_POOL", "SEARCH_MODES", "Found", "SearchMode", "Searcher", "VectorQuery", "as_vector_hits",
-           "metadata_of")
+__all__ = ("MAX_FILTERED_POOL", "SEARCH_MODES", "Found", "KeywordSearchBeside", "SearchMode", "Searcher", "VectorQuery",
+           "as_vector_hits", "metadata_of")
 
 _log = logging.getLogger("threadmind.search")
 
@@ -55,6 +56,16 @@ class VectorQuery(Protocol):
                     threshold: float | None = None) -> list[VectorHit]: ...
 
 
+@runtime_checkable
+class KeywordSearchBeside(Protocol):
+    """A keyword index that waits on a database server (``PostgresStore``): its search runs beside the vector query
+    and reads the neighbours of both sides' candidates once the vector hits are known."""
+
+    async def keyword_search_beside(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
+                                    limit: int,
+                                    neighbours_of: Callable[[], Awaitable[Sequence[str]]]) -> KeywordMatches: ...
+
+
 class Found(msgspec.Struct, frozen=True):
     """What a search found: candidates best first (more than asked for when the ranking had them), and whether the
     vector side failed (an embedder outage) so only keyword hits came back."""
@@ -65,6 +76,10 @@ class Found(msgspec.Struct, frozen=True):
 
 class Searcher:
     """Ranks a scope's messages for a query (see the module docstring).
+
+    The two sides run one after the other, in one trip to the store, where both are this process's CPU (SQLite,
+    memory); beside each other where the keyword search waits on a server (:class:`KeywordSearchBeside`), whose
+    two queries then overlap there, the neighbours of both sides' candidates read once the vector hits are known.
 
     :param keywords: the store, when it keeps a keyword index.
     :param vectors: the index, when there is a vector store and an embedder.
@@ -77,6 +92,7 @@ class Searcher:
         self._vectors = vectors
         self._max_chunk_chars = max_chunk_chars
         self._store = store  # messages and threads, for filters
+        self._beside = keywords if isinstance(keywords, KeywordSearchBeside) else None
 
     async def search(self, query: str, *, top_k: int, resource_id: str | None, thread_id: str | None,
                      mode: SearchMode = "hybrid", keyword_weight: float | None = None,
@@ -127,24 +143,61 @@ class Searcher:
         keyword_pool, vector_pool = pools(top_k)
         vector: list[tuple[str, str, str, float]] = []
         degraded = False
-        if weight < 1.0 and self._vectors is not None:
+        vector_done = anyio.Event()
+
+        async def vector_side() -> None:
+            nonlocal vector, degraded
             try:
-                vector = await self._nearest(query, vector_pool, resource_id, thread_id)
-            except EmbedderError:
-                _log.warning("embedder unavailable: recall answers with keyword hits only")
-                degraded = True
-            if threshold is not None:
-                vector = [hit for hit in vector if hit[3] >= threshold]
-        keyword: list[KeywordCandidate] = []
-        neighbours: Neighbours = {}
-        if self._keywords is not None:
+                if weight < 1.0 and self._vectors is not None:
+                    try:
+                        vector = await self._nearest(query, vector_pool, resource_id, thread_id)
+                    except EmbedderError:
+                        _log.warning("embedder unavailable: recall answers with keyword hits only")
+                        degraded = True
+                    if threshold is not None:
+                        vector = [hit for hit in vector if hit[3] >= threshold]
+            finally:
+                vector_done.set()
+
+        async def vector_ids() -> list[str]:
+            await vector_done.wait()
+            return [hit[0] for hit in vector]
+
+        keywords = self._keywords
+        if keywords is None:
+            await vector_side()
+            return Found(smoothed(fuse([], vector, weight), {}), degraded)
+        terms = query_terms(query)
+        beside = self._beside
+        if beside is not None:  # both sides at once on the server (see the class docstring)
+            matches = NO_MATCHES
+            errors: list[Exception] = []
+
+            async def keyword_side() -> None:
+                nonlocal matches
+                matches = await beside.keyword_search_beside(terms, resource_id=resource_id, thread_id=thread_id,
+                                                             limit=keyword_pool, neighbours_of=vector_ids)
+
+            async def guarded(side: Callable[[], Awaitable[None]]) -> None:
+                try:
+                    await side()
+                except Exception as exc:  # raised as itself below, not in a group
+                    errors.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(guarded, vector_side)
+                await guarded(keyword_side)
+            if errors:
+                raise errors[0]
+            neighbours = matches.neighbours
+        else:
             # One trip to the store: the keyword candidates, and the neighbours of every candidate of the pool.
             # (After the vector side, not beside it: both are CPU work on two cores, and one trip is cheaper.)
-            matches = await self._keywords.keyword_search(
-                query_terms(query), resource_id=resource_id, thread_id=thread_id, limit=keyword_pool,
-                neighbours_of=[hit[0] for hit in vector])
-            keyword, neighbours = matches.candidates[:keyword_pool], matches.neighbours
-        return Found(smoothed(fuse(keyword, vector, weight), neighbours), degraded)
+            await vector_side()
+            matches = await keywords.keyword_search(terms, resource_id=resource_id, thread_id=thread_id,
+                                                    limit=keyword_pool, neighbours_of=[hit[0] for hit in vector])
+            neighbours = matches.neighbours
+        return Found(smoothed(fuse(matches.candidates[:keyword_pool], vector, weight), neighbours), degraded)
 
     async def _vector_only(self, query: str, top_k: int, resource_id: str | None, thread_id: str | None,
                            threshold: float | None) -> Found:

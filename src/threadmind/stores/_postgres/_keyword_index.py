@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from .._keywords import NO_MATCHES, KeywordMatches
+from .._keywords import NO_MATCHES, KeywordMatches, Neighbours
 from ._keyword_search import KeywordScopes
 from ._pool import transaction
 from ._rows import message_from_row
@@ -34,11 +34,13 @@ class PostgresKeywordIndex:
         self.scopes = KeywordScopes()
 
     async def search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                     limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
+                     limit: int, neighbours_of: Sequence[str] | None = None,
+                     later: Callable[[], Awaitable[Sequence[str]]] | None = None) -> KeywordMatches:
         """The scope's statistics and its best ``limit`` messages holding any of ``terms``: from the scope's rows
         kept in memory while its version is unchanged, else by SQL (see ``_keyword_search``); with
         ``neighbours_of``, the neighbours of those and of these (those the scope's block has not kept yet in one
-        more statement on the same connection)."""
+        more statement on the same connection), and of those ``later()`` gives once the candidates are known (then
+        the neighbours are read on a connection taken again: none is held while ``later()`` runs)."""
         query, lexemes = tsquery_literal(terms)
         searching = bool(lexemes) and limit > 0 and (resource_id is not None or thread_id is not None)
         if not searching and neighbours_of is None:
@@ -47,18 +49,28 @@ class PostgresKeywordIndex:
         others = [] if neighbours_of is None else list(neighbours_of)
         scopes = self.scopes
 
+        async def candidates(conn: Any) -> tuple[KeywordMatches, Any]:
+            if not searching:
+                return NO_MATCHES, None
+            return await scopes.matches(conn, terms, query, lexemes, resource_id=resource_id, thread_id=thread_id,
+                                        limit=limit)
+
         async def read(conn: Any) -> KeywordMatches:
-            found, block = NO_MATCHES, None
-            if searching:
-                found, block = await scopes.matches(conn, terms, query, lexemes, resource_id=resource_id,
-                                                    thread_id=thread_id, limit=limit)
+            found, block = await candidates(conn)
             if neighbours_of is None:
                 return found
             ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + others))
             return msgspec.structs.replace(found, neighbours=await scopes.neighbours(conn, block, ids))
 
-        matches: KeywordMatches = await self._read(read, "keyword_search")
-        return matches
+        if later is None:
+            matches: KeywordMatches = await self._read(read, "keyword_search")
+            return matches
+        found: KeywordMatches
+        found, block = await self._read(candidates, "keyword_search")
+        ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + others
+                                 + list(await later())))
+        neighbours: Neighbours = await self._read(lambda conn: scopes.neighbours(conn, block, ids), "keyword_search")
+        return msgspec.structs.replace(found, neighbours=neighbours)
 
     async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
         """The messages just before and after each one in its thread, in one statement."""

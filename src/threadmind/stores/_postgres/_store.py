@@ -227,6 +227,15 @@ class PostgresStore:
         return await self._keywords.search(terms, resource_id=resource_id, thread_id=thread_id, limit=limit,
                                            neighbours_of=neighbours_of)
 
+    async def keyword_search_beside(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
+                                    limit: int,
+                                    neighbours_of: Callable[[], Awaitable[Sequence[str]]]) -> KeywordMatches:
+        """:meth:`keyword_search` run beside another query (hybrid recall's vector side): the scope's version and
+        candidates first, then the neighbours of the candidates and of the ids ``neighbours_of()`` gives (the other
+        query's hits, awaited once the candidates are known) in one more statement on the same connection."""
+        return await self._keywords.search(terms, resource_id=resource_id, thread_id=thread_id, limit=limit,
+                                           neighbours_of=[], later=neighbours_of)
+
     async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
         """The messages just before and after each one in its thread, in one statement."""
         return await self._keywords.neighbours(message_ids)
