@@ -5,6 +5,10 @@ message still queued, an embedder failure), the save falls back to the commit-ga
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -215,3 +219,55 @@ async def test_a_batch_across_threads_writes_some_parts_itself_and_queues_the_ot
     hits = await index.query("the reply as saved again", top_k=1, resource_id="r1")
     assert hits[0].message_id == "m1" and hits[0].score > 0.999
     assert await _marks(pg_dsn) == 0
+
+
+_SAVER = """
+import sys, anyio
+from datetime import UTC, datetime, timedelta
+from threadmind import Memory, Message
+from threadmind.embedders import HashEmbedder
+from threadmind.stores import PgVectorStore, PostgresStore
+
+async def main() -> None:
+    dsn = sys.argv[1]
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    async with Memory(storage=PostgresStore(dsn), vector=PgVectorStore(dsn), embedder=HashEmbedder(dim=32),
+                      options={"semanticRecall": {"topK": 2, "scope": "resource"}}) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        batch = 0
+        while True:
+            await memory.save_messages([Message.user(f"note {batch} part {j} about harbour {batch * 7 + j}",
+                                                     id=f"b{batch:06d}-{j}", thread_id="t1", resource_id="r1",
+                                                     created_at=base + timedelta(milliseconds=batch))
+                                        for j in range(2)])
+            print(f"ack {batch}", flush=True)
+            batch += 1
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+async def test_sigkill_leaves_every_acknowledged_save_with_its_vectors_and_none_half_written(pg_dsn: str) -> None:
+    acked: set[int] = set()
+    async with await anyio.open_process([sys.executable, "-c", _SAVER, pg_dsn], stderr=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None
+        buffer = b""
+        with anyio.fail_after(60):
+            while len(acked) < 60:
+                buffer += await proc.stdout.receive()
+                *lines, buffer = buffer.split(b"\n")
+                acked.update(int(line.split()[1]) for line in lines if line.startswith(b"ack "))
+        os.kill(proc.pid, signal.SIGKILL)  # mid-run: the next save is in flight
+        await proc.wait()
+        async for chunk in proc.stdout:  # acknowledgements already in the pipe count too
+            buffer += chunk
+        acked.update(int(line.split()[1]) for line in buffer.split(b"\n") if line.startswith(b"ack "))
+    assert proc.returncode == -signal.SIGKILL
+    messages = {row[0] for row in await _sql(pg_dsn, "SELECT id FROM mastra_messages")}
+    vectors = {row[0] for row in await _sql(pg_dsn, "SELECT vector_id FROM memory_messages_32")}
+    assert await _marks(pg_dsn) == 0  # nothing owed: every stored message has its vectors
+    assert vectors == messages  # a save's messages and vectors commit together or not at all
+    for batch in acked:
+        assert {f"b{batch:06d}-0", f"b{batch:06d}-1"} <= messages, f"acknowledged save {batch} lost"
+    assert max(int(mid[1:7]) for mid in messages) <= max(acked) + 1  # at most the save in flight beyond
