@@ -41,12 +41,20 @@ from ..embedders._cache import EmbeddingCache
 from ..embedders._chunking import chunk_text, is_blank, message_text
 from ..errors import ConfigError, EmbedderError, EmbeddingDimensionMismatch, ThreadmindError, ValidationError
 from ..stores import MessageQuery, SaveHook, Store, VectorHit, VectorStore, VectorStoreStatistics
-from ..stores._vector_records import VectorRecord
 from ..stores._vectors._contract import RowsForSave, as_vector_store
 from ..tracing import ATTR_OPERATION, operation_span
 from ._actor import Actor
 from ._index_batch import UpsertBatches
-from ._index_ops import BatchStages, CommitGatedUpsert, IndexCommand, IndexOp, IndexUpsert, UpsertItem, fresh_error
+from ._index_ops import (
+    BatchStages,
+    CommitGatedUpsert,
+    IndexCommand,
+    IndexOp,
+    IndexUpsert,
+    InFlight,
+    UpsertItem,
+    fresh_error,
+)
 from ._mailbox import MailboxClosed
 
 __all__ = ("CommitGatedUpsert", "IndexActor", "IndexStatistics", "VectorHit", "chunk_text", "message_text")
@@ -154,7 +162,7 @@ class IndexActor(Actor[IndexOp]):
         self._changed_threads: dict[str, int] = {}
         # Messages of upserts queued or being processed (a save may write a message's vectors itself only when
         # none is: the batches' writes would otherwise land after it).
-        self._in_flight: dict[str, int] = {}
+        self._in_flight = InFlight()
         self._queries = 0
         self._pending = 0
 
@@ -229,24 +237,15 @@ class IndexActor(Actor[IndexOp]):
         self._check_running()
         upsert = op if isinstance(op, IndexUpsert) else None
         if upsert is not None:
-            self._track(upsert, 1)
+            self._in_flight.add(upsert)
         try:
             await self.tell(op)
         except BaseException as exc:
             if upsert is not None:
-                self._track(upsert, -1)
+                self._in_flight.remove(upsert)
             if isinstance(exc, MailboxClosed):
                 raise ConfigError("the index actor is closed", code="THREADMIND_INDEX_CLOSED") from None
             raise
-
-    def _track(self, op: IndexUpsert, change: int) -> None:
-        counts = self._in_flight
-        for item in op.items:
-            left = counts.get(item.message_id, 0) + change
-            if left > 0:
-                counts[item.message_id] = left
-            else:
-                counts.pop(item.message_id, None)
 
     async def rows_for_save(self, op: IndexUpsert) -> object | None:
         """The vector rows of a gated upsert's messages for its save to write itself (``RowsForSave``), embedded
@@ -259,36 +258,16 @@ class IndexActor(Actor[IndexOp]):
         vector = self._vector
         if not isinstance(vector, RowsForSave) or not vector.rows_go_with_saves or self._state is not _State.RUNNING:
             return None
-        latest = {item.message_id: item for item in op.items}
-        if not latest or any(not item.chunks for item in latest.values()):
+        if not op.items or any(not item.chunks for item in op.items):
             return None
         await self._ensure_index()
-        vectors, usage, failures = await self._batches.embed_texts(
-            [c for item in latest.values() for c in item.chunks])
-        if failures:
-            return None
-        records: list[VectorRecord] = []
-        chunks: list[str] = []
-        for item in latest.values():
-            single = len(item.chunks) == 1
-            for i, chunk in enumerate(item.chunks):
-                chunks.append(chunk)
-                records.append(VectorRecord(  # the embedder's values, as the batch path writes them
-                    vector_id=item.message_id if single else f"{item.message_id}#{i}", message_id=item.message_id,
-                    thread_id=item.thread_id, resource_id=item.resource_id, role=item.role,
-                    created_at=item.created_at, embedding=vectors[chunk].astype("<f4").tobytes()))
-        rows = vector.rows_for_save(records)
-        if rows is not None:
-            op.usage = sum(usage.get(c, 0.0) for c in chunks)
-            op.vectors = len(records)
-        return rows
+        return await self._batches.rows_for_save(op, vector)
 
     def claim_for_save(self, op: IndexUpsert) -> bool:
         """(thread actor, as the save starts) Whether the save may write ``op``'s vectors itself: no upsert of its
         messages is queued or running. Store reads of retries and reindexing in flight then skip those messages
         (their texts predate the save)."""
-        in_flight = self._in_flight
-        if any(item.message_id in in_flight for item in op.items):
+        if self._in_flight.holds(op):
             return False
         self._note_change(messages=[item.message_id for item in op.items])
         return True
@@ -673,7 +652,7 @@ class IndexActor(Actor[IndexOp]):
             await self._guarded(batch, self._batches.run(batch, previous, stages, self._ensure_index))
         finally:
             for op in batch:
-                self._track(op, -1)
+                self._in_flight.remove(op)
             stages.queued.set()
             if previous is not None:
                 await previous.applied.wait()

@@ -24,6 +24,7 @@ from ..embedders import Embedder
 from ..embedders._cache import EmbeddingCache
 from ..errors import EmbedderError, EmbeddingDimensionMismatch
 from ..stores import PendingVector, VectorRecord, VectorStore
+from ..stores._vectors._contract import RowsForSave
 from ..tracing import ATTR_OPERATION, tracing_enabled
 from ._index_ops import BatchStages, IndexUpsert, PreparedVectors, UpsertItem
 
@@ -197,6 +198,30 @@ class UpsertBatches:
             await self.add_pending(failed)
         elif records and self.on_pending is not None:
             await self.on_pending(False)
+
+    async def rows_for_save(self, op: IndexUpsert, vector: RowsForSave) -> object | None:
+        """What the save of ``op`` writes itself (``vector.rows_for_save``): what this batch path would have written,
+        one row per chunk of each message's last text, the embedder's values; the usage tokens on ``op``. None
+        when any text could not be embedded (the batch path then retries and marks them) or the store declines."""
+        latest = {item.message_id: item for item in op.items}
+        vectors, usage, failures = await self.embed_texts([c for item in latest.values() for c in item.chunks])
+        if failures:
+            return None
+        records: list[VectorRecord] = []
+        chunks: list[str] = []
+        for item in latest.values():
+            single = len(item.chunks) == 1
+            for i, chunk in enumerate(item.chunks):
+                chunks.append(chunk)
+                records.append(VectorRecord(
+                    vector_id=item.message_id if single else f"{item.message_id}#{i}", message_id=item.message_id,
+                    thread_id=item.thread_id, resource_id=item.resource_id, role=item.role,
+                    created_at=item.created_at, embedding=vectors[chunk].astype("<f4").tobytes()))
+        rows = vector.rows_for_save(records)
+        if rows is not None:
+            op.usage = sum(usage.get(c, 0.0) for c in chunks)
+            op.vectors = len(records)
+        return rows
 
     async def embed_texts(
         self, chunks: list[str]

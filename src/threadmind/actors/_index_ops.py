@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from ..stores import VectorStore
     from ._index_actor import IndexActor
 
-__all__ = ("BatchStages", "CommitGatedUpsert", "IndexCommand", "IndexOp", "IndexUpsert", "PreparedVectors",
-           "UpsertItem", "fresh_error")
+__all__ = ("BatchStages", "CommitGatedUpsert", "InFlight", "IndexCommand", "IndexOp", "IndexUpsert",
+           "PreparedVectors", "UpsertItem", "fresh_error")
 
 F32 = npt.NDArray[np.float32]
 
@@ -154,6 +154,32 @@ def fresh_error(error: BaseException) -> BaseException:
         return error
     copy.__cause__ = error.__cause__
     return copy
+
+
+class InFlight:
+    """The messages of upserts queued or being processed, counted (a message may be in several)."""
+
+    __slots__ = ("_counts",)
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+
+    def add(self, op: IndexUpsert) -> None:
+        for item in op.items:
+            self._counts[item.message_id] = self._counts.get(item.message_id, 0) + 1
+
+    def remove(self, op: IndexUpsert) -> None:
+        counts = self._counts
+        for item in op.items:
+            left = counts.get(item.message_id, 0) - 1
+            if left > 0:
+                counts[item.message_id] = left
+            else:
+                counts.pop(item.message_id, None)
+
+    def holds(self, op: IndexUpsert) -> bool:
+        """Whether any of ``op``'s messages is in an upsert queued or running."""
+        return any(item.message_id in self._counts for item in op.items)
 
 
 class CommitGatedUpsert:
