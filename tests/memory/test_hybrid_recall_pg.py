@@ -11,9 +11,16 @@ from typing import Any
 import anyio
 import pytest
 
+try:
+    import asyncpg
+except ImportError:  # the pg_cluster fixture skips these tests (fails them in CI) with the install hint
+    asyncpg = None
+
 from threadmind import Memory
+from threadmind.agent import Agent
 from threadmind.embedders import Embeddings, HashEmbedder
 from threadmind.errors import StorageError
+from threadmind.models import ScriptedModel
 from threadmind.search._searcher import KeywordSearchBeside, Searcher
 from threadmind.stores import (
     KeywordCandidate,
@@ -24,6 +31,7 @@ from threadmind.stores import (
     SQLiteStore,
     VectorHit,
 )
+from threadmind.ui import messages_from_ui
 
 from .test_hybrid_recall import conversation, filled
 
@@ -165,3 +173,47 @@ async def test_a_failure_of_either_side_is_raised_as_itself() -> None:
     with pytest.raises(StorageError, match="keyword index down"):
         await Searcher(_Broken(), _Vectors()).search("q", top_k=3, resource_id="r1", thread_id=None)
 
+
+
+# -- the chat server's door on PostgreSQL --------------------------------------------------------------------------
+
+
+def _body(chat: str, message_id: str, text: str) -> dict[str, Any]:
+    return {"id": chat, "trigger": "submit-message",
+            "messages": [{"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}]}
+
+
+async def test_overlapping_chat_turns_recall_by_words_and_vectors_on_postgres(pg_dsn: str) -> None:
+    """``messages_from_ui`` + ``Agent.stream``, two requests on one chat at once: each turn's model sees what hybrid
+    recall (keyword side beside the vector side) found in another thread of the resource, both turns persist, and
+    once settled their vectors are stored with nothing owed."""
+    options = {"lastMessages": 4, "semanticRecall": {"topK": 2, "messageRange": 0, "scope": "resource"}}
+    async with Memory(storage=PostgresStore(pg_dsn), vector=PgVectorStore(pg_dsn), embedder=HashEmbedder(dim=32),
+                      options=options) as memory:
+        await filled(memory)  # thread t1: the hiking trip, the curry, the puppy (saved with their vectors)
+        model = ScriptedModel(["It was a vegetable curry.", "She is adorable."])
+        agent = Agent("a", "Be brief.", model, memory=memory)
+
+        async def turn(message_id: str, text: str) -> None:
+            async with agent.stream(messages_from_ui(_body("chat", message_id, text)), thread_id="chat",
+                                    resource_id="r1") as stream:
+                async for _ in stream:
+                    pass
+
+        await memory.create_thread(thread_id="chat", resource_id="r1")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(turn, "u-1", "what did you cook for the party on Sunday?")
+            tg.start_soon(turn, "u-2", "how is the new puppy doing?")
+        seen = [" ".join([*request.system, *(m.text for m in request.messages)]) for request in model.requests]
+        assert any("vegetable curry with rice" in prompt for prompt in seen)  # t1-3, found for the cooking question
+        assert any("chewed through two shoes" in prompt for prompt in seen)  # t1-5, for the puppy question
+        stored = [m.id for m in (await memory.recall("chat", resource_id="r1", per_page=False)).messages]
+        assert len(stored) == 4 and {"u-1", "u-2"} <= set(stored)
+        await memory.settled()
+        hits = {h.message_id for h in await memory.search_vectors("puppy", top_k=50, resource_id="r1")}
+        assert set(stored) <= hits
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM threadmind_vector_pending") == 0
+        finally:
+            await conn.close()
