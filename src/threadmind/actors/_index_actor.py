@@ -129,6 +129,7 @@ class IndexActor(Actor[IndexOp]):
         super().__init__("index", mailbox_capacity=4096)
         self._store = store
         self._vector = as_vector_store(vector)
+        self._row_writer = vector if isinstance(vector, RowsForSave) else None  # checked once: saves ask per call
         self._embedder = embedder
         self._embedding_dimension = embedding_dimension
         self._max_chunk_chars = max_chunk_chars
@@ -255,8 +256,8 @@ class IndexActor(Actor[IndexOp]):
         What the save then commits is what the batch would have written: one row per chunk, the last text of a
         message given twice, the usage tokens on ``op``.
         """
-        vector = self._vector
-        if not isinstance(vector, RowsForSave) or not vector.rows_go_with_saves or self._state is not _State.RUNNING:
+        vector = self._row_writer
+        if vector is None or not vector.rows_go_with_saves or self._state is not _State.RUNNING:
             return None
         if not op.items or any(not item.chunks for item in op.items):
             return None
