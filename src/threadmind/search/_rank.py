@@ -21,6 +21,12 @@ Leave-one-conversation-out tuning never beat these defaults on the conversation 
   the message holding an answer often repeats none of the question's words; its predecessor (the question) does.
   +0.07 at top 5 without context, +0.01–0.03 at the defaults, and fewer characters (the ±1 windows land on
   question-and-answer pairs). A message outside both pools can enter through its neighbour.
+* **Dates**: a keyword candidate created within a day of a date the query names (``"on 13 October, 2023"``,
+  ``"in May 2023"``; see ``_dates``) gains half the best keyword score before fusion, taken from a keyword pool
+  four times as deep. The words of such a question match the talk around the event; its date picks the day it
+  was told. 31 of the 382 questions name a date: +0.023 at the defaults (0.711 -> 0.734), +0.011 at top 5 without
+  context, each conversation gaining; a quarter to half the best score are alike, the whole best score loses
+  0.01, the day alone (no day either side) 0.003.
 * **Selection**: plain score order. Skipping hits whose context windows overlap was measured and refuted (−0.02 to
   −0.05, and more characters): evidence clusters around adjacent high-ranked messages.
 """
@@ -28,13 +34,14 @@ Leave-one-conversation-out tuning never beat these defaults on the conversation 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import msgspec
 
 from ..stores import KeywordCandidate
 
-__all__ = ("DEFAULT_KEYWORD_WEIGHT", "KEYWORD_POOL", "VECTOR_POOL", "Ranked", "fuse", "pools", "smoothed")
+__all__ = ("DATE_LIFT", "DATE_POOL", "DEFAULT_KEYWORD_WEIGHT", "KEYWORD_POOL", "VECTOR_POOL", "Ranked", "fuse",
+           "lifted", "pools", "smoothed")
 
 DEFAULT_KEYWORD_WEIGHT = 0.9
 """The keyword side's share of a fused score when ``keywordWeight`` is not set."""
@@ -42,6 +49,10 @@ KEYWORD_POOL = 24
 """Keyword candidates taken before fusion for up to 6 hits (4 a hit beyond that)."""
 VECTOR_POOL = 8
 """Vector candidates taken before fusion for up to 4 hits (2 a hit beyond that)."""
+DATE_LIFT = 0.5
+"""What a keyword candidate created on a date the query names gains, as a share of the best keyword score."""
+DATE_POOL = 4
+"""How many times deeper the keyword pool is read when the query names a date (the lift reorders it)."""
 _PREVIOUS, _NEXT = 0.5, 0.25
 
 
@@ -62,16 +73,31 @@ def pools(top_k: int) -> tuple[int, int]:
     return max(KEYWORD_POOL, 4 * top_k), max(VECTOR_POOL, 2 * top_k)
 
 
+def lifted(keyword: Sequence[KeywordCandidate], dated: Collection[str],
+           pool: int) -> tuple[list[KeywordCandidate], dict[str, float]]:
+    """The best ``pool`` of ``keyword`` (best first) once those in ``dated`` (created on a date the query names)
+    gained :data:`DATE_LIFT` of the best score, and what each gained (the lift :func:`fuse` adds)."""
+    if not keyword or not dated:
+        return list(keyword[:pool]), {}
+    gain = DATE_LIFT * keyword[0].score
+    lift = {c.message_id: gain for c in keyword if c.message_id in dated}
+    order = sorted(range(len(keyword)), key=lambda at: -(keyword[at].score + lift.get(keyword[at].message_id, 0.0)))
+    return [keyword[at] for at in order[:pool]], lift
+
+
 def fuse(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str, str, float]],
-         weight: float) -> dict[str, Ranked]:
+         weight: float, lift: Mapping[str, float] | None = None) -> dict[str, Ranked]:
     """``weight × keyword / best + (1 - weight) × min-max(cosine)`` for every candidate of either pool (``keyword``:
-    scored candidates, best first; ``vector``: message id, thread id, resource id, similarity, best first)."""
+    scored candidates, best first, each score plus its ``lift`` (:func:`lifted`); ``vector``: message id, thread
+    id, resource id, similarity, best first). ``keyword_score`` stays the store's score."""
     out: dict[str, Ranked] = {}
-    best = keyword[0].score if keyword else 0.0
+    lift = lift or {}
+    best = keyword[0].score + lift.get(keyword[0].message_id, 0.0) if keyword else 0.0
     for candidate in keyword:
+        score = candidate.score + lift.get(candidate.message_id, 0.0)
         out[candidate.message_id] = Ranked(message_id=candidate.message_id, thread_id=candidate.thread_id,
                                            resource_id=candidate.resource_id, keyword_score=candidate.score,
-                                           fused=weight * (candidate.score / best if best > 0 else 1.0))
+                                           fused=weight * (score / best if best > 0 else 1.0))
     if vector:
         high, low = vector[0][3], vector[-1][3]
         for message_id, thread_id, resource_id, score in vector:

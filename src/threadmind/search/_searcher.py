@@ -10,6 +10,9 @@ Three modes (``semanticRecall.search``):
 * ``"hybrid"`` (default): both, fused (``_rank``); ``threshold`` drops vector candidates only, never a keyword hit.
   During an embedder outage the keyword side still answers (``degraded``).
 
+In ``"keyword"`` and ``"hybrid"``, a query that names a date (``_dates``) lifts the keyword candidates created within
+a day of it (``_rank``): their times are read from the store, for such queries only.
+
 A store without a keyword index (a third party's) answers hybrid recall with its vectors alone.
 
 **Filters** (``semanticRecall.filter``, Mastra's metadata conditions): every mode ranks as without one, over
@@ -34,9 +37,10 @@ from ..codecs import Message, Thread
 from ..codecs._time import to_iso
 from ..embedders._chunking import chunk_text, message_text
 from ..errors import EmbedderError
-from ..stores import KeywordMatches, KeywordSearch, Store, VectorHit
+from ..stores import KeywordCandidate, KeywordMatches, KeywordSearch, Store, VectorHit
 from ..stores._keywords import NO_MATCHES, query_terms
-from ._rank import DEFAULT_KEYWORD_WEIGHT, Ranked, fuse, pools, smoothed
+from ._dates import NamedDate, named_dates
+from ._rank import DATE_POOL, DEFAULT_KEYWORD_WEIGHT, Ranked, fuse, lifted, pools, smoothed
 
 __all__ = ("MAX_FILTERED_POOL", "SEARCH_MODES", "Found", "KeywordSearchBeside", "SearchMode", "Searcher", "VectorQuery",
            "as_vector_hits", "metadata_of")
@@ -141,6 +145,8 @@ class Searcher:
         if mode == "vector" or weight <= 0.0 or (self._keywords is None and mode == "hybrid"):
             return await self._vector_only(query, top_k, resource_id, thread_id, threshold)
         keyword_pool, vector_pool = pools(top_k)
+        dates = named_dates(query) if self._store is not None else ()
+        keyword_limit = keyword_pool * DATE_POOL if dates else keyword_pool  # the date lift reorders a deeper pool
         vector: list[tuple[str, str, str, float]] = []
         degraded = False
         vector_done = anyio.Event()
@@ -176,7 +182,7 @@ class Searcher:
             async def keyword_side() -> None:
                 nonlocal matches
                 matches = await beside.keyword_search_beside(terms, resource_id=resource_id, thread_id=thread_id,
-                                                             limit=keyword_pool, neighbours_of=vector_ids)
+                                                             limit=keyword_limit, neighbours_of=vector_ids)
 
             async def guarded(side: Callable[[], Awaitable[None]]) -> None:
                 try:
@@ -195,9 +201,21 @@ class Searcher:
             # (After the vector side, not beside it: both are CPU work on two cores, and one trip is cheaper.)
             await vector_side()
             matches = await keywords.keyword_search(terms, resource_id=resource_id, thread_id=thread_id,
-                                                    limit=keyword_pool, neighbours_of=[hit[0] for hit in vector])
+                                                    limit=keyword_limit, neighbours_of=[hit[0] for hit in vector])
             neighbours = matches.neighbours
-        return Found(smoothed(fuse(matches.candidates[:keyword_pool], vector, weight), neighbours), degraded)
+        candidates, lift = (await self._dated(matches.candidates, dates, keyword_pool) if dates
+                            else (matches.candidates[:keyword_pool], None))
+        return Found(smoothed(fuse(candidates, vector, weight, lift), neighbours), degraded)
+
+    async def _dated(self, candidates: Sequence[KeywordCandidate], dates: Sequence[NamedDate],
+                     pool: int) -> tuple[list[KeywordCandidate], dict[str, float]]:
+        """The keyword pool once the candidates created on a date the query names are lifted (``_rank.lifted``)."""
+        if not candidates:
+            return [], {}
+        assert self._store is not None
+        created = await self._store.get_messages_by_id([c.message_id for c in candidates])
+        dated = {m.id for m in created if any(date.holds(m.created_at) for date in dates)}
+        return lifted(candidates, dated, pool)
 
     async def _vector_only(self, query: str, top_k: int, resource_id: str | None, thread_id: str | None,
                            threshold: float | None) -> Found:

@@ -1,0 +1,93 @@
+"""The dates a query names, for hybrid recall's date lift (``_rank.lifted``).
+
+"What did Caroline paint on 13 October, 2023?" names the day the answer was said, and no word of the answer
+holds that date: the message's time does. A keyword candidate created within a day of a date the query names is
+lifted (see ``_rank``). Read here, in English: ``2023-10-13``; ``13 October 2023``, ``13th of Oct, 2023``,
+``October 13, 2023`` (with or without the year); ``October 2023``; a month after ``in``, ``during``, ``since``,
+``until``, ``early``, ``late``, ``mid`` (``"in June"``: any year). ``May 5`` and ``March 3`` count only with a
+year (``"may 5 of us come"`` names no date). Relative dates ("last week") are not read: they need the asker's
+clock and calendar.
+
+"Within a day" takes the message's UTC time one day either side of the named day (or month), so a message sent
+on that date anywhere on Earth is lifted whatever the asker's time zone.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import msgspec
+
+__all__ = ("MAX_DATES", "NamedDate", "named_dates")
+
+MAX_DATES = 8
+"""Dates read from one query at most (the first ones)."""
+_DAY = timedelta(days=1)
+_MONTHS = {name: number for number, names in enumerate((
+    ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
+    ("july", "jul"), ("august", "aug"), ("september", "sept", "sep"), ("october", "oct"), ("november", "nov"),
+    ("december", "dec")), start=1) for name in names}
+_AMBIGUOUS = frozenset({"may", "mar", "march"})  # words too: a date only with a year
+_MONTH = r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY_OF = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"(\d{4})"
+_MAYBE = re.compile(r"\d|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
+# (pattern, which groups hold year / month / day) in the order they are tried; a match's text is then blanked
+_FORMS: tuple[tuple[re.Pattern[str], tuple[int | None, int, int | None]], ...] = (
+    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), (1, 2, 3)),
+    (re.compile(rf"\b{_DAY_OF}\s+(?:of\s+)?{_MONTH}(?:,?\s+{_YEAR})?(?![\w-])"), (3, 2, 1)),
+    (re.compile(rf"\b{_MONTH}\s+{_DAY_OF}(?:,?\s+{_YEAR})?(?![\w-])"), (3, 1, 2)),
+    (re.compile(rf"\b{_MONTH},?\s+{_YEAR}\b"), (2, 1, None)),
+    (re.compile(rf"\b(?:in|during|since|until|early|late|mid)[\s-]+{_MONTH}(?![\w-])"), (None, 1, None)),
+)
+
+
+class NamedDate(msgspec.Struct, frozen=True):
+    """A day or a month a query names; ``year`` None: any year, ``day`` None: the whole month."""
+
+    month: int
+    year: int | None = None
+    day: int | None = None
+
+    def holds(self, at: datetime) -> bool:
+        """Whether ``at`` is within a day of the date (see the module docstring)."""
+        for moment in (at - _DAY, at, at + _DAY):
+            if moment.month == self.month and self.year in (None, moment.year) and self.day in (None, moment.day):
+                return True
+        return False
+
+
+def named_dates(query: str) -> tuple[NamedDate, ...]:
+    """The dates ``query`` names, in the forms of the module docstring (none when it names none)."""
+    text = query.lower()
+    if _MAYBE.search(text) is None:  # most queries: one scan
+        return ()
+    found: list[NamedDate] = []
+    for pattern, (year_at, month_at, day_at) in _FORMS:
+        for match in pattern.finditer(text):
+            named = _date(match, year_at, month_at, day_at)
+            if named is not None:  # its words name no other date
+                if named not in found:
+                    found.append(named)
+                text = text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
+    return tuple(found[:MAX_DATES])
+
+
+def _date(match: re.Match[str], year_at: int | None, month_at: int, day_at: int | None) -> NamedDate | None:
+    """The date ``match`` names, None when it is no date (day 32, month 13, ``may 5`` without a year)."""
+    word = match.group(month_at)
+    year_text = match.group(year_at) if year_at is not None else None
+    day_text = match.group(day_at) if day_at is not None else None
+    month = int(word) if word.isdigit() else _MONTHS[word]
+    if year_text is None and day_text is not None and word in _AMBIGUOUS:
+        return None
+    year = int(year_text) if year_text is not None else None
+    day = int(day_text) if day_text is not None else None
+    try:  # a real date (29 February: in a leap year, or in any year when none is named)
+        datetime(year if year is not None else 2000, month, day or 1)
+    except ValueError:
+        return None
+    if year is not None and not 1000 <= year <= 9999:
+        return None
+    return NamedDate(month, year, day)
