@@ -3,8 +3,9 @@ itself is ``threadmind.stores.keyword_ranking``, which every store computes for 
 
 Why this ranking (measured on three LoCoMo conversations, 382 questions; ``bench/bench_recall.py``): evidence recall
 at the reference defaults (top 4, messageRange 1) 0.397 with vectors alone (hash embedder), 0.672 with FTS5's bm25
-alone, 0.686 with the best plain fusion of the two (min-max, keyword weight 0.8), 0.711 with this ranking (0.720
-with WordLlama), which also hands back fewer characters (1 489 a question against 1 832 for vectors alone).
+alone, 0.686 with the best plain fusion of the two (min-max, keyword weight 0.8), 0.737 with this ranking (0.744
+with WordLlama; 0.711 / 0.720 without the date lift), which also hands back fewer characters (1 489 a question
+against 1 832 for vectors alone).
 Leave-one-conversation-out tuning never beat these defaults on the conversation left out.
 
 * **Keyword score** = BM25 with the scope's own statistics × ``coverage ** 0.5``, where coverage is the share of the
@@ -24,7 +25,7 @@ Leave-one-conversation-out tuning never beat these defaults on the conversation 
 * **Dates**: a keyword candidate created within a day of a date the query names (``"on 13 October, 2023"``,
   ``"in May 2023"``; see ``_dates``) gains half the best keyword score before fusion, taken from a keyword pool
   four times as deep. The words of such a question match the talk around the event; its date picks the day it
-  was told. 31 of the 382 questions name a date: +0.023 at the defaults (0.711 -> 0.734), +0.011 at top 5 without
+  was told. 31 of the 382 questions name a date: +0.026 at the defaults (0.711 -> 0.737), +0.013 at top 5 without
   context, each conversation gaining; a quarter to half the best score are alike, the whole best score loses
   0.01, the day alone (no day either side) 0.003.
 * **Selection**: plain score order. Skipping hits whose context windows overlap was measured and refuted (−0.02 to
