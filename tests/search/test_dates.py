@@ -3,7 +3,7 @@ that is never an error."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
@@ -47,6 +47,18 @@ def test_words_that_name_no_date(query: str) -> None:
 ])
 def test_a_day_holds_the_messages_within_a_day_of_it(at: datetime, holds: bool) -> None:
     assert NamedDate(10, 2023, 13).holds(at) is holds
+
+
+def test_a_time_in_another_zone_is_read_in_utc() -> None:
+    tokyo = timezone(timedelta(hours=9))
+    assert NamedDate(10, 2023, 16).holds(datetime(2023, 10, 18, 8, 0, tzinfo=tokyo))  # the 17th, 23:00 UTC
+    assert not NamedDate(10, 2023, 19).holds(datetime(2023, 10, 18, 8, 0, tzinfo=tokyo))
+
+
+def test_the_ends_of_the_calendar() -> None:
+    assert NamedDate(1, 1, 1).holds(datetime.min.replace(tzinfo=UTC))
+    assert NamedDate(12, 9999, 31).holds(datetime.max.replace(tzinfo=UTC))
+    assert not NamedDate(6).holds(datetime.max.replace(tzinfo=UTC))
 
 
 def test_a_month_of_any_year() -> None:

@@ -15,7 +15,7 @@ on that date anywhere on Earth is lifted whatever the asker's time zone.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime
 
 import msgspec
 
@@ -23,7 +23,7 @@ __all__ = ("MAX_DATES", "NamedDate", "named_dates")
 
 MAX_DATES = 8
 """Dates read from one query at most (the first ones)."""
-_DAY = timedelta(days=1)
+_LAST = date.max.toordinal()
 _MONTHS = {name: number for number, names in enumerate((
     ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
     ("july", "jul"), ("august", "aug"), ("september", "sept", "sep"), ("october", "oct"), ("november", "nov"),
@@ -52,10 +52,27 @@ class NamedDate(msgspec.Struct, frozen=True):
 
     def holds(self, at: datetime) -> bool:
         """Whether ``at`` is within a day of the date (see the module docstring)."""
-        for moment in (at - _DAY, at, at + _DAY):
+        day = _utc_day(at)
+        for moment in (day, *_beside(day)):
             if moment.month == self.month and self.year in (None, moment.year) and self.day in (None, moment.day):
                 return True
         return False
+
+
+def _utc_day(at: datetime) -> date:
+    """The UTC calendar day of ``at`` (a naive time is taken as UTC; the stores hand back UTC times)."""
+    if at.utcoffset():
+        try:
+            return at.astimezone(UTC).date()
+        except OverflowError:  # within a day of the calendar's ends
+            pass
+    return at.date()
+
+
+def _beside(day: date) -> tuple[date, ...]:
+    """The days before and after ``day`` (those the calendar has: none before 1 January of year 1)."""
+    ordinal = day.toordinal()
+    return tuple(date.fromordinal(n) for n in (ordinal - 1, ordinal + 1) if 1 <= n <= _LAST)
 
 
 def named_dates(query: str) -> tuple[NamedDate, ...]:
