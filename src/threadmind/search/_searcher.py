@@ -147,21 +147,60 @@ class Searcher:
         keyword_pool, vector_pool = pools(top_k)
         dates = named_dates(query) if self._store is not None else ()
         keyword_limit = keyword_pool * DATE_POOL if dates else keyword_pool  # the date lift reorders a deeper pool
+        wants_vectors = weight < 1.0 and self._vectors is not None
+        keywords = self._keywords
+        if keywords is None:
+            vector, degraded = await self._vector_pool(query, vector_pool, resource_id, thread_id, threshold,
+                                                       wants_vectors)
+            return Found(smoothed(fuse([], vector, weight), {}), degraded)
+        terms = query_terms(query)
+        if self._beside is not None and wants_vectors:  # both sides at once on the server (the class docstring)
+            matches, vector, degraded = await self._beside_search(
+                self._beside, terms, keyword_limit, query, vector_pool, resource_id, thread_id, threshold)
+        else:
+            # One trip to the store: the keyword candidates, and the neighbours of every candidate of the pool.
+            # (After the vector side, not beside it: both are CPU work on two cores, and one trip is cheaper.)
+            vector, degraded = await self._vector_pool(query, vector_pool, resource_id, thread_id, threshold,
+                                                       wants_vectors)
+            matches = await keywords.keyword_search(terms, resource_id=resource_id, thread_id=thread_id,
+                                                    limit=keyword_limit, neighbours_of=[hit[0] for hit in vector])
+        candidates, lift = (await self._dated(matches.candidates, dates, keyword_pool) if dates
+                            else (matches.candidates[:keyword_pool], None))
+        return Found(smoothed(fuse(candidates, vector, weight, lift), matches.neighbours), degraded)
+
+    async def _vector_pool(self, query: str, pool: int, resource_id: str | None, thread_id: str | None,
+                           threshold: float | None, wanted: bool) -> tuple[list[tuple[str, str, str, float]], bool]:
+        """The vector side's candidates above ``threshold`` (none when not ``wanted``), and whether the embedder
+        failed (then none: the keyword side answers alone)."""
+        if not wanted:
+            return [], False
+        try:
+            vector = await self._nearest(query, pool, resource_id, thread_id)
+        except EmbedderError:
+            _log.warning("embedder unavailable: recall answers with keyword hits only")
+            return [], True
+        if threshold is not None:
+            vector = [hit for hit in vector if hit[3] >= threshold]
+        return vector, False
+
+    async def _beside_search(self, beside: KeywordSearchBeside, terms: Sequence[str], keyword_limit: int, query: str,
+                             vector_pool: int, resource_id: str | None, thread_id: str | None,
+                             threshold: float | None,
+                             ) -> tuple[KeywordMatches, list[tuple[str, str, str, float]], bool]:
+        """Both sides at once: the keyword search waits on the server while the vector query runs, and reads the
+        neighbours of both sides' candidates once the vector hits are known. A failure of either side is raised as
+        itself."""
+        matches = NO_MATCHES
         vector: list[tuple[str, str, str, float]] = []
         degraded = False
         vector_done = anyio.Event()
+        errors: list[Exception] = []
 
         async def vector_side() -> None:
             nonlocal vector, degraded
             try:
-                if weight < 1.0 and self._vectors is not None:
-                    try:
-                        vector = await self._nearest(query, vector_pool, resource_id, thread_id)
-                    except EmbedderError:
-                        _log.warning("embedder unavailable: recall answers with keyword hits only")
-                        degraded = True
-                    if threshold is not None:
-                        vector = [hit for hit in vector if hit[3] >= threshold]
+                vector, degraded = await self._vector_pool(query, vector_pool, resource_id, thread_id, threshold,
+                                                           True)
             finally:
                 vector_done.set()
 
@@ -169,43 +208,23 @@ class Searcher:
             await vector_done.wait()
             return [hit[0] for hit in vector]
 
-        keywords = self._keywords
-        if keywords is None:
-            await vector_side()
-            return Found(smoothed(fuse([], vector, weight), {}), degraded)
-        terms = query_terms(query)
-        beside = self._beside
-        if beside is not None:  # both sides at once on the server (see the class docstring)
-            matches = NO_MATCHES
-            errors: list[Exception] = []
+        async def keyword_side() -> None:
+            nonlocal matches
+            matches = await beside.keyword_search_beside(terms, resource_id=resource_id, thread_id=thread_id,
+                                                         limit=keyword_limit, neighbours_of=vector_ids)
 
-            async def keyword_side() -> None:
-                nonlocal matches
-                matches = await beside.keyword_search_beside(terms, resource_id=resource_id, thread_id=thread_id,
-                                                             limit=keyword_limit, neighbours_of=vector_ids)
+        async def guarded(side: Callable[[], Awaitable[None]]) -> None:
+            try:
+                await side()
+            except Exception as exc:  # raised as itself below, not in a group
+                errors.append(exc)
 
-            async def guarded(side: Callable[[], Awaitable[None]]) -> None:
-                try:
-                    await side()
-                except Exception as exc:  # raised as itself below, not in a group
-                    errors.append(exc)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(guarded, vector_side)
-                await guarded(keyword_side)
-            if errors:
-                raise errors[0]
-            neighbours = matches.neighbours
-        else:
-            # One trip to the store: the keyword candidates, and the neighbours of every candidate of the pool.
-            # (After the vector side, not beside it: both are CPU work on two cores, and one trip is cheaper.)
-            await vector_side()
-            matches = await keywords.keyword_search(terms, resource_id=resource_id, thread_id=thread_id,
-                                                    limit=keyword_limit, neighbours_of=[hit[0] for hit in vector])
-            neighbours = matches.neighbours
-        candidates, lift = (await self._dated(matches.candidates, dates, keyword_pool) if dates
-                            else (matches.candidates[:keyword_pool], None))
-        return Found(smoothed(fuse(candidates, vector, weight, lift), neighbours), degraded)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(guarded, vector_side)
+            await guarded(keyword_side)
+        if errors:
+            raise errors[0]
+        return matches, vector, degraded
 
     async def _dated(self, candidates: Sequence[KeywordCandidate], dates: Sequence[NamedDate],
                      pool: int) -> tuple[list[KeywordCandidate], dict[str, float]]:
