@@ -160,7 +160,7 @@ class SQLExecutor(Protocol):
 
     async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
-    def caches_trusted(self) -> bool: ...
+    def read_elsewhere(self) -> bool: ...
 
 
 def _chunks(items: Sequence[str], size: int = _IN_CHUNK) -> Iterable[Sequence[str]]:
@@ -313,8 +313,9 @@ class SQLiteVectorRecords:
         return await self._store.execute_read(_main_file)
 
     def shared(self) -> bool:
-        """Whether another process may have the file open (and query these rows) now."""
-        return not self._store.caches_trusted()
+        """Whether another store object (of another process, or a second one of this process) may query these
+        rows now."""
+        return self._store.read_elsewhere()
 
     @staticmethod
     def pending_marker(conn: sqlite3.Connection, messages: Sequence[Message]) -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import pytest
 
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
@@ -17,6 +18,7 @@ from threadmind.testing import actor_system
 _WRITER = r"""
 import sys
 import anyio
+import pytest
 from threadmind import Memory, Message
 from threadmind.embedders import HashEmbedder
 from threadmind.stores import HnswVectorStore, PgVectorStore, PostgresStore, SQLiteStore
@@ -174,3 +176,22 @@ async def test_a_query_reads_no_sql_while_no_other_connection_wrote(tmp_path: Pa
             other.close()
         hits = await index.query("harbour cranes at dawn", top_k=2, thread_id="t1")
         assert reads == 1 and "copy" in {h.message_id for h in hits}
+
+
+async def test_two_memories_on_one_file_in_one_process_read_each_others_saves_at_once(tmp_path: Path) -> None:
+    """A second ``Memory`` on the file in this process has its own index, as another process would: a save made
+    through one is found by the other's very next query (its vectors are not answered from memory before their
+    rows commit), and an update through the other replaces the vector the first one answers with."""
+    from threadmind.codecs import Message
+
+    db = tmp_path / "m.db"
+    async with _memory(db, tmp_path / "a") as one, _memory(db, tmp_path / "b") as two:
+        await one.create_thread(thread_id="t1", resource_id="r1")
+        for i in range(5):
+            await one.save_messages([Message.user(f"tanker {i} in the harbour", id=f"m{i}", thread_id="t1",
+                                                  resource_id="r1")])
+            hits = await two.search_vectors(f"tanker {i} in the harbour", top_k=1, resource_id="r1")
+            assert [h.message_id for h in hits] == [f"m{i}"] and hits[0].score == pytest.approx(1.0, abs=1e-5)
+        await two.update_messages([{"id": "m0", "content": {"content": "violin lessons on tuesday"}}])
+        hits = await one.search_vectors("violin lessons on tuesday", top_k=1, resource_id="r1")
+        assert [h.message_id for h in hits] == ["m0"] and hits[0].score == pytest.approx(1.0, abs=1e-5)

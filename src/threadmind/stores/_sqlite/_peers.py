@@ -148,6 +148,10 @@ class Peers:
         raise OSError(errno.EAGAIN, f"more than {SLOTS} processes have {self.lock_path!r} open")
 
     # presence and caches -------------------------------------------------------------------------
+    def in_process(self) -> int:
+        """How many store objects of this process have the file open."""
+        return self._users
+
     def alone(self) -> bool:
         """True while no other process has had the file open since this one last found itself alone.
 

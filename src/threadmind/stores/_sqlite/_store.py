@@ -366,11 +366,11 @@ class SQLiteStore:
         open (see ``_versions``)."""
         return self._file_counts
 
-    def caches_trusted(self) -> bool:
-        """Whether what was read from this file can be kept: no other process has had it open since this one
-        last found itself alone (then every write is one this process counted). See ``_peers``."""
+    def read_elsewhere(self) -> bool:
+        """Whether another store object may read this file now: one of another process, or another of this
+        process (a second ``Memory`` on the file), each with its own caches and vector index."""
         peers = self._peers
-        return peers is None or peers.alone()
+        return peers is not None and (peers.in_process() > 1 or not peers.alone())
 
     def cache_epoch(self) -> int | None:
         """None while another process may write this file; else a number that changes whenever this process

@@ -373,9 +373,9 @@ class Session:
                 self.flush_wanted.set()
 
     def _others_read_rows(self) -> bool:
-        """Whether another process may query these rows now (a database server, or a SQLite file another process
-        has open): then vectors are not answered from memory before their rows are committed, so another
-        process's next query finds what a save acknowledged (SPEC §10)."""
+        """Whether another index may query these rows now (a database server; a SQLite file another process, or
+        another store object of this process, has open): then vectors are not answered from memory before their
+        rows are committed, so another process's next query finds what a save acknowledged (SPEC §10)."""
         if self.server:
             return True
         raw = self.raw
