@@ -25,7 +25,7 @@ RESOURCES = ("r1", "r2", "r3")
 TOP = 4
 
 
-@pytest.fixture(params=["sqlite", "memory", "postgres"])
+@pytest.fixture(params=["sqlite", "memory", "postgres", "postgres-hnsw"])
 async def memories(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Memory, Memory]]:
     """Two Memory objects on one database, each with its own index (one Memory in memory: nothing to share)."""
     options = {"semanticRecall": {"scope": "resource"}}
@@ -41,10 +41,12 @@ async def memories(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
                           vector=HnswVectorStore(tmp_path / name), embedder=HashEmbedder(dim=32), options=options)
     else:
         dsn = request.getfixturevalue("pg_dsn")
+        hnsw = request.param == "postgres-hnsw"  # hnswlib indexes, one per Memory, over the vector rows in PostgreSQL
 
         def make(name: str) -> Memory:
-            return Memory(storage=PostgresStore(dsn, max_size=2), vector=PgVectorStore(dsn),
-                          embedder=HashEmbedder(dim=32), options=options)
+            vector = HnswVectorStore(tmp_path / name) if hnsw else PgVectorStore(dsn)
+            return Memory(storage=PostgresStore(dsn, max_size=2), vector=vector, embedder=HashEmbedder(dim=32),
+                          options=options)
     async with make("a") as one, make("b") as two:
         yield one, two
 
