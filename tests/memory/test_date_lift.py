@@ -34,11 +34,12 @@ def _message(message_id: str, text: str, at: datetime, thread: str, resource: st
                    resource_id=resource)
 
 
-async def _fill(memory: Memory, festival_at: datetime = OCTOBER) -> None:
+async def _fill(memory: Memory, festival_at: datetime = OCTOBER, short_at: datetime = AUGUST) -> None:
     for thread, resource in (("summer", "r1"), ("autumn", "r1"), ("other", "r2")):
         await memory.create_thread(thread_id=thread, resource_id=resource)
-    await memory.save_messages([_message("short", SHORT, AUGUST, "summer"),
-                                _message("calm", "Caroline: It looks calm.", AUGUST + timedelta(minutes=1), "summer")])
+    await memory.save_messages([_message("short", SHORT, short_at, "summer"),
+                                _message("calm", "Caroline: It looks calm.", short_at + timedelta(minutes=1),
+                                         "summer")])
     await memory.save_messages([_message("festival", FESTIVAL, festival_at, "autumn"),
                                 _message("colours", "Caroline: Lovely colours.", festival_at + timedelta(minutes=1),
                                          "autumn")])
@@ -76,6 +77,19 @@ async def test_a_named_date_lifts_the_message_of_that_day(make_memory: Any, mode
         # The hit reports the store's own keyword score; the lift is in its rank score alone.
         before = {h.message.id: h.keyword_score for h in await memory.search(UNDATED, resource_id="r1", top_k=4)}
         assert dated[0].keyword_score == before["festival"] and dated[0].score > dated[1].score
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "keyword"])
+async def test_a_day_named_relative_to_now_lifts_the_message_of_that_day(make_memory: Any, mode: str) -> None:
+    now = datetime.now(UTC)
+    async with make_memory() as memory:
+        await _fill(memory, festival_at=now - timedelta(days=1), short_at=now - timedelta(days=10))
+        undated = await memory.search(UNDATED, resource_id="r1", top_k=2, search=mode)
+        assert undated[0].message.id == "short"
+        dated = await memory.search("What did Melanie paint yesterday?", resource_id="r1", top_k=2, search=mode)
+        assert [h.message.id for h in dated] == ["festival", "short"]
+        other = await memory.search("What did Melanie paint four days ago?", resource_id="r1", top_k=2, search=mode)
+        assert other[0].message.id == "short"  # a day no message was written on lifts none
 
 
 async def test_vector_mode_reads_no_date(make_memory: Any) -> None:

@@ -67,9 +67,35 @@ def test_a_month_of_any_year() -> None:
     assert not june.holds(datetime(2023, 7, 2, 8, tzinfo=UTC))
 
 
+SATURDAY = datetime(2026, 12, 5, 10, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("query", "dates"), [
+    ("what did we talk about yesterday?", [NamedDate(12, 2026, 4)]),
+    ("my notes from today", [NamedDate(12, 2026, 5)]),
+    ("the day before yesterday", [NamedDate(12, 2026, 3)]),
+    ("3 days ago", [NamedDate(12, 2026, 2)]),
+    ("two days ago we talked", [NamedDate(12, 2026, 3)]),
+    ("a day ago", [NamedDate(12, 2026, 4)]),
+    ("last Friday", [NamedDate(12, 2026, 4)]),
+    ("last Saturday", [NamedDate(11, 2026, 28)]),  # said on a Saturday: a week ago
+    ("on Saturday", [NamedDate(12, 2026, 5)]),
+    ("on Monday in June", [NamedDate(11, 2026, 30), NamedDate(6)]),
+    ("40 days ago", [NamedDate(10, 2026, 26)]),
+])
+def test_days_relative_to_the_time_of_the_query(query: str, dates: list[NamedDate]) -> None:
+    assert sorted(named_dates(query, SATURDAY), key=repr) == sorted(dates, key=repr)
+    assert [d for d in named_dates(query) if d.year == 2026] == []  # without the time, none of them
+
+
+@pytest.mark.parametrize("query", ["a sunrise hike", "the monday meeting notes", "days of summer", "ago"])
+def test_words_that_name_no_relative_day(query: str) -> None:
+    assert named_dates(query, SATURDAY) == ()
+
+
 @given(st.text(max_size=300))
 def test_any_text_gives_real_dates_or_none(query: str) -> None:
-    dates = named_dates(query)
+    dates = named_dates(query, SATURDAY)
     assert len(dates) <= MAX_DATES
     for date in dates:
         datetime(date.year or 2000, date.month, date.day or 1)  # a real calendar date

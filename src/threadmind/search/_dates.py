@@ -5,8 +5,10 @@ holds that date: the message's time does. A keyword candidate created within a d
 lifted (see ``_rank``). Read here, in English: ``2023-10-13``; ``13 October 2023``, ``13th of Oct, 2023``,
 ``October 13, 2023`` (with or without the year); ``October 2023``; a month after ``in``, ``during``, ``since``,
 ``until``, ``early``, ``late``, ``mid`` (``"in June"``: any year). ``May 5`` and ``March 3`` count only with a
-year (``"may 5 of us come"`` names no date). Relative dates ("last week") are not read: they need the asker's
-clock and calendar.
+year (``"may 5 of us come"`` names no date). Given the time of the query, days relative to it too: ``today``,
+``yesterday``, ``the day before yesterday``, ``3 days ago`` (``three``, ``a day ago``), ``last Friday`` (the
+latest Friday before today), ``on Friday`` (the latest Friday up to today). Weeks and months relative to now
+("last week") are not read: where they begin depends on the asker's calendar.
 
 "Within a day" takes the message's UTC time one day either side of the named day (or month), so a message sent
 on that date anywhere on Earth is lifted whatever the asker's time zone.
@@ -15,7 +17,7 @@ on that date anywhere on Earth is lifted whatever the asker's time zone.
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import msgspec
 
@@ -32,7 +34,16 @@ _AMBIGUOUS = frozenset({"may", "mar", "march"})  # words too: a date only with a
 _MONTH = r"(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY_OF = r"(\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"(\d{4})"
-_MAYBE = re.compile(r"\d|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)")
+_MAYBE = re.compile(r"\d|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec"  # a month, a day, a number
+                    r"|today|yesterday|ago|mon|tue|wed|thu|fri|sat|sun)")
+_WEEKDAYS = {name: number for number, name in enumerate(
+    ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))}
+_COUNTS = {word: n for n, word in enumerate(
+    ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"), start=1)}
+_RELATIVE = re.compile(
+    r"\b(?:(?P<before>the\s+day\s+before\s+yesterday)|(?P<today>today)|(?P<yesterday>yesterday)"
+    r"|(?P<count>\d{1,3}|a|" + "|".join(_COUNTS) + r")\s+days?\s+ago"
+    r"|(?P<which>last|on)\s+(?P<weekday>" + "|".join(_WEEKDAYS) + r"))\b")
 # (pattern, which groups hold year / month / day) in the order they are tried; a match's text is then blanked
 _FORMS: tuple[tuple[re.Pattern[str], tuple[int | None, int, int | None]], ...] = (
     (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), (1, 2, 3)),
@@ -75,12 +86,15 @@ def _beside(day: date) -> tuple[date, ...]:
     return tuple(date.fromordinal(n) for n in (ordinal - 1, ordinal + 1) if 1 <= n <= _LAST)
 
 
-def named_dates(query: str) -> tuple[NamedDate, ...]:
-    """The dates ``query`` names, in the forms of the module docstring (none when it names none)."""
+def named_dates(query: str, now: datetime | None = None) -> tuple[NamedDate, ...]:
+    """The dates ``query`` names, in the forms of the module docstring (none when it names none); days relative
+    to ``now`` (the time of the query) only when it is given."""
     text = query.lower()
     if _MAYBE.search(text) is None:  # most queries: one scan
         return ()
     found: list[NamedDate] = []
+    if now is not None:
+        text = _relative(text, _utc_day(now), found)
     for pattern, (year_at, month_at, day_at) in _FORMS:
         for match in pattern.finditer(text):
             named = _date(match, year_at, month_at, day_at)
@@ -89,6 +103,32 @@ def named_dates(query: str) -> tuple[NamedDate, ...]:
                     found.append(named)
                 text = text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
     return tuple(found[:MAX_DATES])
+
+
+def _relative(text: str, today: date, found: list[NamedDate]) -> str:
+    """Add the days ``text`` names relative to ``today`` to ``found``; the text with those words blanked."""
+    for match in _RELATIVE.finditer(text):
+        if match["before"]:
+            back = 2
+        elif match["today"]:
+            back = 0
+        elif match["yesterday"]:
+            back = 1
+        elif match["count"]:
+            count = match["count"]
+            back = int(count) if count.isdigit() else _COUNTS.get(count, 1)  # "a day ago": 1
+        else:
+            back = (today.weekday() - _WEEKDAYS[match["weekday"]]) % 7
+            if back == 0 and match["which"] == "last":  # "last Friday" said on a Friday: a week ago
+                back = 7
+        if today.toordinal() - back < 1:
+            continue
+        day = today - timedelta(days=back)
+        named = NamedDate(day.month, day.year, day.day)
+        if named not in found:
+            found.append(named)
+        text = text[:match.start()] + " " * (match.end() - match.start()) + text[match.end():]
+    return text
 
 
 def _date(match: re.Match[str], year_at: int | None, month_at: int, day_at: int | None) -> NamedDate | None:
