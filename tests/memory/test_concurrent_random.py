@@ -6,7 +6,9 @@ words answer what the stored messages answer, whatever the writes raced with.
 Vectors are not held to that here: a vector write of one object racing with a deletion, a move, a clone or an
 update of the same message through the other can leave its rows behind, under the old resource, or of the old
 text (each object's own writes are ordered; two objects' are not). Recall drops such hits (its windows are read
-within the resource), ``Memory.search`` checks each hit's scope, and ``reindex`` rewrites the rows."""
+within the resource) and ``Memory.search`` checks each hit's scope; ``search_vectors`` returns them as stored. A
+later write of the message or its thread through either object corrects its rows; a deleted message's stay (``reindex``
+only makes missing vectors)."""
 
 from __future__ import annotations
 
