@@ -1,11 +1,13 @@
 """Four tasks writing and searching at once through two ``Memory`` objects on one database (random saves, updates,
 deletions, threads moved, cloned and deleted, searches by words and by vectors in between): every call ends in its
 answer or in the error it names (a thread deleted meanwhile), and once they are done, both objects' searches by
-words answer what the stored messages answer, whatever the writes raced with.
+words answer what the stored messages answer, and no search by vectors answers with another resource's message,
+whatever the writes raced with (a vector row is written with its message's thread and resource of the moment it
+commits).
 
 Vectors are not held to that here: a vector write of one object racing with a deletion, a move, a clone or an
-update of the same message through the other can leave its rows behind, under the old resource, or of the old
-text (each object's own writes are ordered; two objects' are not). Recall drops such hits (its windows are read
+update of the same message through the other can leave its rows behind or of the old text (each object's own
+writes are ordered; two objects' are not). Recall drops such hits (its windows are read
 within the resource) and ``Memory.search`` checks each hit's scope; ``search_vectors`` returns them as stored. A
 later write of the message or its thread through either object corrects its rows; a deleted message's stay (``reindex``
 only makes missing vectors)."""
@@ -32,11 +34,11 @@ RESOURCES = ("r1", "r2")
 OPTIONS = {"lastMessages": False, "semanticRecall": {"scope": "resource"}, "generateTitle": False}
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "postgres-hnsw"])
 async def memories(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Memory, Memory]]:
-    store = stores_on_one_database(request.param, request, tmp_path)
+    store = stores_on_one_database(request.param.split("-")[0], request, tmp_path)
 
-    def vectors(name: str) -> VectorStore:
+    def vectors(name: str) -> VectorStore:  # postgres-hnsw: hnswlib indexes over the vector rows in PostgreSQL
         return (PgVectorStore(request.getfixturevalue("pg_dsn")) if request.param == "postgres"
                 else HnswVectorStore(tmp_path / name))
 
@@ -108,6 +110,7 @@ class _Race:
         stored = await reader.list_messages_by_id(self.ids)
         owners = {t: row.resource_id for t in self.threads if (row := await reader.get_thread_by_id(t)) is not None}
         stored = [m for m in stored if m.thread_id in owners]
+        scopes = {m.id: m.resource_id or owners.get(m.thread_id or "", "") for m in stored}
         for word in WORDS[:6]:
             for resource in RESOURCES:
                 in_scope = [i for i, m in enumerate(stored)
@@ -119,6 +122,9 @@ class _Race:
                     found = {h.message.id for h in hits if h.keyword_score is not None}
                     assert found == holding, (word, resource)
                     assert all(h.message.resource_id in (None, resource) for h in hits)
+                    for near in await memory.search_vectors(word, top_k=10, resource_id=resource):
+                        if near.message_id in scopes:  # never another resource's message (a deleted one's may stay)
+                            assert scopes[near.message_id] == resource, (near, resource)
 
 
 @pytest.mark.parametrize("seed", [31, 32])

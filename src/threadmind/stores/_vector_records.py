@@ -61,11 +61,14 @@ class PendingVector(msgspec.Struct, frozen=True, kw_only=True):
 class VectorRecords(Protocol):
     """Durable vector rows, a change log for snapshot replay, and the pending queue."""
 
-    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
+                     written: list[VectorRecord] | None = None) -> int:
         """Replace all vectors of the records' messages in ``index_name``; clear their pending entries.
 
-        Returns the sequence number of the change. ``background``: nobody waits for it (write-behind), so the
-        write may wait briefly to share the next commit.
+        A stored message's rows take its thread and resource of the moment they commit (another process may have
+        moved it since its vectors were made: its writes are not ordered with these); ``written`` (when given)
+        receives the records as stored. Returns the sequence number of the change. ``background``: nobody waits
+        for it (write-behind), so the write may wait briefly to share the next commit.
         """
         ...
 
@@ -77,8 +80,10 @@ class VectorRecords(Protocol):
         """Delete every vector and pending entry of a thread, in all indexes."""
         ...
 
-    async def move_thread(self, thread_id: str, resource_id: str) -> int:
-        """Give the thread's vectors and pending entries a new ``resource_id``."""
+    async def move_thread(self, thread_id: str, resource_id: str, *, written: list[str] | None = None) -> int:
+        """Give the thread's vectors and pending entries a new ``resource_id``: the thread's resource when it commits,
+        if the thread is stored (two processes moving one thread at once end with the resource its row has);
+        ``written`` (when given) receives the resource written."""
         ...
 
     async def load(self, index_name: str, since_seq: int = 0) -> tuple[list[VectorRecord], list[str], int]:
@@ -161,6 +166,18 @@ class SQLExecutor(Protocol):
     async def execute_read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
     def read_elsewhere(self) -> bool: ...
+
+
+def _current_scopes(conn: sqlite3.Connection, message_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """(in a write) Each stored message's thread and resource now (its own resource, else its thread's)."""
+    found: dict[str, tuple[str, str]] = {}
+    for part in _chunks(message_ids):
+        for mid, thread_id, resource_id in conn.execute(
+                'SELECT m.id, m.thread_id, coalesce(nullif(m."resourceId", \'\'), t."resourceId", \'\') '
+                "FROM mastra_messages AS m LEFT JOIN mastra_threads AS t ON t.id = m.thread_id "
+                f"WHERE m.id IN ({_marks(len(part))})", part):
+            found[mid] = (thread_id or "", resource_id)
+    return found
 
 
 def _chunks(items: Sequence[str], size: int = _IN_CHUNK) -> Iterable[Sequence[str]]:
@@ -334,11 +351,18 @@ class SQLiteVectorRecords:
                 [value for m in part for value in (m.id, m.thread_id, m.resource_id or "", now, now)],
             )
 
-    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
+                     written: list[VectorRecord] | None = None) -> int:
+        """See :meth:`VectorRecords.upsert` (the messages' thread and resource read in the write's transaction)."""
         message_ids = sorted({r.message_id for r in records})
-        new_ids = {r.vector_id for r in records}
 
         def _job(conn: sqlite3.Connection) -> int:
+            live = _current_scopes(conn, message_ids)
+            rows_now = [r if (now := live.get(r.message_id)) is None or now == (r.thread_id, r.resource_id)
+                        else msgspec.structs.replace(r, thread_id=now[0], resource_id=now[1]) for r in records]
+            if written is not None:
+                written.extend(rows_now)
+            new_ids = {r.vector_id for r in rows_now}
             seq = _next_seq(conn)
             for part in _chunks(message_ids):
                 old = conn.execute(
@@ -359,8 +383,8 @@ class SQLiteVectorRecords:
                         [(g[0], g[1]) for g in gone],
                     )
                 conn.execute(f"DELETE FROM threadmind_vector_pending WHERE message_id IN ({_marks(len(part))})", part)
-            for start in range(0, len(records), _IN_CHUNK):  # multi-row: one GIL round trip per statement
-                rows = records[start : start + _IN_CHUNK]
+            for start in range(0, len(rows_now), _IN_CHUNK):  # multi-row: one GIL round trip per statement
+                rows = rows_now[start : start + _IN_CHUNK]
                 conn.execute(
                     "INSERT INTO threadmind_vectors (index_name, vector_id, message_id, thread_id, resource_id, "
                     "role, created_at, embedding, seq) VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
@@ -403,15 +427,19 @@ class SQLiteVectorRecords:
 
         return await self._write(_job)
 
-    async def move_thread(self, thread_id: str, resource_id: str) -> int:
+    async def move_thread(self, thread_id: str, resource_id: str, *, written: list[str] | None = None) -> int:
         def _job(conn: sqlite3.Connection) -> int:
+            row = conn.execute('SELECT "resourceId" FROM mastra_threads WHERE id = ?', (thread_id,)).fetchone()
+            now = str(row[0]) if row is not None and row[0] else resource_id
+            if written is not None:
+                written.append(now)
             seq = _next_seq(conn)
             conn.execute(
                 "UPDATE threadmind_vectors SET resource_id = ?, seq = ? WHERE thread_id = ?",
-                (resource_id, seq, thread_id),
+                (now, seq, thread_id),
             )
             conn.execute(
-                "UPDATE threadmind_vector_pending SET resource_id = ? WHERE thread_id = ?", (resource_id, thread_id)
+                "UPDATE threadmind_vector_pending SET resource_id = ? WHERE thread_id = ?", (now, thread_id)
             )
             return seq
 

@@ -37,8 +37,11 @@ class InMemoryVectorRecords:
             del self._rows[key]
             self._tombstones[key] = seq
 
-    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
+                     written: list[VectorRecord] | None = None) -> int:
         await anyio.lowlevel.checkpoint()
+        if written is not None:  # one process, one writer: stored as given
+            written.extend(records)
         seq = self._bump()
         messages = {r.message_id for r in records}
         keep = {r.vector_id for r in records}
@@ -70,8 +73,10 @@ class InMemoryVectorRecords:
             del self._pending[message_id]
         return seq
 
-    async def move_thread(self, thread_id: str, resource_id: str) -> int:
+    async def move_thread(self, thread_id: str, resource_id: str, *, written: list[str] | None = None) -> int:
         await anyio.lowlevel.checkpoint()
+        if written is not None:  # one process: the resource given
+            written.append(resource_id)
         seq = self._bump()
         for row in self._rows.values():
             if row.record.thread_id == thread_id:

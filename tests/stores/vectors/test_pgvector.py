@@ -672,3 +672,32 @@ class TestStartAndConfig:
                 hits = await index.query(texts[7], top_k=2, resource_id="r1")
                 assert hits[0].message_id == "m7" and len(hits) == 2
             assert index.statistics().ann_queries == 5
+
+
+async def test_on_the_messages_database_rows_take_the_resource_their_thread_has_when_written(pg_dsn: str) -> None:
+    """Another process may move a thread between the moment vectors are made and the moment they are written, or
+    move it again while a move of its own is on its way: the rows end in the resource the thread's row has."""
+    from threadmind.codecs import Thread
+
+    async with PostgresStore(pg_dsn) as store:
+        vector = PgVectorStore(pg_dsn)
+        await vector.open(store, owner=object())
+        try:
+            await vector.use_index(f"memory_messages_{DIM}", DIM)
+            await store.create_thread(Thread(id="t1", resource_id="r1"))
+            await store.save_messages("t1", [Message.user("hello", id="m1", thread_id="t1", resource_id="r1")])
+            await store.update_thread_resource_id("t1", "r2")  # by another process, after m1's vector was made
+            unit = np.zeros(DIM, dtype=np.float32)
+            unit[0] = 1.0
+            embedding = vector.prepare(unit[None, :])[0].tobytes()
+            stale = VectorRecord(vector_id="m1", message_id="m1", thread_id="t1", resource_id="r1", role="user",
+                                 created_at="2025-01-01T00:00:00.000Z", embedding=embedding)
+            await vector.write([stale], staged=False)
+            found = await vector.query(unit, top_k=1, resource_id="r2", thread_id=None)
+            assert [h.message_id for h in found] == ["m1"]
+            assert await vector.query(unit, top_k=1, resource_id="r1", thread_id=None) == []
+            await vector.move_thread("t1", "r3")  # a move whose store move lost to r2's
+            assert [h.resource_id for h in await vector.query(unit, top_k=1, resource_id="r2", thread_id=None)] == \
+                ["r2"]
+        finally:
+            await vector.close()

@@ -154,3 +154,31 @@ async def test_large_batches_span_several_statements(tmp_path: Path) -> None:
         loaded, _, _ = await records.load("idx")
         assert sorted(r.vector_id for r in loaded) == sorted(f"m{i}" for i in range(1203))
         assert all(r.embedding == _record("x", "x").embedding for r in loaded)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_rows_take_the_thread_and_resource_their_messages_have_when_written(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Another process may move a thread between the moment vectors are made and the moment they are written, or
+    move it again while a move of its own is on its way: the rows end with the resource the thread's row has."""
+    from threadmind.codecs import Message, Thread
+    from threadmind.stores import PostgresStore
+
+    store: SQLiteStore | PostgresStore = (PostgresStore(request.getfixturevalue("pg_dsn")) if kind == "postgres"
+                                          else SQLiteStore(tmp_path / "v.db"))
+    async with store:
+        records = store.vector_records()
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        await store.save_messages("t1", [Message.user("hello", id="m1", thread_id="t1", resource_id="r1")])
+        await store.update_thread_resource_id("t1", "r2")  # by another process, after m1's vectors were made
+        written: list[VectorRecord] = []
+        await records.upsert("idx", [_record("m1", "m1", "t1", "r1"), _record("ghost", "ghost", "t1", "r1")],
+                             written=written)
+        assert {r.vector_id: r.resource_id for r in written} == {"m1": "r2", "ghost": "r1"}  # ghost: no message
+        loaded, _, _ = await records.load("idx")
+        assert {r.vector_id: r.resource_id for r in loaded} == {"m1": "r2", "ghost": "r1"}
+        moved: list[str] = []
+        await records.move_thread("t1", "r3", written=moved)  # a move to r3 whose store move lost to r2's
+        assert moved == ["r2"]
+        loaded, _, _ = await records.load("idx")
+        assert {r.resource_id for r in loaded} == {"r2"}

@@ -95,12 +95,13 @@ class _CountingRecords(SQLiteVectorRecords):
         self.upserts = 0
         self.fail_next = False
 
-    async def upsert(self, index_name: str, records: Any, *, background: bool = False) -> int:
+    async def upsert(self, index_name: str, records: Any, *, background: bool = False,
+                     written: list[VectorRecord] | None = None) -> int:
         self.upserts += 1
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("disk unplugged")
-        return await super().upsert(index_name, records, background=background)
+        return await super().upsert(index_name, records, background=background, written=written)
 
 
 async def test_background_upserts_within_the_delay_share_one_write(tmp_path: Path) -> None:

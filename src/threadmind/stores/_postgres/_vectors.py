@@ -16,6 +16,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from .._vector_records import PendingVector, VectorRecord
 
 __all__ = ("PostgresVectorRecords",)
@@ -26,7 +28,10 @@ _NEXT = "next AS (UPDATE threadmind_vector_seq SET seq = seq + 1 WHERE id = 0 RE
 _UPSERT = f"""
 WITH {_NEXT},
 rec AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bytea[])
-          AS r(vector_id, message_id, thread_id, resource_id, role, created_at, embedding)),
+          WITH ORDINALITY AS r(vector_id, message_id, thread_id, resource_id, role, created_at, embedding, n)),
+live AS (SELECT m.id, m.thread_id, coalesce(nullif(m."resourceId", ''), t."resourceId", '') AS resource_id
+         FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id
+         WHERE m.id = ANY($3::text[]) FOR SHARE OF m),
 gone AS (SELECT v.vector_id FROM threadmind_vectors v
          WHERE v.index_name = $1 AND v.message_id = ANY($3::text[]) AND NOT (v.vector_id = ANY($2::text[]))),
 tomb AS (INSERT INTO threadmind_vector_tombstones (index_name, vector_id, seq)
@@ -36,13 +41,19 @@ del AS (DELETE FROM threadmind_vectors v USING gone WHERE v.index_name = $1 AND 
 pend AS (DELETE FROM threadmind_vector_pending WHERE message_id = ANY($3::text[])),
 ins AS (INSERT INTO threadmind_vectors (index_name, vector_id, message_id, thread_id, resource_id, role, created_at,
                                         embedding, seq)
-        SELECT $1, rec.vector_id, rec.message_id, rec.thread_id, rec.resource_id, rec.role, rec.created_at,
-               rec.embedding, next.seq FROM rec, next
+        SELECT $1, rec.vector_id, rec.message_id, coalesce(live.thread_id, rec.thread_id),
+               coalesce(live.resource_id, rec.resource_id), rec.role, rec.created_at, rec.embedding, next.seq
+        FROM rec LEFT JOIN live ON live.id = rec.message_id, next ORDER BY rec.n  -- rows keep the records' order
         ON CONFLICT (index_name, vector_id) DO UPDATE SET message_id = EXCLUDED.message_id,
           thread_id = EXCLUDED.thread_id, resource_id = EXCLUDED.resource_id, role = EXCLUDED.role,
-          created_at = EXCLUDED.created_at, embedding = EXCLUDED.embedding, seq = EXCLUDED.seq)
-SELECT seq FROM next
+          created_at = EXCLUDED.created_at, embedding = EXCLUDED.embedding, seq = EXCLUDED.seq
+        RETURNING vector_id, thread_id, resource_id)
+SELECT next.seq, array_agg(ins.vector_id), array_agg(ins.thread_id), array_agg(ins.resource_id)
+FROM next LEFT JOIN ins ON true GROUP BY next.seq
 """
+"""Replace messages' vectors; a stored message's rows take its thread and resource as they are when the statement
+runs (``live``: its row locked against a move until the write commits), for another process may have moved it
+since its vectors were made (its vector writes are not ordered with these)."""
 
 
 def _delete_where(where: str, pending: str) -> str:
@@ -64,10 +75,15 @@ _DELETE_IDS_IN = _delete_where("v.message_id = ANY($2::text[]) AND ($1::text IS 
 _DELETE_THREAD = _delete_where("v.thread_id = $1", "p.thread_id = $1")
 _MOVE_THREAD = f"""
 WITH {_NEXT},
-mv AS (UPDATE threadmind_vectors SET resource_id = $2, seq = next.seq FROM next WHERE thread_id = $1),
-pend AS (UPDATE threadmind_vector_pending SET resource_id = $2 WHERE thread_id = $1)
-SELECT seq FROM next
+owner AS (SELECT coalesce((SELECT nullif("resourceId", '') FROM mastra_threads WHERE id = $1 FOR SHARE), $2)
+          AS resource_id),
+mv AS (UPDATE threadmind_vectors SET resource_id = owner.resource_id, seq = next.seq FROM next, owner
+       WHERE thread_id = $1),
+pend AS (UPDATE threadmind_vector_pending SET resource_id = owner.resource_id FROM owner WHERE thread_id = $1)
+SELECT next.seq, owner.resource_id FROM next, owner
 """
+"""Re-scope a thread's vectors to its resource as stored when this runs (its row locked against another move until
+then), else to the resource given: two processes moving one thread at once end with the resource its row has."""
 
 
 def _record(row: Sequence[Any]) -> VectorRecord:
@@ -119,14 +135,22 @@ class PostgresVectorRecords:
         result: int = await self._store.run_write(run, doing)
         return result
 
-    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
-        """Replace all vectors of the records' messages in ``index_name``; clear their pending entries."""
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
+                     written: list[VectorRecord] | None = None) -> int:
+        """See :meth:`VectorRecords.upsert` (``_UPSERT``)."""
         latest = {r.vector_id: r for r in records}  # one row per vector id (the last wins)
         rows = list(latest.values())
-        return await self._seq(
-            _UPSERT, index_name, [r.vector_id for r in rows], [r.message_id for r in rows],
-            [r.thread_id for r in rows], [r.resource_id for r in rows], [r.role for r in rows],
-            [r.created_at for r in rows], [r.embedding for r in rows], doing="vector upsert")
+        args = (index_name, [r.vector_id for r in rows], [r.message_id for r in rows], [r.thread_id for r in rows],
+                [r.resource_id for r in rows], [r.role for r in rows], [r.created_at for r in rows],
+                [r.embedding for r in rows])
+        seq, ids, threads, resources = await self._store.run_write(lambda conn: conn.fetchrow(_UPSERT, *args),
+                                                                   "vector upsert")
+        if written is not None:
+            now = {vid: (tid, rid) for vid, tid, rid in zip(ids or (), threads or (), resources or (), strict=True)
+                   if vid is not None}
+            written.extend(r if (scope := now.get(r.vector_id)) is None or scope == (r.thread_id, r.resource_id)
+                           else msgspec.structs.replace(r, thread_id=scope[0], resource_id=scope[1]) for r in rows)
+        return int(seq)
 
     async def delete_by_message_ids(self, index_name: str | None, ids: Sequence[str]) -> int:
         """Delete the messages' vectors (in every index when ``index_name`` is None) and pending entries."""
@@ -136,9 +160,13 @@ class PostgresVectorRecords:
         """Delete every vector and pending entry of a thread, in all indexes."""
         return await self._seq(_DELETE_THREAD, thread_id, doing="vector delete")
 
-    async def move_thread(self, thread_id: str, resource_id: str) -> int:
-        """Give the thread's vectors and pending entries a new ``resource_id``."""
-        return await self._seq(_MOVE_THREAD, thread_id, resource_id, doing="vector move")
+    async def move_thread(self, thread_id: str, resource_id: str, *, written: list[str] | None = None) -> int:
+        """See :meth:`VectorRecords.move_thread` (``_MOVE_THREAD``)."""
+        seq, now = await self._store.run_write(lambda conn: conn.fetchrow(_MOVE_THREAD, thread_id, resource_id),
+                                               "vector move")
+        if written is not None:
+            written.append(str(now))
+        return int(seq)
 
     async def load(self, index_name: str, since_seq: int = 0) -> tuple[list[VectorRecord], list[str], int]:
         """Records changed after ``since_seq``, vector ids deleted after it (and not live), the current seq."""

@@ -243,8 +243,9 @@ class HnswVectorStore:
 
     async def move_thread(self, thread_id: str, resource_id: str) -> None:
         session = self._live()
-        await session.change(session.records.move_thread(thread_id, resource_id),
-                             lambda index, seq: index.move_thread(thread_id, resource_id, seq))
+        now: list[str] = []  # the resource written: the thread's as stored (another process may move it too)
+        await session.change(session.records.move_thread(thread_id, resource_id, written=now),
+                             lambda index, seq: index.move_thread(thread_id, now[0] if now else resource_id, seq))
 
     async def copy_messages(self, id_map: Mapping[str, str], *, thread_id: str, resource_id: str) -> None:
         await self._live().copy_messages(id_map, thread_id, resource_id)

@@ -366,10 +366,11 @@ class Session:
                 index.note_seq(seq)
             return
         async with self.lock:  # not searchable yet: a load finishing meanwhile must see these rows
-            seq = await self.records.upsert(self.name, records)
+            stored: list[VectorRecord] = []  # as written: a message moved meanwhile has its thread of now
+            seq = await self.records.upsert(self.name, records, written=stored)
             index = self.index
             if index is not None:
-                index.upsert_records(records, seq)
+                index.upsert_records(stored, seq)
                 self.flush_wanted.set()
 
     def _others_read_rows(self) -> bool:

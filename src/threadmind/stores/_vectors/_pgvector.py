@@ -421,15 +421,23 @@ class PgVectorStore:
             await anyio.lowlevel.checkpoint()
             return
         message_ids = list(dict.fromkeys(r.message_id for r in latest))
+        same = self._same_database
+        # On the messages' database a stored message's rows take its thread and resource as they are now (its row
+        # locked against a move until this commits): another process may have moved it since its vectors were made.
         pending = ("pend AS (DELETE FROM threadmind_vector_pending WHERE message_id = ANY($4::text[])), "
-                   if self._same_database else "")
+                   "live AS (SELECT m.id, m.thread_id, coalesce(nullif(m.\"resourceId\", ''), th.\"resourceId\", '') "
+                   "AS resource_id FROM mastra_messages m LEFT JOIN mastra_threads th ON th.id = m.thread_id "
+                   "WHERE m.id = ANY($4::text[]) FOR SHARE OF m), " if same else "")
+        metadata = ("CASE WHEN live.id IS NULL THEN rec.metadata ELSE rec.metadata || jsonb_build_object("
+                    "'thread_id', live.thread_id, 'resource_id', live.resource_id) END" if same else "rec.metadata")
+        source = "rec LEFT JOIN live ON live.id = rec.metadata->>'message_id'" if same else "rec"
         sql = (f"WITH rec AS (SELECT * FROM unnest($1::text[], $2::{t.vector_type}[], $3::jsonb[]) "
                "AS r(vector_id, embedding, metadata)), "
                f"gone AS (DELETE FROM {t.table} v WHERE {namespace_is('v')} "
                "AND v.metadata->>'message_id' = ANY($4::text[]) AND NOT (v.vector_id = ANY($1::text[]))), "
                f"{pending}"
                f"ins AS (INSERT INTO {t.table} (vector_id, embedding, metadata, namespace) "
-               f"SELECT vector_id, embedding, metadata, '{NAMESPACE}' FROM rec "
+               f"SELECT rec.vector_id, rec.embedding, {metadata}, '{NAMESPACE}' FROM {source} "
                "ON CONFLICT (namespace, vector_id) DO UPDATE SET embedding = EXCLUDED.embedding, "
                "metadata = EXCLUDED.metadata RETURNING 1) SELECT count(*) FROM ins")
         args = ([r.vector_id for r in latest], [r.embedding for r in latest],
@@ -478,8 +486,12 @@ class PgVectorStore:
         await self._message_store().delete_by_thread(thread_id)
 
     async def move_thread(self, thread_id: str, resource_id: str) -> None:
+        # On the messages' database: the thread's resource as stored when this runs (its row locked against another
+        # move until then), so two processes moving one thread at once end with the resource its row has.
+        owner = ("coalesce((SELECT nullif(th.\"resourceId\", '') FROM mastra_threads th WHERE th.id = $1 FOR SHARE), "
+                 "$2::text)" if self._same_database else "$2::text")
         await self._in_every_index("metadata->>'thread_id' = $1", thread_id, resource_id, doing="vector move",
-                                   update="metadata = jsonb_set(metadata, '{resource_id}', to_jsonb($2::text))")
+                                   update=f"metadata = jsonb_set(metadata, '{{resource_id}}', to_jsonb({owner}))")
         await self._message_store().move_thread(thread_id, resource_id)
 
     async def copy_messages(self, id_map: Mapping[str, str], *, thread_id: str, resource_id: str) -> None:

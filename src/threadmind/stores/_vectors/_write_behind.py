@@ -74,11 +74,13 @@ class CoalescingRecords:
 
     # -- the buffer ---------------------------------------------------------------------------------------------
 
-    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False) -> int:
-        """Background rows join the buffer and return once it is written; others are written at once, after it."""
+    async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
+                     written: list[VectorRecord] | None = None) -> int:
+        """Background rows join the buffer and return once it is written; others are written at once, after it
+        (``written``: see :meth:`VectorRecords.upsert`; background rows are not reported)."""
         if not background:
             await self.flush()
-            return await self.inner.upsert(index_name, records)
+            return await self.inner.upsert(index_name, records, written=written)
         buffer = self._buffer
         while buffer is not None and buffer.index_name != index_name:  # rows of another index: write those first
             await self._write(buffer, background=False)
@@ -160,9 +162,9 @@ class CoalescingRecords:
         await self.flush()
         return await self.inner.delete_by_thread(thread_id)
 
-    async def move_thread(self, thread_id: str, resource_id: str) -> int:
+    async def move_thread(self, thread_id: str, resource_id: str, *, written: list[str] | None = None) -> int:
         await self.flush()
-        return await self.inner.move_thread(thread_id, resource_id)
+        return await self.inner.move_thread(thread_id, resource_id, written=written)
 
     async def load(self, index_name: str, since_seq: int = 0) -> tuple[list[VectorRecord], list[str], int]:
         await self.flush()
