@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -52,6 +53,28 @@ async def _check(writes: RandomWrites, truth: Store) -> None:
             notes = await memory.get_working_memory(thread_id=thread, resource_id=stored.resource_id)
             if stored.resource_id in writes.notes:
                 assert notes == writes.notes[stored.resource_id]
+            await _pages(writes, memory, thread, stored.resource_id, want)
+
+
+async def _pages(writes: RandomWrites, memory: Memory, thread: str, resource: str,
+                 want: list[tuple[str, str]]) -> None:
+    """A random page (each direction) and a random context window read as the stored history cuts them."""
+    rng = writes.rng
+    size, page = rng.randint(1, 4), rng.randint(0, 2)
+    newest = want[::-1]
+    cuts: list[tuple[Literal["ASC", "DESC"] | None, list[tuple[str, str]]]] = [
+        (None, newest[page * size:(page + 1) * size][::-1]), ("ASC", want[page * size:(page + 1) * size]),
+        ("DESC", newest[page * size:(page + 1) * size])]
+    for direction, expected in cuts:
+        got = await memory.recall(thread, resource_id=resource, per_page=size, page=page, direction=direction)
+        assert [(m.id, m.text) for m in got.messages] == expected, (direction, size, page)
+        assert got.total == len(want) and got.has_more == ((page + 1) * size < len(want))
+    if want:
+        at = rng.randrange(len(want))
+        before, after = rng.randint(0, 2), rng.randint(0, 2)
+        window = await memory.recall(thread, resource_id=resource, per_page=0, include=[
+            {"id": want[at][0], "withPreviousMessages": before, "withNextMessages": after}])
+        assert [m.id for m in window.messages] == [mid for mid, _ in want[max(0, at - before):at + after + 1]]
 
 
 @pytest.mark.parametrize("seed", [6, 7])
