@@ -5,12 +5,11 @@ words answer what the stored messages answer, and no search by vectors answers w
 whatever the writes raced with (a vector row is written with its message's thread and resource of the moment it
 commits).
 
-Vectors are not held to that here: a vector write of one object racing with a deletion, a move, a clone or an
-update of the same message through the other can leave its rows behind or of the old text (each object's own
-writes are ordered; two objects' are not). Recall drops such hits (its windows are read
-within the resource) and ``Memory.search`` checks each hit's scope; ``search_vectors`` returns them as stored. A
-later write of the message or its thread through either object corrects its rows; a deleted message's stay (``reindex``
-only makes missing vectors)."""
+Vectors are held to scope only: a vector write of one object racing with an edit of the same message's text
+through the other is not ordered with it (the older text's vector can land last), and on pgvector's table one
+racing with a deletion can leave its rows (recall and ``Memory.search`` drop those hits). Rows take the thread and
+resource their message has when they are written, a copy yields to the rows an edit of it wrote, and the hnswlib
+stores write no rows for a message deleted meanwhile."""
 
 from __future__ import annotations
 

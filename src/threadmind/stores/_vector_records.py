@@ -62,13 +62,16 @@ class VectorRecords(Protocol):
     """Durable vector rows, a change log for snapshot replay, and the pending queue."""
 
     async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
-                     written: list[VectorRecord] | None = None) -> int:
+                     written: list[VectorRecord] | None = None, stored_only: bool = False,
+                     fresh_only: bool = False) -> int:
         """Replace all vectors of the records' messages in ``index_name``; clear their pending entries.
 
         A stored message's rows take its thread and resource of the moment they commit (another process may have
-        moved it since its vectors were made: its writes are not ordered with these); ``written`` (when given)
-        receives the records as stored. Returns the sequence number of the change. ``background``: nobody waits
-        for it (write-behind), so the write may wait briefly to share the next commit.
+        moved it since its vectors were made: its writes are not ordered with these); ``stored_only``: a message
+        not stored then gets no rows (another process deleted it meanwhile); ``fresh_only``: a message with rows
+        keeps them (a clone's copies yield to the rows an edit of the copy wrote meanwhile from its own text).
+        ``written`` (when given) receives the records as stored. Returns the sequence number of the change.
+        ``background``: nobody waits for it (write-behind), so the write may wait briefly to share the next commit.
         """
         ...
 
@@ -177,6 +180,16 @@ def _current_scopes(conn: sqlite3.Connection, message_ids: Sequence[str]) -> dic
                 "FROM mastra_messages AS m LEFT JOIN mastra_threads AS t ON t.id = m.thread_id "
                 f"WHERE m.id IN ({_marks(len(part))})", part):
             found[mid] = (thread_id or "", resource_id)
+    return found
+
+
+def _with_rows(conn: sqlite3.Connection, index_name: str, message_ids: Sequence[str]) -> set[str]:
+    """(in a write) Those of the messages that have rows in the index."""
+    found: set[str] = set()
+    for part in _chunks(message_ids):
+        found.update(row[0] for row in conn.execute(
+            f"SELECT DISTINCT message_id FROM threadmind_vectors WHERE +index_name = ? AND message_id IN "
+            f"({_marks(len(part))})", (index_name, *part)))
     return found
 
 
@@ -352,14 +365,17 @@ class SQLiteVectorRecords:
             )
 
     async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
-                     written: list[VectorRecord] | None = None) -> int:
+                     written: list[VectorRecord] | None = None, stored_only: bool = False,
+                     fresh_only: bool = False) -> int:
         """See :meth:`VectorRecords.upsert` (the messages' thread and resource read in the write's transaction)."""
         message_ids = sorted({r.message_id for r in records})
 
         def _job(conn: sqlite3.Connection) -> int:
             live = _current_scopes(conn, message_ids)
+            kept = _with_rows(conn, index_name, message_ids) if fresh_only else set()
             rows_now = [r if (now := live.get(r.message_id)) is None or now == (r.thread_id, r.resource_id)
-                        else msgspec.structs.replace(r, thread_id=now[0], resource_id=now[1]) for r in records]
+                        else msgspec.structs.replace(r, thread_id=now[0], resource_id=now[1])
+                        for r in records if (not stored_only or r.message_id in live) and r.message_id not in kept]
             if written is not None:
                 written.extend(rows_now)
             new_ids = {r.vector_id for r in rows_now}
@@ -371,7 +387,7 @@ class SQLiteVectorRecords:
                     f"AND message_id IN ({_marks(len(part))})",
                     (index_name, *part),
                 ).fetchall()
-                gone = [(index_name, row[0], seq) for row in old if row[0] not in new_ids]
+                gone = [(index_name, row[0], seq) for row in old if row[0] not in new_ids] if not fresh_only else []
                 if gone:
                     conn.executemany(
                         "INSERT OR REPLACE INTO threadmind_vector_tombstones (index_name, vector_id, seq) "

@@ -38,9 +38,13 @@ class InMemoryVectorRecords:
             self._tombstones[key] = seq
 
     async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
-                     written: list[VectorRecord] | None = None) -> int:
+                     written: list[VectorRecord] | None = None, stored_only: bool = False,
+                     fresh_only: bool = False) -> int:
         await anyio.lowlevel.checkpoint()
-        if written is not None:  # one process, one writer: stored as given
+        if fresh_only:
+            have = {row.record.message_id for (name, _), row in self._rows.items() if name == index_name}
+            records = [r for r in records if r.message_id not in have]
+        if written is not None:  # one process, one writer: stored as given (``stored_only`` changes nothing)
             written.extend(records)
         seq = self._bump()
         messages = {r.message_id for r in records}

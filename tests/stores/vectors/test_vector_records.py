@@ -182,3 +182,30 @@ async def test_rows_take_the_thread_and_resource_their_messages_have_when_writte
         assert moved == ["r2"]
         loaded, _, _ = await records.load("idx")
         assert {r.resource_id for r in loaded} == {"r2"}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_write_for_stored_messages_only_and_copies_that_yield(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """``stored_only``: a message deleted since its vectors were made gets none (another process deleted it);
+    ``fresh_only``: a clone's copies yield to the rows an edit of the copy wrote meanwhile."""
+    from threadmind.codecs import Message, Thread
+    from threadmind.stores import PostgresStore
+
+    store: SQLiteStore | PostgresStore = (PostgresStore(request.getfixturevalue("pg_dsn")) if kind == "postgres"
+                                          else SQLiteStore(tmp_path / "v.db"))
+    async with store:
+        records = store.vector_records()
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        await store.save_messages("t1", [Message.user(text, id=mid, thread_id="t1", resource_id="r1")
+                                         for mid, text in (("m1", "kept"), ("m2", "edited"), ("m3", "copied"))])
+        written: list[VectorRecord] = []
+        await records.upsert("idx", [_record("m1", "m1"), _record("gone", "gone")], written=written,
+                             stored_only=True)
+        assert [r.vector_id for r in written] == ["m1"]
+        await records.upsert("idx", [_record("m2#0", "m2"), _record("m2#1", "m2")])  # the edit's own rows
+        written = []
+        await records.upsert("idx", [_record("m2", "m2"), _record("m3", "m3")], written=written, fresh_only=True)
+        assert [r.vector_id for r in written] == ["m3"]
+        loaded, _, _ = await records.load("idx")
+        assert sorted(r.vector_id for r in loaded) == ["m1", "m2#0", "m2#1", "m3"]

@@ -96,12 +96,14 @@ class _CountingRecords(SQLiteVectorRecords):
         self.fail_next = False
 
     async def upsert(self, index_name: str, records: Any, *, background: bool = False,
-                     written: list[VectorRecord] | None = None) -> int:
+                     written: list[VectorRecord] | None = None, stored_only: bool = False,
+                     fresh_only: bool = False) -> int:
         self.upserts += 1
         if self.fail_next:
             self.fail_next = False
             raise RuntimeError("disk unplugged")
-        return await super().upsert(index_name, records, background=background, written=written)
+        return await super().upsert(index_name, records, background=background, written=written,
+                                    stored_only=stored_only, fresh_only=fresh_only)
 
 
 async def test_background_upserts_within_the_delay_share_one_write(tmp_path: Path) -> None:

@@ -32,8 +32,11 @@ rec AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6:
 live AS (SELECT m.id, m.thread_id, coalesce(nullif(m."resourceId", ''), t."resourceId", '') AS resource_id
          FROM mastra_messages m LEFT JOIN mastra_threads t ON t.id = m.thread_id
          WHERE m.id = ANY($3::text[]) FOR SHARE OF m),
+kept AS (SELECT DISTINCT o.message_id FROM threadmind_vectors o
+         WHERE $10::boolean AND o.index_name = $1 AND o.message_id = ANY($3::text[])),
 gone AS (SELECT v.vector_id FROM threadmind_vectors v
-         WHERE v.index_name = $1 AND v.message_id = ANY($3::text[]) AND NOT (v.vector_id = ANY($2::text[]))),
+         WHERE NOT $10::boolean AND v.index_name = $1 AND v.message_id = ANY($3::text[])
+           AND NOT (v.vector_id = ANY($2::text[]))),
 tomb AS (INSERT INTO threadmind_vector_tombstones (index_name, vector_id, seq)
          SELECT $1, gone.vector_id, next.seq FROM gone, next
          ON CONFLICT (index_name, vector_id) DO UPDATE SET seq = EXCLUDED.seq),
@@ -43,7 +46,9 @@ ins AS (INSERT INTO threadmind_vectors (index_name, vector_id, message_id, threa
                                         embedding, seq)
         SELECT $1, rec.vector_id, rec.message_id, coalesce(live.thread_id, rec.thread_id),
                coalesce(live.resource_id, rec.resource_id), rec.role, rec.created_at, rec.embedding, next.seq
-        FROM rec LEFT JOIN live ON live.id = rec.message_id, next ORDER BY rec.n  -- rows keep the records' order
+        FROM rec LEFT JOIN live ON live.id = rec.message_id, next
+        WHERE (live.id IS NOT NULL OR NOT $9::boolean) AND rec.message_id NOT IN (SELECT message_id FROM kept)
+        ORDER BY rec.n  -- rows keep the records' order
         ON CONFLICT (index_name, vector_id) DO UPDATE SET message_id = EXCLUDED.message_id,
           thread_id = EXCLUDED.thread_id, resource_id = EXCLUDED.resource_id, role = EXCLUDED.role,
           created_at = EXCLUDED.created_at, embedding = EXCLUDED.embedding, seq = EXCLUDED.seq
@@ -52,8 +57,9 @@ SELECT next.seq, array_agg(ins.vector_id), array_agg(ins.thread_id), array_agg(i
 FROM next LEFT JOIN ins ON true GROUP BY next.seq
 """
 """Replace messages' vectors; a stored message's rows take its thread and resource as they are when the statement
-runs (``live``: its row locked against a move until the write commits), for another process may have moved it
-since its vectors were made (its vector writes are not ordered with these)."""
+runs (``live``: its row locked against a move or a deletion until the write commits), for another process may have
+moved it since its vectors were made (its vector writes are not ordered with these); with ``$9`` a message not
+stored gets no rows (deleted meanwhile); with ``$10`` a message that has rows keeps them (copies yield)."""
 
 
 def _delete_where(where: str, pending: str) -> str:
@@ -136,20 +142,22 @@ class PostgresVectorRecords:
         return result
 
     async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
-                     written: list[VectorRecord] | None = None) -> int:
+                     written: list[VectorRecord] | None = None, stored_only: bool = False,
+                     fresh_only: bool = False) -> int:
         """See :meth:`VectorRecords.upsert` (``_UPSERT``)."""
         latest = {r.vector_id: r for r in records}  # one row per vector id (the last wins)
         rows = list(latest.values())
         args = (index_name, [r.vector_id for r in rows], [r.message_id for r in rows], [r.thread_id for r in rows],
                 [r.resource_id for r in rows], [r.role for r in rows], [r.created_at for r in rows],
-                [r.embedding for r in rows])
+                [r.embedding for r in rows], stored_only, fresh_only)
         seq, ids, threads, resources = await self._store.run_write(lambda conn: conn.fetchrow(_UPSERT, *args),
                                                                    "vector upsert")
         if written is not None:
             now = {vid: (tid, rid) for vid, tid, rid in zip(ids or (), threads or (), resources or (), strict=True)
                    if vid is not None}
-            written.extend(r if (scope := now.get(r.vector_id)) is None or scope == (r.thread_id, r.resource_id)
-                           else msgspec.structs.replace(r, thread_id=scope[0], resource_id=scope[1]) for r in rows)
+            written.extend(r if scope == (r.thread_id, r.resource_id)
+                           else msgspec.structs.replace(r, thread_id=scope[0], resource_id=scope[1])
+                           for r in rows if (scope := now.get(r.vector_id)) is not None)
         return int(seq)
 
     async def delete_by_message_ids(self, index_name: str | None, ids: Sequence[str]) -> int:

@@ -356,7 +356,9 @@ class Session:
         self.flush_wanted.set()
         return True
 
-    async def write(self, records: Sequence[VectorRecord], *, background: bool, staged: bool) -> None:
+    async def write(self, records: Sequence[VectorRecord], *, background: bool, staged: bool,
+                    fresh_only: bool = False) -> None:
+        """Store rows; ``fresh_only``: copies, which yield to a message's rows written meanwhile."""
         assert self.name is not None
         if staged:
             seq = await self.records.upsert(self.name, records, background=background)
@@ -366,10 +368,16 @@ class Session:
                 index.note_seq(seq)
             return
         async with self.lock:  # not searchable yet: a load finishing meanwhile must see these rows
-            stored: list[VectorRecord] = []  # as written: a message moved meanwhile has its thread of now
-            seq = await self.records.upsert(self.name, records, written=stored)
+            # As written: a message moved meanwhile has its thread of now, one deleted meanwhile (by another store
+            # object, or process, on the file) none.
+            stored: list[VectorRecord] = []
+            seq = await self.records.upsert(self.name, records, written=stored, stored_only=self._others_read_rows(),
+                                            fresh_only=fresh_only)
             index = self.index
             if index is not None:
+                gone = {r.message_id for r in records} - {r.message_id for r in stored} if not fresh_only else set()
+                if gone:  # deleted meanwhile: its rows went with the write, whose seq this index notes as its own
+                    index.delete_messages(sorted(gone))
                 index.upsert_records(stored, seq)
                 self.flush_wanted.set()
 
@@ -411,7 +419,7 @@ class Session:
             for r in await self.records.records_for_messages(self.name, list(id_map))
         ]
         if copies:
-            await self.write(copies, background=False, staged=False)
+            await self.write(copies, background=False, staged=False, fresh_only=True)
 
     # queries ---------------------------------------------------------------------------------------
     async def query(self, vector: F32, k: int, resource_id: str | None, thread_id: str | None) -> list[VectorHit]:
@@ -528,6 +536,10 @@ class Session:
                 self.task_group.start_soon(self._load_in_background)
                 return 0
             records, deleted, seq = await self.records.load(index.name, since_seq=index.applied_seq)
+            if index.applied_seq == 0:
+                # A load from the start leaves deletions out (nothing before them to undo), but this index may hold
+                # rows of its own applied ahead of another's change (its sequence had a gap): drop what is deleted.
+                deleted = [*deleted, *await self.records.deleted_since(index.name, 0)]
             index.replay(records, deleted, seq)
             self.counters["catch_ups"] += 1
             self.flush_wanted.set()

@@ -506,6 +506,9 @@ class PgVectorStore:
                "v.metadata || jsonb_build_object('message_id', m.new, 'thread_id', $3::text, 'resource_id', $4::text), "
                f"v.namespace FROM {t.table} v JOIN unnest($1::text[], $2::text[]) AS m(old, new) "
                f"ON v.metadata->>'message_id' = m.old WHERE {namespace_is('v')} "
+               # a copy that has rows of its own already (an edit of it, written meanwhile) keeps them
+               f"AND NOT EXISTS (SELECT 1 FROM {t.table} o WHERE {namespace_is('o')} "
+               "AND o.metadata->>'message_id' = m.new) "
                "ON CONFLICT (namespace, vector_id) DO UPDATE SET embedding = EXCLUDED.embedding, "
                "metadata = EXCLUDED.metadata")
         await self._write(lambda conn: conn.execute(sql, old, new, thread_id, resource_id), "vector copy")

@@ -75,12 +75,14 @@ class CoalescingRecords:
     # -- the buffer ---------------------------------------------------------------------------------------------
 
     async def upsert(self, index_name: str, records: Sequence[VectorRecord], *, background: bool = False,
-                     written: list[VectorRecord] | None = None) -> int:
+                     written: list[VectorRecord] | None = None, stored_only: bool = False,
+                     fresh_only: bool = False) -> int:
         """Background rows join the buffer and return once it is written; others are written at once, after it
-        (``written``: see :meth:`VectorRecords.upsert`; background rows are not reported)."""
+        (``written``, ``stored_only``, ``fresh_only``: see :meth:`VectorRecords.upsert`; for those only)."""
         if not background:
             await self.flush()
-            return await self.inner.upsert(index_name, records, written=written)
+            return await self.inner.upsert(index_name, records, written=written, stored_only=stored_only,
+                                           fresh_only=fresh_only)
         buffer = self._buffer
         while buffer is not None and buffer.index_name != index_name:  # rows of another index: write those first
             await self._write(buffer, background=False)
