@@ -195,3 +195,21 @@ async def test_two_memories_on_one_file_in_one_process_read_each_others_saves_at
         await two.update_messages([{"id": "m0", "content": {"content": "violin lessons on tuesday"}}])
         hits = await one.search_vectors("violin lessons on tuesday", top_k=1, resource_id="r1")
         assert [h.message_id for h in hits] == ["m0"] and hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_an_index_whose_own_writes_came_after_anothers_drops_what_the_other_deleted(tmp_path: Path) -> None:
+    """The first change on the file is the other object's, so this index's own write leaves it at sequence 0 (a
+    gap it has not replayed); the other then deletes that message: the next query's catch-up, a load from 0,
+    drops it too."""
+    from threadmind.codecs import Message
+
+    db = tmp_path / "m.db"
+    async with _memory(db, tmp_path / "a") as one, _memory(db, tmp_path / "b") as two:
+        for memory in (one, two):
+            await memory.load_index()  # as a server does before taking traffic: both indexes at sequence 0
+        await two.create_thread(thread_id="t1", resource_id="r1")
+        await two.save_messages([Message.user("violin lessons", id="m0", thread_id="t1", resource_id="r1")])
+        await one.save_messages([Message.user("harbour tankers", id="m1", thread_id="t1", resource_id="r1")])
+        await two.delete_messages(["m1"])
+        hits = await one.search_vectors("harbour tankers", top_k=5, resource_id="r1")
+        assert [h.message_id for h in hits] == ["m0"]
