@@ -1,15 +1,13 @@
 """Four tasks writing and searching at once through two ``Memory`` objects on one database (random saves, updates,
 deletions, threads moved, cloned and deleted, searches by words and by vectors in between): every call ends in its
 answer or in the error it names (a thread deleted meanwhile), and once they are done, both objects' searches by
-words answer what the stored messages answer, and no search by vectors answers with another resource's message,
-whatever the writes raced with (a vector row is written with its message's thread and resource of the moment it
-commits).
+words answer what the stored messages answer, and searches by vectors answer with stored messages of the resource
+asked for, whatever the writes raced with.
 
-Vectors are held to scope only: a vector write of one object racing with an edit of the same message's text
-through the other is not ordered with it (the older text's vector can land last), and on pgvector's table one
-racing with a deletion can leave its rows (recall and ``Memory.search`` drop those hits). Rows take the thread and
-resource their message has when they are written, a copy yields to the rows an edit of it wrote, and the hnswlib
-stores write no rows for a message deleted meanwhile."""
+Vectors are held to scope and to what is stored, not to the text: a vector write of one object racing with an
+edit of the same message's text through the other is not ordered with it (the older text's vector can land last).
+Rows take the thread and resource their message has when they are written, a message deleted meanwhile gets none,
+and a clone's copies yield to the rows an edit of the copy wrote."""
 
 from __future__ import annotations
 
@@ -122,8 +120,8 @@ class _Race:
                     assert found == holding, (word, resource)
                     assert all(h.message.resource_id in (None, resource) for h in hits)
                     for near in await memory.search_vectors(word, top_k=10, resource_id=resource):
-                        if near.message_id in scopes:  # never another resource's message (a deleted one's may stay)
-                            assert scopes[near.message_id] == resource, (near, resource)
+                        # a stored message of this resource: never another's, nor one deleted meanwhile
+                        assert scopes.get(near.message_id) == resource, (near, resource)
 
 
 @pytest.mark.parametrize("seed", [31, 32])

@@ -182,6 +182,8 @@ async def test_a_message_whose_upsert_is_still_queued_goes_the_batch_path(memory
     await other.prepare()
     assert await other.started() is not None  # nothing of m2 is queued: the save may write its rows
     other.finished(None)  # (that save failed: nothing to wait for)
+    async with PostgresStore(pg_dsn) as store:  # the two saves commit (a committed save's message is stored)
+        await store.save_messages("t1", [msg("m1", text="the same message saved again")])
     first.finished([msg("m1", text="an agent turn's reply, still committing")])
     second.finished([msg("m1", text="the same message saved again")])
     await first.result()

@@ -428,9 +428,10 @@ class PgVectorStore:
                    "live AS (SELECT m.id, m.thread_id, coalesce(nullif(m.\"resourceId\", ''), th.\"resourceId\", '') "
                    "AS resource_id FROM mastra_messages m LEFT JOIN mastra_threads th ON th.id = m.thread_id "
                    "WHERE m.id = ANY($4::text[]) FOR SHARE OF m), " if same else "")
-        metadata = ("CASE WHEN live.id IS NULL THEN rec.metadata ELSE rec.metadata || jsonb_build_object("
-                    "'thread_id', live.thread_id, 'resource_id', live.resource_id) END" if same else "rec.metadata")
-        source = "rec LEFT JOIN live ON live.id = rec.metadata->>'message_id'" if same else "rec"
+        metadata = ("rec.metadata || jsonb_build_object('thread_id', live.thread_id, 'resource_id', live.resource_id)"
+                    if same else "rec.metadata")
+        # ... and a message deleted meanwhile (by another process) gets none.
+        source = "rec JOIN live ON live.id = rec.metadata->>'message_id'" if same else "rec"
         sql = (f"WITH rec AS (SELECT * FROM unnest($1::text[], $2::{t.vector_type}[], $3::jsonb[]) "
                "AS r(vector_id, embedding, metadata)), "
                f"gone AS (DELETE FROM {t.table} v WHERE {namespace_is('v')} "
