@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import msgspec
 import numpy as np
 import pytest
 
@@ -699,5 +700,12 @@ async def test_on_the_messages_database_rows_take_the_resource_their_thread_has_
             await vector.move_thread("t1", "r3")  # a move whose store move lost to r2's
             assert [h.resource_id for h in await vector.query(unit, top_k=1, resource_id="r2", thread_id=None)] == \
                 ["r2"]
+            gone = msgspec.structs.replace(stale, vector_id="m9", message_id="m9")  # deleted by another meanwhile
+            await vector.write([gone], staged=False)
+            rows = await _sql(pg_dsn, lambda conn: conn.fetchval(
+                f"SELECT count(*) FROM memory_messages_{DIM} WHERE metadata->>'message_id' = 'm9'"))
+            assert rows == 0
+            assert {h.message_id for h in await vector.query(unit, top_k=5, resource_id="r2", thread_id=None)} == \
+                {"m1"}
         finally:
             await vector.close()
