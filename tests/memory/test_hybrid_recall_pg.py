@@ -119,7 +119,8 @@ class _Keywords:
                               {mid: _NEIGHBOURS[mid] for mid in ids if mid in _NEIGHBOURS})
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
+                             limit: int, neighbours_of: Sequence[str] | None = None,
+                             counts: bool = True) -> KeywordMatches:
         await anyio.lowlevel.checkpoint()
         return self._matches(neighbours_of or [])
 

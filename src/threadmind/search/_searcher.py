@@ -163,7 +163,8 @@ class Searcher:
             vector, degraded = await self._vector_pool(query, vector_pool, resource_id, thread_id, threshold,
                                                        wants_vectors)
             matches = await keywords.keyword_search(terms, resource_id=resource_id, thread_id=thread_id,
-                                                    limit=keyword_limit, neighbours_of=[hit[0] for hit in vector])
+                                                    limit=keyword_limit, neighbours_of=[hit[0] for hit in vector],
+                                                    counts=False)  # the ranking reads their scores alone
         candidates, lift = (await self._dated(matches.candidates, dates, keyword_pool) if dates
                             else (matches.candidates[:keyword_pool], None))
         return Found(smoothed(fuse(candidates, vector, weight, lift), matches.neighbours), degraded)

@@ -164,9 +164,10 @@ class KeywordBlock:
                 entry.stale = True
             self.size += len(tally)
 
-    def matches(self, terms: Sequence[str], limit: int) -> KeywordMatches:
+    def matches(self, terms: Sequence[str], limit: int, *, counts: bool = True) -> KeywordMatches:
         """The scope's statistics for ``terms`` and its best ``limit`` candidates by BM25 (k1 1.2, b 0.75) over the
-        rarest :data:`KEYWORD_TERMS` words times the square root of their idf coverage."""
+        rarest :data:`KEYWORD_TERMS` words times the square root of their idf coverage; without ``counts`` their
+        word counts are left empty (a quarter of the work, which a caller reading the scores alone never needs)."""
         lexemes = lexemes_of(terms)
         table = self.postings
         n = len(self.ids)
@@ -197,16 +198,17 @@ class KeywordBlock:
             last = -np.partition(-score[hit], limit - 1)[limit - 1]
             hit = hit[score[hit] >= last]
         hit = hit[np.lexsort((hit, -score[hit]))][:limit]  # best first; ties in the order the messages were indexed
-        row_of = np.full(n, -1, dtype=np.int64)
-        row_of[hit] = np.arange(len(hit))
-        rows = row_of[docs]
-        picked = np.flatnonzero(rows >= 0)  # the hits' postings: their counts
-        counts: list[dict[str, int]] = [{} for _ in range(len(hit))]
-        for row, word, value in zip(rows[picked].tolist(), map(kept.__getitem__, which[picked].tolist()),
-                                    tf[picked].astype(np.int64).tolist(), strict=True):
-            counts[row][word] = value
+        tallies: list[dict[str, int]] = [{} for _ in range(len(hit))]
+        if counts:
+            row_of = np.full(n, -1, dtype=np.int64)
+            row_of[hit] = np.arange(len(hit))
+            rows = row_of[docs]
+            picked = np.flatnonzero(rows >= 0)  # the hits' postings: their counts
+            for row, word, value in zip(rows[picked].tolist(), map(kept.__getitem__, which[picked].tolist()),
+                                        tf[picked].astype(np.int64).tolist(), strict=True):
+                tallies[row][word] = value
         ids, threads, resources, sizes_of = self.ids, self.threads, self.resources, self._lengths
-        candidates = [KeywordCandidate(ids[doc], threads[doc], resources[doc], int(sizes_of[doc]), counts[row], value)
+        candidates = [KeywordCandidate(ids[doc], threads[doc], resources[doc], int(sizes_of[doc]), tallies[row], value)
                       for row, (doc, value) in enumerate(zip(hit.tolist(), score[hit].tolist(), strict=True))]
         return KeywordMatches(n, average, frequencies, candidates)
 
@@ -221,9 +223,9 @@ class KeywordBlocks:
         self._lock = threading.Lock()
 
     def matches(self, token: str, version: Version, owner: Owner, terms: Sequence[str], limit: int, *,
-                most: int | None = None) -> tuple[KeywordMatches, KeywordBlock, int] | None:
+                most: int | None = None, counts: bool = True) -> tuple[KeywordMatches, KeywordBlock, int] | None:
         """What the block of ``token`` answers for ``terms`` if it holds ``version`` of ``owner``'s scope (and at
-        most ``most`` messages), with the block and its epoch then."""
+        most ``most`` messages), with the block and its epoch then (``counts``: as :meth:`KeywordBlock.matches`)."""
         with self._lock:  # a fold may be extending this very block on the writer thread
             entry = self._blocks.get(token)
             if entry is None or entry[0] != version or entry[1].owner != owner:
@@ -231,7 +233,7 @@ class KeywordBlocks:
             if most is not None and len(entry[1].ids) > most:
                 return None
             self._blocks.move_to_end(token)
-            return entry[1].matches(terms, limit), entry[1], entry[1].epoch
+            return entry[1].matches(terms, limit, counts=counts), entry[1], entry[1].epoch
 
     def neighbours(self, block: KeywordBlock, epoch: int, message_ids: Sequence[str],
                    read: Callable[[list[str]], Mapping[str, tuple[str | None, str | None]]],

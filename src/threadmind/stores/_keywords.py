@@ -95,11 +95,13 @@ class KeywordSearch(Protocol):
     """A store that keeps a keyword index of its messages, written with the message rows."""
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
+                             limit: int, neighbours_of: Sequence[str] | None = None,
+                             counts: bool = True) -> KeywordMatches:
         """The scope's statistics for ``terms`` (from :func:`query_terms`; keyed by their stems) and its best
         ``limit`` messages holding any of them, best first. The scope is the thread when ``thread_id`` is given,
         else the resource; a message outside it is never returned or counted. With ``neighbours_of``, the same
-        trip also reads the neighbours of every candidate and of those messages."""
+        trip also reads the neighbours of every candidate and of those messages. ``counts=False``: the caller reads
+        the candidates' scores alone, so a store that scored them may leave their word counts empty."""
         ...
 
     async def neighbours(self, message_ids: Sequence[str]) -> Neighbours:

@@ -416,8 +416,10 @@ class InMemoryStore:
     # -- keyword index -------------------------------------------------------------------------------------
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
-        """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (see ``KeywordSearch``):
+                             limit: int, neighbours_of: Sequence[str] | None = None,
+                             counts: bool = True) -> KeywordMatches:
+        """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (see ``KeywordSearch``;
+        candidates always carry their counts):
         every message of the scope is read (its words cut as the SQLite index cuts them, kept until it changes)."""
         await self._ready()
         found = self._keyword_matches(terms, resource_id, thread_id, limit)

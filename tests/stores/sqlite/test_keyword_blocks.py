@@ -261,3 +261,38 @@ def test_a_block_scores_as_keyword_ranking_does() -> None:
             (c.message_id, c.score, c.counts) for c in ranked]
         compared += len(ranked)
     assert compared > 1000
+
+
+def test_a_block_asked_without_counts_ranks_the_same_and_counts_nothing() -> None:
+    """``counts=False`` (what hybrid recall asks: it reads the scores alone) leaves the candidates' word counts
+    empty and changes nothing else: the same candidates, scores and statistics."""
+    rng = random.Random(11)
+    rows = [(f"m{i}", f"t{i % 4}", "r1", " ".join(stem(rng.choice(WORDS)) for _ in range(rng.randint(1, 12))))
+            for i in range(150)]
+    block = KeywordBlock((RESOURCE, "r1"), rows)
+    for _ in range(40):
+        terms = rng.sample(WORDS, rng.randint(1, 6))
+        counted, bare = block.matches(terms, 24), block.matches(terms, 24, counts=False)
+        assert counted.candidates and all(c.counts for c in counted.candidates)
+        assert all(c.counts == {} for c in bare.candidates)
+        assert [msgspec.structs.replace(c, counts={}) for c in counted.candidates] == bare.candidates
+        assert (bare.docs, bare.average_length, bare.frequencies) == (
+            counted.docs, counted.average_length, counted.frequencies)
+
+
+async def test_a_store_searched_without_counts_answers_as_with_them(tmp_path: Path) -> None:
+    """Through the store, from a block built by the read and from memory: the same hits and neighbours with or
+    without counts."""
+    async with SQLiteStore(tmp_path / "memory.db") as store:
+        queries = await corpus(store, seed=3)
+        for query in queries:
+            for resource_id, thread_id in (("r0", None), ("r1", None), (None, "t2"), ("r1", "t3")):
+                terms = query_terms(query)
+                bare = await store.keyword_search(terms, resource_id=resource_id, thread_id=thread_id, limit=24,
+                                                  neighbours_of=["m1"], counts=False)
+                counted = await store.keyword_search(terms, resource_id=resource_id, thread_id=thread_id, limit=24,
+                                                     neighbours_of=["m1"])
+                assert counted.candidates and all(c.counts for c in counted.candidates)
+                assert bare == msgspec.structs.replace(counted, candidates=[
+                    msgspec.structs.replace(c, counts={}) for c in counted.candidates])
+        assert store.cache_statistics()["keyword_from_memory"] > 0

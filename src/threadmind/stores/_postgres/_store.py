@@ -222,8 +222,9 @@ class PostgresStore:
     # -- keyword index -------------------------------------------------------------------------------------
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
-        """See :meth:`PostgresKeywordIndex.search`."""
+                             limit: int, neighbours_of: Sequence[str] | None = None,
+                             counts: bool = True) -> KeywordMatches:
+        """See :meth:`PostgresKeywordIndex.search` (its candidates always carry their counts)."""
         return await self._keywords.search(terms, resource_id=resource_id, thread_id=thread_id, limit=limit,
                                            neighbours_of=neighbours_of)
 

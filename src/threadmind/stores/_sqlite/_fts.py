@@ -295,7 +295,8 @@ def scope_token(resource_id: str | None, thread_id: str | None) -> str:
 
 
 def search_in_memory(blocks: KeywordBlocks, version: int, terms: Sequence[str], resource_id: str | None,
-                     thread_id: str | None, limit: int, neighbours_of: Sequence[str] | None) -> KeywordMatches | None:
+                     thread_id: str | None, limit: int, neighbours_of: Sequence[str] | None, *,
+                     counts: bool = True) -> KeywordMatches | None:
     """What :func:`search_keywords` answers, from the scope's block alone, when the caller knows the scope is still
     at ``version`` (nothing was written since it read it, and no other process has the file open); None when that
     needs the database (no block at that version, a block over :data:`MEMORY_SCOPE`, a neighbour not kept)."""
@@ -303,7 +304,7 @@ def search_in_memory(blocks: KeywordBlocks, version: int, terms: Sequence[str], 
         return None
     owner: Owner = (THREAD, thread_id) if thread_id is not None else (RESOURCE, resource_id or "")
     answer = blocks.matches(scope_token(resource_id, thread_id), version, owner, terms, limit,
-                            most=MEMORY_SCOPE)
+                            most=MEMORY_SCOPE, counts=counts)
     if answer is None:
         return None
     found, block, epoch = answer
@@ -320,7 +321,8 @@ def search_in_memory(blocks: KeywordBlocks, version: int, terms: Sequence[str], 
 def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | None, thread_id: str | None,
                     limit: int, *, folded: bool = False, blocks: KeywordBlocks | None = None,
                     neighbours_of: Sequence[str] | None = None,
-                    checked: Callable[[str, int], object] | None = None) -> KeywordMatches | None:
+                    checked: Callable[[str, int], object] | None = None, counts: bool = True,
+                    ) -> KeywordMatches | None:
     """(reader) The scope's statistics and its best ``limit`` candidates, and with ``neighbours_of`` the neighbours
     of those and of these (see the module docstring); None when ids are queued (fold first; ``folded``: this
     search folded already, and ids queued since are of saves that had not returned when it began). ``blocks``:
@@ -328,7 +330,7 @@ def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id:
     version)`` is told when a block answered at the version this read saw."""
     if not folded and queued(conn):
         return None
-    found, block = _matches(conn, terms, resource_id, thread_id, limit, blocks, checked)
+    found, block = _matches(conn, terms, resource_id, thread_id, limit, blocks, checked, counts)
     if neighbours_of is None:
         return found
     ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + list(neighbours_of)))
@@ -343,8 +345,9 @@ def search_keywords(conn: sqlite3.Connection, terms: Sequence[str], resource_id:
 
 def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | None, thread_id: str | None,
              limit: int, blocks: KeywordBlocks | None, checked: Callable[[str, int], object] | None = None,
-             ) -> tuple[KeywordMatches, tuple[KeywordBlock, int] | None]:
-    """The scope's answer, and the block that gave it with its epoch then (None: FTS5 answered)."""
+             counts: bool = True) -> tuple[KeywordMatches, tuple[KeywordBlock, int] | None]:
+    """The scope's answer, and the block that gave it with its epoch then (None: FTS5 answered; its candidates
+    always carry their counts)."""
     lexemes = lexemes_of(terms)
     if not lexemes or limit <= 0 or (resource_id is None and thread_id is None):
         return NO_MATCHES, None
@@ -354,10 +357,11 @@ def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | 
                          (token,)).fetchone()
     docs, words, version = (int(stats[0]), int(stats[1]), int(stats[2])) if stats is not None else (0, 0, 0)
     if blocks is not None and docs <= BLOCK_SCOPE:
-        answer = blocks.matches(token, version, owner, terms, limit)
+        answer = blocks.matches(token, version, owner, terms, limit, counts=counts)
         if answer is None:
             block = KeywordBlock(owner, _scope_rows(conn, token))
-            answer = block.matches(terms, limit), block, block.epoch  # before it is shared with the writer
+            # scored before it is shared with the writer
+            answer = block.matches(terms, limit, counts=counts), block, block.epoch
             blocks.put(token, version, block)
         found, block, epoch = answer
         # A thread asked for within a resource: messages of the thread filed under another resource are left out.
@@ -376,10 +380,10 @@ def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | 
                 frequencies[lexeme] += 1
         every = KeywordMatches(docs, average, frequencies, candidates)
         return KeywordMatches(docs, average, frequencies, keyword_ranking(every, limit)), None
-    counts = conn.execute("SELECT " + ", ".join(
+    per_word = conn.execute("SELECT " + ", ".join(
         ["(SELECT count(*) FROM threadmind_keywords WHERE threadmind_keywords MATCH ?)"] * len(lexemes)),
         [_match(token, [term]) for term in lexemes.values()]).fetchone()  # one statement, a count per word
-    frequencies = {lexeme: int(n) for lexeme, n in zip(lexemes, counts, strict=True)}
+    frequencies = {lexeme: int(n) for lexeme, n in zip(lexemes, per_word, strict=True)}
     present = [term for lexeme, term in lexemes.items() if frequencies[lexeme]]
     # A word in half the scope's messages or more weighs nothing in BM25 (idf at its floor) and would make nearly
     # every message a candidate: it is left out of the match unless no other word is left.

@@ -65,10 +65,12 @@ class SQLiteKeywordIndex:
         self._checked.clear()
 
     async def search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                     limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
+                     limit: int, neighbours_of: Sequence[str] | None = None, counts: bool = True,
+                     ) -> KeywordMatches:
         """The scope's statistics and its best ``limit`` messages holding any of ``terms`` (and with
         ``neighbours_of`` the neighbours of those and of these) in one read (see ``_fts``); ids queued
-        by saves that returned before this call are indexed first."""
+        by saves that returned before this call are indexed first. Without ``counts`` the candidates scored
+        from memory carry no word counts."""
         if not terms or limit <= 0:
             if neighbours_of is None:
                 return NO_MATCHES
@@ -80,7 +82,8 @@ class SQLiteKeywordIndex:
         if epoch is not None:
             stamp = checked.get(scope_token(resource_id, thread_id))
             if stamp is not None and stamp[0] == epoch and stamp[1] == writes:
-                known = search_in_memory(blocks, stamp[2], terms, resource_id, thread_id, limit, others)
+                known = search_in_memory(blocks, stamp[2], terms, resource_id, thread_id, limit, others,
+                                         counts=counts)
                 if known is not None:
                     self._memory_hits += 1
                     return known
@@ -93,7 +96,7 @@ class SQLiteKeywordIndex:
 
         def search(folded: bool) -> Callable[[sqlite3.Connection], KeywordMatches | None]:
             return lambda conn: search_keywords(conn, terms, resource_id, thread_id, limit, folded=folded,
-                                                blocks=blocks, neighbours_of=others, checked=check)
+                                                blocks=blocks, neighbours_of=others, checked=check, counts=counts)
 
         # Written through this file's store objects since this store last folded: ids are queued, fold first
         # (else the read finds out, and the fold comes after it).

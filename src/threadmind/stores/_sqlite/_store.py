@@ -532,10 +532,11 @@ class SQLiteStore:
     # -- keyword index -------------------------------------------------------------------------------------
 
     async def keyword_search(self, terms: Sequence[str], *, resource_id: str | None, thread_id: str | None,
-                             limit: int, neighbours_of: Sequence[str] | None = None) -> KeywordMatches:
+                             limit: int, neighbours_of: Sequence[str] | None = None,
+                             counts: bool = True) -> KeywordMatches:
         """See :meth:`SQLiteKeywordIndex.search`."""
         return await self._keywords.search(terms, resource_id=resource_id, thread_id=thread_id, limit=limit,
-                                          neighbours_of=neighbours_of)
+                                          neighbours_of=neighbours_of, counts=counts)
 
     def cache_statistics(self) -> dict[str, int]:
         """See :meth:`SQLiteKeywordIndex.cache_statistics`."""
