@@ -49,29 +49,44 @@ Owner = tuple[str, str]  # (RESOURCE or THREAD, its id)
 RESOURCE, THREAD = "resource", "thread"
 
 
+_NO_DOCS: npt.NDArray[np.int32] = np.empty(0, dtype=np.int32)
+_NO_COUNTS: npt.NDArray[np.float64] = np.empty(0, dtype=np.float64)
+
+
 class _Postings:
-    """The messages holding one word and its count in each: Python lists that grow, and the numpy arrays a search
-    scores with, made on the first search that needs them (most of a scope's words are never searched for), kept
-    for the next (a resource's block answers many searches). Nothing of a word's part of a message's score depends
-    on the query but which words it keeps: each posting's ``idf × tf × 2.2 / (tf + norm)`` and the word's idf
-    coverage are kept too, while the block's statistics stay the same (until messages join it)."""
+    """The messages holding one word and its count in each: those of the block's first rows (numpy slices of
+    :class:`_Built`), then Python lists that grow as rows join; and the arrays a search scores with, made on the
+    first search that needs them (most of a scope's words are never searched for), kept for the next (a resource's
+    block answers many searches). Nothing of a word's part of a message's score depends on the query but which
+    words it keeps: each posting's ``idf × tf × 2.2 / (tf + norm)`` and the word's idf coverage are kept too, while
+    the block's statistics stay the same (until messages join it)."""
 
-    __slots__ = ("_norm", "_scored", "counts", "docs", "stale")
+    __slots__ = ("_norm", "_scored", "base_counts", "base_docs", "counts", "docs", "stale")
 
-    def __init__(self) -> None:
+    def __init__(self, base_docs: npt.NDArray[np.int32] = _NO_DOCS,
+                 base_counts: npt.NDArray[np.float64] = _NO_COUNTS) -> None:
+        self.base_docs = base_docs
+        self.base_counts = base_counts
         self.docs: list[int] = []
         self.counts: list[int] = []
         self.stale = True
         self._scored: _Scored | None = None
         self._norm: npt.NDArray[np.float64] | None = None  # the block's norms the scores were computed with
 
+    def __len__(self) -> int:
+        return len(self.base_docs) + len(self.docs)
+
     def scored(self, norm: npt.NDArray[np.float64], n: int) -> _Scored:
         """The documents, counts, BM25 parts and coverage (per posting, and the word's) in a block of ``n``
         messages whose length norms are ``norm``."""
         if self.stale or self._scored is None or self._norm is not norm:
-            size = len(self.docs)
+            size = len(self)
             raw = math.log((n - size + 0.5) / (size + 0.5))  # FTS5's idf, before its floor (as keyword_ranking)
-            docs, tf = np.asarray(self.docs, dtype=_I32), np.asarray(self.counts, dtype=_F64)
+            if not self.docs:
+                docs, tf = self.base_docs, self.base_counts
+            else:
+                docs = np.concatenate((self.base_docs, np.asarray(self.docs, dtype=_I32)))
+                tf = np.concatenate((self.base_counts, np.asarray(self.counts, dtype=_F64)))
             cover = max(raw, 0.0)
             self._scored = (docs, tf, max(raw, 1e-6) * tf * 2.2 / (tf + norm[docs]), np.full(size, cover), cover)
             self._norm = norm
@@ -79,11 +94,51 @@ class _Postings:
         return self._scored
 
 
-class KeywordBlock:
-    """One scope's keyword rows (see the module docstring)."""
+class _Built:
+    """The postings of the rows a block was built with, word by word in one pass of numpy (no Python work per
+    posting): per word, a run of ``docs`` (ascending) and ``counts``; ``runs[word]`` is its run's bounds."""
 
-    __slots__ = ("_docs", "_lengths", "_lengths_array", "_remembered", "epoch", "ids", "neighbours", "owner",
-                 "postings", "resources", "size", "thread_sizes", "threads", "words")
+    __slots__ = ("counts", "docs", "runs")
+
+    def __init__(self, words_of: Sequence[Sequence[str]], counts_of: Sequence[Sequence[int]] | None) -> None:
+        lengths = [len(words) for words in words_of]
+        flat = [word for words in words_of for word in words]
+        vocabulary = dict.fromkeys(flat)
+        number = dict(zip(vocabulary, range(len(vocabulary)), strict=True))
+        word_ids = np.fromiter(map(number.__getitem__, flat), dtype=np.int64, count=len(flat))
+        docs = np.repeat(np.arange(len(words_of), dtype=np.int64), lengths)
+        keys = word_ids * max(1, len(words_of)) + docs  # by word, then by document
+        if counts_of is None:  # each word as often as it occurs
+            keys, tally = np.unique(keys, return_counts=True)
+            counts = tally.astype(_F64)
+        else:  # (word, count) pairs, each pair once
+            order = np.argsort(keys, kind="stable")
+            keys = keys[order]
+            counts = np.fromiter((c for row in counts_of for c in row), dtype=_F64, count=len(flat))[order]
+        rows = max(1, len(words_of))
+        word_of = keys // rows
+        self.docs: npt.NDArray[np.int32] = (keys % rows).astype(_I32)
+        self.counts: npt.NDArray[np.float64] = counts
+        bounds = np.searchsorted(word_of, np.arange(len(vocabulary) + 1)).tolist()
+        self.runs: dict[str, tuple[int, int]] = dict(zip(vocabulary, zip(bounds, bounds[1:], strict=False),
+                                                         strict=True))
+
+    def postings(self, word: str) -> _Postings | None:
+        """The word's postings as a :class:`_Postings` (None: no row held it)."""
+        run = self.runs.get(word)
+        if run is None:
+            return None
+        start, end = run
+        return _Postings(self.docs[start:end], self.counts[start:end])
+
+
+class KeywordBlock:
+    """One scope's keyword rows (see the module docstring). The rows it is built with are posted in one pass of
+    numpy (:class:`_Built`); a word's postings become a :class:`_Postings` when a search or a joining row needs
+    it."""
+
+    __slots__ = ("_built", "_docs", "_lengths", "_lengths_array", "_remembered", "epoch", "ids", "neighbours",
+                 "owner", "postings", "resources", "size", "thread_sizes", "threads", "words")
 
     def __init__(self, owner: Owner, rows: Iterable[Row | CountedRow]) -> None:
         self.owner = owner
@@ -103,7 +158,8 @@ class KeywordBlock:
         self._remembered: dict[str, set[str]] = {}  # thread -> its messages in ``neighbours``
         self.thread_sizes: Counter[str] = Counter()  # thread -> how many of its messages the block holds
         self.epoch = 0
-        self.extend(rows)
+        self._built: _Built | None = None
+        self._build(rows)
 
     def __contains__(self, message_id: object) -> bool:
         return message_id in self._docs
@@ -125,6 +181,53 @@ class KeywordBlock:
         if doc is not None:
             self.neighbours[message_id] = pair
             self._remembered.setdefault(self.threads[doc], set()).add(message_id)
+
+    def _build(self, rows: Iterable[Row | CountedRow]) -> None:
+        """Take the block's first rows, as :meth:`extend` would, their postings made in one pass."""
+        self.epoch += 1
+        words_of: list[list[str]] = []
+        counts_of: list[list[int] | None] = []
+        for row in rows:
+            counts: list[int] | None
+            if len(row) == 4:
+                message_id, thread_id, resource_id, tokens = row
+                words = tokens.split()
+                length, counts = len(words), None
+            else:
+                message_id, thread_id, resource_id, length, tally = row
+                words, counts = list(tally), list(tally.values())
+            if length <= 0 or message_id in self._docs or not self.holds(row):
+                continue
+            self._docs[message_id] = len(self.ids)
+            self.ids.append(message_id)
+            self.threads.append(thread_id)
+            self.thread_sizes[thread_id] += 1
+            self.resources.append(resource_id)
+            self._lengths.append(float(length))
+            self.words += length
+            words_of.append(words)
+            counts_of.append(counts)
+        if not words_of:
+            return
+        if all(counts is None for counts in counts_of):
+            built = _Built(words_of, None)
+        else:  # counted rows (PostgreSQL's), or both kinds: every row as (word, count) pairs
+            for at, counts in enumerate(counts_of):
+                if counts is None:
+                    tally = Counter(words_of[at])
+                    words_of[at], counts_of[at] = list(tally), list(tally.values())
+            built = _Built(words_of, [counts or [] for counts in counts_of])
+        self._built = built
+        self.size = len(built.docs)
+
+    def _entry(self, word: str) -> _Postings | None:
+        """The word's postings, made from the built rows' the first time (None: no message holds it)."""
+        entry = self.postings.get(word)
+        if entry is None and self._built is not None:
+            entry = self._built.postings(word)
+            if entry is not None:
+                self.postings[word] = entry
+        return entry
 
     def extend(self, rows: Iterable[Row | CountedRow]) -> None:
         """Add the messages of the scope that are not in the block yet (their postings appended); a message of no
@@ -158,7 +261,9 @@ class KeywordBlock:
             for word, n in tally.items():
                 entry = postings.get(word)
                 if entry is None:
-                    entry = postings[word] = _Postings()
+                    entry = self._entry(word)
+                    if entry is None:
+                        entry = postings[word] = _Postings()
                 entry.docs.append(doc)
                 entry.counts.append(n)
                 entry.stale = True
@@ -169,10 +274,9 @@ class KeywordBlock:
         rarest :data:`KEYWORD_TERMS` words times the square root of their idf coverage; without ``counts`` their
         word counts are left empty (a quarter of the work, which a caller reading the scores alone never needs)."""
         lexemes = lexemes_of(terms)
-        table = self.postings
         n = len(self.ids)
-        frequencies = {lexeme: len(entry.docs) if (entry := table.get(lexeme)) is not None else 0
-                       for lexeme in lexemes}
+        entries = {lexeme: self._entry(lexeme) for lexeme in lexemes}
+        frequencies = {lexeme: 0 if entry is None else len(entry) for lexeme, entry in entries.items()}
         if not n:
             return KeywordMatches(0, 0.0, frequencies, [])
         average = self.words / n
@@ -183,7 +287,7 @@ class KeywordBlock:
         if self._lengths_array is None:  # each message's BM25 length norm, k1 (0.25 + 0.75 length / average)
             self._lengths_array = 1.2 * (0.25 + 0.75 * np.asarray(self._lengths, dtype=_F64) / average)
         norm = self._lengths_array
-        scored = [table[lexeme].scored(norm, n) for lexeme in kept]
+        scored = [entry.scored(norm, n) for lexeme in kept if (entry := entries[lexeme]) is not None]
         which = np.repeat(np.arange(len(kept)), [frequencies[lexeme] for lexeme in kept])  # each posting's word
         docs = np.concatenate([p[0] for p in scored])
         tf = np.concatenate([p[1] for p in scored])

@@ -296,3 +296,39 @@ async def test_a_store_searched_without_counts_answers_as_with_them(tmp_path: Pa
                 assert bare == msgspec.structs.replace(counted, candidates=[
                     msgspec.structs.replace(c, counts={}) for c in counted.candidates])
         assert store.cache_statistics()["keyword_from_memory"] > 0
+
+
+@pytest.mark.parametrize("counted", [False, True], ids=["stems", "counted"])
+def test_a_block_built_whole_holds_what_one_grown_row_by_row_holds(counted: bool) -> None:
+    """The rows a block is built with are posted in one pass of numpy, the rows joining it one by one: both hold
+    the same postings (PostgreSQL's counted rows as SQLite's stems), skip the same rows (no words, a message twice,
+    another scope's) and answer every query alike, counts included."""
+    rng = random.Random(21 + counted)
+    rows: list[tuple[str, str, str, str]] = []
+    for i in range(90):
+        resource = "r2" if i % 17 == 0 else "r1"  # another scope's rows are left out
+        text = "" if i % 13 == 0 else " ".join(stem(rng.choice(WORDS)) for _ in range(rng.randint(1, 10)))
+        rows.append((f"m{i % 80}", f"t{i % 5}", resource, text))  # the last ten repeat earlier messages
+
+    def form(row: tuple[str, str, str, str]) -> tuple[str, str, str, str] | tuple[str, str, str, int, dict[str, int]]:
+        if not counted:
+            return row
+        words = row[3].split()
+        return (row[0], row[1], row[2], len(words) + 2, dict(count_words(words, set(words))))  # stored length
+
+    built = KeywordBlock((RESOURCE, "r1"), [form(row) for row in rows])
+    grown = KeywordBlock((RESOURCE, "r1"), [])
+    for row in rows:
+        grown.extend([form(row)])
+    assert built.ids == grown.ids and built.size == grown.size and built.words == grown.words
+    held = [r[0] for r in rows if (r[3] or counted) and r[2] == "r1"]  # a counted row's stored length is never 0
+    assert built.ids == list(dict.fromkeys(held)) and len(built.ids) < len(rows) - 10
+    for _ in range(40):
+        terms = rng.sample(WORDS, rng.randint(1, 6))
+        assert built.matches(terms, 30) == grown.matches(terms, 30)
+    joining = [form((f"n{i}", "t1", "r1", " ".join(stem(rng.choice(WORDS)) for _ in range(5)))) for i in range(20)]
+    built.extend(joining)
+    grown.extend(joining)
+    for _ in range(20):
+        terms = rng.sample(WORDS, rng.randint(1, 6))
+        assert built.matches(terms, 30) == grown.matches(terms, 30)
