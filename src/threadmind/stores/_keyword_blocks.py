@@ -23,6 +23,7 @@ import math
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +48,7 @@ CountedRow = tuple[str, str, str, int, dict[str, int]]
 Version = int | tuple[tuple[int, int], ...]
 Owner = tuple[str, str]  # (RESOURCE or THREAD, its id)
 RESOURCE, THREAD = "resource", "thread"
+_UNKNOWN = ("\x00?", "\x00?")  # neighbours not kept (a kept pair equal to it would only send a search to SQL)
 
 
 _NO_DOCS: npt.NDArray[np.int32] = np.empty(0, dtype=np.int32)
@@ -288,9 +290,7 @@ class KeywordBlock:
             self._lengths_array = 1.2 * (0.25 + 0.75 * np.asarray(self._lengths, dtype=_F64) / average)
         norm = self._lengths_array
         scored = [entry.scored(norm, n) for lexeme in kept if (entry := entries[lexeme]) is not None]
-        which = np.repeat(np.arange(len(kept)), [frequencies[lexeme] for lexeme in kept])  # each posting's word
         docs = np.concatenate([p[0] for p in scored])
-        tf = np.concatenate([p[1] for p in scored])
         # BM25 (k1 1.2, b 0.75) with FTS5's idf floor, times the square root of the idf coverage (keyword_ranking's).
         bm25 = np.bincount(docs, weights=np.concatenate([p[2] for p in scored]), minlength=n)
         total = sum(p[4] for p in scored)
@@ -298,12 +298,16 @@ class KeywordBlock:
                  if total > 0 else bm25)
         score = np.round(score, SCORE_DIGITS)  # ties stay ties whatever the order of the sums
         hit = np.flatnonzero(bm25 > 0)  # every message holding a kept word, even one scoring 0
+        values = score[hit]
         if len(hit) > limit:  # the best `limit`, and every message tying with the last of them
-            last = -np.partition(-score[hit], limit - 1)[limit - 1]
-            hit = hit[score[hit] >= last]
-        hit = hit[np.lexsort((hit, -score[hit]))][:limit]  # best first; ties in the order the messages were indexed
+            near = values >= -np.partition(-values, limit - 1)[limit - 1]
+            hit, values = hit[near], values[near]
+        order = np.lexsort((hit, -values))[:limit]  # best first; ties in the order the messages were indexed
+        hit, values = hit[order], values[order]
         tallies: list[dict[str, int]] = [{} for _ in range(len(hit))]
         if counts:
+            which = np.repeat(np.arange(len(kept)), [frequencies[lexeme] for lexeme in kept])  # each posting's word
+            tf = np.concatenate([p[1] for p in scored])
             row_of = np.full(n, -1, dtype=np.int64)
             row_of[hit] = np.arange(len(hit))
             rows = row_of[docs]
@@ -313,7 +317,7 @@ class KeywordBlock:
                 tallies[row][word] = value
         ids, threads, resources, sizes_of = self.ids, self.threads, self.resources, self._lengths
         candidates = [KeywordCandidate(ids[doc], threads[doc], resources[doc], int(sizes_of[doc]), tallies[row], value)
-                      for row, (doc, value) in enumerate(zip(hit.tolist(), score[hit].tolist(), strict=True))]
+                      for row, (doc, value) in enumerate(zip(hit.tolist(), values.tolist(), strict=True))]
         return KeywordMatches(n, average, frequencies, candidates)
 
 
@@ -369,15 +373,10 @@ class KeywordBlocks:
         with self._lock:
             if block.epoch != epoch:
                 return None
-            known = block.neighbours
-            found: dict[str, tuple[str | None, str | None]] = {}
-            for mid in message_ids:
-                if mid not in known:
-                    return None
-                pair = known[mid]
-                if pair is not None:
-                    found[mid] = pair
-            return found
+            pairs = list(map(block.neighbours.get, message_ids, repeat(_UNKNOWN)))
+        if _UNKNOWN in pairs:
+            return None
+        return {mid: pair for mid, pair in zip(message_ids, pairs, strict=True) if pair is not None}
 
     def remember(self, token: str, version: Version, pairs: Mapping[str, tuple[str | None, str | None]]) -> bool:
         """Keep ``pairs`` (neighbours as the scope's ``version`` has them) in the block of ``token`` if it holds that
