@@ -11,10 +11,12 @@ Leave-one-conversation-out tuning never beat these defaults on the conversation 
 * **Keyword score** = BM25 with the scope's own statistics × ``coverage ** 0.5``, where coverage is the share of the
   query's idf that the message holds (the classic coordination factor: bm25 alone over-rewards a very short message
   matching one common query word; +0.02–0.03). The query keeps at most its 16 rarest words in the scope.
-* **Fusion**: ``0.9 × keyword / best keyword + 0.1 × min-max(cosine)`` over pools of 24 keyword and 8 vector
-  candidates (4 and 2 a hit beyond 6 and 4 hits; pools of 16–100 were within ±0.005, 12/6 lost 0.01–0.02; 24 keyword
-  candidates score as 32 do with both embedders, for a quarter less work a query, and 16 lose 0.003–0.008; 8 vector
-  candidates score as 16 do (+0.003 / −0.005 at the defaults, hash / WordLlama) for 0.02–0.03 ms less a query).
+* **Fusion**: ``0.9 × keyword / best keyword + 0.1 × min-max(cosine)`` over pools of 24 keyword candidates (4 a
+  hit beyond 6 hits) and as many vector candidates as hits are asked for (at least 4): the vector side is the very
+  query vector-only recall asks. Keyword pools of 16–100 were within ±0.005, 12 lost 0.01–0.02; 24 score as 32 do
+  with both embedders, for a quarter less work a query, and 16 lose 0.003–0.008. Vector pools of twice the hits
+  score alike (hash / WordLlama: top 4, range 1 0.739 / 0.746 against 0.746 / 0.746; top 5 0.649 / 0.656 against
+  0.654 / 0.653; top 10 0.729 / 0.722 against 0.727 / 0.721) for 0.02–0.03 ms more a query.
   Score fusion keeps bm25's large margins, which rank fusions throw away (RRF k=60: 0.57, Borda: 0.56); min-max and
   z-score sums behave alike and both need the keyword side to dominate with embedders this weak; weights 0.8–1.0 are
   within ±0.01, and 0.9 lets the vectors reorder near-ties and decide alone when no word matches.
@@ -49,8 +51,8 @@ DEFAULT_KEYWORD_WEIGHT = 0.9
 """The keyword side's share of a fused score when ``keywordWeight`` is not set."""
 KEYWORD_POOL = 24
 """Keyword candidates taken before fusion for up to 6 hits (4 a hit beyond that)."""
-VECTOR_POOL = 8
-"""Vector candidates taken before fusion for up to 4 hits (2 a hit beyond that)."""
+VECTOR_POOL = 4
+"""Vector candidates taken before fusion for up to 4 hits (one a hit beyond that)."""
 DATE_LIFT = 0.5
 """What a keyword candidate created on a date the query names gains, as a share of the best keyword score."""
 DATE_POOL = 2
@@ -72,7 +74,7 @@ class Ranked(msgspec.Struct, kw_only=True):
 
 def pools(top_k: int) -> tuple[int, int]:
     """How many candidates each side (keyword, vector) hands the fusion for ``top_k`` hits."""
-    return max(KEYWORD_POOL, 4 * top_k), max(VECTOR_POOL, 2 * top_k)
+    return max(KEYWORD_POOL, 4 * top_k), max(VECTOR_POOL, top_k)
 
 
 def lifted(keyword: Sequence[KeywordCandidate], dated: Collection[str],
