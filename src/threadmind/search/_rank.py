@@ -3,9 +3,9 @@ itself is ``threadmind.stores.keyword_ranking``, which every store computes for 
 
 Why this ranking (measured on three LoCoMo conversations, 382 questions; ``bench/bench_recall.py``): evidence recall
 at the reference defaults (top 4, messageRange 1) 0.397 with vectors alone (hash embedder), 0.672 with FTS5's bm25
-alone, 0.686 with the best plain fusion of the two (min-max, keyword weight 0.8), 0.739 with this ranking (0.746
-with WordLlama; 0.711 / 0.720 without the date lift), which also hands back fewer characters (1 489 a question
-against 1 832 for vectors alone).
+alone, 0.686 with the best plain fusion of the two (min-max, keyword weight 0.8), 0.746 with this ranking (0.746
+with WordLlama too; 0.711 / 0.720 without the date lift and with vector pools twice as deep), which also hands back
+fewer characters (1 490 a question against 1 832 for vectors alone).
 Leave-one-conversation-out tuning never beat these defaults on the conversation left out.
 
 * **Keyword score** = BM25 with the scope's own statistics × ``coverage ** 0.5``, where coverage is the share of the
