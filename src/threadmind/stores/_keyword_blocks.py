@@ -84,11 +84,11 @@ class _Postings:
         if self.stale or self._scored is None or self._norm is not norm:
             size = len(self)
             raw = math.log((n - size + 0.5) / (size + 0.5))  # FTS5's idf, before its floor (as keyword_ranking)
-            if not self.docs:
-                docs, tf = self.base_docs, self.base_counts
-            else:
-                docs = np.concatenate((self.base_docs, np.asarray(self.docs, dtype=_I32)))
-                tf = np.concatenate((self.base_counts, np.asarray(self.counts, dtype=_F64)))
+            if self.docs:  # the rows that joined become part of the arrays: the next search converts only newer ones
+                self.base_docs = np.concatenate((self.base_docs, np.asarray(self.docs, dtype=_I32)))
+                self.base_counts = np.concatenate((self.base_counts, np.asarray(self.counts, dtype=_F64)))
+                self.docs, self.counts = [], []
+            docs, tf = self.base_docs, self.base_counts
             cover = max(raw, 0.0)
             self._scored = (docs, tf, max(raw, 1e-6) * tf * 2.2 / (tf + norm[docs]), np.full(size, cover), cover)
             self._norm = norm
@@ -409,6 +409,14 @@ class KeywordBlocks:
             self._blocks[token] = (version, block)
             self._size += block.size
             self._shrink()
+
+    def tokens(self, most: int) -> list[str]:
+        """The tokens of the ``most`` most recently used blocks."""
+        with self._lock:
+            blocks = self._blocks
+            if len(blocks) <= most:
+                return list(blocks)
+            return list(reversed([token for token, _ in zip(reversed(blocks), range(most), strict=False)]))
 
     def advance(self, token: str, old: Version, new: Version, rows: Sequence[Row | CountedRow] | None) -> None:
         """A committed change took the scope of ``token`` from version ``old`` to ``new``, adding ``rows`` only

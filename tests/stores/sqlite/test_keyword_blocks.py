@@ -332,3 +332,12 @@ def test_a_block_built_whole_holds_what_one_grown_row_by_row_holds(counted: bool
     for _ in range(20):
         terms = rng.sample(WORDS, rng.randint(1, 6))
         assert built.matches(terms, 30) == grown.matches(terms, 30)
+
+
+def test_the_blocks_most_recently_used_are_named_most_recent_last() -> None:
+    blocks = KeywordBlocks()
+    for token in ("a", "b", "c", "d"):
+        blocks.put(token, 1, KeywordBlock((RESOURCE, token), [(f"m{token}", "t", token, "dog")]))
+    assert blocks.get("b", 1, (RESOURCE, "b")) is not None  # used: now the most recent
+    assert blocks.tokens(10) == ["a", "c", "d", "b"]
+    assert blocks.tokens(2) == ["d", "b"]

@@ -154,3 +154,23 @@ async def test_closing_with_a_fold_pending_loses_nothing(tmp_path: Path) -> None
         await store.save_messages("t1", [say("m7", "a seal in the harbour", 7)])
     async with SQLiteStore(str(path)) as again:
         assert await found(again, "seal") == ["m7"]
+
+
+
+async def test_a_scope_searched_before_a_write_elsewhere_is_current_again_after_the_quiet_fold(tmp_path: Path) -> None:
+    """The background fold after a write checks the versions of every scope whose block the store keeps: one the
+    write did not touch answers its next search from memory, with what the database holds."""
+    async with await seeded(tmp_path / "m.db") as store:
+        await store.create_thread(Thread(id="t2", resource_id="r2"))
+        await store.save_messages("t2", [Message.user("a lighthouse keeper", id="k1", thread_id="t2",
+                                                      resource_id="r2", created_at=BASE)])
+        await until_folded(store, 1)
+        lighthouse = await store.keyword_search(query_terms("lighthouse"), resource_id="r2", thread_id=None,
+                                                limit=5, neighbours_of=["k1"])
+        await store.save_messages("t1", [say("m7", "a seal in the harbour", 7)])  # r1 only: r2's stamp is stale
+        await until_folded(store, 2)
+        hits = from_memory(store)
+        again = await store.keyword_search(query_terms("lighthouse"), resource_id="r2", thread_id=None, limit=5,
+                                           neighbours_of=["k1"])
+        assert from_memory(store) == hits + 1 and again == lighthouse
+        assert [c.message_id for c in again.candidates] == ["k1"]

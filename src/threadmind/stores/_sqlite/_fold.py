@@ -13,9 +13,12 @@ fails (the lock not free within ``busy_timeout``, a full disk) is left to the ne
 the rows, is what makes a save findable.
 
 The fold's transaction also reads the order of the threads its rows joined, so the blocks that take the rows keep
-their neighbours, and the store can answer the next search of those scopes from memory. Its commit is not synced
-(``synchronous=NORMAL`` on that connection): a fold lost with the last moments before a power cut is lost whole,
-queue rows included, and the queue is folded again.
+their neighbours, and the versions of the scopes whose blocks the store keeps (the most recently used
+``WATCHED_MOST``): when nothing was written since the fold began, those at their scope's version answer their next
+search from memory (after a burst of writes, the scopes searched during it included).
+
+Its commit is not synced (``synchronous=NORMAL`` on that connection): a fold lost with the last moments before a
+power cut is lost whole, queue rows included, and the queue is folded again.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ class BackgroundFold:
         self._running = False
         self._closed = False
         # the latest ask not folded yet: the connection, the write count, the cache epoch, the scopes to watch
-        self._wanted: tuple[aiosqlite.Connection, int, int | None, tuple[str, ...]] | None = None
+        self._wanted: tuple[aiosqlite.Connection, int, int | None, Callable[[], Sequence[str]]] | None = None
         self._asked_at = 0.0
         self._timer: _Timer | None = None
         #: Background folds committed, and folds that failed (left to the next search).
@@ -65,13 +68,14 @@ class BackgroundFold:
         self.failures = 0
 
     def soon(self, connection: aiosqlite.Connection | None, writes: int, epoch: int | None,
-             watched: Sequence[str] = ()) -> None:
+             watched: Callable[[], Sequence[str]] = tuple) -> None:
         """Fold what the writes counted up to ``writes`` queued (they have all committed) once the store has been
-        quiet for :data:`FOLD_DELAY` seconds; the fold also reads the versions of the ``watched`` scopes."""
+        quiet for :data:`FOLD_DELAY` seconds; the fold also reads the versions of the scopes ``watched()`` names
+        when it starts."""
         if connection is None or self._closed:
             return
         loop = running_loop()
-        self._wanted = (connection, writes, epoch, tuple(watched))
+        self._wanted = (connection, writes, epoch, watched)
         self._asked_at = loop.time()
         if self._timer is None and not self._running:
             self._timer = loop.call_later(FOLD_DELAY, self._when_quiet)
@@ -92,7 +96,8 @@ class BackgroundFold:
         if loop.time() < due:  # a write came meanwhile: wait for the quiet after it
             self._timer = loop.call_at(due, self._when_quiet)
             return
-        (connection, _, epoch, watched), self._wanted = self._wanted, None
+        (connection, _, epoch, watching), self._wanted = self._wanted, None
+        watched = list(watching())
         self._running = True
         count = self._count
 

@@ -26,10 +26,12 @@ from ._fts import (
     search_keywords,
 )
 
-__all__ = ("CHECKED_KEPT", "SQLiteKeywordIndex")
+__all__ = ("CHECKED_KEPT", "WATCHED_MOST", "SQLiteKeywordIndex")
 
 CHECKED_KEPT = 65_536
 """Scopes whose last keyword search is remembered (all forgotten past this)."""
+WATCHED_MOST = 1024
+"""Blocks a background fold checks at most (the most recently used)."""
 
 Run = Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]
 
@@ -113,7 +115,12 @@ class SQLiteKeywordIndex:
 
     def fold_soon(self) -> None:
         """A write queued ids for the keyword index: fold them in the background (see ``_fold``)."""
-        self.background_fold.soon(self._connection(), self._writes(), self._epoch(), list(self._checked))
+        self.background_fold.soon(self._connection(), self._writes(), self._epoch(), self._watched)
+
+    def _watched(self) -> list[str]:
+        """The scopes whose blocks a background fold checks (their versions as of its commit): those it finds at
+        their scope's version, with nothing written since it began, answer their next search from memory."""
+        return self.blocks.tokens(WATCHED_MOST)
 
     def _folded_in_background(self, advances: list[Advance], order: Neighbours, writes: int,
                               epoch: int | None, versions: dict[str, int]) -> None:
