@@ -258,8 +258,12 @@ class Searcher:
                        thread_id: str | None) -> list[tuple[str, str, str, float]]:
         """The vector pool: the best similarity of each message over the query's chunks, best first."""
         assert self._vectors is not None
+        chunks = chunk_text(query, self._max_chunk_chars)
+        if len(chunks) == 1:  # the index's hits: best first, one a message
+            return [(hit.message_id, hit.thread_id, hit.resource_id, hit.score) for hit in await self._vectors.query(
+                chunks[0], top_k=top_k, resource_id=resource_id, thread_id=thread_id)]
         best: dict[str, tuple[str, str, str, float]] = {}
-        for chunk in chunk_text(query, self._max_chunk_chars):
+        for chunk in chunks:
             for hit in await self._vectors.query(chunk, top_k=top_k, resource_id=resource_id, thread_id=thread_id):
                 old = best.get(hit.message_id)
                 if old is None or hit.score > old[3]:
