@@ -341,3 +341,29 @@ def test_the_blocks_most_recently_used_are_named_most_recent_last() -> None:
     assert blocks.get("b", 1, (RESOURCE, "b")) is not None  # used: now the most recent
     assert blocks.tokens(10) == ["a", "c", "d", "b"]
     assert blocks.tokens(2) == ["d", "b"]
+
+
+async def test_a_threads_first_search_reads_its_words_and_its_order_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread's block is built with the order of all its messages (a message of no words between two of them
+    included) read in the same statement: its first search needs no other read of neighbours, and they are what
+    the store says."""
+    reads: list[list[str]] = []
+    neighbours_read = sql_keywords._neighbours_read
+
+    def counted(conn: sqlite3.Connection, block: KeywordBlock, ids: list[str]) -> dict[str, tuple[str | None,
+                                                                                                     str | None]]:
+        reads.append(list(ids))
+        return neighbours_read(conn, block, ids)
+
+    monkeypatch.setattr(sql_keywords, "_neighbours_read", counted)
+    async with SQLiteStore(tmp_path / "memory.db") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        texts = ["the dog barked", "!!!", "a cat slept", "the dog again", "🙂", "garden at noon"]
+        await store.save_messages("t1", [say(f"m{i}", text, "t1", "r1", i) for i, text in enumerate(texts)])
+        found = await store.keyword_search(query_terms("dog cat"), resource_id=None, thread_id="t1", limit=10,
+                                           neighbours_of=["m5"])
+        assert {c.message_id for c in found.candidates} == {"m0", "m2", "m3"}
+        assert reads == []
+        assert found.neighbours == await store.neighbours(["m0", "m2", "m3", "m5"]) == {
+            "m0": (None, "m1"), "m2": ("m1", "m3"), "m3": ("m2", "m4"), "m5": ("m4", None)}

@@ -56,6 +56,7 @@ from .._keywords import (
     NO_MATCHES,
     KeywordCandidate,
     KeywordMatches,
+    Neighbours,
     count_words,
     idf,
     indexed_text,
@@ -359,7 +360,13 @@ def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | 
     if blocks is not None and docs <= BLOCK_SCOPE:
         answer = blocks.matches(token, version, owner, terms, limit, counts=counts)
         if answer is None:
-            block = KeywordBlock(owner, _scope_rows(conn, token))
+            if thread_id is not None:  # a thread: its words and its order in one read
+                rows, order = _thread_rows(conn, thread_id)
+                block = KeywordBlock(owner, rows)
+                for message_id, pair in order.items():  # (only the block's own messages are kept)
+                    block.remember(message_id, pair)
+            else:
+                block = KeywordBlock(owner, _scope_rows(conn, token))
             # scored before it is shared with the writer
             answer = block.matches(terms, limit, counts=counts), block, block.epoch
             blocks.put(token, version, block)
@@ -405,6 +412,24 @@ def _scope_rows(conn: sqlite3.Connection, token: str) -> list[Row]:
         "FROM threadmind_keywords AS k JOIN mastra_messages AS m ON m.rowid = k.rowid "
         "LEFT JOIN mastra_threads AS t ON t.id = m.thread_id "
         "WHERE threadmind_keywords MATCH ? AND m.id = k.message_id", (f'scope : "{token}"',)).fetchall()
+
+
+def _thread_rows(conn: sqlite3.Connection, thread_id: str) -> tuple[list[Row], Neighbours]:
+    """Every indexed message of the thread as :func:`_scope_rows` reads its scope (in rowid order), and the
+    neighbours of all its messages (words or not), in one statement: the thread's messages by its
+    ``(thread_id, createdAt)`` index, each with its index row (0.11 ms for 50 messages, against 0.14 ms for the
+    scope's rows from FTS5 and 0.04 ms for the order)."""
+    read = conn.execute(
+        'SELECT m.id, m.rowid, k.tokens, coalesce(m."resourceId", t."resourceId", \'\') '
+        "FROM mastra_messages AS m "
+        "LEFT JOIN threadmind_keywords AS k ON k.rowid = m.rowid AND k.message_id = m.id AND instr(k.scope, ?) "
+        "LEFT JOIN mastra_threads AS t ON t.id = m.thread_id "  # (an index row filed under the thread's scope)
+        'WHERE m.thread_id = ? ORDER BY m."createdAt", m.rowid', (_token("2", thread_id), thread_id)).fetchall()
+    ids = [row[0] for row in read]
+    order: Neighbours = {mid: (ids[at - 1] if at else None, ids[at + 1] if at + 1 < len(ids) else None)
+                         for at, mid in enumerate(ids)}
+    indexed = sorted((row for row in read if row[2] is not None), key=lambda row: int(row[1]))
+    return [(row[0], thread_id, row[3], row[2]) for row in indexed], order
 
 
 def _candidates(conn: sqlite3.Connection, token: str, terms: Sequence[str], resource_id: str | None,
