@@ -108,8 +108,9 @@ class _Built:
         vocabulary = dict.fromkeys(flat)
         number = dict(zip(vocabulary, range(len(vocabulary)), strict=True))
         word_ids = np.fromiter(map(number.__getitem__, flat), dtype=np.int64, count=len(flat))
+        rows = max(1, len(words_of))
         docs = np.repeat(np.arange(len(words_of), dtype=np.int64), lengths)
-        keys = word_ids * max(1, len(words_of)) + docs  # by word, then by document
+        keys = word_ids * rows + docs  # by word, then by document
         if counts_of is None:  # each word as often as it occurs
             keys, tally = np.unique(keys, return_counts=True)
             counts = tally.astype(_F64)
@@ -117,7 +118,6 @@ class _Built:
             order = np.argsort(keys, kind="stable")
             keys = keys[order]
             counts = np.fromiter((c for row in counts_of for c in row), dtype=_F64, count=len(flat))[order]
-        rows = max(1, len(words_of))
         word_of = keys // rows
         self.docs: npt.NDArray[np.int32] = (keys % rows).astype(_I32)
         self.counts: npt.NDArray[np.float64] = counts
