@@ -25,7 +25,8 @@ frequency in the scope), then the best candidates by FTS5's own bm25, ranked aga
 way a row is kept only if its id, thread and resource are exactly the scope's (a collision of two scope numbers, or
 a row Mastra rewrote meanwhile, can never return another resource's message). The same read can also fetch the
 neighbours of the candidates and of other messages (hybrid recall's reply smoothing needs them): one trip. A block
-keeps its messages' neighbours (at a miss, their whole threads are read in index order, about 0.5 µs a message);
+keeps its messages' neighbours (at a miss, their whole threads are read in index order, about 0.5 µs a message; a
+thread's block is built from its messages read in order, so it has them all from the start);
 every insert, deletion or reordering of a message of the scope, words or not, gives the scope a new version, and
 rows joining a block forget the neighbours kept in their threads.
 
