@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from tests._factories import text_msg
+from tests._factories import msg, text_msg, tool_part
 
 from threadmind import Memory, Message
 from threadmind.actors._tail import Tail
@@ -75,6 +76,31 @@ def test_tail_merge_rules() -> None:
     assert not tail.merge([_msg(9, 5)], capacity=10)  # older than the window: cannot place it exactly
     clock[0] = 2.0
     assert not tail.fresh
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_a_tail_is_out_of_the_collectors_sight(tmp_path: Path, kind: str) -> None:
+    """Every conversation keeps a tail: what it holds must not lengthen full collections (see ``_tail``)."""
+    store = SQLiteStore(tmp_path / "m.db") if kind == "sqlite" else InMemoryStore()
+    async with Memory(storage=store, options={"lastMessages": 5}) as memory:
+        await memory.create_thread(thread_id="t", resource_id="r")
+        saved = [_msg(i, i) for i in range(4)]
+        call = msg("assistant", tool_part("call", "c1", args={"nested": {"q": [1, 2]}}), id="tool", at=BASE,
+                   thread_id="t", resource_id="r")
+        await memory.save_messages(saved[:2])
+        await memory.save_messages([*saved[2:], call])  # merged into the tail the first save left
+        fast = await memory.recall("t", resource_id="r")
+        assert [m.id for m in fast.messages] == ["m0", "tool", "m1", "m2", "m3"]
+        assert fast.messages == [m for m in (await memory.recall("t", resource_id="r", per_page=5)).messages]
+        threads = actor_system(memory).threads
+        tail = threads.get("t")._tail
+        assert tail is not None and len(tail.messages) == 5
+        gc.collect()  # tuples of untracked objects are untracked by a collection
+        assert not any(map(gc.is_tracked, (tail.messages, tail._created, tail._ids)))
+        text_parts = [m.content.parts for m in tail.messages if m.id != "tool"]
+        assert len(text_parts) == 4 and not any(map(gc.is_tracked, text_parts))
+        tool = next(m for m in tail.messages if m.id == "tool")
+        assert gc.is_tracked(tool.content.parts)  # holds a tracked dict of arguments: stays in sight
 
 
 # -- cached reads answered without a mailbox round trip ------------------------------------------------------
