@@ -160,8 +160,9 @@ class ActorSystem:
         stack.push_async_callback(store.aclose)
         interval = sweep_interval(self._idle_timeout)
         ttl = self._cache_ttl
+        versions = store.thread_version
         self._threads = await stack.enter_async_context(ActorRegistry(
-            lambda key: ThreadActor(key, store, ttl=ttl), idle_timeout=self._idle_timeout,
+            lambda key: ThreadActor(key, store, ttl=ttl, versions=versions), idle_timeout=self._idle_timeout,
             max_actors=self._max_actors, sweep_interval=interval))
         self._resources = await stack.enter_async_context(ActorRegistry(
             lambda key: ResourceActor(key, store, ttl=ttl), idle_timeout=self._idle_timeout,

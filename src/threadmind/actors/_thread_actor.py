@@ -226,7 +226,8 @@ class ThreadActor(Actor[ThreadCommand]):
 
     key_attributes = (ATTR_THREAD_ID, ATTR_CONVERSATION_ID)
 
-    def __init__(self, thread_id: str, store: Store, *, mailbox_capacity: int = 1024, ttl: float = TAIL_TTL) -> None:
+    def __init__(self, thread_id: str, store: Store, *, mailbox_capacity: int = 1024, ttl: float = TAIL_TTL,
+                 versions: Callable[[str], int] | None = None) -> None:
         super().__init__(thread_id, mailbox_capacity=mailbox_capacity)
         self._store = store
         self._ttl = ttl  # seconds the cached row and tail are trusted (math.inf: until a write says otherwise)
@@ -237,8 +238,9 @@ class ThreadActor(Actor[ThreadCommand]):
         self._capacity = TAIL_MIN
         self._thread: tuple[Thread | None, float] | None = None  # (row, expires at)
         # The store's write count for this thread, when it keeps one (WriteCounts): the count this actor
-        # last saw, and how many of this command's store calls write.
-        self._versions: Callable[[str], int] | None = store.thread_version
+        # last saw, and how many of this command's store calls write. ``versions``: the store's
+        # ``thread_version``, bound once for all the actors of a system (not an object per actor to collect).
+        self._versions: Callable[[str], int] | None = versions if versions is not None else store.thread_version
 
         self._seen: int | None = None
         self._own_writes = 0

@@ -225,7 +225,8 @@ class Message(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True, g
     Messages and their contents are not tracked by the garbage collector (``gc=False``): every live conversation
     caches its latest messages, and tracking them made full collections walk ~20 objects per conversation.
     Freed by reference counting as ever; only a cycle through a message (one kept inside its own metadata)
-    would never be freed.
+    would never be freed. The conversation's cache also untracks the part list of each message it keeps where
+    every part is untracked (text, plain data): treat a stored or saved message's parts as read-only.
     """
 
     id: str
@@ -259,8 +260,9 @@ class Message(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True, g
         return self.content.text
 
 
-class Thread(msgspec.Struct, frozen=True, rename="camel", omit_defaults=False):
-    """A conversation owned by a resource."""
+class Thread(msgspec.Struct, frozen=True, rename="camel", omit_defaults=False, gc=False):
+    """A conversation owned by a resource. Not tracked by the garbage collector, as :class:`Message` (every live
+    conversation caches its row)."""
 
     id: str
     resource_id: str
@@ -270,8 +272,9 @@ class Thread(msgspec.Struct, frozen=True, rename="camel", omit_defaults=False):
     updated_at: datetime = msgspec.field(default_factory=utc_now)
 
 
-class Resource(msgspec.Struct, frozen=True, rename="camel", omit_defaults=False):
-    """The owner of threads (a user or tenant); holds resource-scoped working memory."""
+class Resource(msgspec.Struct, frozen=True, rename="camel", omit_defaults=False, gc=False):
+    """The owner of threads (a user or tenant); holds resource-scoped working memory. Not tracked by the garbage
+    collector, as :class:`Message`."""
 
     id: str
     working_memory: str | None = None
