@@ -19,7 +19,6 @@ neighbours of those candidates and of any other messages the search names, read 
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import unicodedata
@@ -30,6 +29,7 @@ import msgspec
 
 from ..codecs import Message
 from ..embedders._chunking import message_text
+from ._memo import memo
 
 __all__ = ("KEYWORD_TERMS", "MAX_QUERY_TERMS", "NO_MATCHES", "SCORE_DIGITS", "STOP_WORDS", "KeywordCandidate",
            "KeywordMatches", "KeywordSearch", "Neighbours", "bm25", "count_words", "idf", "indexed_text",
@@ -314,12 +314,14 @@ class _Porter:
         return self.b[: self.k + 1]
 
 
-@functools.lru_cache(maxsize=65536)
-def stem(word: str) -> str:
+def _stem(word: str) -> str:
     """The Porter stem of a lower-case word; words that are not plain ASCII letters, or shorter than 3, are kept."""
     if len(word) < 3 or not (word.isascii() and word.isalpha()):
         return word
     return _Porter(word).stem()
+
+
+stem = memo(_stem, 65536)
 
 
 def bm25(counts: dict[str, int], length: int, weights: dict[str, float], average_length: float) -> float:

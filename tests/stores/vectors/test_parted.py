@@ -87,6 +87,22 @@ def test_parts_of_untracked_values_are_untracked_by_the_collector() -> None:
     assert not any(gc.is_tracked(part) for part in [*entries._parts, *ids._parts])
 
 
+def test_the_rows_of_each_scope_are_out_of_the_collectors_sight() -> None:
+    index = HnswIndex(name="memory_messages_8", dim=8, metric="cosine", m=8, ef_construction=32, ef_search=32,
+                      directory=None)
+    n = 3_000
+    index.upsert([IndexEntry(0, f"m{i}", f"m{i}", f"t{i // 10}", f"r{i // 100}") for i in range(n)],
+                 np.ones((n, 8), dtype=np.float32))
+    index.move_thread("t0", "r-new")
+    index.delete_thread("t1")
+    gc.collect()
+    for by_scope in (index._rows_of_thread, index._rows_of_resource):
+        assert not gc.is_tracked(by_scope._held) and not gc.get_referents(*by_scope._held.values())
+    assert len(index._rows_of_thread) == n // 10 - 1 and "t1" not in set(index._rows_of_thread)
+    assert index.scope_rows("r-new", None)[1] == 10 and index.scope_rows("r0", None)[1] == 80
+    assert index.scope_rows(None, "t2")[1] == 10 and index.scope_rows(None, "t1") == ({}, 0)
+
+
 def test_an_int_map_of_growing_keys_keeps_key_order_and_no_trail_of_emptied_parts() -> None:
     """Labels only grow and the flusher takes the oldest staged ones first: iteration is in key order, and the
     parts the oldest keys emptied are dropped (an emptied dict keeps its table)."""

@@ -42,7 +42,6 @@ transaction each that re-reads the watermark, so processes opening one file at o
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import secrets
 import sqlite3
@@ -66,6 +65,7 @@ from .._keywords import (
     stem,
     text_tokens,
 )
+from .._memo import memo
 from ._rows import chunks, message_from_row, placeholders
 
 __all__ = ("CATCH_UP_BATCH", "Advance", "FOLD_BATCH", "KEYWORD_DDL", "catch_up_batch", "delete_keywords_of_ids",
@@ -110,11 +110,18 @@ def fts5_available(conn: sqlite3.Connection) -> bool:
     return any(row[0] == "ENABLE_FTS5" for row in conn.execute("PRAGMA compile_options"))
 
 
-@functools.lru_cache(maxsize=16_384)  # a search names its scope's token three times; a hash costs 3-4 us
-def _token(kind: str, value: str) -> str:
+def _digits(value: str) -> str:
     # Digits only: the porter stemmer leaves them alone (a letter suffix could be stemmed into another scope).
     digest = int.from_bytes(hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
-    return f"{kind}{digest % 10**18:018d}"
+    return f"{digest % 10**18:018d}"
+
+
+# a search names its scope's token three times; a hash costs 3-4 us
+_TOKENS = {"1": memo(lambda value: "1" + _digits(value), 16_384), "2": memo(lambda value: "2" + _digits(value), 16_384)}
+
+
+def _token(kind: str, value: str) -> str:
+    return _TOKENS[kind](value)
 
 
 def _scope(resource_id: str, thread_id: str) -> str:

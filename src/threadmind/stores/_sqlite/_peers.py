@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import functools
 import hashlib
 import math
 import mmap
@@ -40,6 +39,8 @@ import threading
 import time
 import weakref
 from typing import Final
+
+from .._memo import memo
 
 __all__ = ("Peers", "peers_for")
 
@@ -65,10 +66,12 @@ def _flock(kind: int, start: int, length: int = 1) -> bytes:
     return _FLOCK.pack(kind, os.SEEK_SET, start, length, 0)
 
 
-@functools.lru_cache(maxsize=65536)
-def _turn_byte(key: str) -> int:
+def _hashed_turn_byte(key: str) -> int:
     digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return TURN_BASE + int.from_bytes(digest, "little") % TURN_SPACE
+
+
+_turn_byte = memo(_hashed_turn_byte, 65536)
 
 
 def _wait_byte(key: str) -> int:

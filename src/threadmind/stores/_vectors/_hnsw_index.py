@@ -39,6 +39,7 @@ from .._vector_records import VectorRecord
 from ._hnsw_entries import IndexBusy, IndexEntry, SnapshotView, decode_records
 from ._parted import MAX_BATCH, IntParts, StrParts
 from ._scope_blocks import ScopeBlocks, ScopeKey, SearchHit, merge, scope_key, scores, top_messages
+from ._scope_rows import RowsByScope, RowSet
 
 __all__ = ("BRUTE_FORCE_LIMIT", "MAX_ANN_FETCH", "SCOPE_CACHE_BYTES", "HnswIndex")
 
@@ -57,10 +58,6 @@ _MIN_CAPACITY = 1024
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
-#: A set of rows kept as a dict of ints: the garbage collector does not track a dict that holds only ints, while
-#: a ``set`` is tracked and walked element by element at every full collection (at a million vectors the maps
-#: below were ~2 M such elements, tens of milliseconds of every full collection).
-RowSet = dict[int, None]
 
 
 class _FlushPlan:
@@ -128,8 +125,8 @@ class HnswIndex:
         # A message's row, or its rows when it has several chunks: one list per message would be a million objects
         # the garbage collector walks at a million messages (~0.9 s per full collection).
         self._rows_of_message: StrParts[int | list[int]] = StrParts()
-        self._rows_of_thread: dict[str, RowSet] = {}
-        self._rows_of_resource: dict[str, RowSet] = {}
+        self._rows_of_thread = RowsByScope()
+        self._rows_of_resource = RowsByScope()
         self._names: dict[str, str] = {}  # one string object per thread and resource id
         self.blocks = ScopeBlocks(scope_cache_bytes)
 
@@ -237,8 +234,8 @@ class HnswIndex:
             self._rows_of_message[entry.message_id] = [rows, row]
         else:
             rows.append(row)
-        self._rows_of_thread.setdefault(entry.thread_id, {})[row] = None
-        self._rows_of_resource.setdefault(entry.resource_id, {})[row] = None
+        self._rows_of_thread.of(entry.thread_id)[row] = None
+        self._rows_of_resource.of(entry.resource_id)[row] = None
 
     def _remove_row(self, row: int) -> None:
         entry = self._entries[row]
@@ -265,11 +262,8 @@ class HnswIndex:
             rows.remove(row)
             if len(rows) == 1:
                 self._rows_of_message[entry.message_id] = rows[0]
-        for scope, key in ((self._rows_of_thread, entry.thread_id), (self._rows_of_resource, entry.resource_id)):
-            members = scope[key]
-            members.pop(row, None)
-            if not members:
-                del scope[key]
+        self._rows_of_thread.discard(entry.thread_id, row)
+        self._rows_of_resource.discard(entry.resource_id, row)
 
     def _remove_message(self, message_id: str) -> None:
         rows = self._rows_of_message.get(message_id)
@@ -323,13 +317,13 @@ class HnswIndex:
 
     def delete_thread(self, thread_id: str, seq: int = 0) -> None:
         """Drop every vector of the thread."""
-        for row in list(self._rows_of_thread.get(thread_id, ())):
+        for row in list(self._rows_of_thread.get(thread_id) or ()):
             self._remove_row(row)
         self.note_seq(seq)
 
     def move_thread(self, thread_id: str, resource_id: str, seq: int = 0) -> None:
         """Re-scope the thread's vectors to ``resource_id``."""
-        rows = self._rows_of_thread.get(thread_id, {})
+        rows = self._rows_of_thread.get(thread_id) or {}
         if rows:
             self.blocks.drop(thread_id, resource_id)
         resource_id = self._name(resource_id)
@@ -339,12 +333,9 @@ class HnswIndex:
             if entry.resource_id == resource_id:
                 continue
             self.blocks.drop(thread_id, entry.resource_id)
-            old = self._rows_of_resource[entry.resource_id]
-            old.pop(row, None)
-            if not old:
-                del self._rows_of_resource[entry.resource_id]
+            self._rows_of_resource.discard(entry.resource_id, row)
             self._entries[row] = msgspec.structs.replace(entry, resource_id=resource_id)  # snapshots share entries
-            self._rows_of_resource.setdefault(resource_id, {})[row] = None
+            self._rows_of_resource.of(resource_id)[row] = None
         self.note_seq(seq)
 
     def drop_vectors(self, vector_ids: Sequence[str]) -> None:
@@ -404,12 +395,8 @@ class HnswIndex:
                 entry.vector_id = entry.message_id
             thread_id = entry.thread_id = intern(entry.thread_id, entry.thread_id)
             resource_id = entry.resource_id = intern(entry.resource_id, entry.resource_id)
-            if (rows := by_thread.get(thread_id)) is None:
-                rows = by_thread[thread_id] = {}
-            rows[row] = None
-            if (rows := by_resource.get(resource_id)) is None:
-                rows = by_resource[resource_id] = {}
-            rows[row] = None
+            by_thread.of(thread_id)[row] = None
+            by_resource.of(resource_id)[row] = None
         rows_in_order = range(first_row, first_row + len(entries))
         self._entries.update(rows_in_order, entries)
         self._row_of_vector.update(list(map(attrgetter("vector_id"), entries)), rows_in_order)
@@ -497,12 +484,12 @@ class HnswIndex:
         """(event loop) The rows in scope (None = every row) and how many."""
         scope: RowSet | None
         if thread_id is not None:
-            scope = self._rows_of_thread.get(thread_id, {})
+            scope = self._rows_of_thread.get(thread_id) or {}
             if resource_id is not None:
                 entries = self._entries
                 scope = {r: None for r in scope if (e := entries[r]) is not None and e.resource_id == resource_id}
         elif resource_id is not None:
-            scope = self._rows_of_resource.get(resource_id, {})
+            scope = self._rows_of_resource.get(resource_id) or {}
         else:
             scope = None
         return scope, self.count if scope is None else len(scope)
