@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import repeat
+from itertools import chain, count, repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -104,20 +104,27 @@ class _Built:
 
     def __init__(self, words_of: Sequence[Sequence[str]], counts_of: Sequence[Sequence[int]] | None) -> None:
         lengths = [len(words) for words in words_of]
-        flat = [word for words in words_of for word in words]
-        vocabulary = dict.fromkeys(flat)
-        number = dict(zip(vocabulary, range(len(vocabulary)), strict=True))
-        word_ids = np.fromiter(map(number.__getitem__, flat), dtype=np.int64, count=len(flat))
+        total = sum(lengths)
+        # Each word numbered on first sight, in C (a defaultdict whose default is the next number): 50 messages of
+        # 31 words 206 -> 143 us with the tally below, against a vocabulary dict and a lookup per word.
+        number: defaultdict[str, int] = defaultdict(count().__next__)
+        word_ids = np.fromiter(map(number.__getitem__, chain.from_iterable(words_of)), dtype=np.int64, count=total)
+        vocabulary = list(number)
         rows = max(1, len(words_of))
         docs = np.repeat(np.arange(len(words_of), dtype=np.int64), lengths)
         keys = word_ids * rows + docs  # by word, then by document
-        if counts_of is None:  # each word as often as it occurs
+        span = len(vocabulary) * rows
+        if counts_of is None and span <= 8 * total + 4096:  # each word as often as it occurs: tallied in place
+            tally = np.bincount(keys, minlength=span)
+            keys = np.flatnonzero(tally)
+            counts = tally[keys].astype(_F64)
+        elif counts_of is None:  # a sparse block (many words, each in few messages): sorted
             keys, tally = np.unique(keys, return_counts=True)
             counts = tally.astype(_F64)
         else:  # (word, count) pairs, each pair once
             order = np.argsort(keys, kind="stable")
             keys = keys[order]
-            counts = np.fromiter((c for row in counts_of for c in row), dtype=_F64, count=len(flat))[order]
+            counts = np.fromiter((c for row in counts_of for c in row), dtype=_F64, count=total)[order]
         word_of = keys // rows
         self.docs: npt.NDArray[np.int32] = (keys % rows).astype(_I32)
         self.counts: npt.NDArray[np.float64] = counts

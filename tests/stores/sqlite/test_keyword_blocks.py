@@ -298,16 +298,19 @@ async def test_a_store_searched_without_counts_answers_as_with_them(tmp_path: Pa
         assert store.cache_statistics()["keyword_from_memory"] > 0
 
 
-@pytest.mark.parametrize("counted", [False, True], ids=["stems", "counted"])
-def test_a_block_built_whole_holds_what_one_grown_row_by_row_holds(counted: bool) -> None:
+@pytest.mark.parametrize(("counted", "sparse"), [(False, False), (False, True), (True, False)],
+                         ids=["stems", "stems-of-a-large-vocabulary", "counted"])
+def test_a_block_built_whole_holds_what_one_grown_row_by_row_holds(counted: bool, sparse: bool) -> None:
     """The rows a block is built with are posted in one pass of numpy, the rows joining it one by one: both hold
     the same postings (PostgreSQL's counted rows as SQLite's stems), skip the same rows (no words, a message twice,
-    another scope's) and answer every query alike, counts included."""
-    rng = random.Random(21 + counted)
+    another scope's) and answer every query alike, counts included. Words are tallied in place when the block's
+    vocabulary is small against its postings, sorted when it is large (``sparse``: most words in one message)."""
+    rng = random.Random(21 + counted + 2 * sparse)
+    vocabulary = [*WORDS, *(f"rare{n}" for n in range(3000))] if sparse else WORDS
     rows: list[tuple[str, str, str, str]] = []
     for i in range(90):
         resource = "r2" if i % 17 == 0 else "r1"  # another scope's rows are left out
-        text = "" if i % 13 == 0 else " ".join(stem(rng.choice(WORDS)) for _ in range(rng.randint(1, 10)))
+        text = "" if i % 13 == 0 else " ".join(stem(rng.choice(vocabulary)) for _ in range(rng.randint(1, 10)))
         rows.append((f"m{i % 80}", f"t{i % 5}", resource, text))  # the last ten repeat earlier messages
 
     def form(row: tuple[str, str, str, str]) -> tuple[str, str, str, str] | tuple[str, str, str, int, dict[str, int]]:
@@ -323,8 +326,11 @@ def test_a_block_built_whole_holds_what_one_grown_row_by_row_holds(counted: bool
     assert built.ids == grown.ids and built.size == grown.size and built.words == grown.words
     held = [r[0] for r in rows if (r[3] or counted) and r[2] == "r1"]  # a counted row's stored length is never 0
     assert built.ids == list(dict.fromkeys(held)) and len(built.ids) < len(rows) - 10
+    distinct = {word for row in rows if row[2] == "r1" for word in row[3].split()}
+    postings = sum(len(set(row[3].split())) for row in rows if row[2] == "r1")
+    assert (len(distinct) * len(built.ids) > 8 * postings + 4096) == sparse  # which way the block was tallied
     for _ in range(40):
-        terms = rng.sample(WORDS, rng.randint(1, 6))
+        terms = rng.sample(WORDS, rng.randint(1, 6)) + ([rng.choice(vocabulary)] if sparse else [])
         assert built.matches(terms, 30) == grown.matches(terms, 30)
     joining = [form((f"n{i}", "t1", "r1", " ".join(stem(rng.choice(WORDS)) for _ in range(5)))) for i in range(20)]
     built.extend(joining)
