@@ -204,6 +204,10 @@ class IndexActor(Actor[IndexOp]):
                 await self._loop_done.wait()
                 await self._dispatch()
                 if self._previous is not None:
+                    # The last batch's rows may sit in the vector store's write-behind buffer, which would write
+                    # them after its delay (25 ms): write them now, once the batch has queued them.
+                    await self._previous.queued.wait()
+                    await self._vector.barrier()
                     await self._previous.durable.wait()
         finally:
             self._state = _State.CLOSED

@@ -302,3 +302,29 @@ async def test_a_crash_with_buffered_rows_is_repaired_at_the_next_start(tmp_path
         assert sorted(_rows(db, "SELECT message_id FROM threadmind_vectors")) == [f"m{i}" for i in range(5)]
         found = await memory.recall("t1", resource_id="r1", per_page=0, vector_search_string="zebra passport")
         assert {m.id for m in found.messages} == {f"m{i}" for i in range(5)}
+
+
+async def test_closing_writes_the_buffered_rows_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing a Memory whose last rows wait in the write-behind buffer writes them then and there, instead of
+    waiting out the buffer's delay (25 ms by default: 60 s here, so a close that waited would fail the test)."""
+    import threadmind.stores._vectors._hnsw_session as session
+
+    class _Patient(CoalescingRecords):
+        def __init__(self, inner: Any) -> None:
+            super().__init__(inner, max_records=10_000, max_delay=60.0)
+
+    monkeypatch.setattr(session, "CoalescingRecords", _Patient)
+    db = tmp_path / "m.db"
+    memory = _memory(db)
+    await memory.start()
+    try:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        for i in range(3):
+            await memory.save_messages([Message.user(f"zebra passport number {i}", id=f"m{i}", thread_id="t1",
+                                                     resource_id="r1")])
+        assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [0]  # still in the buffer
+    finally:
+        with anyio.fail_after(10):
+            await memory.aclose()
+    assert _rows(db, "SELECT count(*) FROM threadmind_vectors") == [3]
+    assert _rows(db, "SELECT count(*) FROM threadmind_vector_pending") == [0]
