@@ -23,6 +23,13 @@ from ._support import FlakyEmbedder, make_message, persist
 pytestmark = pytest.mark.skipif(not _hnsw_snapshot.FORKED_SNAPSHOTS, reason="snapshots are forked on Linux only")
 
 
+@pytest.fixture(autouse=True)
+def _forked_at_a_tests_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Indexes of a few thousand vectors are saved by a thread (see the last test): these tests' indexes of
+    tens are "large" here, so that a child writes them."""
+    monkeypatch.setattr(_hnsw_session, "THREAD_SNAPSHOT_MAX", 0)
+
+
 @asynccontextmanager
 async def _running(store: SQLiteStore, vec: Path) -> AsyncIterator[IndexActor]:
     async with IndexActor(store=store, vector=HnswVectorStore(vec), embedder=FlakyEmbedder(), retry_interval=None) \
@@ -120,3 +127,33 @@ async def test_a_failed_writer_is_an_error_of_that_save_only(
         assert await actor.persist()  # the next one writes it
         hits = await actor.query(messages[3].text, top_k=1, thread_id="t1")
         assert [h.message_id for h in hits] == ["m3"]
+
+
+async def test_a_small_index_is_saved_by_a_thread_of_this_process(
+    store: SQLiteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork costs more than writing a small index (hnswlib holds the GIL a few milliseconds): no child then."""
+    monkeypatch.setattr(_hnsw_session, "THREAD_SNAPSHOT_MAX", 4_096)
+    writers: list[int] = []
+    save = _hnsw_session.save_snapshot  # type: ignore[attr-defined]
+
+    def _save(index: Any, view: Any) -> bool:
+        writers.append(os.getpid())
+        return bool(save(index, view))
+
+    def _no_fork(index: Any, view: Any) -> int:
+        raise AssertionError("a small index was forked")
+
+    monkeypatch.setattr(_hnsw_session, "save_snapshot", _save)
+    monkeypatch.setattr(_hnsw_session, "fork_snapshot", _no_fork)
+    messages = _messages(120)
+    await persist(store, messages)
+    async with _running(store, tmp_path / "vec") as actor:
+        await actor.upsert_messages(messages)
+        assert await actor.persist()
+    assert writers == [os.getpid()]
+    async with _running(store, tmp_path / "vec") as actor:
+        hits = await actor.query(messages[77].text, top_k=1, thread_id="t1")
+        assert [h.message_id for h in hits] == ["m77"]
+        stats = actor.statistics().store
+        assert (stats.snapshot_loads, stats.rebuilds, stats.vectors) == (1, 0, 120)

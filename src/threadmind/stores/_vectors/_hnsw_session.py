@@ -50,6 +50,10 @@ REPLAY_IN_BACKGROUND_ABOVE = 2_048
 SNAPSHOT_AT_CLOSE_MAX = 50_000
 #: A background snapshot is due once this many vectors (or a tenth of the index, if more) changed in hnswlib.
 SNAPSHOT_EVERY = 20_000
+#: Snapshots of an index this small are written by a thread of this process, not a forked child: hnswlib holds
+#: the GIL while it writes (a few milliseconds at this size), less than a fork costs (7 ms in a small process,
+#: more as its memory grows). Larger ones are forked where the platform can (see ``_hnsw_snapshot``).
+THREAD_SNAPSHOT_MAX = 4_096
 #: Staged vectors wait for ``FLUSH_IDLE`` seconds without upserts before going into hnswlib, unless this many.
 FLUSH_BACKLOG = 16_384
 FLUSH_IDLE = 0.5
@@ -638,7 +642,8 @@ class Session:
         return max(SNAPSHOT_EVERY, index.count // 10)
 
     async def _save(self, index: HnswIndex, *, cancellable: bool) -> bool:
-        view = index.snapshot_view(shared=_hnsw_snapshot.FORKED_SNAPSHOTS)
+        forked = _hnsw_snapshot.FORKED_SNAPSHOTS and index.count > THREAD_SNAPSHOT_MAX
+        view = index.snapshot_view(shared=forked)
         added = index.added_since_snapshot
         scope = anyio.CancelScope()
         if cancellable:
@@ -648,7 +653,7 @@ class Session:
         with scope:
             self.saves_in_flight += 1
             try:
-                if _hnsw_snapshot.FORKED_SNAPSHOTS:
+                if forked:
                     saved = await self._save_in_child(index, view)
                 else:
                     saved = await self._thread(save_snapshot, index, view, cancellable=cancellable)
