@@ -32,7 +32,10 @@ def _untracker() -> Callable[[object], None] | None:
     """CPython's ``PyObject_GC_UnTrack`` (safe on an object already untracked); None elsewhere."""
     if sys.implementation.name != "cpython":
         return None
-    untrack = ctypes.pythonapi.PyObject_GC_UnTrack
+    try:
+        untrack = ctypes.pythonapi.PyObject_GC_UnTrack
+    except AttributeError:  # an interpreter that does not export it: the lists stay tracked
+        return None
     untrack.argtypes = [ctypes.py_object]
     untrack.restype = None
     return untrack
