@@ -43,6 +43,15 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         yield store
 
 
+async def _starts_from_the_snapshot(store: SQLiteStore, vec: Path, messages: list[Any]) -> None:
+    """The next start loads the whole index from the snapshot (no rebuild) and finds a message by its text."""
+    async with _running(store, vec) as actor:
+        hits = await actor.query(messages[77].text, top_k=1, thread_id="t1")
+        assert [h.message_id for h in hits] == ["m77"]
+        stats = actor.statistics().store
+        assert (stats.snapshot_loads, stats.rebuilds, stats.vectors) == (1, 0, len(messages))
+
+
 def _messages(n: int) -> list[Any]:
     return [make_message(f"m{i}", "t1", "r1", f"note {i} about trams in lisbon", i) for i in range(n)]
 
@@ -67,11 +76,7 @@ async def test_the_snapshot_is_written_by_another_process_and_loads(
         assert actor.statistics().store.snapshot_saves == 1
     pids = {int(line) for line in writers.read_text().split()}
     assert pids and os.getpid() not in pids
-    async with _running(store, tmp_path / "vec") as actor:
-        hits = await actor.query(messages[77].text, top_k=1, thread_id="t1")
-        assert [h.message_id for h in hits] == ["m77"]
-        stats = actor.statistics().store
-        assert (stats.snapshot_loads, stats.rebuilds, stats.vectors) == (1, 0, 120)
+    await _starts_from_the_snapshot(store, tmp_path / "vec", messages)
 
 
 async def test_a_close_during_a_background_save_kills_the_writer_and_keeps_no_half_snapshot(
@@ -152,8 +157,4 @@ async def test_a_small_index_is_saved_by_a_thread_of_this_process(
         await actor.upsert_messages(messages)
         assert await actor.persist()
     assert writers == [os.getpid()]
-    async with _running(store, tmp_path / "vec") as actor:
-        hits = await actor.query(messages[77].text, top_k=1, thread_id="t1")
-        assert [h.message_id for h in hits] == ["m77"]
-        stats = actor.statistics().store
-        assert (stats.snapshot_loads, stats.rebuilds, stats.vectors) == (1, 0, 120)
+    await _starts_from_the_snapshot(store, tmp_path / "vec", messages)
