@@ -43,6 +43,17 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         yield store
 
 
+async def _indexed_and_saved(store: SQLiteStore, vec: Path) -> list[Any]:
+    """120 messages stored, indexed and saved in one snapshot by a start that then closes."""
+    messages = _messages(120)
+    await persist(store, messages)
+    async with _running(store, vec) as actor:
+        await actor.upsert_messages(messages)
+        assert await actor.persist()
+        assert actor.statistics().store.snapshot_saves == 1
+    return messages
+
+
 async def _starts_from_the_snapshot(store: SQLiteStore, vec: Path, messages: list[Any]) -> None:
     """The next start loads the whole index from the snapshot (no rebuild) and finds a message by its text."""
     async with _running(store, vec) as actor:
@@ -68,12 +79,7 @@ async def test_the_snapshot_is_written_by_another_process_and_loads(
         return save(index, view)
 
     monkeypatch.setattr(_hnsw_snapshot, "save_snapshot", _save)
-    messages = _messages(120)
-    await persist(store, messages)
-    async with _running(store, tmp_path / "vec") as actor:
-        await actor.upsert_messages(messages)
-        assert await actor.persist()
-        assert actor.statistics().store.snapshot_saves == 1
+    messages = await _indexed_and_saved(store, tmp_path / "vec")
     pids = {int(line) for line in writers.read_text().split()}
     assert pids and os.getpid() not in pids
     await _starts_from_the_snapshot(store, tmp_path / "vec", messages)
@@ -151,10 +157,6 @@ async def test_a_small_index_is_saved_by_a_thread_of_this_process(
 
     monkeypatch.setattr(_hnsw_session, "save_snapshot", _save)
     monkeypatch.setattr(_hnsw_session, "fork_snapshot", _no_fork)
-    messages = _messages(120)
-    await persist(store, messages)
-    async with _running(store, tmp_path / "vec") as actor:
-        await actor.upsert_messages(messages)
-        assert await actor.persist()
+    messages = await _indexed_and_saved(store, tmp_path / "vec")
     assert writers == [os.getpid()]
     await _starts_from_the_snapshot(store, tmp_path / "vec", messages)
