@@ -9,7 +9,7 @@ edits, moves, other processes) drops the tail, which is reloaded on the next rea
 Every live conversation keeps a tail (10 000 by default), so what a tail holds is kept out of the garbage
 collector's sight: a full collection walks every tracked object and what it points to, and at 10 000 tails of 10
 messages each the tails' lists, id sets and the messages' part lists made a full collection take 116–144 ms
-here, against 29 ms kept as below. A tail holds tuples (untracked once they hold only untracked objects) and a
+here, against 33 ms kept as below. A tail holds tuples (untracked once they hold only untracked objects) and a
 dict of ids (never tracked: strings and None), and :func:`settle` untracks the part lists of the messages it keeps.
 """
 
@@ -25,7 +25,6 @@ from datetime import datetime
 from ..codecs import Message
 
 __all__ = ("Tail", "settle")
-
 
 
 def _untracker() -> Callable[[object], None] | None:
