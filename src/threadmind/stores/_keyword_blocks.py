@@ -282,30 +282,42 @@ class KeywordBlock:
         """The scope's statistics for ``terms`` and its best ``limit`` candidates by BM25 (k1 1.2, b 0.75) over the
         rarest :data:`KEYWORD_TERMS` words times the square root of their idf coverage; without ``counts`` their
         word counts are left empty (a quarter of the work, which a caller reading the scores alone never needs)."""
-        lexemes = lexemes_of(terms)
         n = len(self.ids)
-        entries = {lexeme: self._entry(lexeme) for lexeme in lexemes}
-        frequencies = {lexeme: 0 if entry is None else len(entry) for lexeme, entry in entries.items()}
+        frequencies: dict[str, int] = {}
+        present: list[tuple[int, int, str, _Postings]] = []  # (messages holding it, query order, stem, postings)
+        for lexeme in lexemes_of(terms):
+            entry = self._entry(lexeme)
+            size = 0 if entry is None else len(entry.base_docs) + len(entry.docs)
+            frequencies[lexeme] = size
+            if size:
+                present.append((size, len(present), lexeme, entry))  # type: ignore[arg-type]
         if not n:
             return KeywordMatches(0, 0.0, frequencies, [])
         average = self.words / n
-        present = sorted((f, i, lexeme) for i, (lexeme, f) in enumerate(frequencies.items()) if f)
-        kept = [lexeme for _, _, lexeme in present[:KEYWORD_TERMS]]
-        if not kept:
+        if not present:
             return KeywordMatches(n, average, frequencies, [])
+        present.sort()
+        del present[KEYWORD_TERMS:]
+        kept = [lexeme for _, _, lexeme, _ in present]
         if self._lengths_array is None:  # each message's BM25 length norm, k1 (0.25 + 0.75 length / average)
             self._lengths_array = 1.2 * (0.25 + 0.75 * np.asarray(self._lengths, dtype=_F64) / average)
         norm = self._lengths_array
-        scored = [entry.scored(norm, n) for lexeme in kept if (entry := entries[lexeme]) is not None]
-        docs = np.concatenate([p[0] for p in scored])
+        scored = [entry.scored(norm, n) for _, _, _, entry in present]
+        # One numpy call per step whatever the number of words (a search's cost is mostly calls, not elements).
+        if len(scored) == 1:
+            docs, parts, weights = scored[0][0], scored[0][2], scored[0][3]
+        else:
+            docs = np.concatenate([p[0] for p in scored])
+            parts = np.concatenate([p[2] for p in scored])
+            weights = np.concatenate([p[3] for p in scored])
         # BM25 (k1 1.2, b 0.75) with FTS5's idf floor, times the square root of the idf coverage (keyword_ranking's).
-        bm25 = np.bincount(docs, weights=np.concatenate([p[2] for p in scored]), minlength=n)
+        bm25 = np.bincount(docs, weights=parts, minlength=n)
+        hit = np.flatnonzero(bm25)  # every message holding a kept word, even one scoring 0
         total = sum(p[4] for p in scored)
-        score = (bm25 * np.sqrt(np.bincount(docs, weights=np.concatenate([p[3] for p in scored]), minlength=n) / total)
-                 if total > 0 else bm25)
-        score = np.round(score, SCORE_DIGITS)  # ties stay ties whatever the order of the sums
-        hit = np.flatnonzero(bm25 > 0)  # every message holding a kept word, even one scoring 0
-        values = score[hit]
+        values = bm25[hit]
+        if total > 0:
+            values *= np.sqrt(np.bincount(docs, weights=weights, minlength=n)[hit] / total)
+        values = np.round(values, SCORE_DIGITS)  # ties stay ties whatever the order of the sums
         if len(hit) > limit:  # the best `limit`, and every message tying with the last of them
             near = values >= -np.partition(-values, limit - 1)[limit - 1]
             hit, values = hit[near], values[near]
