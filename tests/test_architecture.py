@@ -11,6 +11,7 @@ For reaches into another package's private modules every import counts.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,10 +44,16 @@ def _type_checking_nodes(tree: ast.Module) -> set[int]:
     return found
 
 
+@functools.cache
+def _tree(module: str) -> ast.Module:
+    """The parsed source of ``module`` (read once: the checks ask for each module's tree many times)."""
+    return ast.parse(MODULES[module].read_text())
+
+
 def _imports(module: str, *, typing_only: bool = True) -> Iterator[tuple[str, int]]:
     """(imported module, line) for every import in ``module`` that names a threadmind module (without those
     under ``TYPE_CHECKING`` when ``typing_only`` is False)."""
-    tree = ast.parse(MODULES[module].read_text())
+    tree = _tree(module)
     package = _package_of(module)
     skip = set() if typing_only else _type_checking_nodes(tree)
     for node in ast.walk(tree):
@@ -118,7 +125,7 @@ def test_the_source_tree_has_no_import_cycle() -> None:
 
 def _exported(module: str) -> set[str]:
     """The names a module lists in ``__all__`` (its contract with the rest of the library)."""
-    for node in ast.parse(MODULES[module].read_text()).body:
+    for node in _tree(module).body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
             return set(ast.literal_eval(node.value))
     return set()
@@ -126,7 +133,7 @@ def _exported(module: str) -> set[str]:
 
 def _names_at(module: str, line: int) -> list[str]:
     """The names the ``from ... import`` statement at ``line`` of ``module`` imports."""
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+    for node in ast.walk(_tree(module)):
         if isinstance(node, ast.ImportFrom) and node.lineno == line:
             return [alias.name for alias in node.names]
     return []
@@ -284,7 +291,7 @@ def test_asyncio_is_imported_by_the_low_level_module_only() -> None:
 
 
 def _stdlib_imports(module: str) -> Iterator[str]:
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+    for node in ast.walk(_tree(module)):
         if isinstance(node, ast.Import):
             yield from (alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:

@@ -24,7 +24,9 @@ def _config(backend: dict[str, Any], scenario: str, proc: int, **fields: Any) ->
     return {"store": backend, "scenario": scenario, "proc": proc, "lease_ttl": 2.0, **fields}
 
 
-@pytest.mark.parametrize("mode", ["template", "schema", "vnext"])
+# The schema and vnext modes (the tool path) run in CI's slow tier; template (the enqueue path) here too.
+@pytest.mark.parametrize("mode", ["template", pytest.param("schema", marks=pytest.mark.slow),
+                                  pytest.param("vnext", marks=pytest.mark.slow)])
 async def test_working_memory_updates_from_four_processes_are_all_kept(backend: dict[str, Any], mode: str) -> None:
     """template: every process takes turns on one thread (enqueue), each appending a line to the document it was
     shown; schema and vnext: a thread per process, running at once, each turn adding a key or a line to the one
@@ -119,6 +121,7 @@ async def test_a_write_by_one_process_is_seen_by_the_others_next_read(backend: d
             await child.event("done")
 
 
+@pytest.mark.slow  # a tree of processes: CI's slow tier
 async def test_equal_timestamps_from_several_processes_read_back_in_one_order(backend: dict[str, Any]) -> None:
     at = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
     count = 6
@@ -143,6 +146,7 @@ async def test_equal_timestamps_from_several_processes_read_back_in_one_order(ba
     note(test="ties", backend=backend["kind"], messages=len(ours), interleavings=switches)
 
 
+@pytest.mark.slow  # a tree of processes: CI's slow tier
 async def test_several_processes_open_a_fresh_store_at_once(backend: dict[str, Any]) -> None:
     procs = 6
     configs = [_config(backend, "opening", p) for p in range(procs)]
@@ -157,6 +161,7 @@ async def test_several_processes_open_a_fresh_store_at_once(backend: dict[str, A
                 [f"hello from p{p}"]
 
 
+@pytest.mark.slow  # a tree of processes: CI's slow tier
 async def test_processes_opening_a_database_mastra_wrote_index_its_words_once(backend: dict[str, Any]) -> None:
     """Messages written without the keyword index (by Mastra) are indexed once, whichever of the processes that
     open the store at once gets each batch."""

@@ -219,7 +219,8 @@ async def test_the_ai_sdk_client_talks_to_the_example(tmp_path: Path, ai_client:
         "one", "You said: one", "two", "You said: two"]
 
 
-@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+# Four worker processes: on PostgreSQL in CI's slow tier, on SQLite here too.
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 async def test_overlapping_ai_sdk_tabs_on_one_chat_each_get_their_own_replies_with_four_workers(
         tmp_path: Path, ai_client: Path, request: pytest.FixtureRequest, store: str) -> None:
     """``uvicorn examples.chat_server:app --workers 4``, and six useChat tabs of one user on one chat id sending at
