@@ -3,7 +3,8 @@
 Run: ``python -m bench.bench_memory [--threads 200 --turns 25 --queries 500] [--phases abcde] [--repeat 3]``.
 Phase e (not in the default phases): a save, a pause of 0.1 s and a recall, 200 times, as agent turns go.
 Phase f (not in the default phases): phase d's recalls by vectors alone and by the hybrid ranking alternating query
-by query, twice, in one process: the ratio of the two modes at one machine moment.
+by query, twice, in one process: the ratio of the two modes at one machine moment (``--embedder wordllama``: with a
+model that embeds in a worker thread, where hybrid recall scores the words during the wait).
 Prints one JSON document: messages/s, latency percentiles, peak RSS, database size, and ratios to plain
 aiosqlite and plain hnswlib doing the same physical work (each baseline runs in its own process).
 """
@@ -27,7 +28,7 @@ import anyio
 import numpy as np
 
 from threadmind import Memory, Message
-from threadmind.embedders import HashEmbedder
+from threadmind.embedders import Embedder, HashEmbedder, WordLlamaEmbedder
 from threadmind.stores import HnswVectorStore, SQLiteStore
 from threadmind.testing import actor_system
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
@@ -67,6 +68,14 @@ async def _timed(fn: Callable[[], Awaitable[Any]], out: list[float]) -> None:
 
 SEARCH = {"mode": "hybrid"}  # semanticRecall.search of the semantic phases (--search)
 SYNCHRONOUS = {"level": "FULL"}  # the store's and the baselines' synchronous level (--synchronous)
+EMBEDDER = {"name": "hash"}  # the semantic phases' embedder (--embedder)
+
+
+def _embedder() -> Embedder:
+    """The workload's 384-d hash embedder, or WordLlama (a real model, embedding in a worker thread)."""
+    if EMBEDDER["name"] == "wordllama":
+        return WordLlamaEmbedder()
+    return HashEmbedder(dim=384)
 
 
 def _memory(path: str, semantic: bool) -> Memory:
@@ -76,7 +85,7 @@ def _memory(path: str, semantic: bool) -> Memory:
     return Memory(
         storage=SQLiteStore(path, synchronous=SYNCHRONOUS["level"]),
         vector=HnswVectorStore(path + ".vectors") if semantic else None,
-        embedder=HashEmbedder(dim=384) if semantic else None,
+        embedder=_embedder() if semantic else None,
         options=options,
     )
 
@@ -261,7 +270,7 @@ import json, os, sqlite3, sys, time
 import numpy as np
 sys.path.insert(0, os.getcwd())
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
-from threadmind.embedders import HashEmbedder
+from threadmind.embedders import Embedder, HashEmbedder, WordLlamaEmbedder
 from threadmind.codecs._json import encode_content
 from threadmind.codecs._time import to_iso
 from threadmind.stores._sqlite._schema import create_schema
@@ -321,7 +330,7 @@ import json, sys, time, os
 import numpy as np, hnswlib
 sys.path.insert(0, os.getcwd())
 from threadmind.workload import STREAM_RESOURCE_QUERIES, Workload
-from threadmind.embedders import HashEmbedder
+from threadmind.embedders import Embedder, HashEmbedder, WordLlamaEmbedder
 wl = Workload(threads=int(sys.argv[1]), turns=int(sys.argv[2]))
 emb = HashEmbedder(dim=384)
 texts = [m.text for t in range(wl.threads) for k in range(wl.turns) for m in wl.messages_for_turn(t, k)]
@@ -424,13 +433,20 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="SQLite synchronous level of the store and the raw baselines (default FULL)")
     parser.add_argument("--search", choices=("hybrid", "vector", "keyword"), default="hybrid",
                         help="semanticRecall.search of the semantic phases (c, d, e)")
+    parser.add_argument("--embedder", choices=("hash", "wordllama"), default="hash",
+                        help="the semantic phases' embedder: the workload's hash embedder (on the event loop) or "
+                             "WordLlama (extra [local]; in a worker thread); phase d's recall@10 needs hash")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.embedder != "hash" and "d" in args.phases:
+        parser.error("phase d scores recall@10 against the hash embedder's vectors: --embedder hash")
+    EMBEDDER["name"] = args.embedder
     SEARCH["mode"] = args.search
     SYNCHRONOUS["level"] = args.synchronous
     report = anyio.run(_main, args)
     report["search"] = args.search
+    report["embedder"] = args.embedder
     print(json.dumps(report, indent=2))
 
 

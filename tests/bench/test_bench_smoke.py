@@ -99,3 +99,18 @@ def test_bench_memory_alternates_the_two_rankings(capsys: pytest.CaptureFixture[
         assert len(passes) == 2
         for figures in passes:
             assert figures["vector"]["p50_ms"] > 0 and figures["hybrid"]["p50_ms"] > 0 and figures["ratio_p50"] > 0
+
+
+def test_bench_memory_alternates_the_modes_with_a_real_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """Phase f with WordLlama (embedding in a worker thread); phase d, whose oracle is the hash embedder, refuses it."""
+    pytest.importorskip("wordllama")
+    bench_memory.main(["--threads", "4", "--turns", "2", "--queries", "6", "--phases", "f", "--no-baselines",
+                       "--embedder", "wordllama"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["embedder"] == "wordllama"
+    for scope in ("resource", "thread"):
+        runs = report["f_vector_and_hybrid_alternating"][scope]
+        assert len(runs) == 2 and all(run["vector"]["p50_ms"] > 0 and run["ratio_p50"] > 0 for run in runs)
+    with pytest.raises(SystemExit):
+        bench_memory.main(["--phases", "d", "--embedder", "wordllama"])
+    assert "--embedder hash" in capsys.readouterr().err
