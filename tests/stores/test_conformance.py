@@ -10,6 +10,7 @@ import pytest
 
 from threadmind.codecs import Message, MessageContent, TextPart, Thread
 from threadmind.errors import ResourceMismatch, StorageError, ThreadNotFound, ValidationError
+from threadmind.stores._keywords import CreatedTimes
 from threadmind.stores._postgres import PostgresStore
 from threadmind.stores._protocol import DateRange, Include, MessageQuery, Store
 
@@ -150,6 +151,20 @@ class TestThreads:
         assert await store.get_messages_by_id(["t1-m0001", "t1-m0002", "t2-m0001"]) == [
             (await store.get_messages_by_id(["t2-m0001"]))[0]
         ]
+
+    async def test_created_times_read_back_as_the_messages_do(self, store: Store) -> None:
+        """The date lift's read: each message's time as ``get_messages_by_id`` returns it (a time saved with an
+        offset, and with microseconds, included), unknown and repeated ids ignored, nothing for no ids."""
+        assert isinstance(store, CreatedTimes)
+        await thread(store)
+        east = timezone(timedelta(hours=9))
+        saved = [msg(1), msg(2, at=datetime(2025, 3, 2, 1, 30, 15, 250_000, tzinfo=east))]
+        await store.save_messages("t1", saved)
+        ids = ["t1-m0002", "ghost", "t1-m0001", "t1-m0002"]
+        times = await store.created_times(ids)
+        assert times == {m.id: m.created_at for m in await store.get_messages_by_id(ids)}
+        assert set(times) == {"t1-m0001", "t1-m0002"} and times["t1-m0002"] == saved[1].created_at
+        assert await store.created_times([]) == {}
 
     async def test_move_thread_to_another_resource(self, store: Store) -> None:
         await thread(store)

@@ -38,7 +38,7 @@ from ..codecs._time import to_iso, utc_now
 from ..embedders._chunking import chunk_text, message_text
 from ..errors import EmbedderError
 from ..stores import KeywordCandidate, KeywordMatches, KeywordSearch, Store, VectorHit
-from ..stores._keywords import NO_MATCHES, query_terms
+from ..stores._keywords import NO_MATCHES, CreatedTimes, query_terms
 from ._dates import NamedDate, named_dates
 from ._rank import DATE_POOL, DEFAULT_KEYWORD_WEIGHT, Ranked, fuse, lifted, pools, smoothed
 
@@ -97,6 +97,7 @@ class Searcher:
         self._max_chunk_chars = max_chunk_chars
         self._store = store  # messages and threads, for filters
         self._beside = keywords if isinstance(keywords, KeywordSearchBeside) else None
+        self._times = store if isinstance(store, CreatedTimes) else None
 
     async def search(self, query: str, *, top_k: int, resource_id: str | None, thread_id: str | None,
                      mode: SearchMode = "hybrid", keyword_weight: float | None = None,
@@ -233,8 +234,12 @@ class Searcher:
         if not candidates:
             return [], {}
         assert self._store is not None
-        created = await self._store.get_messages_by_id([c.message_id for c in candidates])
-        dated = {m.id for m in created if any(date.holds(m.created_at) for date in dates)}
+        ids = [c.message_id for c in candidates]
+        if self._times is not None:  # their times alone
+            times = await self._times.created_times(ids)
+        else:
+            times = {m.id: m.created_at for m in await self._store.get_messages_by_id(ids)}
+        dated = {mid for mid, at in times.items() if any(date.holds(at) for date in dates)}
         return lifted(candidates, dated, pool)
 
     async def _vector_only(self, query: str, top_k: int, resource_id: str | None, thread_id: str | None,

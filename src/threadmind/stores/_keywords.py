@@ -23,6 +23,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Protocol, TypeGuard, runtime_checkable
 
 import msgspec
@@ -31,9 +32,9 @@ from ..codecs import Message
 from ..embedders._chunking import message_text
 from ._memo import memo
 
-__all__ = ("KEYWORD_TERMS", "MAX_QUERY_TERMS", "NO_MATCHES", "SCORE_DIGITS", "STOP_WORDS", "KeywordCandidate",
-           "KeywordMatches", "KeywordSearch", "Neighbours", "bm25", "count_words", "idf", "indexed_text",
-           "keyword_ranking", "lexemes_of", "query_terms", "stem", "supports_keywords", "text_tokens")
+__all__ = ("KEYWORD_TERMS", "MAX_QUERY_TERMS", "NO_MATCHES", "SCORE_DIGITS", "STOP_WORDS", "CreatedTimes",
+           "KeywordCandidate", "KeywordMatches", "KeywordSearch", "Neighbours", "bm25", "count_words", "idf",
+           "indexed_text", "keyword_ranking", "lexemes_of", "query_terms", "stem", "supports_keywords", "text_tokens")
 
 MAX_QUERY_TERMS = 32
 """Words of a query that are looked up at most (the first ones, after stop words and repeats are dropped)."""
@@ -115,6 +116,16 @@ class KeywordSearch(Protocol):
 
     async def build_keyword_index(self, progress: Callable[[int, int], object] | None = None) -> int:
         """Index those messages in bounded batches, ``progress(done, total)`` after each; returns how many."""
+        ...
+
+
+@runtime_checkable
+class CreatedTimes(Protocol):
+    """A store that reads when messages were created without reading the messages (hybrid recall's date lift reads
+    the times of a whole keyword pool; the stores of this library all do)."""
+
+    async def created_times(self, message_ids: Sequence[str]) -> dict[str, datetime]:
+        """When each of ``message_ids`` was created, as the message reads back; unknown ids are left out."""
         ...
 
 

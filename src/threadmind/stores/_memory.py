@@ -375,6 +375,13 @@ class InMemoryStore:
         rows = [self._messages[i] for i in dict.fromkeys(ids) if isinstance(i, str) and i in self._messages]
         return q.assemble(((row.key, row.message) for row in rows), (), False)
 
+    async def created_times(self, message_ids: Sequence[str]) -> dict[str, datetime]:
+        """When each message was created (unknown ids left out)."""
+        await self._ready()
+        messages = self._messages
+        return {i: messages[i].message.created_at for i in dict.fromkeys(message_ids)
+                if isinstance(i, str) and i in messages}
+
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
         """Partial updates by id (content merged one level, content.metadata merged); bumps the threads."""
         await self._ready()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -70,6 +71,7 @@ from ._rows import (
     Params,
     as_naive,
     check_text,
+    from_columns,
     keyed,
     message_from_row,
     metadata_param,
@@ -530,6 +532,17 @@ class PostgresStore:
         rows = await self._read(lambda conn: conn.fetch(
             f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = ANY($1::text[])", wanted), "get_messages_by_id")
         return assemble(keyed(rows), (), False)
+
+    async def created_times(self, message_ids: Sequence[str]) -> dict[str, datetime]:
+        """When each message was created (unknown ids left out), read without the messages' content."""
+        wanted = list(dict.fromkeys(i for i in message_ids if isinstance(i, str)))
+        if not wanted:
+            await self._idle()
+            return {}
+        rows = await self._read(lambda conn: conn.fetch(
+            f'SELECT m.id, m."createdAtZ", m."createdAt" FROM {MSG_FROM} WHERE m.id = ANY($1::text[])', wanted),
+            "created_times")
+        return {row[0]: from_columns(row[1], row[2]) for row in rows}
 
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
         """Partial updates by id (content merged one level, content.metadata merged); bumps the threads."""

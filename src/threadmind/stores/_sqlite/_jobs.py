@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -43,15 +44,16 @@ from ._rows import (
     keyed,
     placeholders,
     resource_from_row,
+    row_time,
     save_rows,
     thread_from_row,
     upsert,
     write_resource,
 )
 
-__all__ = ("delete_message_rows", "delete_thread_rows", "file_stats", "insert_thread", "message_reader",
-           "messages_by_id", "modify_resource_row", "modify_thread_row", "move_thread", "save_one", "save_parts",
-           "thread_list_reader", "update_message_rows", "update_thread_row", "upsert_resource")
+__all__ = ("created_reader", "delete_message_rows", "delete_thread_rows", "file_stats", "insert_thread",
+           "message_reader", "messages_by_id", "modify_resource_row", "modify_thread_row", "move_thread", "save_one",
+           "save_parts", "thread_list_reader", "update_message_rows", "update_thread_row", "upsert_resource")
 
 # -- threads ---------------------------------------------------------------------------------------------------
 
@@ -247,6 +249,20 @@ def messages_by_id(wanted: Sequence[str]) -> Callable[[sqlite3.Connection], list
             rows.extend(conn.execute(
                 f"SELECT {MSG_COLS} FROM mastra_messages WHERE id IN ({placeholders(len(chunk))})", chunk))
         return assemble(keyed(rows), (), False)
+
+    return read
+
+
+def created_reader(wanted: Sequence[str]) -> Callable[[sqlite3.Connection], dict[str, datetime]]:
+    """When each of these messages was created (unknown ids left out): their times alone, no content decoded."""
+
+    def read(conn: sqlite3.Connection) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        for chunk in chunks(list(wanted)):
+            for mid, created in conn.execute(
+                    f'SELECT id, "createdAt" FROM mastra_messages WHERE id IN ({placeholders(len(chunk))})', chunk):
+                out[mid] = row_time(created, f"message {mid!r} createdAt")
+        return out
 
     return read
 

@@ -25,6 +25,7 @@ import enum
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -78,6 +79,7 @@ from ._group_commit import (
     read_tx,
 )
 from ._jobs import (
+    created_reader,
     delete_message_rows,
     delete_thread_rows,
     file_stats,
@@ -590,6 +592,15 @@ class SQLiteStore:
             await self._idle_checkpoint()
             return []
         return await self.execute_read(messages_by_id(wanted))
+
+    async def created_times(self, message_ids: Sequence[str]) -> dict[str, datetime]:
+        """When each message was created (unknown ids left out), read without the messages' content."""
+        wanted = list(dict.fromkeys(i for i in message_ids if isinstance(i, str)))
+        if not wanted:
+            await self._idle_checkpoint()
+            return {}
+        found: dict[str, datetime] = await self.execute_read(created_reader(wanted))
+        return found
 
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
         """Partial updates by id (content merged one level, content.metadata merged); bumps the threads."""
