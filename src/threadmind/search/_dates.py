@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import msgspec
 
-__all__ = ("MAX_DATES", "NamedDate", "named_dates")
+__all__ = ("MAX_DATES", "NamedDate", "named_dates", "utc_day")
 
 MAX_DATES = 8
 """Dates read from one query at most (the first ones)."""
@@ -63,14 +63,17 @@ class NamedDate(msgspec.Struct, frozen=True):
 
     def holds(self, at: datetime) -> bool:
         """Whether ``at`` is within a day of the date (see the module docstring)."""
-        day = _utc_day(at)
+        return self.holds_day(utc_day(at))
+
+    def holds_day(self, day: date) -> bool:
+        """Whether the UTC calendar ``day`` is within a day of the date."""
         for moment in (day, *_beside(day)):
             if moment.month == self.month and self.year in (None, moment.year) and self.day in (None, moment.day):
                 return True
         return False
 
 
-def _utc_day(at: datetime) -> date:
+def utc_day(at: datetime) -> date:
     """The UTC calendar day of ``at`` (a naive time is taken as UTC; the stores hand back UTC times)."""
     if at.utcoffset():
         try:
@@ -94,7 +97,7 @@ def named_dates(query: str, now: datetime | None = None) -> tuple[NamedDate, ...
         return ()
     found: list[NamedDate] = []
     if now is not None:
-        text = _relative(text, _utc_day(now), found)
+        text = _relative(text, utc_day(now), found)
     for pattern, (year_at, month_at, day_at) in _FORMS:
         for match in pattern.finditer(text):
             named = _date(match, year_at, month_at, day_at)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import date
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -39,7 +40,7 @@ from ..embedders._chunking import chunk_text, message_text
 from ..errors import EmbedderError
 from ..stores import KeywordCandidate, KeywordMatches, KeywordSearch, Store, VectorHit
 from ..stores._keywords import NO_MATCHES, CreatedTimes, query_terms
-from ._dates import NamedDate, named_dates
+from ._dates import NamedDate, named_dates, utc_day
 from ._rank import DATE_POOL, DEFAULT_KEYWORD_WEIGHT, Ranked, fuse, lifted, pools, smoothed
 
 __all__ = ("MAX_FILTERED_POOL", "SEARCH_MODES", "Found", "KeywordSearchBeside", "SearchMode", "Searcher", "VectorQuery",
@@ -239,7 +240,15 @@ class Searcher:
             times = await self._times.created_times(ids)
         else:
             times = {m.id: m.created_at for m in await self._store.get_messages_by_id(ids)}
-        dated = {mid for mid, at in times.items() if any(date.holds(at) for date in dates)}
+        verdicts: dict[date, bool] = {}  # a pool's messages share few days: each day is judged once
+        dated: set[str] = set()
+        for mid, at in times.items():
+            day = utc_day(at)
+            verdict = verdicts.get(day)
+            if verdict is None:
+                verdict = verdicts[day] = any(named.holds_day(day) for named in dates)
+            if verdict:
+                dated.add(mid)
         return lifted(candidates, dated, pool)
 
     async def _vector_only(self, query: str, top_k: int, resource_id: str | None, thread_id: str | None,
