@@ -26,7 +26,7 @@ Leave-one-conversation-out tuning never beat these defaults on the conversation 
   question-and-answer pairs). A message outside both pools can enter through its neighbour.
 * **Dates**: a keyword candidate created within a day of a date the query names (``"on 13 October, 2023"``,
   ``"in May 2023"``; see ``_dates``) gains half the best keyword score before fusion, taken from a keyword pool
-  twice as deep (whose messages' times are read: 0.4 ms a query on SQLite; four times as deep ranks the same for
+  twice as deep (whose creation times are read: 0.4 ms a query on SQLite; four times as deep ranks the same for
   0.6 ms). The words of such a question match the talk around the event; its date picks the day it was told. 31
   of the 382 questions name a date: +0.028 at the defaults (0.711 -> 0.739), +0.013 at top 5 without context,
   each conversation gaining; a quarter to half the best score are alike, the whole best score loses 0.01, the day
