@@ -152,20 +152,6 @@ class TestThreads:
             (await store.get_messages_by_id(["t2-m0001"]))[0]
         ]
 
-    async def test_created_times_read_back_as_the_messages_do(self, store: Store) -> None:
-        """The date lift's read: each message's time as ``get_messages_by_id`` returns it (a time saved with an
-        offset, and with microseconds, included), unknown and repeated ids ignored, nothing for no ids."""
-        assert isinstance(store, CreatedTimes)
-        await thread(store)
-        east = timezone(timedelta(hours=9))
-        saved = [msg(1), msg(2, at=datetime(2025, 3, 2, 1, 30, 15, 250_000, tzinfo=east))]
-        await store.save_messages("t1", saved)
-        ids = ["t1-m0002", "ghost", "t1-m0001", "t1-m0002"]
-        times = await store.created_times(ids)
-        assert times == {m.id: m.created_at for m in await store.get_messages_by_id(ids)}
-        assert set(times) == {"t1-m0001", "t1-m0002"} and times["t1-m0002"] == saved[1].created_at
-        assert await store.created_times([]) == {}
-
     async def test_move_thread_to_another_resource(self, store: Store) -> None:
         await thread(store)
         await store.save_messages("t1", [msg(1), msg(2)])
@@ -231,6 +217,22 @@ class TestThreads:
         await store.update_thread_resource_id("t1", "r9")
         await store.delete_thread("t1")
         assert v("t1") == 7
+
+
+async def test_created_times_read_back_as_the_messages_do(store: Store) -> None:
+    """The date lift's read, which every store of the library offers (an optional capability: a store without it
+    is read whole): each message's time as ``get_messages_by_id`` returns it (a time saved with an offset, and with
+    microseconds, included), unknown and repeated ids ignored, nothing for no ids."""
+    assert isinstance(store, CreatedTimes)
+    await thread(store)
+    east = timezone(timedelta(hours=9))
+    saved = [msg(1), msg(2, at=datetime(2025, 3, 2, 1, 30, 15, 250_000, tzinfo=east))]
+    await store.save_messages("t1", saved)
+    ids = ["t1-m0002", "ghost", "t1-m0001", "t1-m0002"]
+    times = await store.created_times(ids)
+    assert times == {m.id: m.created_at for m in await store.get_messages_by_id(ids)}
+    assert set(times) == {"t1-m0001", "t1-m0002"} and times["t1-m0002"] == saved[1].created_at
+    assert await store.created_times([]) == {}
 
 
 class TestSaveMessages:
