@@ -167,7 +167,7 @@ class Searcher:
             matches = await keywords.keyword_search(terms, resource_id=resource_id, thread_id=thread_id,
                                                     limit=keyword_limit, neighbours_of=[hit[0] for hit in vector],
                                                     counts=False)  # the ranking reads their scores alone
-        candidates, lift = (await self._dated(matches.candidates, dates, keyword_pool) if dates
+        candidates, lift = (await self._dated(matches.candidates, dates, keyword_pool, resource_id, thread_id) if dates
                             else (matches.candidates[:keyword_pool], None))
         return Found(smoothed(fuse(candidates, vector, weight, lift), matches.neighbours), degraded)
 
@@ -229,15 +229,15 @@ class Searcher:
             raise errors[0]
         return matches, vector, degraded
 
-    async def _dated(self, candidates: Sequence[KeywordCandidate], dates: Sequence[NamedDate],
-                     pool: int) -> tuple[list[KeywordCandidate], dict[str, float]]:
+    async def _dated(self, candidates: Sequence[KeywordCandidate], dates: Sequence[NamedDate], pool: int,
+                     resource_id: str | None, thread_id: str | None) -> tuple[list[KeywordCandidate], dict[str, float]]:
         """The keyword pool once the candidates created on a date the query names are lifted (``_rank.lifted``)."""
         if not candidates:
             return [], {}
         assert self._store is not None
         ids = [c.message_id for c in candidates]
         if self._times is not None:  # their times alone
-            times = await self._times.created_times(ids)
+            times = await self._times.created_times(ids, resource_id=resource_id, thread_id=thread_id)
         else:
             times = {m.id: m.created_at for m in await self._store.get_messages_by_id(ids)}
         verdicts: dict[date, bool] = {}  # a pool's messages share few days: each day is judged once

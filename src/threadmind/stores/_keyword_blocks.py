@@ -23,6 +23,7 @@ import math
 import threading
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from itertools import chain, count, repeat
 
 import numpy as np
@@ -146,8 +147,8 @@ class KeywordBlock:
     numpy (:class:`_Built`); a word's postings become a :class:`_Postings` when a search or a joining row needs
     it."""
 
-    __slots__ = ("_built", "_docs", "_lengths", "_lengths_array", "_remembered", "epoch", "ids", "neighbours",
-                 "owner", "postings", "resources", "size", "thread_sizes", "threads", "words")
+    __slots__ = ("_built", "_docs", "_lengths", "_lengths_array", "_remembered", "created", "epoch", "ids",
+                 "neighbours", "owner", "postings", "resources", "size", "thread_sizes", "threads", "words")
 
     def __init__(self, owner: Owner, rows: Iterable[Row | CountedRow]) -> None:
         self.owner = owner
@@ -165,6 +166,9 @@ class KeywordBlock:
         #: ``epoch``, so a read that began before cannot store what it saw.
         self.neighbours: dict[str, tuple[str | None, str | None] | None] = {}
         self._remembered: dict[str, set[str]] = {}  # thread -> its messages in ``neighbours``
+        #: When the block's messages were created, as read while it holds its scope's version (a change to a kept
+        #: message's time, an update, is never an append: the block is dropped with what it kept).
+        self.created: dict[str, datetime] = {}
         self.thread_sizes: Counter[str] = Counter()  # thread -> how many of its messages the block holds
         self.epoch = 0
         self._built: _Built | None = None
@@ -396,6 +400,26 @@ class KeywordBlocks:
         if _UNKNOWN in pairs:
             return None
         return {mid: pair for mid, pair in zip(message_ids, pairs, strict=True) if pair is not None}
+
+    def kept_times(self, token: str, version: Version, owner: Owner, message_ids: Sequence[str]) -> dict[str, datetime]:
+        """The creation times of ``message_ids`` that the block of ``token`` kept, if it holds ``version`` of
+        ``owner``'s scope (else none)."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            if entry is None or entry[0] != version or entry[1].owner != owner:
+                return {}
+            created = entry[1].created
+            return {mid: created[mid] for mid in message_ids if mid in created}
+
+    def remember_times(self, token: str, version: Version, owner: Owner, times: Mapping[str, datetime]) -> None:
+        """Keep the creation times of the block's messages among ``times`` (read while the scope of ``token`` was at
+        ``version``) if the block holds that version."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            if entry is None or entry[0] != version or entry[1].owner != owner:
+                return
+            block = entry[1]
+            block.created.update((mid, at) for mid, at in times.items() if mid in block)
 
     def remember(self, token: str, version: Version, pairs: Mapping[str, tuple[str | None, str | None]]) -> bool:
         """Keep ``pairs`` (neighbours as the scope's ``version`` has them) in the block of ``token`` if it holds that

@@ -124,8 +124,10 @@ class CreatedTimes(Protocol):
     """A store that reads when messages were created without reading the messages (hybrid recall's date lift reads
     the times of a whole keyword pool; the stores of this library all do)."""
 
-    async def created_times(self, message_ids: Sequence[str]) -> dict[str, datetime]:
-        """When each of ``message_ids`` was created, as the message reads back; unknown ids are left out."""
+    async def created_times(self, message_ids: Sequence[str], *, resource_id: str | None = None,
+                            thread_id: str | None = None) -> dict[str, datetime]:
+        """When each of ``message_ids`` was created, as the message reads back; unknown ids are left out. The
+        scope they were found in (a keyword search's) may let a store answer from what it keeps of it."""
         ...
 
 

@@ -375,8 +375,9 @@ class InMemoryStore:
         rows = [self._messages[i] for i in dict.fromkeys(ids) if isinstance(i, str) and i in self._messages]
         return q.assemble(((row.key, row.message) for row in rows), (), False)
 
-    async def created_times(self, message_ids: Sequence[str]) -> dict[str, datetime]:
-        """When each message was created (unknown ids left out)."""
+    async def created_times(self, message_ids: Sequence[str], *, resource_id: str | None = None,
+                            thread_id: str | None = None) -> dict[str, datetime]:
+        """When each message was created (unknown ids left out; the scope is not needed)."""
         await self._ready()
         messages = self._messages
         return {i: messages[i].message.created_at for i in dict.fromkeys(message_ids)

@@ -174,3 +174,46 @@ async def test_a_scope_searched_before_a_write_elsewhere_is_current_again_after_
                                            neighbours_of=["k1"])
         assert from_memory(store) == hits + 1 and again == lighthouse
         assert [c.message_id for c in again.candidates] == ["k1"]
+
+
+async def test_creation_times_are_kept_with_the_scope_while_it_is_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The date lift's read of its candidates' times: once per message while the scope's block stays current
+    (appends keep what it read); an update of a message's time, through this store or another store object on the
+    file, is seen at once (with another process on the file every read goes to the database, as searches do)."""
+    from threadmind.stores._sqlite._jobs import created_reader
+
+    asked: list[list[str]] = []
+
+    def counted(ids: list[str]) -> Any:
+        asked.append(list(ids))
+        return created_reader(ids)
+
+    monkeypatch.setattr("threadmind.stores._sqlite._store.created_reader", counted)
+    path = tmp_path / "m.db"
+    async with await seeded(path) as store:
+        times = {f"m{i}": BASE + timedelta(seconds=i) for i in range(5)}
+
+        async def read(ids: list[str]) -> dict[str, datetime]:
+            return await store.created_times(ids, resource_id="r1")
+
+        assert await read(["m1", "m3"]) == {"m1": times["m1"], "m3": times["m3"]}  # no search yet: read
+        assert await found(store, "harbour") and await found(store, "harbour")  # the block answers from memory
+        assert await read(["m1", "m3", "ghost"]) == {"m1": times["m1"], "m3": times["m3"]}
+        assert await read(["m3", "m1"]) == {"m1": times["m1"], "m3": times["m3"]}
+        assert await read(["m1", "ghost"]) == {"m1": times["m1"]}
+        assert asked == [["m1", "m3"], ["m1", "m3", "ghost"], ["ghost"]]  # a message unknown is asked again
+        await store.save_messages("t1", [say("m7", "a seal in the harbour", 7)])  # an append
+        assert await found(store, "seal") == ["m7"]
+        asked.clear()
+        assert await read(["m1", "m7"]) == {"m1": times["m1"], "m7": BASE + timedelta(seconds=7)}
+        assert asked == [["m7"]]
+        moved = BASE + timedelta(days=3)
+        await store.update_messages([{"id": "m1", "createdAt": moved}])
+        assert await found(store, "harbour")
+        assert await read(["m1", "m3"]) == {"m1": moved, "m3": times["m3"]}  # both kept again
+        async with SQLiteStore(str(path)) as other:
+            await other.update_messages([{"id": "m3", "createdAt": moved}])
+            assert await read(["m3"]) == {"m3": moved}
+        assert await read(["m3"]) == {"m3": moved}
+        assert await store.created_times(["m3"], thread_id="t1") == {"m3": moved}  # another scope: its own

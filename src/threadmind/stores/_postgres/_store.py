@@ -533,8 +533,10 @@ class PostgresStore:
             f"SELECT {MSG_COLS} FROM {MSG_FROM} WHERE m.id = ANY($1::text[])", wanted), "get_messages_by_id")
         return assemble(keyed(rows), (), False)
 
-    async def created_times(self, message_ids: Sequence[str]) -> dict[str, datetime]:
-        """When each message was created (unknown ids left out), read without the messages' content."""
+    async def created_times(self, message_ids: Sequence[str], *, resource_id: str | None = None,
+                            thread_id: str | None = None) -> dict[str, datetime]:
+        """When each message was created (unknown ids left out), read without the messages' content (the scope is
+        not needed: one statement)."""
         wanted = list(dict.fromkeys(i for i in message_ids if isinstance(i, str)))
         if not wanted:
             await self._idle()

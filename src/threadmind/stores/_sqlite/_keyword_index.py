@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 import aiosqlite
 import msgspec
 
-from .._keyword_blocks import KeywordBlocks
+from .._keyword_blocks import RESOURCE, THREAD, KeywordBlocks, Owner
 from .._keywords import NO_MATCHES, KeywordMatches, Neighbours
 from ._fold import BackgroundFold
 from ._fts import (
@@ -112,6 +113,32 @@ class SQLiteKeywordIndex:
             self._folded_at = writes
             found = await self._read(search(True))
         return found or NO_MATCHES
+
+    async def created_times(self, message_ids: Sequence[str], *, resource_id: str | None, thread_id: str | None,
+                            read: Callable[[list[str]], Awaitable[dict[str, datetime]]]) -> dict[str, datetime]:
+        """When each message was created: those the scope's block kept (when nothing was written since it answered
+        a search), the others ``read`` and kept in the block if nothing was written meanwhile."""
+        scope = self._current(resource_id, thread_id)
+        found = {} if scope is None else self.blocks.kept_times(*scope, message_ids)
+        missing = [mid for mid in message_ids if mid not in found]
+        if missing:
+            fresh = await read(missing)
+            found.update(fresh)
+            if scope is not None and self._current(resource_id, thread_id) == scope:
+                self.blocks.remember_times(*scope, fresh)
+        return found
+
+    def _current(self, resource_id: str | None, thread_id: str | None) -> tuple[str, int, Owner] | None:
+        """The scope's token, the version its block last answered a search at and its owner, while nothing was
+        written through this store since and no other process has the file (as a search from memory requires)."""
+        if resource_id is None and thread_id is None:
+            return None
+        epoch = self._epoch()
+        token = scope_token(resource_id, thread_id)
+        stamp = self._checked.get(token)
+        if epoch is None or stamp is None or stamp[0] != epoch or stamp[1] != self._writes():
+            return None
+        return token, stamp[2], (THREAD, thread_id) if thread_id is not None else (RESOURCE, resource_id or "")
 
     def fold_soon(self) -> None:
         """A write queued ids for the keyword index: fold them in the background (see ``_fold``)."""

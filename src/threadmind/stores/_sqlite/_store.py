@@ -593,14 +593,20 @@ class SQLiteStore:
             return []
         return await self.execute_read(messages_by_id(wanted))
 
-    async def created_times(self, message_ids: Sequence[str]) -> dict[str, datetime]:
-        """When each message was created (unknown ids left out), read without the messages' content."""
+    async def created_times(self, message_ids: Sequence[str], *, resource_id: str | None = None,
+                            thread_id: str | None = None) -> dict[str, datetime]:
+        """When each message was created (unknown ids left out), read without the messages' content; those of a
+        scope searched by words (``resource_id``, ``thread_id``) are kept with its words while it is unchanged."""
         wanted = list(dict.fromkeys(i for i in message_ids if isinstance(i, str)))
         if not wanted:
             await self._idle_checkpoint()
             return {}
-        found: dict[str, datetime] = await self.execute_read(created_reader(wanted))
-        return found
+
+        async def read(ids: list[str]) -> dict[str, datetime]:
+            found: dict[str, datetime] = await self.execute_read(created_reader(ids))
+            return found
+
+        return await self._keywords.created_times(wanted, resource_id=resource_id, thread_id=thread_id, read=read)
 
     async def update_messages(self, updates: Sequence[Mapping[str, Any]]) -> list[Message]:
         """Partial updates by id (content merged one level, content.metadata merged); bumps the threads."""
