@@ -80,16 +80,13 @@ class SQLiteKeywordIndex:
             return msgspec.structs.replace(NO_MATCHES, neighbours=await self.neighbours(neighbours_of))
         blocks = self.blocks
         others = None if neighbours_of is None else list(neighbours_of)
-        # Alone with the file and nothing written through it since the scope's last search: its block is current.
         epoch, writes, checked = self._epoch(), self._writes(), self._checked
-        if epoch is not None:
-            stamp = checked.get(scope_token(resource_id, thread_id))
-            if stamp is not None and stamp[0] == epoch and stamp[1] == writes:
-                known = search_in_memory(blocks, stamp[2], terms, resource_id, thread_id, limit, others,
-                                         counts=counts)
-                if known is not None:
-                    self._memory_hits += 1
-                    return known
+        current = self._current(resource_id, thread_id)
+        if current is not None:
+            known = search_in_memory(blocks, current[1], terms, resource_id, thread_id, limit, others, counts=counts)
+            if known is not None:
+                self._memory_hits += 1
+                return known
 
         def check(token: str, version: int) -> None:
             if epoch is not None:
@@ -130,7 +127,8 @@ class SQLiteKeywordIndex:
 
     def _current(self, resource_id: str | None, thread_id: str | None) -> tuple[str, int, Owner] | None:
         """The scope's token, the version its block last answered a search at and its owner, while nothing was
-        written through this store since and no other process has the file (as a search from memory requires)."""
+        written through this store since and no other process has the file: the block is then the scope's (what a
+        search from memory, and the creation times kept with it, rely on)."""
         if resource_id is None and thread_id is None:
             return None
         epoch = self._epoch()
