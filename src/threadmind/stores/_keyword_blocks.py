@@ -291,10 +291,9 @@ class KeywordBlock:
         present: list[tuple[int, int, str, _Postings]] = []  # (messages holding it, query order, stem, postings)
         for lexeme in lexemes_of(terms):
             entry = self._entry(lexeme)
-            size = 0 if entry is None else len(entry.base_docs) + len(entry.docs)
-            frequencies[lexeme] = size
-            if size:
-                present.append((size, len(present), lexeme, entry))  # type: ignore[arg-type]
+            size = frequencies[lexeme] = 0 if entry is None else len(entry.base_docs) + len(entry.docs)
+            if entry is not None and size:
+                present.append((size, len(present), lexeme, entry))
         if not n:
             return KeywordMatches(0, 0.0, frequencies, [])
         average = self.words / n
@@ -307,7 +306,7 @@ class KeywordBlock:
             self._lengths_array = 1.2 * (0.25 + 0.75 * np.asarray(self._lengths, dtype=_F64) / average)
         norm = self._lengths_array
         scored = [entry.scored(norm, n) for _, _, _, entry in present]
-        # One numpy call per step whatever the number of words (a search's cost is mostly calls, not elements).
+        # One numpy call a step whatever the number of words (a search's cost is mostly calls, not elements).
         if len(scored) == 1:
             docs, parts, weights = scored[0][0], scored[0][2], scored[0][3]
         else:
