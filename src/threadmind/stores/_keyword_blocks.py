@@ -64,10 +64,11 @@ class _Postings:
     words it keeps: each posting's ``idf × tf × 2.2 / (tf + norm)`` and the word's idf coverage are kept too, while
     the block's statistics stay the same (until messages join it)."""
 
-    __slots__ = ("_norm", "_scored", "base_counts", "base_docs", "counts", "docs", "stale")
+    __slots__ = ("_norm", "_scored", "base_counts", "base_docs", "built", "counts", "docs", "stale")
 
     def __init__(self, base_docs: npt.NDArray[np.int32] = _NO_DOCS,
-                 base_counts: npt.NDArray[np.float64] = _NO_COUNTS) -> None:
+                 base_counts: npt.NDArray[np.float64] = _NO_COUNTS,
+                 built: tuple[_Built, int, int] | None = None) -> None:
         self.base_docs = base_docs
         self.base_counts = base_counts
         self.docs: list[int] = []
@@ -75,6 +76,9 @@ class _Postings:
         self.stale = True
         self._scored: _Scored | None = None
         self._norm: npt.NDArray[np.float64] | None = None  # the block's norms the scores were computed with
+        #: The built postings these are a run of (start, end), while no row joined them: their scores are then
+        #: slices of the block's, computed for all its words at once (:meth:`_Built.scores`).
+        self.built = built
 
     def __len__(self) -> int:
         return len(self.base_docs) + len(self.docs)
@@ -83,6 +87,17 @@ class _Postings:
         """The documents, counts, BM25 parts and coverage (per posting, and the word's) in a block of ``n``
         messages whose length norms are ``norm``."""
         if self.stale or self._scored is None or self._norm is not norm:
+            if self.built is not None and not self.docs:
+                built, start, end = self.built
+                whole = built.scores(norm, n)
+                if whole is not None:  # the block as built: its words' scores are computed already
+                    parts, covers = whole
+                    self._scored = (self.base_docs, self.base_counts, parts[start:end], covers[start:end],
+                                    float(covers[start]))
+                    self._norm = norm
+                    self.stale = False
+                    return self._scored
+            self.built = None
             size = len(self)
             raw = math.log((n - size + 0.5) / (size + 0.5))  # FTS5's idf, before its floor (as keyword_ranking)
             if self.docs:  # the rows that joined become part of the arrays: the next search converts only newer ones
@@ -101,7 +116,7 @@ class _Built:
     """The postings of the rows a block was built with, word by word in one pass of numpy (no Python work per
     posting): per word, a run of ``docs`` (ascending) and ``counts``; ``runs[word]`` is its run's bounds."""
 
-    __slots__ = ("counts", "docs", "runs")
+    __slots__ = ("_bounds", "_scores", "counts", "docs", "rows", "runs")
 
     def __init__(self, words_of: Sequence[Sequence[str]], counts_of: Sequence[Sequence[int]] | None) -> None:
         lengths = [len(words) for words in words_of]
@@ -129,9 +144,12 @@ class _Built:
         word_of = keys // rows
         self.docs: npt.NDArray[np.int32] = (keys % rows).astype(_I32)
         self.counts: npt.NDArray[np.float64] = counts
-        bounds = np.searchsorted(word_of, np.arange(len(vocabulary) + 1)).tolist()
+        self._bounds = np.searchsorted(word_of, np.arange(len(vocabulary) + 1))
+        bounds = self._bounds.tolist()
         self.runs: dict[str, tuple[int, int]] = dict(zip(vocabulary, zip(bounds, bounds[1:], strict=False),
                                                          strict=True))
+        self.rows = len(words_of)
+        self._scores: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None
 
     def postings(self, word: str) -> _Postings | None:
         """The word's postings as a :class:`_Postings` (None: no row held it)."""
@@ -139,7 +157,27 @@ class _Built:
         if run is None:
             return None
         start, end = run
-        return _Postings(self.docs[start:end], self.counts[start:end])
+        return _Postings(self.docs[start:end], self.counts[start:end], (self, start, end))
+
+    def scores(self, norm: npt.NDArray[np.float64],
+               n: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+        """Each posting's BM25 part and its word's idf coverage (:meth:`_Postings.scored`'s) for every word at once,
+        while the block holds the rows it was built with alone (``n`` of them; else None): a resource's block
+        searched for new words then scores them with no numpy work a word. Each idf is Python's ``math.log`` of one
+        of the few distinct document frequencies, so the scores equal those computed word by word."""
+        if n != self.rows:
+            return None
+        if self._scores is not None and self._scores[0] is norm:
+            return self._scores[1], self._scores[2]
+        sizes = np.diff(self._bounds)
+        distinct, which = np.unique(sizes, return_inverse=True)
+        raws = [math.log((n - size + 0.5) / (size + 0.5)) for size in distinct.tolist()]
+        idf = np.repeat(np.array([max(raw, 1e-6) for raw in raws], dtype=_F64)[which], sizes)
+        covers = np.repeat(np.array([max(raw, 0.0) for raw in raws], dtype=_F64)[which], sizes)
+        tf = self.counts
+        parts = idf * tf * 2.2 / (tf + norm[self.docs])
+        self._scores = (norm, parts, covers)
+        return parts, covers
 
 
 class KeywordBlock:
