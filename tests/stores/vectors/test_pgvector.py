@@ -411,7 +411,7 @@ class TestQueries:
                 await vector.use_index("memory_messages_8", DIM)
                 if exact_limit == 0:
                     await _sql(pg_dsn, lambda c: c.execute('DROP INDEX "memory_messages_8_md_5a823b81_idx"'))
-                rows, owners = await self._fill(_Opened(vector, store), 4000,
+                rows, owners = await self._fill(_Opened(vector, store), 2000,
                                                 lambda i: (f"t{i % 40}", "rare" if i % 200 == 7 else "big"))
                 members = [i for i, o in enumerate(owners) if o[1] == "rare"]
                 for q in _vectors(10, seed=9):
