@@ -68,7 +68,7 @@ class _Postings:
 
     def __init__(self, base_docs: npt.NDArray[np.int32] = _NO_DOCS,
                  base_counts: npt.NDArray[np.float64] = _NO_COUNTS,
-                 built: tuple[_Built, int, int] | None = None) -> None:
+                 built: tuple[_Built, int, int, int] | None = None) -> None:
         self.base_docs = base_docs
         self.base_counts = base_counts
         self.docs: list[int] = []
@@ -76,8 +76,8 @@ class _Postings:
         self.stale = True
         self._scored: _Scored | None = None
         self._norm: npt.NDArray[np.float64] | None = None  # the block's norms the scores were computed with
-        #: The built postings these are a run of (start, end), while no row joined them: their scores are then
-        #: slices of the block's, computed for all its words at once (:meth:`_Built.scores`).
+        #: The built postings these are a run of (the word's number there, start, end), while no row joined them:
+        #: their scores are then slices of the block's, computed for all its words at once (:meth:`_Built.scores`).
         self.built = built
 
     def __len__(self) -> int:
@@ -88,12 +88,13 @@ class _Postings:
         messages whose length norms are ``norm``."""
         if self.stale or self._scored is None or self._norm is not norm:
             if self.built is not None and not self.docs:
-                built, start, end = self.built
+                built, word, start, end = self.built
                 whole = built.scores(norm, n)
                 if whole is not None:  # the block as built: its words' scores are computed already
                     parts, covers = whole
-                    self._scored = (self.base_docs, self.base_counts, parts[start:end], covers[start:end],
-                                    float(covers[start]))
+                    cover = float(covers[word])
+                    self._scored = (self.base_docs, self.base_counts, parts[start:end], np.full(end - start, cover),
+                                    cover)
                     self._norm = norm
                     self.stale = False
                     return self._scored
@@ -146,8 +147,8 @@ class _Built:
         self.counts: npt.NDArray[np.float64] = counts
         self._bounds = np.searchsorted(word_of, np.arange(len(vocabulary) + 1))
         bounds = self._bounds.tolist()
-        self.runs: dict[str, tuple[int, int]] = dict(zip(vocabulary, zip(bounds, bounds[1:], strict=False),
-                                                         strict=True))
+        self.runs: dict[str, tuple[int, int, int]] = {
+            word: (number, bounds[number], bounds[number + 1]) for number, word in enumerate(vocabulary)}
         self.rows = len(words_of)
         self._scores: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None
 
@@ -156,12 +157,12 @@ class _Built:
         run = self.runs.get(word)
         if run is None:
             return None
-        start, end = run
-        return _Postings(self.docs[start:end], self.counts[start:end], (self, start, end))
+        number, start, end = run
+        return _Postings(self.docs[start:end], self.counts[start:end], (self, number, start, end))
 
     def scores(self, norm: npt.NDArray[np.float64],
                n: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
-        """Each posting's BM25 part and its word's idf coverage (:meth:`_Postings.scored`'s) for every word at once,
+        """Each posting's BM25 part and each word's idf coverage (:meth:`_Postings.scored`'s) for every word at once,
         while the block holds the rows it was built with alone (``n`` of them; else None): a resource's block
         searched for new words then scores them with no numpy work a word. Each idf is Python's ``math.log`` of one
         of the few distinct document frequencies, so the scores equal those computed word by word."""
@@ -173,7 +174,7 @@ class _Built:
         distinct, which = np.unique(sizes, return_inverse=True)
         raws = [math.log((n - size + 0.5) / (size + 0.5)) for size in distinct.tolist()]
         idf = np.repeat(np.array([max(raw, 1e-6) for raw in raws], dtype=_F64)[which], sizes)
-        covers = np.repeat(np.array([max(raw, 0.0) for raw in raws], dtype=_F64)[which], sizes)
+        covers = np.array([max(raw, 0.0) for raw in raws], dtype=_F64)[which]
         tf = self.counts
         parts = idf * tf * 2.2 / (tf + norm[self.docs])
         self._scores = (norm, parts, covers)
