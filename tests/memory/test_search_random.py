@@ -14,7 +14,7 @@ import pytest
 
 from threadmind import Memory, Message
 from threadmind.search._dates import named_dates
-from threadmind.search._rank import DATE_POOL, fuse, lifted, pools, smoothed
+from threadmind.search._rank import DATE_POOL, lifted, pools, ranked
 from threadmind.stores import InMemoryStore
 from threadmind.stores._keywords import (
     KeywordCandidate,
@@ -63,13 +63,13 @@ class _Model:
                                 for m, t in docs if (counts := count_words(t, lexemes))])
         keyword_pool, _ = pools(TOP)
         dates = named_dates(query)
-        ranked = keyword_ranking(every, 10_000)
-        ranked.sort(key=lambda c: -c.score)  # stable: ties in the order the store returns them are not compared
+        by_words = keyword_ranking(every, 10_000)
+        by_words.sort(key=lambda c: -c.score)  # stable: ties in the order the store returns them are not compared
         if dates:  # a dated query reads a pool twice as deep, then lifts
-            ranked = ranked[:keyword_pool * DATE_POOL]
+            by_words = by_words[:keyword_pool * DATE_POOL]
         created = {m.id: m.created_at for m in stored}
-        candidates, lift = lifted(ranked, {c.message_id for c in ranked
-                                           if any(d.holds(created[c.message_id]) for d in dates)}, keyword_pool)
+        candidates, lift = lifted(by_words, {c.message_id for c in by_words
+                                             if any(d.holds(created[c.message_id]) for d in dates)}, keyword_pool)
         threads: dict[str, list[Message]] = {}
         for message in sorted(stored, key=lambda m: m.created_at):
             threads.setdefault(message.thread_id or "", []).append(message)
@@ -78,7 +78,7 @@ class _Model:
             for at, message in enumerate(rows):
                 neighbours[message.id] = (rows[at - 1].id if at else None,
                                           rows[at + 1].id if at + 1 < len(rows) else None)
-        hits = smoothed(fuse(candidates, [], 1.0, lift), neighbours)
+        hits = ranked(candidates, [], 1.0, neighbours, lift=lift)
         return [(h.message_id, h.score) for h in hits]
 
     async def check(self) -> None:

@@ -152,7 +152,7 @@ class RoutedIndex:
         ``Memory.recall`` and ``Memory.search``), those matching ``metadata_filter`` only."""
         found = await self._door.searcher().search(text, top_k=top_k, resource_id=resource_id, thread_id=thread_id,
                                                    mode=search, keyword_weight=keyword_weight, threshold=threshold,
-                                                   metadata_filter=metadata_filter)
+                                                   metadata_filter=metadata_filter, depth=top_k)
         return as_vector_hits(found.ranked, top_k)
 
     @property

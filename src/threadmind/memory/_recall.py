@@ -102,7 +102,7 @@ async def _semantic_includes(
         text, top_k=semantic.top_k, resource_id=resource_id if semantic.scope == "resource" else None,
         thread_id=thread_id if semantic.scope == "thread" else None, mode=semantic.search,
         keyword_weight=semantic.keyword_weight, threshold=semantic.threshold,
-        metadata_filter=semantic.metadata_filter())
+        metadata_filter=semantic.metadata_filter(), depth=semantic.top_k)
     window = semantic.range
     return [
         Include(id=hit.message_id, with_previous_messages=window.before, with_next_messages=window.after)

@@ -37,15 +37,17 @@ Leave-one-conversation-out tuning never beat these defaults on the conversation 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import msgspec
 
 from ..stores import KeywordCandidate
 
-__all__ = ("DATE_LIFT", "DATE_POOL", "DEFAULT_KEYWORD_WEIGHT", "KEYWORD_POOL", "VECTOR_POOL", "Ranked", "fuse",
-           "lifted", "pools", "smoothed")
+__all__ = ("DATE_LIFT", "DATE_POOL", "DEFAULT_KEYWORD_WEIGHT", "KEYWORD_POOL", "VECTOR_POOL", "Ranked", "lifted",
+           "pools", "ranked")
 
 DEFAULT_KEYWORD_WEIGHT = 0.9
 """The keyword side's share of a fused score when ``keywordWeight`` is not set."""
@@ -80,7 +82,7 @@ def pools(top_k: int) -> tuple[int, int]:
 def lifted(keyword: Sequence[KeywordCandidate], dated: Collection[str],
            pool: int) -> tuple[list[KeywordCandidate], dict[str, float]]:
     """The best ``pool`` of ``keyword`` (best first) once those in ``dated`` (created on a date the query names)
-    gained :data:`DATE_LIFT` of the best score, and what each gained (the lift :func:`fuse` adds)."""
+    gained :data:`DATE_LIFT` of the best score, and what each gained (the lift :func:`ranked` adds)."""
     if not keyword or not dated:
         return list(keyword[:pool]), {}
     gain = DATE_LIFT * keyword[0].score
@@ -89,73 +91,80 @@ def lifted(keyword: Sequence[KeywordCandidate], dated: Collection[str],
     return [keyword[at] for at in order[:pool]], lift
 
 
-def fuse(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str, str, float]],
-         weight: float, lift: Mapping[str, float] | None = None) -> dict[str, Ranked]:
-    """``weight × keyword / best + (1 - weight) × min-max(cosine)`` for every candidate of either pool (``keyword``:
-    scored candidates, best first, each score plus its ``lift`` (:func:`lifted`); ``vector``: message id, thread
-    id, resource id, similarity, best first). ``keyword_score`` stays the store's score."""
-    out: dict[str, Ranked] = {}
+def ranked(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str, str, float]], weight: float,
+           neighbours: Mapping[str, tuple[str | None, str | None]], *, lift: Mapping[str, float] | None = None,
+           limit: int | None = None) -> list[Ranked]:
+    """The hybrid ranking of both pools, best first: the ``limit`` best (None: every one scored above 0).
+
+    **Fusion**: ``f(m) = weight × keyword / best + (1 - weight) × min-max(cosine)`` for every candidate of either pool
+    (``keyword``: scored candidates, best first, each score plus its ``lift`` (:func:`lifted`); ``vector``: message
+    id, thread id, resource id, similarity, best first). **Smoothing**: each candidate and each of its neighbours
+    (``neighbours``: the previous and next message ids of each candidate) scores ``f(m) + max(0.5 f(prev), 0.25
+    f(next))``. Ties go to the higher similarity, then to the earlier candidate (keyword rank, then vector rank);
+    ``keyword_score`` stays the store's score. Only the hits handed back become :class:`Ranked` (a recall asks for
+    4 of about 70 scored)."""
+    # message id -> [fused score, similarity, keyword score, thread id, resource id]
+    pool: dict[str, list[Any]] = {}
     lift = lift or {}
-    best = keyword[0].score + lift.get(keyword[0].message_id, 0.0) if keyword else 0.0
-    for candidate in keyword:
-        score = candidate.score + lift.get(candidate.message_id, 0.0)
-        out[candidate.message_id] = Ranked(message_id=candidate.message_id, thread_id=candidate.thread_id,
-                                           resource_id=candidate.resource_id, keyword_score=candidate.score,
-                                           fused=weight * (score / best if best > 0 else 1.0))
+    if keyword:
+        best = keyword[0].score + lift.get(keyword[0].message_id, 0.0)
+        for candidate in keyword:
+            score = candidate.score + lift.get(candidate.message_id, 0.0)
+            pool[candidate.message_id] = [weight * (score / best if best > 0 else 1.0), None, candidate.score,
+                                          candidate.thread_id, candidate.resource_id]
     if vector:
         high, low = vector[0][3], vector[-1][3]
-        for message_id, thread_id, resource_id, score in vector:
-            part = (1.0 - weight) * ((score - low) / (high - low) if high > low else 1.0)
-            entry = out.get(message_id)
+        for message_id, thread_id, resource_id, similarity in vector:
+            part = (1.0 - weight) * ((similarity - low) / (high - low) if high > low else 1.0)
+            entry = pool.get(message_id)
             if entry is None:
-                entry = out[message_id] = Ranked(message_id=message_id, thread_id=thread_id, resource_id=resource_id)
-            entry.vector_score = score
-            entry.fused += part
-    return out
-
-
-def smoothed(pool: Mapping[str, Ranked], neighbours: Mapping[str, tuple[str | None, str | None]]) -> list[Ranked]:
-    """Every candidate of ``pool`` and each of their neighbours, scored ``f(m) + max(0.5 f(prev), 0.25 f(next))``
-    and ordered best first (``neighbours``: the previous and next message ids of each candidate). Ties go to the
-    higher similarity, then to the earlier candidate (keyword rank, then vector rank). The pool's entries (made
-    by :func:`fuse` for this call) are scored in place."""
-    lift: dict[str, float] = {}
-    named: dict[str, Ranked] = {}  # neighbours outside the pool -> the candidate that named them first
-    get = lift.get
+                pool[message_id] = [part, similarity, None, thread_id, resource_id]
+            else:
+                entry[0] += part
+                entry[1] = similarity
+    gained: dict[str, float] = {}  # what each message gains from its neighbours
+    named: dict[str, list[Any]] = {}  # neighbours outside the pool -> the candidate that named them first
+    get = gained.get
     for message_id, entry in pool.items():
         pair = neighbours.get(message_id)
         if pair is None:
             continue
         previous, following = pair
-        fused = entry.fused
+        fused = entry[0]
         if following is not None:  # entry is following's previous
             if fused * _PREVIOUS > get(following, 0.0):
-                lift[following] = fused * _PREVIOUS
+                gained[following] = fused * _PREVIOUS
             if following not in pool and following not in named:
                 named[following] = entry
         if previous is not None:  # ... and previous's next
             if fused * _NEXT > get(previous, 0.0):
-                lift[previous] = fused * _NEXT
+                gained[previous] = fused * _NEXT
             if previous not in pool and previous not in named:
                 named[previous] = entry
-    ordered: list[tuple[float, float, int, Ranked]] = []
+    # (-score, -similarity, position, id, entry[, outside]): positions differ, so the rest is never compared
+    ordered: list[tuple[Any, ...]] = []
     add = ordered.append
     inf = math.inf
-    for position, (message_id, entry) in enumerate(pool.items()):
-        score = entry.fused + get(message_id, 0.0)
+    position = 0
+    for message_id, entry in pool.items():
+        score = entry[0] + get(message_id, 0.0)
         if score > 0.0:
-            entry.score = score
-            similarity = entry.vector_score
-            add((-score, inf if similarity is None else -similarity, position, entry))
-    position = len(pool)
-    for other, source in named.items():  # outside both pools: its neighbour's lift alone, no similarity
+            similarity = entry[1]
+            add((-score, inf if similarity is None else -similarity, position, message_id, entry))
+        position += 1
+    for other, source in named.items():  # outside both pools: its neighbour's gain alone, no similarity
         score = get(other, 0.0)
         if score > 0.0:
-            add((-score, inf, position, Ranked(message_id=other, thread_id=source.thread_id,
-                                               resource_id=source.resource_id, score=score)))
+            add((-score, inf, position, other, source, True))
         position += 1
-    ordered.sort()  # positions differ: the entries themselves are never compared
-    return [item[3] for item in ordered]
+    best_first = heapq.nsmallest(limit, ordered) if limit is not None and limit < len(ordered) else sorted(ordered)
+    out: list[Ranked] = []
+    for item in best_first:
+        entry = item[4]
+        if len(item) == 5:
+            out.append(Ranked(message_id=item[3], thread_id=entry[3], resource_id=entry[4], score=-item[0],
+                              fused=entry[0], vector_score=entry[1], keyword_score=entry[2]))
+        else:
+            out.append(Ranked(message_id=item[3], thread_id=entry[3], resource_id=entry[4], score=-item[0]))
+    return out
 
-
-_ENDS: tuple[None, None] = (None, None)

@@ -41,7 +41,7 @@ from ..errors import EmbedderError
 from ..stores import KeywordCandidate, KeywordMatches, KeywordSearch, Store, VectorHit
 from ..stores._keywords import NO_MATCHES, CreatedTimes, query_terms
 from ._dates import NamedDate, named_dates, utc_day
-from ._rank import DATE_POOL, DEFAULT_KEYWORD_WEIGHT, Ranked, fuse, lifted, pools, smoothed
+from ._rank import DATE_POOL, DEFAULT_KEYWORD_WEIGHT, Ranked, lifted, pools, ranked
 
 __all__ = ("MAX_FILTERED_POOL", "SEARCH_MODES", "Found", "KeywordSearchBeside", "SearchMode", "Searcher", "VectorQuery",
            "as_vector_hits", "metadata_of")
@@ -72,8 +72,8 @@ class KeywordSearchBeside(Protocol):
 
 
 class Found(msgspec.Struct, frozen=True):
-    """What a search found: candidates best first (more than asked for when the ranking had them), and whether the
-    vector side failed (an embedder outage) so only keyword hits came back."""
+    """What a search found: candidates best first (more than asked for when the ranking had them and the caller set
+    no depth), and whether the vector side failed (an embedder outage) so only keyword hits came back."""
 
     ranked: list[Ranked]
     degraded: bool = False
@@ -102,13 +102,17 @@ class Searcher:
 
     async def search(self, query: str, *, top_k: int, resource_id: str | None, thread_id: str | None,
                      mode: SearchMode = "hybrid", keyword_weight: float | None = None,
-                     threshold: float | None = None, metadata_filter: MetadataFilter | None = None) -> Found:
+                     threshold: float | None = None, metadata_filter: MetadataFilter | None = None,
+                     depth: int | None = None) -> Found:
         """The scope's messages for ``query`` best first: the thread when ``thread_id`` is given, else the
-        resource. At least the ``top_k`` best when the scope has them (those matching ``metadata_filter``)."""
+        resource. At least the ``top_k`` best when the scope has them (those matching ``metadata_filter``); with
+        ``depth``, at most that many of a hybrid or keyword ranking (a caller taking the first ``top_k`` alone
+        says so, and the rest is never made)."""
         if metadata_filter is not None:
             return await self._filtered(query, top_k, resource_id, thread_id, mode, keyword_weight, threshold,
                                         metadata_filter)
-        return await self._search(query, top_k, resource_id, thread_id, mode, keyword_weight, threshold)
+        return await self._search(query, top_k, resource_id, thread_id, mode, keyword_weight, threshold,
+                                  max(depth, top_k) if depth is not None else None)
 
     async def _filtered(self, query: str, top_k: int, resource_id: str | None, thread_id: str | None,
                         mode: SearchMode, keyword_weight: float | None, threshold: float | None,
@@ -142,7 +146,8 @@ class Searcher:
                 metadata_of(found, threads.get(found.thread_id or "")))
 
     async def _search(self, query: str, top_k: int, resource_id: str | None, thread_id: str | None,
-                      mode: SearchMode, keyword_weight: float | None, threshold: float | None) -> Found:
+                      mode: SearchMode, keyword_weight: float | None, threshold: float | None,
+                      depth: int | None = None) -> Found:
         weight = 1.0 if mode == "keyword" else (DEFAULT_KEYWORD_WEIGHT if keyword_weight is None else keyword_weight)
         if mode == "vector" or weight <= 0.0 or (self._keywords is None and mode == "hybrid"):
             return await self._vector_only(query, top_k, resource_id, thread_id, threshold)
@@ -154,7 +159,7 @@ class Searcher:
         if keywords is None:
             vector, degraded = await self._vector_pool(query, vector_pool, resource_id, thread_id, threshold,
                                                        wants_vectors)
-            return Found(smoothed(fuse([], vector, weight), {}), degraded)
+            return Found(ranked([], vector, weight, {}, limit=depth), degraded)
         terms = query_terms(query)
         if self._beside is not None and wants_vectors:  # both sides at once on the server (the class docstring)
             matches, vector, degraded = await self._beside_search(
@@ -169,7 +174,7 @@ class Searcher:
                                                     counts=False)  # the ranking reads their scores alone
         candidates, lift = (await self._dated(matches.candidates, dates, keyword_pool, resource_id, thread_id) if dates
                             else (matches.candidates[:keyword_pool], None))
-        return Found(smoothed(fuse(candidates, vector, weight, lift), matches.neighbours), degraded)
+        return Found(ranked(candidates, vector, weight, matches.neighbours, lift=lift, limit=depth), degraded)
 
     async def _vector_pool(self, query: str, pool: int, resource_id: str | None, thread_id: str | None,
                            threshold: float | None, wanted: bool) -> tuple[list[tuple[str, str, str, float]], bool]:
