@@ -115,7 +115,8 @@ class KeywordSearch(Protocol):
         ...
 
     async def build_keyword_index(self, progress: Callable[[int, int], object] | None = None) -> int:
-        """Index those messages in bounded batches, ``progress(done, total)`` after each; returns how many."""
+        """Index those messages in bounded batches, ``progress(done, total)`` after each (ending at ``(total, total)``
+        whoever indexed the rest); returns how many it indexed."""
         ...
 
 

@@ -96,8 +96,8 @@ class PostgresKeywordIndex:
 
     async def build(self, progress: Callable[[int, int], object] | None = None) -> int:
         """Index the messages that have no keyword row, :data:`CATCH_UP_BATCH` per transaction (one process's
-        batch at a time); ``progress(done, total)`` after each batch. Returns the rows written (0: the index was
-        complete)."""
+        batch at a time); ``progress(done, total)`` after each batch, and ``(total, total)`` once none is left when
+        another process indexed some meanwhile. Returns the rows written (0: the index was complete)."""
         total = await self.backlog()
         written = 0
         while True:
@@ -115,6 +115,8 @@ class PostgresKeywordIndex:
 
             made: int = await self._write(batch, "build_keyword_index")
             if not made:
+                if progress is not None and written < total:
+                    progress(total, total)
                 return written
             written += made
             if progress is not None:

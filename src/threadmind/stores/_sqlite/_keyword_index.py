@@ -191,14 +191,17 @@ class SQLiteKeywordIndex:
 
     async def build(self, progress: Callable[[int, int], object] | None = None) -> int:
         """Index the messages that lack a keyword index row, one short write transaction per batch (the event
-        loop is never held: each batch runs on the writer thread). ``progress(done, total)`` after each batch.
-        Returns the index rows written; 0 when the index was complete."""
+        loop is never held: each batch runs on the writer thread). ``progress(done, total)`` after each batch, and
+        ``(total, total)`` once none is left when others indexed some meanwhile (the background fold of a save's
+        queue, another process). Returns the index rows written; 0 when the index was complete."""
         total = await self.backlog()
         seen = written = 0
         while True:
             looked, made, advances = await self._write(catch_up_batch)
             self.blocks.advance_all(advances)
             if not looked:
+                if progress is not None and seen < total:
+                    progress(total, total)
                 return written
             seen += looked
             written += made
