@@ -382,14 +382,16 @@ def test_a_database_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> N
     """A failed connect must not leave aiosqlite's worker thread to report to a closed loop at exit."""
     (tmp_path / "a-folder.db").mkdir()  # a path SQLite cannot open as a database file
     demo = ["demo", "--threads", "2", "--turns", "1", "--db"]
-    for argv, said in (([*demo, str(tmp_path / "a-folder.db")], "cannot open"),
-                       (["stats", "--db", str(tmp_path)], "cannot open"),
-                       ([*demo, str(tmp_path / "missing" / "x.db")], "does not exist")):
-        done = subprocess.run([sys.executable, "-m", "threadmind.cli", *argv], capture_output=True, text=True,
-                              timeout=60, check=False)
-        assert done.returncode == 1, done.stderr
-        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
-        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    cases = (([*demo, str(tmp_path / "a-folder.db")], "cannot open"),
+             (["stats", "--db", str(tmp_path)], "cannot open"),
+             ([*demo, str(tmp_path / "missing" / "x.db")], "does not exist"))
+    running = [(subprocess.Popen([sys.executable, "-m", "threadmind.cli", *argv], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True), said) for argv, said in cases]  # at once
+    for process, said in running:
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 1, stderr
+        assert said in stderr and "Traceback" not in stderr, stderr
+        assert len(stderr.strip().splitlines()) == 1, stderr
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
