@@ -166,7 +166,8 @@ class _Built:
         while the block holds the rows it was built with alone (``n`` of them; else None): a resource's block
         searched for new words then scores them with no numpy work a word. Each idf is Python's ``math.log`` of one
         of the few distinct document frequencies, so the scores equal those computed word by word."""
-        if n != self.rows:
+        if n != self.rows:  # rows joined the block: its words are scored one by one from now on
+            self._scores = None
             return None
         if self._scores is not None and self._scores[0] is norm:
             return self._scores[1], self._scores[2]
