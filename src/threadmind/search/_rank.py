@@ -141,7 +141,7 @@ def ranked(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str,
                 gained[previous] = fused * _NEXT
             if previous not in pool and previous not in named:
                 named[previous] = entry
-    # (-score, -similarity, position, id, entry[, outside]): positions differ, so the rest is never compared
+    # (-score, -similarity, position, id, entry, in the pool): positions differ, so the rest is never compared
     ordered: list[tuple[Any, ...]] = []
     add = ordered.append
     inf = math.inf
@@ -150,18 +150,18 @@ def ranked(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str,
         score = entry[0] + get(message_id, 0.0)
         if score > 0.0:
             similarity = entry[1]
-            add((-score, inf if similarity is None else -similarity, position, message_id, entry))
+            add((-score, inf if similarity is None else -similarity, position, message_id, entry, True))
         position += 1
     for other, source in named.items():  # outside both pools: its neighbour's gain alone, no similarity
         score = get(other, 0.0)
         if score > 0.0:
-            add((-score, inf, position, other, source, True))
+            add((-score, inf, position, other, source, False))
         position += 1
     best_first = heapq.nsmallest(limit, ordered) if limit is not None and limit < len(ordered) else sorted(ordered)
     out: list[Ranked] = []
     for item in best_first:
         entry = item[4]
-        if len(item) == 5:
+        if item[5]:
             out.append(Ranked(message_id=item[3], thread_id=entry[3], resource_id=entry[4], score=-item[0],
                               fused=entry[0], vector_score=entry[1], keyword_score=entry[2]))
         else:
