@@ -20,6 +20,7 @@ from threadmind.errors import ConfigError, EmbedderError, ResourceMismatch, Vali
 from threadmind.models import ScriptedModel
 from threadmind.stores import InMemoryStore, SQLiteStore
 from threadmind.testing import actor_system
+from threadmind.ui import messages_from_ui
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "mastra-1.71" / "memory.db"
 T0 = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
@@ -88,16 +89,26 @@ def test_keyword_recall_over_a_store_without_a_keyword_index_is_refused() -> Non
 
 
 async def test_the_processor_and_recall_hand_back_the_same_hits(tmp_path: Path) -> None:
-    """An agent turn's semantic-recall processor and Memory.recall rank through one pipeline."""
+    """An agent turn's semantic-recall processor (a text turn, and a chat turn from a browser's body streamed) and
+    Memory.recall rank through one pipeline, and Memory.search's first hits are theirs."""
     async with hybrid(tmp_path, scope="resource") as memory:
         await filled(memory)
         await memory.create_thread(thread_id="t3", resource_id="r1")
+        await memory.create_thread(thread_id="t4", resource_id="r1")
         question = "what curry did you cook for the party"
         recalled = await memory.recall("t3", resource_id="r1", vector_search_string=question, per_page=0)
         model = ScriptedModel(["noted"])
         await Agent("a", "i", model, memory=memory).generate(question, thread_id="t3", resource_id="r1")
-        shown = "\n".join(model.requests[0].system)
-        assert recalled.messages and all(m.text in shown for m in recalled.messages)
+        chat = ScriptedModel(["noted"])
+        body = {"id": "t4", "trigger": "submit-message",
+                "messages": [{"id": "u-1", "role": "user", "parts": [{"type": "text", "text": question}]}]}
+        async with Agent("a", "i", chat, memory=memory).stream(messages_from_ui(body), thread_id="t4",
+                                                                 resource_id="r1") as stream:
+            async for _ in stream:
+                pass
+        for shown in ("\n".join(model.requests[0].system), "\n".join(chat.requests[0].system)):
+            assert recalled.messages and all(m.text in shown for m in recalled.messages)
+            assert "printer" not in shown  # t2's message is not among the two best
         searched = await memory.search(question, resource_id="r1", top_k=2)
         assert {h.message.id for h in searched} == {m.id for m in recalled.messages}
 
