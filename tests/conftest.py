@@ -23,12 +23,14 @@ def _install_provider() -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """Workers for ``-n logical`` (pyproject's addopts; ``--maxprocesses`` caps them): one more than the CPUs this
-    process may run on. Tests spend part of their time waiting on PostgreSQL, node and child processes, which the
-    extra worker fills: on two cores the README's command took 224 and 226 s against 253 and 238 s with two workers
-    (back to back, 2026-12-06)."""
+    """Workers for ``-n logical`` (pyproject's addopts; ``--maxprocesses`` caps them): for the default run one more
+    than the CPUs this process may run on. Its tests spend part of their time waiting on PostgreSQL, node and child
+    processes, which the extra worker fills: on two cores the README's command took 224 and 226 s against 253 and
+    238 s with two workers (back to back, 2026-12-06). A run of the slow tier (process trees, real-time leases) gets
+    one worker a CPU: with three on two cores, a lease holder among four processes was once starved past its lease."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cpus + 1
+    selected = str(config.option.markexpr or "")
+    return cpus if "slow" in selected and "not slow" not in selected else cpus + 1
 
 
 @pytest.fixture
