@@ -42,8 +42,9 @@ async def test_four_processes_buffering_one_thread_observe_each_message_once(bac
     calls: list[tuple[str, list[str]]] = []
     # Every holder lives here: a lease of 5 s, not 1 s. A live holder starved past the heartbeat's margin (three
     # quarters of lease_ttl) loses its lease by design and the next process runs the cycle again; four interpreters
-    # starting at once beside the rest of the slow tier on two cores were starved that long in 2 clean-clone runs
-    # of 5 (a turn's first messages observed twice). The default lease_ttl is 30 s.
+    # starting at once beside the rest of the slow tier share two cores. The default lease_ttl is 30 s. (The
+    # compare-and-set races this test also caught, a turn activating chunks while a cycle commits, are pinned
+    # one by one in tests/memory/test_om_buffering.py.)
     async with workers([_config(backend, proc, turns=turns, observer_delay=0.03, pause=0.01, lease_ttl=5.0)
                         for proc in range(4)]) as running:
         for worker in running:

@@ -9,7 +9,8 @@ Reference §8.1. The record (``mastra_observational_memory``, see ``stores/_om.p
 and a cursor (``lastObservedAt`` + ``observedMessageIds``); messages past the cursor are "unobserved" and
 still sent verbatim. When they exceed ``message_tokens`` an observation runs in the memory's background
 task group; only past ``block_after`` does a turn wait for it. Every change to a record is a compare-and-set in one
-store transaction (a record changed since the cycle read it is left alone, never overwritten), and the model calls
+store transaction (a record changed since the cycle read it is never overwritten: the cycle reads it again and
+commits its result only if it still fits, see ``stores._om.compare_and_set``), and the model calls
 run between reading and committing, so a turn is never held up by a slow Observer unless it has to be. The steps run
 beside the thread's own commands, not inside its actor: the compare-and-set and the lease below are what keep two
 cycles, two tasks or two processes apart, and a snapshot reads only committed rows.
@@ -50,7 +51,7 @@ from ..processors._observation_text import (
 )
 from ..processors._om_triggers import chunks_to_activate
 from ..stores import DateRange, MessageQuery, ObservationalMemoryStore, OMRecord, ThreadChange
-from ..stores._om import lookup_key, same_record
+from ..stores._om import compare_and_set, lookup_key, same_record
 from ..tokens import DefaultTokenCounter, TokenCounter
 from ..tracing import operation_span
 from ._om_parts import ManagedWorkingMemory, custom_instructions, newest_within
@@ -66,6 +67,7 @@ __all__ = ("ObservationalMemoryEngine",)
 _log = logging.getLogger("threadmind.observational")
 
 _MAX_ROUNDS = 8  # observation rounds one background job may run before yielding to the next trigger
+_ACTIVATION_ROUNDS = 8  # activations an observation round tries while turns activate the same chunks
 
 
 class _Snapshot(msgspec.Struct, kw_only=True):
@@ -332,10 +334,9 @@ class ObservationalMemoryEngine:
                else {}),
         }
 
-        async def _commit() -> bool:
-            current = await records.current(key)
+        def _with_chunk(current: OMRecord | None) -> OMRecord | None:
             if not same_record(current, snap.record) and not _still_unobserved(current, snap.messages):
-                return False  # observed meanwhile (the chunk would overlap): dropped, never duplicated
+                return None  # observed meanwhile (the chunk would overlap): dropped, never duplicated
             now = utc_now()
             fresh = current.copy() if current is not None else OMRecord(
                 id=str(uuid.uuid4()), lookup_key=key, scope=config.scope, resource_id=resource_id,
@@ -344,11 +345,11 @@ class ObservationalMemoryEngine:
             fresh.buffered_chunks = [*fresh.buffered_chunks, chunk]
             fresh.last_buffered_at_tokens = tokens
             fresh.updated_at = now
-            return await records.replace(fresh, expected=current)
+            return fresh
 
         with operation_span("threadmind.om.commit_buffer", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            return await _commit()
+            return await compare_and_set(records, key, _with_chunk) is not None
 
     async def activate(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None,
                        tokens: int | None, working_memory: WorkingMemoryConfig | None = None) -> bool:
@@ -360,15 +361,21 @@ class ObservationalMemoryEngine:
         records = self.records
         store = self._store
 
-        async def _swap() -> tuple[OMRecord, list[str]] | None:
-            current = await records.current(key)
+        seen: list[tuple[str, int, object]] = []  # the cursor this activation first read
+        taken: list[dict[str, Any]] = []
+
+        def _activated(current: OMRecord | None) -> OMRecord | None:
             if current is None or not current.buffered_chunks:
                 return None
+            cursor = (current.id, current.generation_count, current.last_observed_at)
+            if seen and seen[0] != cursor:
+                return None  # another activation moved the cursor meanwhile: ``tokens`` no longer counts what is left
+            seen[:] = [cursor]
             chunks = current.buffered_chunks
             threshold = config.message_threshold(current.observation_token_count)
             count = len(chunks) if tokens is None else \
                 chunks_to_activate(chunks, tokens, threshold, config.activation_ratio)
-            taken, left = chunks[:count], chunks[count:]
+            taken[:], left = chunks[:count], chunks[count:]
             content = "\n\n".join(str(c.get("observations") or "") for c in taken)
             last_seen = max((from_iso(str(c["lastObservedAt"])) for c in taken if c.get("lastObservedAt")),
                             default=utc_now())
@@ -377,8 +384,7 @@ class ObservationalMemoryEngine:
             record.active_observations = f"{record.active_observations}{boundary}{content}" \
                 if record.active_observations else content
             record.observation_token_count = self.counter.count_text(record.active_observations)
-            ids = [str(mid) for c in taken for mid in c.get("messageIds") or ()]
-            record.observed_message_ids = ids
+            record.observed_message_ids = [str(mid) for c in taken for mid in c.get("messageIds") or ()]
             record.last_observed_at = last_seen
             moved = sum(int(c.get("messageTokens") or 0) for c in taken)
             record.total_tokens_observed += moved
@@ -388,7 +394,12 @@ class ObservationalMemoryEngine:
             if record.origin_type == "initialization":
                 record.origin_type = "observation"
             record.updated_at = utc_now()
-            if not await records.replace(record, expected=current):
+            return record
+
+        async def _swap() -> tuple[OMRecord, list[str]] | None:
+            # A chunk a buffering cycle adds meanwhile makes the first compare-and-set fail: read again and activate
+            record = await compare_and_set(records, key, _activated)
+            if record is None:
                 return None
             extras: dict[str, str] = {}
             hints = taken[-1]
@@ -399,7 +410,7 @@ class ObservationalMemoryEngine:
             titles = [c["threadTitle"] for c in taken if isinstance(c.get("threadTitle"), str)]
             if titles:
                 extras["threadTitle"] = titles[-1]
-            observed = await store.get_messages_by_id(ids)
+            observed = await store.get_messages_by_id(record.observed_message_ids)
             if observed:
                 await self._mark_observed(store, thread_id, observed, extras, retitle=config.thread_title)
             documents = [v["working-memory"] for c in taken if isinstance(v := c.get("extractedValues"), dict)
@@ -500,8 +511,12 @@ class ObservationalMemoryEngine:
         async with self.claim("observer", self.key(config, thread_id, resource_id), wait=wait) as held:
             if held is False:
                 return False
-            current = await self.records.current(self.key(config, thread_id, resource_id))
-            if current is not None and current.buffered_chunks:  # they hold the oldest messages: they go first
+            # Buffered chunks hold the oldest messages: they go first. A turn activating some of them at once (it
+            # takes no claim) makes this activation's compare-and-set fail: read again and activate what is left.
+            for _ in range(_ACTIVATION_ROUNDS):
+                current = await self.records.current(self.key(config, thread_id, resource_id))
+                if current is None or not current.buffered_chunks:
+                    break
                 await self.activate(config, thread_id, resource_id, None, working_memory)
             observed = await self._observe_claimed(config, thread_id, resource_id, working_memory)
             return observed or held is None
@@ -527,6 +542,8 @@ class ObservationalMemoryEngine:
                              title=title)
 
         snap = await _snapshot()
+        if snap.record is not None and snap.record.buffered_chunks:
+            return False  # chunks still hold some of these messages (they were given to the Observer once already)
         threshold = config.message_threshold(snap.record.observation_token_count if snap.record is not None else 0)
         if snap.tokens < threshold or not snap.messages:  # observe at the threshold (reference: >=)
             return False
@@ -539,9 +556,9 @@ class ObservationalMemoryEngine:
             config, thread_id, resource_id, model, previous, snap.messages, snap.title, working_memory)
         block = _grouped(config, f"{date_header(snap.messages)}\n{observed}", snap.messages)
 
-        async def _commit() -> OMRecord | None:
-            current = await records.current(key)
-            if not same_record(current, snap.record):
+        def _observed(current: OMRecord | None) -> OMRecord | None:
+            if not same_record(current, snap.record) and (
+                    current is None or current.buffered_chunks or not _still_unobserved(current, snap.messages)):
                 return None  # someone else observed meanwhile: drop this result, never duplicate
             now = utc_now()
             last = max(m.created_at for m in snap.messages)
@@ -566,16 +583,14 @@ class ObservationalMemoryEngine:
             record.total_tokens_observed += snap.tokens
             record.pending_message_tokens = 0
             record.updated_at = now
-            if not await records.replace(record, expected=current):
-                return None  # another process committed first (compare-and-set in one transaction)
-            await self._mark_observed(store, thread_id, snap.messages, extras, retitle=config.thread_title)
             return record
 
         with operation_span("threadmind.om.commit_observation", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            committed = await _commit()
-        if committed is None:
-            return False
+            committed = await compare_and_set(records, key, _observed)
+            if committed is None:
+                return False
+            await self._mark_observed(store, thread_id, snap.messages, extras, retitle=config.thread_title)
         if new_working_memory is not None and working_memory is not None:
             await self._write_working_memory(working_memory, thread_id, resource_id, new_working_memory)
         if committed.observation_token_count >= config.observation_tokens:

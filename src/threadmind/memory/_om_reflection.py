@@ -13,7 +13,7 @@ from ..codecs._time import utc_now
 from ..processors._observation_groups import reconcile_after_reflection, render_groups
 from ..processors._observation_text import REFLECTOR_INSTRUCTIONS
 from ..stores import OMRecord
-from ..stores._om import same_record
+from ..stores._om import compare_and_set, same_record
 from ..tracing import operation_span
 from ._om_parts import custom_instructions
 
@@ -89,20 +89,20 @@ class Reflections:
         condensed = reconcile_after_reflection(condensed, base.active_observations) or condensed
         records = self._engine.records
 
-        async def _commit() -> None:
-            current = await records.current(base.lookup_key)
+        def _with_reflection(current: OMRecord | None) -> OMRecord | None:
             if current is None or current.id != base.id or current.buffered_reflection is not None \
                     or current.active_observations.split("\n")[:len(lines)] != lines:
-                return  # a new generation, or the observations this reflected changed: not this one's
+                return None  # a new generation, or the observations this reflected changed: not this one's
             record = current.copy()
             record.buffered_reflection = condensed
             record.buffered_reflection_tokens = self._engine.counter.count_text(condensed)
             record.buffered_reflection_input_tokens = self._engine.counter.count_text(base.active_observations)
             record.reflected_line_count = len(lines)
             record.updated_at = utc_now()
-            await records.replace(record, expected=current)
+            return record
 
-        await _commit()
+        # a chunk added or activated meanwhile leaves this reflection valid: read again rather than drop it
+        await compare_and_set(records, base.lookup_key, _with_reflection)
 
     async def now(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,
                   model: LanguageModel | None) -> bool:

@@ -12,6 +12,7 @@ import json
 import sqlite3
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -29,11 +30,13 @@ __all__ = (
     "OMRecord",
     "ObservationalMemoryStore",
     "SQLiteOMStore",
+    "compare_and_set",
     "lookup_key",
     "same_record",
 )
 
 OM_TABLE = "mastra_observational_memory"
+_CAS_ATTEMPTS = 8  # compare-and-set rounds a commit tries while other writers change the record under it
 
 OriginType = Literal["initialization", "observation", "reflection"]
 
@@ -273,6 +276,22 @@ def same_record(a: OMRecord | None, b: OMRecord | None) -> bool:
     return (a.id, a.generation_count, a.last_observed_at, a.active_observations, a.buffered_chunks,
             a.buffered_reflection) == \
         (b.id, b.generation_count, b.last_observed_at, b.active_observations, b.buffered_chunks, b.buffered_reflection)
+
+
+async def compare_and_set(records: ObservationalMemoryStore, key: str,
+                          change: Callable[[OMRecord | None], OMRecord | None]) -> OMRecord | None:
+    """Write ``change(current)`` over the record ``key`` by compare-and-set and return it; when another writer (a
+    turn activating chunks, in any process: activations take no claim) changed the record between the read and the
+    write, read it again and ask ``change`` again, so a result that still fits is kept rather than dropped and
+    computed a second time. None when ``change`` says it no longer fits (returns None) or every attempt lost."""
+    for _ in range(_CAS_ATTEMPTS):
+        current = await records.current(key)
+        record = change(current)
+        if record is None:
+            return None
+        if await records.replace(record, expected=current):
+            return record
+    return None
 
 
 class SQLiteOMStore:
