@@ -320,3 +320,60 @@ async def test_a_turns_activation_racing_a_new_chunk_still_activates(
     assert ran == [2]  # the second chunk landed inside the activation's commit
     assert not record.buffered_chunks and len(calls) == 2
     assert [record.active_observations.count(f"observation {n}") for n in (1, 2)] == [1, 1]
+
+
+async def _observed_once(memory: Memory) -> tuple[Any, Any]:
+    """``memory``'s config and engine once a first chunk (of the message "one") was buffered and made active."""
+    await memory.create_thread(thread_id="t1", resource_id="r1")
+    config = memory.options.observational_memory_config
+    memory.get_input_processors()
+    engine = observational_engine(memory)
+    assert config is not None and engine is not None
+    await memory.save_messages([Message.user(long_text("one"), thread_id="t1", resource_id="r1")])
+    assert engine.buffer(config, "t1", "r1", 60)
+    await memory.settled()
+    assert await engine.activate(config, "t1", "r1", None)
+    return config, engine
+
+
+async def test_a_reflection_racing_a_new_chunk_is_kept_and_carries_the_chunk(
+        om_store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A buffering cycle adds a chunk between a reflection's read and its commit: the observations it condensed are
+    unchanged, so the new generation is written (one Reflector call, not a second one later) and keeps the chunk,
+    whose messages are still to be activated."""
+    calls: list[str] = []
+    model = endless(observer_step(calls))
+    options = {"observationalMemory": {"observation": {"model": model, "messageTokens": 200, "bufferTokens": 50}}}
+    async with Memory(storage=om_store, options=options) as memory:
+        config, engine = await _observed_once(memory)
+        await memory.save_messages([Message.user(long_text("two"), thread_id="t1", resource_id="r1")])
+        [base] = (await om_records(memory))[-1:]
+
+        async def another_cycle() -> int:
+            assert engine.buffer(config, "t1", "r1", 120)
+            await memory.settled()
+            return len((await om_records(memory))[-1].buffered_chunks)
+
+        ran = _racing(monkeypatch, memory, another_cycle)
+        assert await engine.reflections.now(config, "t1", "r1", base, model)
+        history = await om_records(memory)
+    assert ran == [1] and calls.count("reflect") == 1
+    assert [r.generation_count for r in history] == [0, 1] and history[-1].active_observations == "* condensed"
+    assert [c["messageIds"] for c in history[-1].buffered_chunks] == [c["messageIds"] for c in
+                                                                      history[0].buffered_chunks]
+    assert len(history[-1].buffered_chunks) == 1
+
+
+async def test_a_reflection_of_observations_reflected_meanwhile_makes_no_model_call(om_store: Any) -> None:
+    """The Reflector is not called for observations another holder reflected (or observed past) since they were
+    read: the result could not be kept."""
+    calls: list[str] = []
+    model = endless(observer_step(calls))
+    options = {"observationalMemory": {"observation": {"model": model, "messageTokens": 200, "bufferTokens": 50}}}
+    async with Memory(storage=om_store, options=options) as memory:
+        config, engine = await _observed_once(memory)
+        [base] = (await om_records(memory))[-1:]
+        assert await engine.reflections.now(config, "t1", "r1", base, model)
+        assert not await engine.reflections.now(config, "t1", "r1", base, model)  # a stale read of the same record
+        history = await om_records(memory)
+    assert calls.count("reflect") == 1 and [r.generation_count for r in history] == [0, 1]

@@ -13,7 +13,7 @@ from ..codecs._time import utc_now
 from ..processors._observation_groups import reconcile_after_reflection, render_groups
 from ..processors._observation_text import REFLECTOR_INSTRUCTIONS
 from ..stores import OMRecord
-from ..stores._om import compare_and_set, same_record
+from ..stores._om import compare_and_set
 from ..tracing import operation_span
 from ._om_parts import custom_instructions
 
@@ -108,12 +108,22 @@ class Reflections:
                   model: LanguageModel | None) -> bool:
         """Condense the observations into a new generation (``originType`` "reflection"): the reflection computed
         ahead when there is one (with the lines observed since after it; no model call), else the Reflector's."""
+        records = self._engine.records
+
+        def fits(current: OMRecord | None) -> bool:
+            """Whether ``current`` still holds the observations ``base`` held (chunks buffered since do not count)."""
+            return current is not None and (current.id, current.generation_count, current.active_observations,
+                                            current.buffered_reflection) == \
+                (base.id, base.generation_count, base.active_observations, base.buffered_reflection)
+
         if base.buffered_reflection is not None and base.reflected_line_count is not None:
             rest = "\n".join(base.active_observations.split("\n")[base.reflected_line_count:]).strip()
             condensed = f"{base.buffered_reflection}\n\n{rest}" if rest else base.buffered_reflection
         elif model is None:
             return False
         else:
+            if not fits(await records.current(base.lookup_key)):
+                return False  # reflected or observed since ``base`` was read: this Reflector call is not needed
             try:
                 condensed = await self.text(config, model, base.active_observations)
                 condensed = reconcile_after_reflection(condensed, base.active_observations) or condensed
@@ -121,14 +131,12 @@ class Reflections:
                 _log.warning("reflection for %s failed; observations kept as they are", base.lookup_key,
                              exc_info=True)
                 return False
-        records = self._engine.records
 
-        async def _commit() -> bool:
-            current = await records.current(base.lookup_key)
-            if not same_record(current, base):
-                return False
+        def _reflected(current: OMRecord | None) -> OMRecord | None:
+            if current is None or not fits(current):
+                return None
             now = utc_now()
-            record = base.copy()
+            record = current.copy()  # with the chunks buffered meanwhile: they hold messages still to activate
             record.id = str(uuid.uuid4())
             record.origin_type = "reflection"
             record.generation_count = base.generation_count + 1
@@ -138,8 +146,8 @@ class Reflections:
             record.created_at = record.updated_at = now
             record.buffered_reflection = record.buffered_reflection_tokens = None
             record.buffered_reflection_input_tokens = record.reflected_line_count = None
-            return await records.replace(record, expected=current)
+            return record
 
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
-            return await _commit()
+            return await compare_and_set(records, base.lookup_key, _reflected) is not None
