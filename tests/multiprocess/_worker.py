@@ -276,13 +276,28 @@ async def opening(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
 
 async def om(memory: Memory, config: dict[str, Any], lines: Lines) -> None:
     """``turns`` enqueued turns on t-om with observational memory computing observations ahead; the Observer reports
-    what it is given (``observing``). Waits for ``settle`` before letting its background work finish."""
+    what it is given (``observing``). Waits for ``settle`` before letting its background work finish. ``door``
+    "chat": each turn is a chat request as a chat server gets it (a ``messages_from_ui`` body echoing what this
+    process's client saw, streamed with ``Agent.stream``) instead of ``generate(text)``."""
     proc = config["proc"]
     OBSERVER.proc, OBSERVER.delay, OBSERVER.block = proc, config.get("observer_delay", 0.0), config.get("block", False)
     agent = Agent("om", "Answer.", ScriptedModel(iter(lambda: lambda request: f"reply to {texts(request)[-1]}",
                                                       None)), memory=memory)
+    seen: list[dict[str, Any]] = []
     for j in range(config["turns"]):
-        await agent.generate(f"p{proc} t{j}", thread_id="t-om", resource_id="r1")
+        if config.get("door") != "chat":
+            await agent.generate(f"p{proc} t{j}", thread_id="t-om", resource_id="r1")
+        else:
+            seen.append({"id": f"p{proc}-u{j}", "role": "user", "parts": [{"type": "text", "text": f"p{proc} t{j}"}]})
+            body = {"id": "t-om", "messages": list(seen), "trigger": "submit-message"}
+            started: str | None = None
+            async with agent.stream(messages_from_ui(body), thread_id="t-om", resource_id="r1") as stream:
+                async for event in stream:
+                    if isinstance(event, StartEvent) and event.message_id is not None:
+                        started = event.message_id
+            result = await stream.result()
+            assert started is not None
+            seen.append({"id": started, "role": "assistant", "parts": [{"type": "text", "text": result.text}]})
         await anyio.sleep(config.get("pause", 0.0))
     say(event="turns-done")
     await memory.settled()

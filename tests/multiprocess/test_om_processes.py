@@ -37,7 +37,11 @@ async def _history(memory: Memory) -> list[OMRecord]:
 
 
 @pytest.mark.slow  # four worker processes at once
-async def test_four_processes_buffering_one_thread_observe_each_message_once(backend: dict[str, Any]) -> None:
+@pytest.mark.parametrize("door", ["generate", "chat"])
+async def test_four_processes_buffering_one_thread_observe_each_message_once(backend: dict[str, Any],
+                                                                             door: str) -> None:
+    """Through ``generate(text)`` and through the chat door (``messages_from_ui`` bodies streamed by
+    ``Agent.stream``): the Observer is given each message once, each of its answers is kept at most once."""
     turns = 8
     calls: list[tuple[str, list[str]]] = []
     # Every holder lives here: a lease of 5 s, not 1 s. A live holder starved past the heartbeat's margin (three
@@ -45,8 +49,8 @@ async def test_four_processes_buffering_one_thread_observe_each_message_once(bac
     # starting at once beside the rest of the slow tier share two cores. The default lease_ttl is 30 s. (The
     # compare-and-set races this test also caught, a turn activating chunks while a cycle commits, are pinned
     # one by one in tests/memory/test_om_buffering.py.)
-    async with workers([_config(backend, proc, turns=turns, observer_delay=0.03, pause=0.01, lease_ttl=5.0)
-                        for proc in range(4)]) as running:
+    async with workers([_config(backend, proc, turns=turns, observer_delay=0.03, pause=0.01, lease_ttl=5.0,
+                                door=door) for proc in range(4)]) as running:
         for worker in running:
             while (event := await worker.event(limit=120))["event"] != "done":
                 if event["event"] == "observing":
@@ -64,7 +68,7 @@ async def test_four_processes_buffering_one_thread_observe_each_message_once(bac
     assert written and max(written.values()) == 1  # each Observer answer is kept at most once
     assert sum(f"obs {call}:" in kept for call, _ in calls) >= 2  # thresholds crossed: several cycles kept
     assert "obs p" in history[-1].active_observations  # and activated
-    note(test="om_four_processes", backend=backend["kind"], observer_calls=len(calls), kept=len(written),
+    note(test="om_four_processes", backend=backend["kind"], door=door, observer_calls=len(calls), kept=len(written),
          generations=len(history))
 
 
