@@ -377,3 +377,37 @@ async def test_a_reflection_of_observations_reflected_meanwhile_makes_no_model_c
         assert not await engine.reflections.now(config, "t1", "r1", base, model)  # a stale read of the same record
         history = await om_records(memory)
     assert calls.count("reflect") == 1 and [r.generation_count for r in history] == [0, 1]
+
+
+async def test_a_turn_whose_activation_another_turn_made_first_sees_the_observations(
+        om_store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two turns at the threshold at once (in two processes): the other one activates the chunks between this turn's
+    read of the record and its activation's commit. This turn then has nothing left to activate, and reads the record
+    again: its model sees the observations, not the messages they replaced."""
+    calls: list[str] = []
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def reply(request: ModelRequest) -> str:
+        seen.append((list(request.system), [m.text for m in request.messages]))
+        return "ok"
+
+    options = {"observationalMemory": {"observation": {"model": endless(observer_step(calls)), "messageTokens": 200,
+                                                       "bufferTokens": 50}}}
+    async with Memory(storage=om_store, options=options) as memory:
+        await memory.create_thread(thread_id="t1", resource_id="r1")
+        config = memory.options.observational_memory_config
+        memory.get_input_processors()
+        engine = observational_engine(memory)
+        assert config is not None and engine is not None
+        for n, tag in enumerate(("one", "two", "three")):
+            await memory.save_messages([Message.user(long_text(tag, words=60), thread_id="t1", resource_id="r1")])
+            assert engine.buffer(config, "t1", "r1", 90 * (n + 1))
+            await memory.settled()
+        ran = _racing(monkeypatch, memory, lambda: engine.activate(config, "t1", "r1", None))
+        agent = Agent("a", "i", endless(reply), memory=memory)
+        await agent.generate(long_text("four", words=60), thread_id="t1", resource_id="r1")
+    assert ran == [True]  # the other turn's activation landed inside this turn's
+    [(system, texts)] = seen
+    blocks = [text for text in system if "<observations>" in text]
+    assert len(blocks) == 1 and all(f"observation {n}" in blocks[0] for n in (1, 2, 3)), system
+    assert not any(f"{tag}: word0" in text for text in texts for tag in ("one", "two", "three")), texts

@@ -118,11 +118,14 @@ class ObservationalMemory:
             # the thread sat idle (activateAfterIdle) or under another model (activateOnProviderChange).
             trigger = "threshold" if pending >= threshold else activation_trigger(
                 unobserved, model_id, config.idle_ttl, config.activate_on_provider_change)
-            if trigger is not None and await engine.activate(config, thread_id, resource_id, pending,
-                                                             working_memory=_managed(args, config)):
-                args.context.write_data("data-om-activation", {
-                    "operationType": "observation", "activatedAt": to_iso(utc_now()), "tokensBefore": pending,
-                    "recordId": record.id, "threadId": thread_id, "triggeredBy": trigger})
+            if trigger is not None:
+                if await engine.activate(config, thread_id, resource_id, pending,
+                                         working_memory=_managed(args, config)):
+                    args.context.write_data("data-om-activation", {
+                        "operationType": "observation", "activatedAt": to_iso(utc_now()), "tokensBefore": pending,
+                        "recordId": record.id, "threadId": thread_id, "triggeredBy": trigger})
+                # Read again either way: when another turn (in any process) activated these chunks first, this
+                # turn's activation found nothing left to do, and the record read above is stale.
                 record, unobserved = await engine.load(config, thread_id, resource_id, self.storage)
                 tokens = engine.counter.count_messages(unobserved)
                 threshold = config.message_threshold(record.observation_token_count if record is not None else 0)
