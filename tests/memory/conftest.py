@@ -32,3 +32,13 @@ async def memory(make_store: StoreFactory) -> AsyncIterator[Memory]:
     """A started Memory with default options over the parametrized store."""
     async with Memory(storage=make_store()) as mem:
         yield mem
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def om_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A fresh store of each kind observational memory keeps its records in (PostgreSQL: a database of its own)."""
+    if request.param == "postgres":
+        from threadmind.stores import PostgresStore
+
+        return PostgresStore(request.getfixturevalue("pg_dsn"))
+    return new_store("memory" if request.param == "memory" else "sqlite", tmp_path / "om.db")

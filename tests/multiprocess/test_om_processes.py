@@ -48,7 +48,7 @@ async def test_four_processes_buffering_one_thread_observe_each_message_once(bac
     # quarters of lease_ttl) loses its lease by design and the next process runs the cycle again; four interpreters
     # starting at once beside the rest of the slow tier share two cores. The default lease_ttl is 30 s. (The
     # compare-and-set races this test also caught, a turn activating chunks while a cycle commits, are pinned
-    # one by one in tests/memory/test_om_buffering.py.)
+    # one by one in tests/memory/test_om_races.py.)
     async with workers([_config(backend, proc, turns=turns, observer_delay=0.03, pause=0.01, lease_ttl=5.0,
                                 door=door) for proc in range(4)]) as running:
         for worker in running:
