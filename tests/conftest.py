@@ -33,6 +33,21 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return cpus if "slow" in selected and "not slow" not in selected else cpus + 1
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``@pytest.mark.slow_variants("postgres", ...)``: the variants of a test whose parameter ids name one of these
+    join the slow tier (CI's second step), while a sibling variant (another backend, another build) stays in the
+    README's command and keeps it under four minutes on two cores."""
+    for item in items:
+        marker = item.get_closest_marker("slow_variants")
+        callspec = getattr(item, "callspec", None)
+        if marker is None or callspec is None:
+            continue
+        ids = set(callspec.id.split("-")) | {callspec.id}
+        if any(str(name) in ids for name in marker.args):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def anyio_backend() -> tuple[str, dict[str, bool]]:
     return ("asyncio", {"debug": True})

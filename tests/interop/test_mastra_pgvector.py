@@ -90,6 +90,7 @@ async def _mastra_queries(folder: Path, tmp_path: Path, dsn: str) -> dict[str, A
 BUILDS = pytest.mark.parametrize(("build", "described"), [("at_start", "hnsw"), ("when_needed", "flat")])
 
 
+@pytest.mark.slow_variants("at_start")  # the index built when needed stays in the default run
 @BUILDS
 async def test_mastra_queries_the_vectors_threadmind_wrote(mastra_dir: Path, pg_dsn: str, tmp_path: Path,
                                                            build: Literal["at_start", "when_needed"],
@@ -111,6 +112,7 @@ async def test_mastra_queries_the_vectors_threadmind_wrote(mastra_dir: Path, pg_
                                                                                                 described, 9)
 
 
+@pytest.mark.slow_variants("at_start")  # the index built when needed stays in the default run
 @BUILDS
 async def test_threadmind_recalls_the_vectors_mastra_wrote(mastra_dir: Path, pg_dsn: str, tmp_path: Path,
                                                            build: Literal["at_start", "when_needed"],

@@ -78,6 +78,7 @@ async def _pages(writes: RandomWrites, memory: Memory, thread: str, resource: st
 
 
 # A second seed in CI's slow tier: the README's command keeps one (the suite's time on two cores).
+@pytest.mark.slow_variants("postgres")  # SQLite's two store objects stay in the default run
 @pytest.mark.parametrize("seed", [6, pytest.param(7, marks=pytest.mark.slow)])
 async def test_every_read_is_what_the_store_holds_after_every_write(setup: tuple[Memory, Memory, Store],
                                                                    seed: int) -> None:

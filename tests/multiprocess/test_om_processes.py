@@ -72,6 +72,7 @@ async def test_four_processes_buffering_one_thread_observe_each_message_once(bac
          generations=len(history))
 
 
+@pytest.mark.slow_variants("postgres")  # the SQLite variant stays in the default run
 async def test_a_process_killed_mid_buffer_leaves_the_cycle_to_the_next(backend: dict[str, Any]) -> None:
     """The first process's Observer never answers and the process is killed (SIGKILL) in the middle of the cycle;
     the next process's turn claims the cycle (the dead holder's claim lapses) and buffers the same messages."""

@@ -27,6 +27,7 @@ def _config(backend: dict[str, Any], scenario: str, proc: int, **fields: Any) ->
 # The schema and vnext modes (the tool path) run in CI's slow tier; template (the enqueue path) here too.
 @pytest.mark.parametrize("mode", ["template", pytest.param("schema", marks=pytest.mark.slow),
                                   pytest.param("vnext", marks=pytest.mark.slow)])
+@pytest.mark.slow_variants("postgres")  # the SQLite variant stays in the default run
 async def test_working_memory_updates_from_four_processes_are_all_kept(backend: dict[str, Any], mode: str) -> None:
     """template: every process takes turns on one thread (enqueue), each appending a line to the document it was
     shown; schema and vnext: a thread per process, running at once, each turn adding a key or a line to the one
@@ -54,6 +55,7 @@ async def test_working_memory_updates_from_four_processes_are_all_kept(backend: 
     assert kept == expected
 
 
+@pytest.mark.slow_variants("postgres")  # the SQLite variant stays in the default run
 async def test_enqueued_turns_from_four_processes_alternate_and_see_every_earlier_turn(
         backend: dict[str, Any]) -> None:
     turns = 5
@@ -79,6 +81,7 @@ async def test_enqueued_turns_from_four_processes_alternate_and_see_every_earlie
     assert switches > 0  # the processes really took turns with each other
 
 
+@pytest.mark.slow_variants("postgres")  # the SQLite variant stays in the default run
 async def test_overlapping_chat_requests_from_four_processes_each_get_their_own_reply(
         backend: dict[str, Any]) -> None:
     """The chat server's door (``messages_from_ui`` + ``Agent.stream``) in four worker processes on one chat id: every

@@ -57,6 +57,7 @@ async def test_reject_across_processes_raises_thread_busy_without_calling_the_mo
     note(test="reject", backend=backend["kind"], seconds=round(waited, 4))
 
 
+@pytest.mark.slow_variants("postgres")  # the SQLite variant stays in the default run
 async def test_a_holder_killed_mid_turn_is_replaced_within_the_lease_ttl(backend: dict[str, Any]) -> None:
     async with _memory(backend) as memory, workers([_holder(backend)]) as (holder,):
         await _in_model(holder)
@@ -92,6 +93,7 @@ async def test_a_killed_holder_is_replaced_within_3_seconds_whatever_the_lease_t
     note(test="sigkill-long-ttl", backend=backend["kind"], takeover_seconds=round(waited, 3), lease_ttl=30.0)
 
 
+@pytest.mark.slow_variants("postgres")  # the SQLite variant stays in the default run
 async def test_a_frozen_holder_is_taken_over_and_its_late_turn_writes_nothing(backend: dict[str, Any]) -> None:
     async with _memory(backend) as memory, workers([_holder(backend, after=1)]) as (holder,):
         await _in_model(holder)

@@ -176,6 +176,7 @@ class _Run:
 
 
 # A second seed in CI's slow tier: the README's command keeps one (the suite's time on two cores).
+@pytest.mark.slow_variants("postgres")  # the SQLite variant stays in the default run
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 async def test_every_search_ranks_what_bm25_over_the_stored_messages_ranks(
         handles: tuple[Store, Store], seed: int) -> None:

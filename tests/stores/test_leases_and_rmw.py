@@ -179,6 +179,7 @@ class TestLeases:
         assert (await store.get_thread("t1")).title == "kept"  # type: ignore[union-attr]
         assert (await store.get_resource("r1")).working_memory == "wm"  # type: ignore[union-attr]
 
+    @pytest.mark.slow_variants("pgbouncer")  # the direct PostgreSQL variant stays in the default run
     async def test_a_frozen_holder_is_taken_over_after_ttl_and_its_writes_are_refused(
             self, where: Where, store: Store) -> None:
         if where.kind == "memory":  # every holder lives in this process: one that stops renewing
@@ -256,6 +257,7 @@ class TestLeases:
             await store.release_lease(lease)
         assert await stored_ids(store) == ["from-child"]
 
+    @pytest.mark.slow_variants("pgbouncer")  # the direct PostgreSQL variant stays in the default run
     @pytest.mark.parametrize("where", ["sqlite", "postgres", "pgbouncer"], indirect=True)
     async def test_a_dead_holder_releases_the_key(self, where: Where, store: Store) -> None:
         async with child_holding(where, "thread:t1") as child:

@@ -135,6 +135,7 @@ class TestScopeIsolation:
 
 
 class TestBatching:
+    @pytest.mark.slow_variants("pgvector")  # the hnswlib variant stays in the default run
     async def test_600_concurrent_upserts_are_coalesced(self, store: SQLiteStore, tmp_path: Path,
                                                         make_vector: VectorFactory, vector_kind: str) -> None:
         """600 callers at once share at most one batch (and one embedder call) per 20 of them."""
