@@ -9,8 +9,10 @@ from __future__ import annotations
 import collections
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -19,11 +21,13 @@ from threadmind.agent import Agent
 from threadmind.memory import Memory, ObservationalMemoryConfig
 from threadmind.memory._observational import ObservationalMemoryEngine
 from threadmind.models import ModelRequest
+from threadmind.processors._observation_text import REFLECTOR_INSTRUCTIONS
 from threadmind.processors._om_triggers import chunks_to_activate
 from threadmind.stores._om import OMRecord
+from threadmind.stores._sqlite import SQLiteStore
 from threadmind.testing import observational_engine
 
-from ._om_support import endless, long_text, observer_step, om_records
+from ._om_support import endless, long_text, observer_step, om_memory, om_records
 
 
 class Setup(msgspec.Struct, kw_only=True):
@@ -220,3 +224,51 @@ async def test_a_reflection_of_observations_reflected_meanwhile_makes_no_model_c
         assert not await reflect(setup.config, "t1", "r1", base, setup.model)  # a stale read of the same record
         history = await setup.records()
     assert setup.calls.count("reflect") == 1 and [r.generation_count for r in history] == [0, 1]
+
+
+async def test_two_processes_waiting_on_one_reflection_make_one_reflector_call(tmp_path: Path) -> None:
+    """Two turns (two Memory objects on one SQLite file, as two processes have) need the same reflection past its
+    blocking point at once: the second waits for the first one's Reflector (the ``reflector`` claim) and then finds
+    the observations reflected, instead of calling the Reflector again."""
+    armed, release, entered = False, anyio.Event(), anyio.Event()
+    reflections: list[str] = []
+
+    async def step(request: ModelRequest) -> str:
+        if request.system[0] != REFLECTOR_INSTRUCTIONS:
+            return "* 🔴 observed"
+        reflections.append(request.messages[0].text)
+        if armed:
+            entered.set()
+            with anyio.fail_after(10):
+                await release.wait()
+        return f"* condensed {len(reflections)}"
+
+    model = endless(step)
+    path = tmp_path / "shared.db"
+    async with om_memory(SQLiteStore(path), model, observation_tokens=8) as first, \
+            om_memory(SQLiteStore(path), model, observation_tokens=8) as second:
+        await first.create_thread(thread_id="t1", resource_id="r1")
+        await first.save_messages([Message.user(long_text("one", 60), thread_id="t1", resource_id="r1")])
+        engines = []
+        for memory in (first, second):
+            memory.get_input_processors()
+            engine = observational_engine(memory)
+            assert engine is not None
+            engines.append(engine)
+        config = first.options.observational_memory_config
+        assert config is not None and config.reflection_block_at is None  # every reflection is waited for
+        assert await engines[0].ensure_below_block(config, "t1", "r1", 10_000)  # observes, then reflects
+        [base] = (await om_records(first))[-1:]
+        assert base.generation_count == 1 and len(reflections) == 1
+        armed = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engines[0].reflections.at_threshold, config, "t1", "r1", base, model)
+            with anyio.fail_after(10):
+                await entered.wait()
+            tg.start_soon(engines[1].reflections.at_threshold, config, "t1", "r1", base, model)
+            await anyio.sleep(0.3)  # the second turn is waiting, not reflecting
+            assert len(reflections) == 2
+            release.set()
+        history = await om_records(first)
+    assert len(reflections) == 2 and [r.generation_count for r in history] == [0, 1, 2]
+    assert history[-1].active_observations == "* condensed 2"

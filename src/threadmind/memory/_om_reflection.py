@@ -45,8 +45,13 @@ class Reflections:
         default) the Reflector runs in the background, once across processes, and nobody waits for it; past it
         (or with reflections not computed ahead) the caller waits."""
         block_at = config.reflection_block_at
-        if record.buffered_reflection is not None or block_at is None or record.observation_token_count >= block_at:
-            await self.now(config, thread_id, resource_id, record, model)
+        if record.buffered_reflection is not None:
+            await self.now(config, thread_id, resource_id, record, model)  # no model call: nothing to share
+            return
+        if block_at is None or record.observation_token_count >= block_at:
+            # The caller waits: for another holder's Reflector too (then its reflection is read, not made again).
+            async with self._engine.claim("reflector", record.lookup_key, wait=True):
+                await self.now(config, thread_id, resource_id, record, model)
             return
 
         async def _in_background() -> None:
