@@ -212,6 +212,26 @@ async def test_a_reflection_racing_a_new_chunk_is_kept_and_carries_the_chunk(
                                                                       history[0].buffered_chunks]
 
 
+async def test_a_reflection_racing_an_observation_keeps_what_was_observed_meanwhile(
+        om_store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lines are observed (a turn activates a chunk) between a reflection's read and its commit: the reflection of
+    the lines it read is kept, and the lines observed meanwhile follow it in the new generation, as they follow a
+    reflection computed ahead. One Reflector call, none wasted."""
+    async with buffering(om_store) as setup:
+        await setup.buffered("one", 60)
+        assert await activating(setup)()
+        await setup.buffered("two", 120)  # a second chunk, not active yet
+        [base] = (await setup.records())[-1:]
+        ran = racing(monkeypatch, setup, activating(setup))
+        assert await setup.engine.reflections.now(setup.config, "t1", "r1", base, setup.model)
+        history = await setup.records()
+    assert ran == [True] and setup.calls.count("reflect") == 1
+    last = history[-1]
+    assert last.generation_count == 1 and last.active_observations.startswith("* condensed\n\n")
+    assert "observation 2" in last.active_observations and "observation 1" not in last.active_observations
+    assert not last.buffered_chunks
+
+
 async def test_a_reflection_of_observations_reflected_meanwhile_makes_no_model_call(om_store: Any) -> None:
     """The Reflector is not called for observations another holder reflected (or observed past) since they were
     read: the result could not be kept."""

@@ -29,6 +29,7 @@ from threadmind.events import StartEvent
 from threadmind.memory import MemoryConfig, ObservationalMemoryConfig, SemanticRecallConfig, WorkingMemoryConfig
 from threadmind.models import ModelRequest, ModelResponse, ToolCall
 from threadmind.models._scripted import ScriptedModel
+from threadmind.processors._observation_text import REFLECTOR_INSTRUCTIONS
 from threadmind.stores import HnswVectorStore, MessageQuery, PostgresStore, SQLiteStore, Store
 from threadmind.stores._keywords import supports_keywords
 from threadmind.ui import messages_from_ui
@@ -63,8 +64,9 @@ def make_store(spec: dict[str, Any]) -> Store:
 
 
 class Observer:
-    """The Observer of the ``om`` scenarios: reports each call (``observing``: the message texts it was given),
-    takes ``delay`` seconds, and with ``block`` never answers (its process is to be killed mid-cycle)."""
+    """The Observer (and Reflector) of the ``om`` scenarios: reports each call (``observing``: the message texts it
+    was given; ``reflecting``: the observations), takes ``delay`` seconds, and with ``block`` never answers (its
+    process is to be killed mid-cycle)."""
 
     model_id = "test/observer"
 
@@ -77,6 +79,10 @@ class Observer:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         self.calls += 1
         prompt = request.messages[0].text
+        if request.system and request.system[0] == REFLECTOR_INSTRUCTIONS:  # the Reflector: its observations
+            say(event="reflecting", call=f"p{self.proc}-c{self.calls}", observations=prompt)
+            await anyio.sleep(self.delay)
+            return ModelResponse(text=f"* 🔴 reflected by p{self.proc}-c{self.calls}")
         new = prompt.split("New messages to observe:\n", 1)[-1]
         observed = re.findall(r"\] (?:User|Assistant): (p\d+ t\d+|reply to p\d+ t\d+)", new)
         say(event="observing", call=f"p{self.proc}-c{self.calls}", texts=observed)

@@ -72,6 +72,35 @@ async def test_four_processes_buffering_one_thread_observe_each_message_once(bac
          generations=len(history))
 
 
+@pytest.mark.slow  # four worker processes at once
+async def test_four_processes_reflect_each_generation_once(backend: dict[str, Any]) -> None:
+    """Observations that outgrow ``reflection.observationTokens`` while four processes buffer one thread: the
+    Reflector is given each generation's observations once (ahead of the threshold or at it, in whichever process),
+    and the generations follow one another."""
+    reflected: list[str] = []
+    observed: list[str] = []
+    om = {**OM, "observation_tokens": 60}
+    async with workers([_config(backend, proc, turns=8, observer_delay=0.03, pause=0.01, lease_ttl=5.0, om=om)
+                        for proc in range(4)]) as running:
+        for worker in running:
+            while (event := await worker.event(limit=120))["event"] != "done":
+                if event["event"] == "reflecting":
+                    reflected.append(event["observations"])
+                elif event["event"] == "observing":
+                    observed += event["texts"]
+    async with _memory(backend) as memory:
+        history = await _history(memory)
+    assert len(reflected) >= 2, (len(reflected), len(history))  # the threshold was crossed again and again
+    assert max(collections.Counter(reflected).values()) == 1  # no generation reflected twice
+    assert max(collections.Counter(observed).values()) == 1
+    assert [r.generation_count for r in history] == list(range(len(history))) and len(history) >= 2
+    assert all(r.origin_type == "reflection" for r in history[1:])
+    # every Reflector call made a generation (or is the reflection the last one holds, computed ahead): none wasted
+    assert len(history) - 1 <= len(reflected) <= len(history) - (history[-1].buffered_reflection is None)
+    note(test="om_four_processes_reflect", backend=backend["kind"], reflector_calls=len(reflected),
+         generations=len(history))
+
+
 @pytest.mark.slow_variants("postgres")  # the SQLite variant stays in the default run
 async def test_a_process_killed_mid_buffer_leaves_the_cycle_to_the_next(backend: dict[str, Any]) -> None:
     """The first process's Observer never answers and the process is killed (SIGKILL) in the middle of the cycle;

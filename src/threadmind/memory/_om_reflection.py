@@ -112,23 +112,23 @@ class Reflections:
     async def now(self, config: ObservationalMemoryConfig, thread_id: str, resource_id: str | None, base: OMRecord,
                   model: LanguageModel | None) -> bool:
         """Condense the observations into a new generation (``originType`` "reflection"): the reflection computed
-        ahead when there is one (with the lines observed since after it; no model call), else the Reflector's."""
+        ahead when there is one (with the lines observed since after it; no model call), else the Reflector's over
+        the generation's newest observations. Lines observed while the Reflector runs follow the reflection in the
+        new generation, as they follow one computed ahead; False when the generation ended or another holder
+        reflected meanwhile (then no Reflector call is made)."""
         records = self._engine.records
-
-        def fits(current: OMRecord | None) -> bool:
-            """Whether ``current`` still holds the observations ``base`` held (chunks buffered since do not count)."""
-            return current is not None and (current.id, current.generation_count, current.active_observations,
-                                            current.buffered_reflection) == \
-                (base.id, base.generation_count, base.active_observations, base.buffered_reflection)
-
+        if model is not None:  # a Reflector call may be needed: not for a generation reflected since ``base``
+            current = await records.current(base.lookup_key)
+            if current is None or not _continues(current, base, ahead=False):
+                return False
+            base = current  # the newest observations of this generation (and a reflection computed ahead since)
+        lines = base.active_observations.split("\n")
         if base.buffered_reflection is not None and base.reflected_line_count is not None:
-            rest = "\n".join(base.active_observations.split("\n")[base.reflected_line_count:]).strip()
+            rest = "\n".join(lines[base.reflected_line_count:]).strip()
             condensed = f"{base.buffered_reflection}\n\n{rest}" if rest else base.buffered_reflection
         elif model is None:
             return False
         else:
-            if not fits(await records.current(base.lookup_key)):
-                return False  # reflected or observed since ``base`` was read: this Reflector call is not needed
             try:
                 condensed = await self.text(config, model, base.active_observations)
                 condensed = reconcile_after_reflection(condensed, base.active_observations) or condensed
@@ -138,15 +138,16 @@ class Reflections:
                 return False
 
         def _reflected(current: OMRecord | None) -> OMRecord | None:
-            if current is None or not fits(current):
+            if current is None or not _continues(current, base):
                 return None
             now = utc_now()
+            later = "\n".join(current.active_observations.split("\n")[len(lines):]).strip()  # observed meanwhile
             record = current.copy()  # with the chunks buffered meanwhile: they hold messages still to activate
             record.id = str(uuid.uuid4())
             record.origin_type = "reflection"
             record.generation_count = base.generation_count + 1
-            record.active_observations = condensed
-            record.observation_token_count = self._engine.counter.count_text(condensed)
+            record.active_observations = f"{condensed}\n\n{later}" if later else condensed
+            record.observation_token_count = self._engine.counter.count_text(record.active_observations)
             record.last_reflection_at = now
             record.created_at = record.updated_at = now
             record.buffered_reflection = record.buffered_reflection_tokens = None
@@ -156,3 +157,12 @@ class Reflections:
         with operation_span("threadmind.om.commit_reflection", "update_memory", thread_id=thread_id,
                             resource_id=resource_id):
             return await compare_and_set(records, base.lookup_key, _reflected) is not None
+
+
+def _continues(current: OMRecord, base: OMRecord, *, ahead: bool = True) -> bool:
+    """Whether ``current`` is ``base``'s generation with its observations and at most more lines after them (and,
+    with ``ahead``, the same reflection computed ahead, if any): a reflection of ``base`` still fits it."""
+    lines = base.active_observations.split("\n")
+    return (current.id, current.generation_count) == (base.id, base.generation_count) and \
+        (not ahead or current.buffered_reflection == base.buffered_reflection) and \
+        current.active_observations.split("\n")[:len(lines)] == lines
