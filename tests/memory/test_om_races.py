@@ -26,6 +26,7 @@ from threadmind.processors._om_triggers import chunks_to_activate
 from threadmind.stores._om import OMRecord
 from threadmind.stores._sqlite import SQLiteStore
 from threadmind.testing import observational_engine
+from threadmind.ui import messages_from_ui
 
 from ._om_support import endless, long_text, observer_step, om_memory, om_records
 
@@ -168,11 +169,13 @@ async def test_a_turns_activation_racing_a_new_chunk_still_activates(
     assert [record.active_observations.count(f"observation {n}") for n in (1, 2)] == [1, 1]
 
 
+@pytest.mark.parametrize("door", ["generate", "chat"])
 async def test_a_turn_whose_activation_another_turn_made_first_sees_the_observations(
-        om_store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        om_store: Any, monkeypatch: pytest.MonkeyPatch, door: str) -> None:
     """Two turns at the threshold at once: the other one activates the chunks between this turn's read of the
     record and its activation's commit. This turn then has nothing left to activate, and reads the record again:
-    its model sees the observations, not the messages they replaced."""
+    its model sees the observations, not the messages they replaced. By ``generate(text)`` and by a chat request
+    (a ``messages_from_ui`` body streamed by ``Agent.stream``)."""
     seen: list[tuple[list[str], list[str]]] = []
 
     def reply(request: ModelRequest) -> str:
@@ -184,7 +187,15 @@ async def test_a_turn_whose_activation_another_turn_made_first_sees_the_observat
             await setup.buffered(tag, 90 * (n + 1), words=60)
         ran = racing(monkeypatch, setup, activating(setup))
         agent = Agent("a", "i", endless(reply), memory=setup.memory)
-        await agent.generate(long_text("four", words=60), thread_id="t1", resource_id="r1")
+        if door == "generate":
+            await agent.generate(long_text("four", words=60), thread_id="t1", resource_id="r1")
+        else:
+            body = {"id": "t1", "trigger": "submit-message", "messages": [
+                {"id": "u4", "role": "user", "parts": [{"type": "text", "text": long_text("four", words=60)}]}]}
+            async with agent.stream(messages_from_ui(body), thread_id="t1", resource_id="r1") as stream:
+                async for _ in stream:
+                    pass
+            assert (await stream.result()).text == "ok"
     assert ran == [True]  # the other turn's activation landed inside this turn's
     [(system, texts)] = seen
     blocks = [text for text in system if "<observations>" in text]
