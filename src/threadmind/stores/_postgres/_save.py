@@ -6,8 +6,9 @@ bumped does it upsert the messages (a re-saved id keeps its ``createdAt`` and po
 skipped by the upsert's ``WHERE``), record new ids' insertion sequence, their keyword index rows (see
 ``_tsvector``; the versions of the keyword scopes they touch go up, and the statement returns each scope's
 new version and its own share of the change) and, when asked, the pending-vector marks.
-A fenced save also reads its lease row ``FOR SHARE`` (see ``_lease_rows``): when the lease
-was lost, the statement aborts itself with ``threadmind_fail('lease lost')`` and the store raises ``LeaseLost``.
+A fenced save also reads its lease rows ``FOR SHARE`` (see ``_lease_rows``; a statement that carries several
+callers' saves checks each one's lease): when one was lost, the statement aborts itself with
+``threadmind_fail('lease lost')`` and the store raises ``LeaseLost``.
 When a thread was missed or an id skipped, ``threadmind_fail`` aborts the whole statement (SQLSTATE ``TM001``): it
 runs in autocommit, so nothing of it is applied. The store then reads why (:data:`DIAGNOSE_SQL`) and raises what the
 SQLite store raises, in its order (:func:`refusal`); when nothing is wrong any more (a concurrent writer moved on),
@@ -43,11 +44,12 @@ WITH input AS (
   WHERE t.id = p.thread_id AND t."resourceId" = p.resource_id
   RETURNING t.id
 ), fence AS (
-  SELECT l.owner = $16 AND l.token = $17 AND l.expires_at > clock_timestamp() AS held
-  FROM threadmind_leases l WHERE $15::text IS NOT NULL AND l.key = $15 FOR SHARE
+  SELECT l.owner = f.owner AND l.token = f.token AND l.expires_at > clock_timestamp() AS held
+  FROM unnest($15::text[], $16::text[], $17::bigint[]) AS f(key, owner, token)
+  JOIN threadmind_leases l ON l.key = f.key ORDER BY l.key FOR SHARE OF l
 ), go AS (
   SELECT count(*) = cardinality($9::text[]) AS ok,
-         $15::text IS NULL OR COALESCE((SELECT held FROM fence), false) AS fenced
+         (SELECT count(*) FROM fence WHERE held) = cardinality($15::text[]) AS fenced
   FROM bump
 ), saved AS (
   INSERT INTO mastra_messages AS m (id, thread_id, content, role, type, "createdAt", "createdAtZ", "resourceId")
@@ -169,7 +171,7 @@ def parts_of(by_thread: Mapping[str, Sequence[Message]]) -> list[Part]:
 
 
 def save_params(parts: Sequence[Part], now: datetime, mark_pending: bool,
-                fence: Lease | None) -> tuple[list[Any], list[CountedRow]]:
+                fences: Sequence[Lease]) -> tuple[list[Any], list[CountedRow]]:
     """The parameters of :data:`SAVE_SQL`, and the keyword rows it writes (for the store's cached blocks)."""
     rows = [row for part in parts for row in part.rows.values()]
     entries = keyword_entries([(m, m.resource_id or part.resource or "") for part in parts for m in part.messages])
@@ -179,8 +181,7 @@ def save_params(parts: Sequence[Part], now: datetime, mark_pending: bool,
         [r[4] for r in rows], [as_naive(r[5]) for r in rows], [r[5] for r in rows], [r[6] for r in rows],
         [p.thread_id for p in threads], [p.resource for p in threads],
         as_naive(now), now, time.time(), mark_pending,
-        None if fence is None else fence.key, None if fence is None else fence.owner,
-        None if fence is None else fence.token,
+        [f.key for f in fences], [f.owner for f in fences], [f.token for f in fences],
         *entry_columns(entries),
     ], [row for row, _ in entries]
 

@@ -79,7 +79,8 @@ from ._rows import (
     thread_filter,
     thread_from_row,
 )
-from ._save import DIAGNOSE_SQL, SAVE_SQL, kept, parts_of, refusal, save_params, save_sql
+from ._save import DIAGNOSE_SQL, SAVE_SQL, Part, kept, parts_of, refusal, save_params, save_sql
+from ._save_groups import SAVE_STATEMENTS, SaveGroups
 from ._schema import FAIL_SQLSTATE
 from ._statements import (
     CHUNK,
@@ -143,6 +144,7 @@ class PostgresStore:
         self._resource_versions = self._file_counts.resources
         self._volatile = 0  # counts down: every version handed out is new (other hosts may have written)
         self._keywords = PostgresKeywordIndex(self._read, self._write, self._idle)
+        self._groups = SaveGroups(self._save_parts, min(SAVE_STATEMENTS, max_size))  # concurrent saves share
         # (thread, size) -> the last get_thread_with_tail answer and its thread row's version, newest used last
         self._tails: OrderedDict[tuple[str, int], tuple[str, Thread | None, MessagePage]] = OrderedDict()
         self._tail_hits = 0
@@ -446,11 +448,21 @@ class PostgresStore:
 
     async def _save(self, by_thread: Mapping[str, Sequence[Message]], mark_pending: bool, fence: Lease | None,
                     vectors: VectorRows | None) -> dict[str, list[Message]]:
+        """Validate, then save: saves without vectors through the group commit (:mod:`._save_groups`)."""
         parts = parts_of(by_thread)
         if not parts:
             await self._idle()
             return {thread_id: [] for thread_id in by_thread}
-        params, entries = save_params(parts, utc_now(), bool(mark_pending), fence)
+        if vectors is None:
+            stored = await self._groups.save(parts, bool(mark_pending), fence)
+        else:
+            stored = await self._save_parts(parts, bool(mark_pending), () if fence is None else (fence,), vectors)
+        return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
+
+    async def _save_parts(self, parts: Sequence[Part], mark_pending: bool, fences: Sequence[Lease],
+                          vectors: VectorRows | None = None) -> dict[str, list[Message]]:
+        """One statement saving ``parts`` (every one or none), each lease of ``fences`` checked in it."""
+        params, entries = save_params(parts, utc_now(), mark_pending, fences)
         sql = SAVE_SQL
         if vectors is not None:
             sql = save_sql(vectors.table, vectors.vector_type, vectors.namespace)
@@ -475,8 +487,8 @@ class PostgresStore:
                 except Exception as exc:
                     if getattr(exc, "sqlstate", None) != FAIL_SQLSTATE:
                         raise
-                    if fence is not None and "lease lost" in str(exc):
-                        raise lease_lost(fence.key) from None
+                    if fences and "lease lost" in str(exc):
+                        raise lease_lost(fences[0].key) from None  # (a group's saves run again alone then)
                     failed = exc  # the statement aborted itself: nothing of it was applied
                 why = refusal(parts, await conn.fetchrow(DIAGNOSE_SQL, params[8], ids))
                 if why is not None:
@@ -487,8 +499,7 @@ class PostgresStore:
         written, bumped = row[1], row[2]
         self._keywords.scopes.saved(entries, bumped)  # committed: blocks of the scopes may take the new rows
         kept_at = kept(parts, written)
-        stored = {part.thread_id: saved(part.messages, kept_at[part.thread_id]) for part in parts}
-        return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
+        return {part.thread_id: saved(part.messages, kept_at[part.thread_id]) for part in parts}
 
     async def list_messages(self, query: MessageQuery) -> MessagePage:
         """Page through messages (reference §5.3), with include windows and filters."""

@@ -1,0 +1,285 @@
+"""Group commit of ``PostgresStore`` saves: saves that wait for a free statement go together as one, and each
+caller still gets exactly its own outcome (its messages, or its own error with nothing of it written), in order,
+cancellable until sent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import msgspec
+import pytest
+
+from threadmind import Memory
+from threadmind.agent import Agent
+from threadmind.codecs import Message, Thread
+from threadmind.errors import LeaseLost, MessageIdTaken, ResourceMismatch, ThreadNotFound
+from threadmind.models import ModelRequest, ScriptedModel
+from threadmind.stores import PostgresStore
+from threadmind.stores._postgres._pool import import_asyncpg
+from threadmind.stores._postgres._save_groups import SAVE_STATEMENTS
+from threadmind.stores._protocol import MessageQuery
+from threadmind.ui import messages_from_ui
+
+BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+BLOCKERS = [f"blocker{i}" for i in range(SAVE_STATEMENTS)]
+
+
+def say(mid: str, thread: str, i: int = 0, resource: str = "r1") -> Message:
+    return Message.user(f"text of {mid}", id=mid, thread_id=thread, resource_id=resource,
+                        created_at=BASE + timedelta(seconds=i))
+
+
+@pytest.fixture
+async def store(pg_dsn: str) -> AsyncIterator[PostgresStore]:
+    async with PostgresStore(pg_dsn, max_size=8) as s:
+        for thread in [*BLOCKERS, *(f"t{i}" for i in range(8))]:
+            await s.create_thread(Thread(id=thread, resource_id="r1"))
+        await s.create_thread(Thread(id="elsewhere", resource_id="r2"))
+        yield s
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (at most 10 s) until ``condition`` holds: saves queue up between the event loop's turns."""
+    with anyio.fail_after(10):
+        while not condition():  # noqa: ASYNC110 (state changed by other tasks' progress on the server)
+            await anyio.sleep(0.005)
+
+
+def waiting(store: PostgresStore) -> int:
+    return sum(len(group.saves) for group in store._groups._waiting)
+
+
+async def ids_of(store: PostgresStore, thread: str) -> list[str]:
+    return [m.id for m in (await store.list_messages(MessageQuery(thread_id=thread, per_page=False))).messages]
+
+
+@asynccontextmanager
+async def statements_busy(store: PostgresStore, dsn: str) -> AsyncIterator[None]:
+    """Every save statement of ``store`` held busy (saves to the blocker threads, waiting on their rows' locks)
+    until the block exits: saves made meanwhile wait to go together."""
+    conn = await import_asyncpg().connect(dsn)
+    try:
+        tr = conn.transaction()
+        await tr.start()
+        await conn.execute("SELECT 1 FROM mastra_threads WHERE id = ANY($1::text[]) FOR UPDATE", BLOCKERS)
+        async with anyio.create_task_group() as tg:
+            for i, thread in enumerate(BLOCKERS):
+                tg.start_soon(store.save_messages, thread, [say(f"b{i}", thread)])
+            await until(lambda: not store._groups._free)  # both statements taken by the blocked saves
+            try:
+                yield
+            finally:
+                await tr.commit()
+    finally:
+        await conn.close()
+
+
+async def together(store: PostgresStore, dsn: str,
+                   saves: dict[str, Callable[[], Awaitable[object]]]) -> dict[str, object]:
+    """Run ``saves`` while every statement is busy (so they wait and go as one group); each one's result or
+    error."""
+    outcome: dict[str, object] = {}
+
+    async def one(name: str, save: Callable[[], Awaitable[object]]) -> None:
+        try:
+            outcome[name] = await save()
+        except Exception as exc:
+            outcome[name] = exc
+
+    async with anyio.create_task_group() as tg:
+        async with statements_busy(store, dsn):
+            for name, save in saves.items():
+                tg.start_soon(one, name, save)
+            await until(lambda: waiting(store) >= len(saves))
+    return outcome
+
+
+async def test_waiting_saves_go_as_one_statement_each_with_its_own_messages(store: PostgresStore,
+                                                                             pg_dsn: str) -> None:
+    def saving(i: int) -> Callable[[], Awaitable[object]]:
+        return lambda: store.save_messages(f"t{i}", [say(f"m{i}a", f"t{i}", 1), say(f"m{i}b", f"t{i}", 2)])
+
+    before = store._groups.grouped_statements
+    outcome = await together(store, pg_dsn, {f"t{i}": saving(i) for i in range(6)})
+    assert store._groups.grouped_statements == before + 1
+    for i in range(6):
+        saved = outcome[f"t{i}"]
+        assert isinstance(saved, list)
+        assert [m.id for m in saved] == [f"m{i}a", f"m{i}b"]
+        assert [m.thread_id for m in saved] == [f"t{i}", f"t{i}"]
+        assert await ids_of(store, f"t{i}") == [f"m{i}a", f"m{i}b"]
+    assert await ids_of(store, "blocker0") == ["b0"]
+
+
+async def test_a_failing_save_of_a_group_fails_alone_and_writes_nothing(store: PostgresStore, pg_dsn: str) -> None:
+    await store.save_messages("t7", [say("taken", "t7")])
+    outcome = await together(store, pg_dsn, {
+        "ok": lambda: store.save_messages("t0", [say("ok1", "t0")]),
+        "missing thread": lambda: store.save_messages("nope", [say("n1", "nope")]),
+        "id of another thread": lambda: store.save_messages("t1", [say("t1-own", "t1"), say("taken", "t1")]),
+        "other resource": lambda: store.save_messages("t2", [say("x1", "t2", resource="r2")]),
+        "also ok": lambda: store.save_messages("t3", [say("ok3", "t3")]),
+    })
+    assert isinstance(outcome["missing thread"], ThreadNotFound)
+    assert isinstance(outcome["id of another thread"], MessageIdTaken)
+    assert isinstance(outcome["other resource"], ResourceMismatch)
+    assert [m.id for m in outcome["ok"]] == ["ok1"]  # type: ignore[attr-defined]
+    assert [m.id for m in outcome["also ok"]] == ["ok3"]  # type: ignore[attr-defined]
+    assert await ids_of(store, "t0") == ["ok1"]
+    assert await ids_of(store, "t3") == ["ok3"]
+    assert await ids_of(store, "t1") == []  # its own message neither: a save is all or nothing
+    assert await ids_of(store, "t2") == []
+    assert await ids_of(store, "t7") == ["taken"]
+
+
+async def test_two_saves_claiming_one_id_keep_their_order(store: PostgresStore, pg_dsn: str) -> None:
+    """The first to ask gets the id, as if the two had gone one after the other."""
+    outcome = await together(store, pg_dsn, {
+        "first": lambda: store.save_messages("t0", [say("same", "t0")]),
+        "second": lambda: store.save_messages("t1", [say("same", "t1")]),
+    })
+    assert [m.id for m in outcome["first"]] == ["same"]  # type: ignore[attr-defined]
+    assert isinstance(outcome["second"], MessageIdTaken)
+    assert await ids_of(store, "t0") == ["same"]
+    assert await ids_of(store, "t1") == []
+
+
+async def test_a_lost_lease_refuses_only_its_own_save(store: PostgresStore, pg_dsn: str) -> None:
+    held = {t: await store.acquire_lease(f"thread:{t}", owner="me", ttl=30, wait=False) for t in ("t0", "t1", "t2")}
+    lost = msgspec.structs.replace(held["t1"], token=held["t1"].token + 1)  # taken over since
+    outcome = await together(store, pg_dsn, {
+        "t0": lambda: store.save_messages("t0", [say("f0", "t0")], fence=held["t0"]),
+        "t1": lambda: store.save_messages("t1", [say("f1", "t1")], fence=lost),
+        "t2": lambda: store.save_messages("t2", [say("f2", "t2")], fence=held["t2"]),
+        "t3": lambda: store.save_messages("t3", [say("f3", "t3")]),
+    })
+    assert isinstance(outcome["t1"], LeaseLost)
+    assert await ids_of(store, "t1") == []
+    for t in ("t0", "t2", "t3"):
+        assert await ids_of(store, t) == [f"f{t[1]}"]
+
+
+async def test_saves_of_one_thread_apply_in_the_order_they_were_made(store: PostgresStore, pg_dsn: str) -> None:
+    """A group holds a thread once: the second save waits for the next statement, and lands after the first
+    (both messages have one time: the order is the order of the saves)."""
+    before = store._groups.grouped_statements
+
+    async def second() -> object:
+        await anyio.sleep(0.02)
+        return await store.save_messages("t0", [say("later", "t0", 5)])
+
+    outcome: dict[str, object] = {}
+    async with anyio.create_task_group() as tg, statements_busy(store, pg_dsn):
+        async def run(name: str, save: Callable[[], Awaitable[object]]) -> None:
+            outcome[name] = await save()
+
+        tg.start_soon(run, "first", lambda: store.save_messages("t0", [say("earlier", "t0", 5)]))
+        tg.start_soon(run, "other", lambda: store.save_messages("t1", [say("o1", "t1")]))
+        tg.start_soon(run, "second", second)
+        await until(lambda: waiting(store) >= 3)
+        assert len(store._groups._waiting) == 2  # the thread's second save in a group of its own
+    assert await ids_of(store, "t0") == ["earlier", "later"]
+    assert store._groups.grouped_statements == before + 1
+
+
+async def test_a_save_cancelled_before_its_group_went_writes_nothing(store: PostgresStore, pg_dsn: str) -> None:
+    outcome: dict[str, object] = {}
+    async with anyio.create_task_group() as tg:
+        async with statements_busy(store, pg_dsn):
+            async def keep(name: str, thread: str) -> None:
+                outcome[name] = await store.save_messages(thread, [say(name, thread)])
+
+            tg.start_soon(keep, "k0", "t0")
+            tg.start_soon(keep, "k1", "t1")
+
+            cancelled = anyio.CancelScope()
+
+            async def cancelled_save() -> None:
+                with cancelled:
+                    await store.save_messages("t2", [say("gone", "t2")])
+                outcome["gone"] = "cancelled" if cancelled.cancelled_caught else "saved"
+
+            tg.start_soon(cancelled_save)
+            await until(lambda: waiting(store) >= 3)
+            cancelled.cancel()
+            await until(lambda: "gone" in outcome)
+    assert outcome["gone"] == "cancelled"
+    assert await ids_of(store, "t2") == []
+    assert await ids_of(store, "t0") == ["k0"]
+    assert await ids_of(store, "t1") == ["k1"]
+
+
+async def test_a_group_whose_saves_were_all_cancelled_passes_its_statement_on(store: PostgresStore,
+                                                                              pg_dsn: str) -> None:
+    async with statements_busy(store, pg_dsn), anyio.create_task_group() as tg:
+        for thread in ("t0", "t1"):
+            tg.start_soon(store.save_messages, thread, [say(f"c-{thread}", thread)])
+        await until(lambda: waiting(store) >= 2)
+        tg.cancel_scope.cancel()
+    assert not store._groups._waiting
+    with anyio.fail_after(10):  # both statements are free again: a later save goes at once
+        assert [m.id for m in await store.save_messages("t3", [say("after", "t3")])] == ["after"]
+    assert store._groups._free == SAVE_STATEMENTS
+    assert await ids_of(store, "t0") == [] and await ids_of(store, "t1") == []
+
+
+async def test_memory_saves_from_many_conversations_share_statements(pg_dsn: str) -> None:
+    """Through ``Memory`` (thread actors, fenced saves): 40 conversations saving at once, every message kept, in
+    order, and some statements carried several conversations' saves."""
+    store = PostgresStore(pg_dsn, max_size=8)
+    async with Memory(storage=store, options={"lastMessages": 10}) as memory:
+        for t in range(40):
+            await memory.create_thread(thread_id=f"c{t}", resource_id=f"u{t % 4}")
+
+        async def talk(t: int) -> None:
+            for turn in range(5):
+                await memory.save_messages([say(f"c{t}-{turn}-{k}", f"c{t}", 2 * turn + k, f"u{t % 4}")
+                                            for k in range(2)])
+
+        async with anyio.create_task_group() as tg:
+            for t in range(40):
+                tg.start_soon(talk, t)
+        for t in range(40):
+            got = await memory.recall(f"c{t}", resource_id=f"u{t % 4}", per_page=False)
+            assert [m.id for m in got.messages] == [f"c{t}-{turn}-{k}" for turn in range(5) for k in range(2)]
+    assert store._groups.grouped_statements > 0
+
+
+async def test_chat_requests_of_many_users_share_statements(pg_dsn: str) -> None:
+    """Through the chat server's door (``messages_from_ui`` + ``Agent.stream``): 24 chats answered at once, three
+    requests each; every chat holds its questions and replies in order, and statements carried several chats'
+    saves."""
+    store = PostgresStore(pg_dsn, max_size=8)
+
+    def reply(request: ModelRequest) -> str:
+        return f"answer to {request.messages[-1].text}"
+
+    async with Memory(storage=store, options={"lastMessages": 20}) as memory:
+        agent = Agent("chat", "You answer.", ScriptedModel([reply] * 72), memory=memory)
+
+        async def chat(c: int) -> None:
+            history: list[dict[str, object]] = []
+            for turn in range(3):
+                history.append({"id": f"q{c}-{turn}", "role": "user",
+                                "parts": [{"type": "text", "text": f"question {turn} of chat {c}"}]})
+                body = {"id": f"chat{c}", "messages": history}
+                async with agent.stream(messages_from_ui(body), thread_id=f"chat{c}",
+                                        resource_id=f"user{c}") as stream:
+                    async for _ in stream:
+                        pass
+                stored = await memory.recall(f"chat{c}", resource_id=f"user{c}", per_page=False)
+                history = [{"id": m.id, "role": m.role, "parts": [{"type": "text", "text": m.text}]}
+                           for m in stored.messages]
+
+        async with anyio.create_task_group() as tg:
+            for c in range(24):
+                tg.start_soon(chat, c)
+        for c in range(24):
+            stored = (await memory.recall(f"chat{c}", resource_id=f"user{c}", per_page=False)).messages
+            assert [m.text for m in stored] == [
+                text for turn in range(3)
+                for text in (f"question {turn} of chat {c}", f"answer to question {turn} of chat {c}")]
+    assert store._groups.grouped_statements > 0
