@@ -15,9 +15,10 @@ import pytest
 from threadmind import Memory
 from threadmind.agent import Agent
 from threadmind.codecs import Message, Thread
+from threadmind.embedders import HashEmbedder
 from threadmind.errors import LeaseLost, MessageIdTaken, ResourceMismatch, ThreadNotFound
 from threadmind.models import ModelRequest, ScriptedModel
-from threadmind.stores import PostgresStore
+from threadmind.stores import PgVectorStore, PostgresStore
 from threadmind.stores._postgres._pool import import_asyncpg
 from threadmind.stores._postgres._save_groups import SAVE_STATEMENTS
 from threadmind.stores._protocol import MessageQuery
@@ -282,4 +283,34 @@ async def test_chat_requests_of_many_users_share_statements(pg_dsn: str) -> None
             assert [m.text for m in stored] == [
                 text for turn in range(3)
                 for text in (f"question {turn} of chat {c}", f"answer to question {turn} of chat {c}")]
+    assert store._groups.grouped_statements > 0
+
+
+async def test_saves_with_their_vectors_share_statements_and_keep_every_vector(pg_dsn: str) -> None:
+    """Semantic saves (``PgVectorStore`` beside the store: the vectors go in the save's statement) from 24
+    conversations at once: grouped, every message with its vector, none left pending, each found by its vector."""
+    store = PostgresStore(pg_dsn, max_size=8)
+    vector = PgVectorStore(pg_dsn)
+    options = {"lastMessages": 10, "semanticRecall": {"topK": 1, "messageRange": 0, "search": "vector"}}
+    async with Memory(storage=store, vector=vector, embedder=HashEmbedder(dim=32), options=options) as memory:
+        for t in range(24):
+            await memory.create_thread(thread_id=f"s{t}", resource_id="u1")
+
+        async def talk(t: int) -> None:
+            for turn in range(3):
+                await memory.save_messages([Message.user(f"conversation {t} turn {turn} about topic{t}x{turn}",
+                                                         id=f"s{t}-{turn}", thread_id=f"s{t}", resource_id="u1",
+                                                         created_at=BASE + timedelta(seconds=turn))])
+
+        async with anyio.create_task_group() as tg:
+            for t in range(24):
+                tg.start_soon(talk, t)
+        assert await vector.message_ids_with_vectors() == {f"s{t}-{turn}" for t in range(24) for turn in range(3)}
+        conn = await import_asyncpg().connect(pg_dsn)
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM threadmind_vector_pending") == 0
+        finally:
+            await conn.close()
+        hits = await memory.search("conversation 7 turn 2 about topic7x2", resource_id="u1", top_k=1, search="vector")
+        assert [hit.message.id for hit in hits] == ["s7-2"]
     assert store._groups.grouped_statements > 0

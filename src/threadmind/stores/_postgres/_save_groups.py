@@ -5,7 +5,8 @@ rows are in it: on the 2-core development VM a statement of one 2-message save t
 saves 5.2-5.9 ms. So a store runs at most :data:`SAVE_STATEMENTS` save statements at once; a save that finds them
 all busy joins the next group, which goes as one statement (:data:`SAVE_SQL <._save.SAVE_SQL>` takes any number of
 threads' parts and checks each part's lease) as soon as one of them finishes. A save that finds a statement free
-goes at once: a lone conversation saving one message at a time waits for nobody.
+goes at once: a lone conversation saving one message at a time waits for nobody. Saves that write their vectors in
+the statement (``PgVectorStore`` beside the store) group with saves writing to the same vector table.
 
 Every guarantee of a save holds for each caller of a group:
 
@@ -28,6 +29,7 @@ import anyio
 
 from ...codecs import Message
 from .._protocol import Lease
+from .._vector_rows import VectorRows
 from ._save import Part
 
 __all__ = ("SAVE_STATEMENTS", "SaveGroups")
@@ -38,17 +40,27 @@ shared workload with 16 saves in flight (2-core VM, local server): 1, 2, 4 and u
 4 780-4 949, 4 037-4 183 and 2 778-3 027 messages/s."""
 
 Stored = dict[str, list[Message]]
-SaveNow = Callable[[Sequence[Part], bool, Sequence[Lease]], Awaitable[Stored]]
+SaveNow = Callable[[Sequence[Part], bool, Sequence[Lease], VectorRows | None], Awaitable[Stored]]
+Kind = tuple[bool, str | None, str, str]
+"""What saves of one group share: whether their messages are marked as awaiting vectors, and the vector table
+their statement writes (none, or its name, type and namespace)."""
+
+
+def _kind(mark_pending: bool, vectors: VectorRows | None) -> Kind:
+    if vectors is None:
+        return mark_pending, None, "", ""
+    return mark_pending, vectors.table, vectors.vector_type, vectors.namespace
 
 
 class _Save:
     """One caller's save: its parts, its lease, and what became of it."""
 
-    __slots__ = ("error", "fence", "parts", "stored")
+    __slots__ = ("error", "fence", "parts", "stored", "vectors")
 
-    def __init__(self, parts: Sequence[Part], fence: Lease | None) -> None:
+    def __init__(self, parts: Sequence[Part], fence: Lease | None, vectors: VectorRows | None) -> None:
         self.parts = parts
         self.fence = fence
+        self.vectors = vectors
         self.stored: Stored | None = None
         self.error: Exception | None = None
 
@@ -56,18 +68,19 @@ class _Save:
 class _Group:
     """Saves waiting to go as one statement (at most one save of each thread)."""
 
-    __slots__ = ("done", "granted", "mark_pending", "saves", "started", "threads")
+    __slots__ = ("done", "granted", "kind", "mark_pending", "saves", "started", "threads")
 
-    def __init__(self, mark_pending: bool) -> None:
-        self.mark_pending = mark_pending
+    def __init__(self, kind: Kind) -> None:
+        self.kind = kind
+        self.mark_pending = kind[0]
         self.saves: list[_Save] = []
         self.threads: set[str] = set()
         self.granted = anyio.Event()  # a statement is free for it
         self.started = False  # its statement is being sent: no save leaves it any more
         self.done = anyio.Event()
 
-    def takes(self, save: _Save, mark_pending: bool) -> bool:
-        return mark_pending == self.mark_pending and self.threads.isdisjoint(part.thread_id for part in save.parts)
+    def takes(self, save: _Save, kind: Kind) -> bool:
+        return kind == self.kind and self.threads.isdisjoint(part.thread_id for part in save.parts)
 
     def add(self, save: _Save) -> None:
         self.saves.append(save)
@@ -92,17 +105,18 @@ class SaveGroups:
         self.grouped_statements = 0
         self.grouped_saves = 0
 
-    async def save(self, parts: Sequence[Part], mark_pending: bool, fence: Lease | None) -> Stored:
-        """Save ``parts`` (validated, each thread once) with ``fence``: alone when a statement is free, else with
-        the saves that wait beside it."""
+    async def save(self, parts: Sequence[Part], mark_pending: bool, fence: Lease | None,
+                   vectors: VectorRows | None = None) -> Stored:
+        """Save ``parts`` (validated, each thread once) with ``fence`` and their ``vectors``: alone when a statement
+        is free, else with the saves of the same kind (:data:`Kind`) that wait beside it."""
         if self._free > 0 and not self._waiting:
             self._free -= 1
             try:
-                return await self._save_now(parts, mark_pending, () if fence is None else (fence,))
+                return await self._save_now(parts, mark_pending, () if fence is None else (fence,), vectors)
             finally:
                 self._release()
-        save = _Save(parts, fence)
-        group = self._join(save, mark_pending)
+        save = _Save(parts, fence, vectors)
+        group = self._join(save, _kind(mark_pending, vectors))
         try:
             await group.granted.wait()
         except BaseException:
@@ -128,12 +142,12 @@ class SaveGroups:
         assert save.stored is not None
         return save.stored
 
-    def _join(self, save: _Save, mark_pending: bool) -> _Group:
+    def _join(self, save: _Save, kind: Kind) -> _Group:
         for group in self._waiting:
-            if group.takes(save, mark_pending):
+            if group.takes(save, kind):
                 group.add(save)
                 return group
-        group = _Group(mark_pending)
+        group = _Group(kind)
         group.add(save)
         self._waiting.append(group)
         return group
@@ -158,9 +172,10 @@ class SaveGroups:
                 self.grouped_statements += 1
                 self.grouped_saves += len(saves)
                 fences = list({s.fence: None for s in saves if s.fence is not None})
+                vectors = [s.vectors for s in saves if s.vectors is not None]
                 try:
                     stored = await self._save_now([part for s in saves for part in s.parts], group.mark_pending,
-                                                  fences)
+                                                  fences, VectorRows.joined(vectors) if vectors else None)
                 except Exception:
                     for save in saves:
                         await self._alone(save, group.mark_pending)
@@ -173,6 +188,7 @@ class SaveGroups:
 
     async def _alone(self, save: _Save, mark_pending: bool) -> None:
         try:
-            save.stored = await self._save_now(save.parts, mark_pending, () if save.fence is None else (save.fence,))
+            save.stored = await self._save_now(save.parts, mark_pending, () if save.fence is None else (save.fence,),
+                                               save.vectors)
         except Exception as exc:
             save.error = exc

@@ -448,15 +448,12 @@ class PostgresStore:
 
     async def _save(self, by_thread: Mapping[str, Sequence[Message]], mark_pending: bool, fence: Lease | None,
                     vectors: VectorRows | None) -> dict[str, list[Message]]:
-        """Validate, then save: saves without vectors through the group commit (:mod:`._save_groups`)."""
+        """Validate, then save through the group commit (:mod:`._save_groups`)."""
         parts = parts_of(by_thread)
         if not parts:
             await self._idle()
             return {thread_id: [] for thread_id in by_thread}
-        if vectors is None:
-            stored = await self._groups.save(parts, bool(mark_pending), fence)
-        else:
-            stored = await self._save_parts(parts, bool(mark_pending), () if fence is None else (fence,), vectors)
+        stored = await self._groups.save(parts, bool(mark_pending), fence, vectors)
         return {thread_id: stored.get(thread_id, []) for thread_id in by_thread}
 
     async def _save_parts(self, parts: Sequence[Part], mark_pending: bool, fences: Sequence[Lease],
