@@ -4,13 +4,16 @@ cancellable until sent."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import anyio
 import msgspec
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from threadmind import Memory
 from threadmind.agent import Agent
@@ -20,8 +23,10 @@ from threadmind.errors import LeaseLost, MessageIdTaken, ResourceMismatch, Threa
 from threadmind.models import ModelRequest, ScriptedModel
 from threadmind.stores import PgVectorStore, PostgresStore
 from threadmind.stores._postgres._pool import import_asyncpg
-from threadmind.stores._postgres._save_groups import SAVE_STATEMENTS
-from threadmind.stores._protocol import MessageQuery
+from threadmind.stores._postgres._save import Part
+from threadmind.stores._postgres._save_groups import SAVE_STATEMENTS, SaveGroups
+from threadmind.stores._protocol import Lease, MessageQuery
+from threadmind.stores._vector_rows import VectorRows
 from threadmind.ui import messages_from_ui
 
 BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -314,3 +319,95 @@ async def test_saves_with_their_vectors_share_statements_and_keep_every_vector(p
         hits = await memory.search("conversation 7 turn 2 about topic7x2", resource_id="u1", top_k=1, search="vector")
         assert [hit.message.id for hit in hits] == ["s7-2"]
     assert store._groups.grouped_statements > 0
+
+
+async def test_a_group_statement_span_links_the_callers_spans(store: PostgresStore, pg_dsn: str,
+                                                               span_exporter: InMemorySpanExporter) -> None:
+    """As on SQLite: one ``threadmind.store.group_commit`` span for the shared statement, linked from every caller's
+    span, with the statement's ``threadmind.store.write`` span inside it."""
+    tracer = trace.get_tracer("test")
+    contexts = []
+
+    def caller(i: int) -> Callable[[], Awaitable[object]]:
+        async def run() -> object:
+            with tracer.start_as_current_span(f"caller-{i}") as span:
+                contexts.append(span.get_span_context())
+                return await store.save_messages(f"t{i}", [say(f"traced{i}", f"t{i}")])
+        return run
+
+    await together(store, pg_dsn, {f"t{i}": caller(i) for i in range(3)})
+    spans = span_exporter.get_finished_spans()
+    groups = [s for s in spans if s.name == "threadmind.store.group_commit"]
+    assert len(groups) == 1
+    (group,) = groups
+    assert {link.context.span_id for link in group.links} == {c.span_id for c in contexts}
+    assert group.attributes is not None
+    assert group.attributes["db.system.name"] == "postgresql"
+    assert group.attributes["threadmind.store.group_size"] == 3
+    assert any(s.name == "threadmind.store.write" and s.parent is not None
+               and s.parent.span_id == group.context.span_id for s in spans)
+
+
+async def test_random_saves_never_overlap_on_a_thread_and_apply_in_call_order() -> None:
+    """``SaveGroups`` over a stand-in statement with random durations, random failures and random cancellations:
+    no thread is ever in two statements at once, at most two statements run, each thread's applied saves are in
+    the order they were called, and every caller gets its own outcome."""
+    rng = random.Random(7)
+    applied: dict[str, list[int]] = {}
+    in_flight: list[set[str]] = []
+    most = 0
+
+    async def save_now(parts: Sequence[Part], mark_pending: bool, fences: Sequence[Lease],
+                       vectors: VectorRows | None) -> dict[str, list[Message]]:
+        nonlocal most
+        threads = {part.thread_id for part in parts}
+        assert all(threads.isdisjoint(other) for other in in_flight)
+        in_flight.append(threads)
+        most = max(most, len(in_flight))
+        try:
+            await anyio.sleep(rng.random() / 500)
+            if any(m.id.endswith("!") for part in parts for m in part.messages):
+                raise ThreadNotFound("refused")  # the whole statement, as a refused part aborts it
+            for part in parts:
+                applied.setdefault(part.thread_id, []).extend(int(m.id.split("-")[1]) for m in part.messages)
+            return {part.thread_id: list(part.messages) for part in parts}
+        finally:
+            in_flight.remove(threads)
+
+    groups = SaveGroups(save_now)
+    called: dict[str, list[int]] = {}
+    outcomes: dict[int, str] = {}
+
+    async def caller(n: int, thread: str, failing: bool, cancel_after: float | None) -> None:
+        mid = f"{thread}-{n}" + ("!" if failing else "")
+        called.setdefault(thread, []).append(n)
+        with anyio.CancelScope() as scope:
+            if cancel_after is not None:
+                scope.deadline = anyio.current_time() + cancel_after
+            try:
+                stored = await groups.save([Part(thread, [say(mid, thread)])], False, None)
+                outcomes[n] = "saved" if [m.id for m in stored[thread]] == [mid] else "wrong"
+            except ThreadNotFound:
+                outcomes[n] = "refused"
+        if scope.cancelled_caught:
+            outcomes.setdefault(n, "cancelled")
+
+    async with anyio.create_task_group() as tg:
+        for n in range(600):
+            thread = f"t{rng.randrange(12)}"
+            failing = rng.random() < 0.05
+            cancel_after = rng.random() / 200 if rng.random() < 0.1 else None
+            tg.start_soon(caller, n, thread, failing, cancel_after)
+            if rng.random() < 0.3:
+                await anyio.sleep(rng.random() / 1000)
+    assert most <= SAVE_STATEMENTS
+    assert groups.grouped_statements > 0
+    assert set(outcomes.values()) <= {"saved", "refused", "cancelled"}
+    for thread, order in applied.items():
+        assert order == [n for n in called[thread] if n in order]  # applied in the order called
+        assert all(outcomes[n] in ("saved", "cancelled") for n in order)  # cancelled once sent: applied anyway
+    saved = {n for n, outcome in outcomes.items() if outcome == "saved"}
+    assert saved <= {n for order in applied.values() for n in order}
+    refused = {n for n, outcome in outcomes.items() if outcome == "refused"}
+    assert refused and not refused & {n for order in applied.values() for n in order}
+    assert groups._free == SAVE_STATEMENTS and not groups._busy and not groups._waiting

@@ -26,8 +26,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanContext
 
 from ...codecs import Message
+from ...tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from .._protocol import Lease
 from .._vector_rows import VectorRows
 from ._save import Part
@@ -55,12 +58,16 @@ def _kind(mark_pending: bool, vectors: VectorRows | None) -> Kind:
 class _Save:
     """One caller's save: its parts, its lease, and what became of it."""
 
-    __slots__ = ("error", "fence", "parts", "stored", "vectors")
+    __slots__ = ("error", "fence", "link", "parts", "stored", "vectors")
 
     def __init__(self, parts: Sequence[Part], fence: Lease | None, vectors: VectorRows | None) -> None:
         self.parts = parts
         self.fence = fence
         self.vectors = vectors
+        self.link: SpanContext | None = None  # the caller's span, linked from the group's statement span
+        if tracing_enabled():
+            context = trace.get_current_span().get_span_context()
+            self.link = context if context.is_valid else None
         self.stored: Stored | None = None
         self.error: Exception | None = None
 
@@ -68,19 +75,17 @@ class _Save:
 class _Group:
     """Saves waiting to go as one statement (at most one save of each thread)."""
 
-    __slots__ = ("done", "granted", "kind", "mark_pending", "saves", "started", "threads")
+    __slots__ = ("claimed", "done", "granted", "kind", "mark_pending", "saves", "started", "threads")
 
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
         self.mark_pending = kind[0]
         self.saves: list[_Save] = []
         self.threads: set[str] = set()
+        self.claimed: frozenset[str] = frozenset()  # its threads when it was given a statement
         self.granted = anyio.Event()  # a statement is free for it
         self.started = False  # its statement is being sent: no save leaves it any more
         self.done = anyio.Event()
-
-    def takes(self, save: _Save, kind: Kind) -> bool:
-        return kind == self.kind and self.threads.isdisjoint(part.thread_id for part in save.parts)
 
     def add(self, save: _Save) -> None:
         self.saves.append(save)
@@ -94,6 +99,10 @@ class _Group:
 class SaveGroups:
     """Runs a store's saves through at most ``statements`` statements at once (see the module docstring).
 
+    Groups are given statements in the order they were formed, and never while a statement in flight holds one of
+    their threads; a save joins no group older than the newest one holding one of its threads. So two saves of a
+    thread are never in flight together and apply in the order they were made.
+
     :param save_now: runs one statement for parts of one or more saves (every part or none), with their leases.
     """
 
@@ -101,6 +110,7 @@ class SaveGroups:
         self._save_now = save_now
         self._free = max(1, statements)
         self._waiting: deque[_Group] = deque()
+        self._busy: set[str] = set()  # threads of the statements in flight
         #: Statements that carried more than one save, and the saves they carried (for tests and benchmarks).
         self.grouped_statements = 0
         self.grouped_saves = 0
@@ -109,14 +119,16 @@ class SaveGroups:
                    vectors: VectorRows | None = None) -> Stored:
         """Save ``parts`` (validated, each thread once) with ``fence`` and their ``vectors``: alone when a statement
         is free, else with the saves of the same kind (:data:`Kind`) that wait beside it."""
-        if self._free > 0 and not self._waiting:
+        threads = frozenset(part.thread_id for part in parts)
+        if self._free > 0 and not self._waiting and self._busy.isdisjoint(threads):
             self._free -= 1
+            self._busy.update(threads)
             try:
                 return await self._save_now(parts, mark_pending, () if fence is None else (fence,), vectors)
             finally:
-                self._release()
+                self._finished(threads)
         save = _Save(parts, fence, vectors)
-        group = self._join(save, _kind(mark_pending, vectors))
+        group = self._join(save, threads, _kind(mark_pending, vectors))
         try:
             await group.granted.wait()
         except BaseException:
@@ -127,9 +139,10 @@ class SaveGroups:
             group.drop(save)
             if not group.saves:
                 if group.granted.is_set():
-                    self._release()  # the statement given to the group goes to the next one
+                    self._finished(group.claimed)  # the statement given to the group goes to the next one
                 else:
                     self._waiting.remove(group)
+                    self._dispatch()  # a group it held back may go
             raise
         if not group.started:
             group.started = True  # the first of the group to wake sends it
@@ -142,9 +155,14 @@ class SaveGroups:
         assert save.stored is not None
         return save.stored
 
-    def _join(self, save: _Save, kind: Kind) -> _Group:
-        for group in self._waiting:
-            if group.takes(save, kind):
+    def _join(self, save: _Save, threads: frozenset[str], kind: Kind) -> _Group:
+        """The group ``save`` goes with: the oldest of its kind after every group holding one of its threads."""
+        after = 0
+        for at, group in enumerate(self._waiting):
+            if not group.threads.isdisjoint(threads):
+                after = at + 1
+        for at, group in enumerate(self._waiting):
+            if at >= after and group.kind == kind:
                 group.add(save)
                 return group
         group = _Group(kind)
@@ -152,39 +170,61 @@ class SaveGroups:
         self._waiting.append(group)
         return group
 
-    def _release(self) -> None:
-        """A statement finished: the oldest waiting group takes it."""
-        while self._waiting:
-            group = self._waiting.popleft()
-            if group.saves:
-                group.granted.set()
-                return
+    def _finished(self, threads: frozenset[str]) -> None:
+        """A statement finished (or its group emptied before it went): its threads and the statement are free."""
+        self._busy.difference_update(threads)
         self._free += 1
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Give free statements to the oldest waiting groups, in order, while none of their threads is in flight."""
+        while self._free > 0 and self._waiting:
+            group = self._waiting[0]
+            if not group.saves:
+                self._waiting.popleft()
+                continue
+            if not self._busy.isdisjoint(group.threads):
+                return
+            self._waiting.popleft()
+            self._free -= 1
+            group.claimed = frozenset(group.threads)
+            self._busy.update(group.claimed)
+            group.granted.set()
 
     async def _run(self, group: _Group) -> None:
         """Send the group as one statement; when it fails, each save alone (its own outcome)."""
         saves = list(group.saves)
         try:
             with anyio.CancelScope(shield=True):
-                if len(saves) == 1:
-                    await self._alone(saves[0], group.mark_pending)
-                    return
-                self.grouped_statements += 1
-                self.grouped_saves += len(saves)
-                fences = list({s.fence: None for s in saves if s.fence is not None})
-                vectors = [s.vectors for s in saves if s.vectors is not None]
-                try:
-                    stored = await self._save_now([part for s in saves for part in s.parts], group.mark_pending,
-                                                  fences, VectorRows.joined(vectors) if vectors else None)
-                except Exception:
-                    for save in saves:
-                        await self._alone(save, group.mark_pending)
-                    return
-                for save in saves:
-                    save.stored = {part.thread_id: stored[part.thread_id] for part in save.parts}
+                if tracing_enabled():
+                    with get_tracer().start_as_current_span(
+                            "threadmind.store.group_commit", links=[Link(s.link) for s in saves if s.link is not None],
+                            attributes={ATTR_DB_SYSTEM: "postgresql", "threadmind.store.group_size": len(saves)}):
+                        await self._send(saves, group.mark_pending)
+                else:
+                    await self._send(saves, group.mark_pending)
         finally:
             group.done.set()
-            self._release()
+            self._finished(group.claimed)
+
+    async def _send(self, saves: Sequence[_Save], mark_pending: bool) -> None:
+        """The group's statement; when it fails, each save alone, in order."""
+        if len(saves) == 1:
+            await self._alone(saves[0], mark_pending)
+            return
+        self.grouped_statements += 1
+        self.grouped_saves += len(saves)
+        fences = list({s.fence: None for s in saves if s.fence is not None})
+        vectors = [s.vectors for s in saves if s.vectors is not None]
+        try:
+            stored = await self._save_now([part for s in saves for part in s.parts], mark_pending, fences,
+                                          VectorRows.joined(vectors) if vectors else None)
+        except Exception:
+            for save in saves:
+                await self._alone(save, mark_pending)
+            return
+        for save in saves:
+            save.stored = {part.thread_id: stored[part.thread_id] for part in save.parts}
 
     async def _alone(self, save: _Save, mark_pending: bool) -> None:
         try:
