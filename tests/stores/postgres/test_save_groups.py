@@ -24,7 +24,7 @@ from threadmind.models import ModelRequest, ScriptedModel
 from threadmind.stores import PgVectorStore, PostgresStore
 from threadmind.stores._postgres._pool import import_asyncpg
 from threadmind.stores._postgres._save import Part
-from threadmind.stores._postgres._save_groups import SAVE_STATEMENTS, SaveGroups
+from threadmind.stores._postgres._save_groups import MAX_GROUP, SAVE_STATEMENTS, SaveGroups
 from threadmind.stores._protocol import Lease, MessageQuery
 from threadmind.stores._vector_rows import VectorRows
 from threadmind.ui import messages_from_ui
@@ -350,18 +350,21 @@ async def test_a_group_statement_span_links_the_callers_spans(store: PostgresSto
 
 async def test_random_saves_never_overlap_on_a_thread_and_apply_in_call_order() -> None:
     """``SaveGroups`` over a stand-in statement with random durations, random failures and random cancellations:
-    no thread is ever in two statements at once, at most two statements run, each thread's applied saves are in
-    the order they were called, and every caller gets its own outcome."""
+    no thread is ever in two statements at once, at most two statements run and none carries more than
+    ``MAX_GROUP`` saves, each thread's applied saves are in the order they were called, and every caller gets its
+    own outcome."""
     rng = random.Random(7)
     applied: dict[str, list[int]] = {}
     in_flight: list[set[str]] = []
-    most = 0
+    most = largest = 0
 
     async def save_now(parts: Sequence[Part], mark_pending: bool, fences: Sequence[Lease],
                        vectors: VectorRows | None) -> dict[str, list[Message]]:
-        nonlocal most
+        nonlocal most, largest
         threads = {part.thread_id for part in parts}
         assert all(threads.isdisjoint(other) for other in in_flight)
+        assert len(parts) <= MAX_GROUP  # (one part a save here)
+        largest = max(largest, len(parts))
         in_flight.append(threads)
         most = max(most, len(in_flight))
         try:
@@ -393,14 +396,16 @@ async def test_random_saves_never_overlap_on_a_thread_and_apply_in_call_order() 
             outcomes.setdefault(n, "cancelled")
 
     async with anyio.create_task_group() as tg:
-        for n in range(600):
+        for n in range(150):  # a crowd larger than a group carries, at once
+            tg.start_soon(caller, n, f"crowd{n}", False, None)
+        for n in range(150, 750):
             thread = f"t{rng.randrange(12)}"
             failing = rng.random() < 0.05
             cancel_after = rng.random() / 200 if rng.random() < 0.1 else None
             tg.start_soon(caller, n, thread, failing, cancel_after)
             if rng.random() < 0.3:
                 await anyio.sleep(rng.random() / 1000)
-    assert most <= SAVE_STATEMENTS
+    assert most <= SAVE_STATEMENTS and largest == MAX_GROUP
     assert groups.grouped_statements > 0
     assert set(outcomes.values()) <= {"saved", "refused", "cancelled"}
     for thread, order in applied.items():

@@ -1,12 +1,13 @@
 """Group commit for ``PostgresStore`` saves: concurrent saves of one store share statements.
 
-A save statement's cost is mostly per statement (a round trip, planning, a commit and its WAL flush) while few
-rows are in it: on the 2-core development VM a statement of one 2-message save took 1.1 ms, one of sixteen such
-saves 5.2-5.9 ms. So a store runs at most :data:`SAVE_STATEMENTS` save statements at once; a save that finds them
-all busy joins the next group, which goes as one statement (:data:`SAVE_SQL <._save.SAVE_SQL>` takes any number of
-threads' parts and checks each part's lease) as soon as one of them finishes. A save that finds a statement free
-goes at once: a lone conversation saving one message at a time waits for nobody. Saves that write their vectors in
-the statement (``PgVectorStore`` beside the store) group with saves writing to the same vector table.
+A save statement's cost is mostly per statement (a round trip, the statement's fixed work, a commit and its WAL
+flush) while few rows are in it: on the 2-core development VM a statement of one 2-message save took 1.1 ms, one of
+sixteen such saves 5.2-5.9 ms. So a store runs at most :data:`SAVE_STATEMENTS` save statements at once; a save that
+finds them all busy joins the next group (of at most :data:`MAX_GROUP` saves), which goes as one statement
+(:data:`SAVE_SQL <._save.SAVE_SQL>` takes any number of threads' parts and checks each part's lease) as soon as one
+of them finishes. A save that finds a statement free goes at once: a lone conversation saving one message at a time
+waits for nobody. Saves that write their vectors in the statement (``PgVectorStore`` beside the store) group with
+saves writing to the same vector table.
 
 Every guarantee of a save holds for each caller of a group:
 
@@ -35,12 +36,18 @@ from .._protocol import Lease
 from .._vector_rows import VectorRows
 from ._save import Part
 
-__all__ = ("SAVE_STATEMENTS", "SaveGroups")
+__all__ = ("MAX_GROUP", "SAVE_STATEMENTS", "SaveGroups")
 
 SAVE_STATEMENTS = 2
 """Save statements a store runs at once before further saves wait to share one (the next group). Measured on the
 shared workload with 16 saves in flight (2-core VM, local server): 1, 2, 4 and unbounded statements gave 3 944-4 248,
-4 780-4 949, 4 037-4 183 and 2 778-3 027 messages/s."""
+4 780-4 949, 4 037-4 183 and 2 778-3 027 messages/s. Two are no bound on a larger server either: a statement of 64
+saves wrote 5 700-7 300 messages/s on one connection, more than a Python process feeds (its own work is 70-200 µs a
+message)."""
+
+MAX_GROUP = 64
+"""The most saves one statement carries (a larger crowd forms several groups): its parameters and its time stay
+bounded (a statement of 64 two-message saves took 18-23 ms here)."""
 
 Stored = dict[str, list[Message]]
 SaveNow = Callable[[Sequence[Part], bool, Sequence[Lease], VectorRows | None], Awaitable[Stored]]
@@ -156,13 +163,14 @@ class SaveGroups:
         return save.stored
 
     def _join(self, save: _Save, threads: frozenset[str], kind: Kind) -> _Group:
-        """The group ``save`` goes with: the oldest of its kind after every group holding one of its threads."""
+        """The group ``save`` goes with: the oldest of its kind, not full, after every group holding one of its
+        threads."""
         after = 0
         for at, group in enumerate(self._waiting):
             if not group.threads.isdisjoint(threads):
                 after = at + 1
         for at, group in enumerate(self._waiting):
-            if at >= after and group.kind == kind:
+            if at >= after and group.kind == kind and len(group.saves) < MAX_GROUP:
                 group.add(save)
                 return group
         group = _Group(kind)
