@@ -4,7 +4,11 @@ cancellable until sent."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -254,6 +258,7 @@ async def test_memory_saves_from_many_conversations_share_statements(pg_dsn: str
     assert store._groups.grouped_statements > 0
 
 
+@pytest.mark.slow  # 24 chats of three requests; the other doors stay in the default run
 async def test_chat_requests_of_many_users_share_statements(pg_dsn: str) -> None:
     """Through the chat server's door (``messages_from_ui`` + ``Agent.stream``): 24 chats answered at once, three
     requests each; every chat holds its questions and replies in order, and statements carried several chats'
@@ -416,3 +421,78 @@ async def test_random_saves_never_overlap_on_a_thread_and_apply_in_call_order() 
     refused = {n for n, outcome in outcomes.items() if outcome == "refused"}
     assert refused and not refused & {n for order in applied.values() for n in order}
     assert groups._free == SAVE_STATEMENTS and not groups._busy and not groups._waiting
+
+
+_SAVERS = """
+import sys, anyio
+from datetime import UTC, datetime, timedelta
+from threadmind.codecs import Message, Thread
+from threadmind.stores import PostgresStore
+
+async def main() -> None:
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    async with PostgresStore(sys.argv[1], max_size=8) as store:
+        for t in range(16):
+            await store.create_thread(Thread(id=f"k{t}", resource_id="r1"))
+        print("ready", flush=True)
+
+        async def saver(t: int) -> None:
+            n = 0
+            while True:
+                await store.save_messages(f"k{t}", [Message.user(f"save {n}", id=f"k{t}-{n:05d}", thread_id=f"k{t}",
+                                                                 resource_id="r1",
+                                                                 created_at=base + timedelta(seconds=n))])
+                print(f"ack {t} {n} {store._groups.grouped_statements}", flush=True)
+                n += 1
+
+        async with anyio.create_task_group() as tg:
+            for t in range(16):
+                tg.start_soon(saver, t)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.slow  # a process tree killed, as the other kill -9 tests
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+async def test_sigkill_keeps_every_acknowledged_grouped_save_and_each_threads_order(pg_dsn: str) -> None:
+    """16 savers in one process, their saves going in shared statements, killed with SIGKILL: every acknowledged
+    save is stored, and each thread holds a gapless prefix of its saves (a later save never without an earlier)."""
+    acked: dict[int, int] = {}
+    grouped = 0
+    async with await anyio.open_process([sys.executable, "-c", _SAVERS, pg_dsn], stderr=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None
+        buffer = b""
+
+        def take(lines: list[bytes]) -> None:
+            nonlocal grouped
+            for line in lines:
+                if line.startswith(b"ack "):
+                    _, t, n, g = line.split()
+                    acked[int(t)] = max(acked.get(int(t), -1), int(n))
+                    grouped = max(grouped, int(g))
+
+        with anyio.fail_after(60):
+            while sum(n + 1 for n in acked.values()) < 400 or grouped < 10:
+                buffer += await proc.stdout.receive()
+                *lines, buffer = buffer.split(b"\n")
+                take(lines)
+        os.kill(proc.pid, signal.SIGKILL)  # statements in flight
+        await proc.wait()
+        async for chunk in proc.stdout:  # acknowledgements already in the pipe count too
+            buffer += chunk
+        take(buffer.split(b"\n"))
+    assert proc.returncode == -signal.SIGKILL
+    conn = await import_asyncpg().connect(pg_dsn)
+    try:
+        rows = await conn.fetch("SELECT thread_id, id FROM mastra_messages")
+    finally:
+        await conn.close()
+    stored: dict[str, list[int]] = {}
+    for thread, mid in rows:
+        stored.setdefault(thread, []).append(int(mid.split("-")[1]))
+    for t in range(16):
+        numbers = sorted(stored.get(f"k{t}", []))
+        assert numbers == list(range(len(numbers))), f"thread k{t} has a gap"
+        assert len(numbers) >= acked.get(t, -1) + 1, f"an acknowledged save of k{t} was lost"
+        assert len(numbers) <= acked.get(t, -1) + 2  # at most the save in flight beyond
