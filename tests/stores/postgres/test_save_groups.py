@@ -59,7 +59,7 @@ async def until(condition: Callable[[], bool]) -> None:
 
 
 def waiting(store: PostgresStore) -> int:
-    return sum(len(group.saves) for group in store._groups._waiting)
+    return store.statistics().queued
 
 
 async def ids_of(store: PostgresStore, thread: str) -> list[str]:
@@ -112,9 +112,12 @@ async def test_waiting_saves_go_as_one_statement_each_with_its_own_messages(stor
     def saving(i: int) -> Callable[[], Awaitable[object]]:
         return lambda: store.save_messages(f"t{i}", [say(f"m{i}a", f"t{i}", 1), say(f"m{i}b", f"t{i}", 2)])
 
-    before = store._groups.grouped_statements
+    before = store.statistics()
     outcome = await together(store, pg_dsn, {f"t{i}": saving(i) for i in range(6)})
-    assert store._groups.grouped_statements == before + 1
+    after = store.statistics()
+    assert after.commits - before.commits == 3  # the two blocked saves, and the six together
+    assert after.jobs - before.jobs == 8
+    assert (after.largest_group, after.queued) == (6, 0)
     for i in range(6):
         saved = outcome[f"t{i}"]
         assert isinstance(saved, list)

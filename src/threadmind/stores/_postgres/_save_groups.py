@@ -33,6 +33,7 @@ from opentelemetry.trace import Link, SpanContext
 from ...codecs import Message
 from ...tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from .._protocol import Lease
+from .._statistics import StoreStatistics
 from .._vector_rows import VectorRows
 from ._save import Part
 
@@ -118,9 +119,18 @@ class SaveGroups:
         self._free = max(1, statements)
         self._waiting: deque[_Group] = deque()
         self._busy: set[str] = set()  # threads of the statements in flight
-        #: Statements that carried more than one save, and the saves they carried (for tests and benchmarks).
+        #: Statements that carried more than one save, and the saves they carried.
         self.grouped_statements = 0
         self.grouped_saves = 0
+        self._statements = 0  # every save statement sent, and the saves they carried (of which one failed)
+        self._saves = 0
+        self._largest = 0
+
+    def statistics(self) -> StoreStatistics:
+        """Save statements sent and the saves they carried (a group whose statement failed counts that statement,
+        then one for each of its saves sent again alone), the largest group and the saves waiting now."""
+        return StoreStatistics(commits=self._statements, jobs=self._saves, largest_group=self._largest,
+                               queued=sum(len(group.saves) for group in self._waiting))
 
     async def save(self, parts: Sequence[Part], mark_pending: bool, fence: Lease | None,
                    vectors: VectorRows | None = None) -> Stored:
@@ -130,6 +140,7 @@ class SaveGroups:
         if self._free > 0 and not self._waiting and self._busy.isdisjoint(threads):
             self._free -= 1
             self._busy.update(threads)
+            self._counted(1)
             try:
                 return await self._save_now(parts, mark_pending, () if fence is None else (fence,), vectors)
             finally:
@@ -222,6 +233,7 @@ class SaveGroups:
             return
         self.grouped_statements += 1
         self.grouped_saves += len(saves)
+        self._counted(len(saves))
         fences = list({s.fence: None for s in saves if s.fence is not None})
         vectors = [s.vectors for s in saves if s.vectors is not None]
         try:
@@ -234,7 +246,13 @@ class SaveGroups:
         for save in saves:
             save.stored = {part.thread_id: stored[part.thread_id] for part in save.parts}
 
+    def _counted(self, saves: int) -> None:
+        self._statements += 1
+        self._saves += saves
+        self._largest = max(self._largest, saves)
+
     async def _alone(self, save: _Save, mark_pending: bool) -> None:
+        self._counted(1)
         try:
             save.stored = await self._save_now(save.parts, mark_pending, () if save.fence is None else (save.fence,),
                                                save.vectors)

@@ -56,6 +56,7 @@ from .._query import (
     validate_delete_ids,
     validate_thread_list,
 )
+from .._statistics import StoreStatistics
 from .._vector_rows import VectorRows, vector_codec
 from .._versions import FileCounts, counts_for_file
 from ._keyword_index import PostgresKeywordIndex
@@ -244,6 +245,11 @@ class PostgresStore:
     async def neighbours(self, message_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
         """The messages just before and after each one in its thread, in one statement."""
         return await self._keywords.neighbours(message_ids)
+
+    def statistics(self) -> StoreStatistics:
+        """The group commit of saves (:mod:`._save_groups`): save statements sent, the saves they carried, the
+        largest group and the saves waiting now (as ``SQLiteStore.statistics()`` reports its writer)."""
+        return self._groups.statistics()
 
     def cache_statistics(self) -> dict[str, int]:
         """What this store answered from memory after the server confirmed it current: keyword searches

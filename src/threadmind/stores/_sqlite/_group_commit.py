@@ -34,7 +34,6 @@ from typing import Any, TypeVar
 
 import aiosqlite
 import anyio
-import msgspec
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext
 
@@ -44,6 +43,7 @@ from ...codecs._time import to_iso, utc_now
 from ...errors import MessageIdTaken, StorageError, ThreadmindError, ThreadNotFound
 from ...tracing import ATTR_DB_SYSTEM, get_tracer, tracing_enabled
 from .._query import check_owner
+from .._statistics import StoreStatistics
 from ._aiosqlite import (
     in_connection_thread,
     post_to_connection_thread,
@@ -343,17 +343,6 @@ def read_tx(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connecti
 
     return run
 
-
-
-class StoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of the writer: committed groups (of which on the event loop's thread), jobs run, the largest
-    group and jobs waiting now."""
-
-    commits: int
-    jobs: int
-    largest_group: int
-    queued: int
-    inline_commits: int = 0
 
 
 class GroupWriter:
