@@ -14,8 +14,9 @@ Every guarantee of a save holds for each caller of a group:
 * **All or nothing, each its own outcome.** The statement applies every part or none. When it fails (a missing
   thread, a lost lease, an id another thread holds, a server error), each save of the group runs again alone, in
   the order they arrived, and gets exactly the result or error it would have got alone.
-* **Order.** A group holds each thread once: a second save of a thread waits for the next group, so one
-  thread's saves apply in the order they were made.
+* **Order.** A group holds each thread once and never goes while a statement holding one of its threads is in
+  flight, and a save joins no group older than the newest holding its thread: one thread's saves apply in the order
+  they were made.
 * **Cancellation.** A save cancelled before its group's statement was sent is dropped (nothing of it is written);
   once sent, it is waited for as a lone save's statement is (shielded), then the cancellation goes on.
 * **Durability.** A save returns only once the statement that carried it committed.
@@ -119,9 +120,6 @@ class SaveGroups:
         self._free = max(1, statements)
         self._waiting: deque[_Group] = deque()
         self._busy: set[str] = set()  # threads of the statements in flight
-        #: Statements that carried more than one save, and the saves they carried.
-        self.grouped_statements = 0
-        self.grouped_saves = 0
         self._statements = 0  # every save statement sent, and the saves they carried (of which one failed)
         self._saves = 0
         self._largest = 0
@@ -231,8 +229,6 @@ class SaveGroups:
         if len(saves) == 1:
             await self._alone(saves[0], mark_pending)
             return
-        self.grouped_statements += 1
-        self.grouped_saves += len(saves)
         self._counted(len(saves))
         fences = list({s.fence: None for s in saves if s.fence is not None})
         vectors = [s.vectors for s in saves if s.vectors is not None]
