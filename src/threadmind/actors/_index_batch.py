@@ -27,6 +27,7 @@ from ..stores import PendingVector, VectorRecord, VectorStore
 from ..stores._vectors._contract import RowsForSave
 from ..tracing import ATTR_OPERATION, tracing_enabled
 from ._index_ops import BatchStages, IndexUpsert, PreparedVectors, UpsertItem
+from ._shared_embeds import SharedEmbedCalls
 
 __all__ = ("UpsertBatches",)
 
@@ -48,6 +49,7 @@ class UpsertBatches:
         self._is_stale = is_stale
         self.batches = 0
         self.embed_calls = 0
+        self._shared = SharedEmbedCalls(self.embed)  # for saves that embed before they commit
         #: Awaited after a batch recorded pending messages (True) or stored vectors that may clear some (False).
         self.on_pending: Callable[[bool], Awaitable[None]] | None = None
 
@@ -204,7 +206,8 @@ class UpsertBatches:
         one row per chunk of each message's last text, the embedder's values; the usage tokens on ``op``. None
         when any text could not be embedded (the batch path then retries and marks them) or the store declines."""
         latest = {item.message_id: item for item in op.items}
-        vectors, usage, failures = await self.embed_texts([c for item in latest.values() for c in item.chunks])
+        vectors, usage, failures = await self.embed_texts([c for item in latest.values() for c in item.chunks],
+                                                          shared=True)
         if failures:
             return None
         records: list[VectorRecord] = []
@@ -224,9 +227,10 @@ class UpsertBatches:
         return rows
 
     async def embed_texts(
-        self, chunks: list[str]
+        self, chunks: list[str], *, shared: bool = False
     ) -> tuple[dict[str, F32], dict[str, float], dict[str, BaseException]]:
-        """Vectors for ``chunks`` (cache first, then one call; per-text retry when the batch call fails)."""
+        """Vectors for ``chunks`` (cache first, then one call, ``shared`` with concurrent saves' texts
+        (:mod:`._shared_embeds`); per-text retry when that call fails)."""
         model = self._embedder.model_id
         vectors: dict[str, F32] = {}
         usage: dict[str, float] = {}
@@ -249,9 +253,16 @@ class UpsertBatches:
 
         if need:
             try:
-                await _one_call(need)
+                if shared:
+                    got, shares = await self._shared.embed(need)
+                    for text in need:
+                        vectors[text] = got[text]
+                        usage[text] = shares[text]
+                        self._cache.put(model, text, got[text])
+                else:
+                    await _one_call(need)
             except (EmbedderError, EmbeddingDimensionMismatch) as exc:
-                if len(need) == 1:
+                if len(need) == 1 and not shared:  # (a shared call may have failed for another caller's text)
                     failures[need[0]] = exc
                 else:
                     for text in need:
