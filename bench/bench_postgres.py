@@ -142,7 +142,7 @@ async def _phase_memory(server: _Server, workload: Workload, turns: Turns, concu
         elapsed = await _each_save(turns, concurrency, memory.save_messages, latencies)
     count = workload.message_count
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed),
-            **_pcts(latencies)}
+            **_pcts(latencies), "group_commit": _groups(store)}
 
 
 async def _phase_store(server: _Server, workload: Workload, turns: Turns, concurrency: int,
@@ -156,7 +156,13 @@ async def _phase_store(server: _Server, workload: Workload, turns: Turns, concur
                                                                                          batch), latencies)
     count = workload.message_count
     return {"messages": count, "seconds": round(elapsed, 3), "msgs_per_s": round(count / elapsed),
-            **_pcts(latencies)}
+            **_pcts(latencies), "group_commit": _groups(store)}
+
+
+def _groups(store: PostgresStore) -> dict[str, int]:
+    """How the saves went: statements sent, saves they carried, the largest group (the store's group commit)."""
+    stats = store.statistics()
+    return {"statements": stats.commits, "saves": stats.jobs, "largest_group": stats.largest_group}
 
 
 def _raw_params(batch: list[Message]) -> list[Any]:

@@ -25,6 +25,9 @@ def test_bench_postgres_prints_every_figure(pg_cluster: Any, capsys: pytest.Capt
         for path in ("memory", "store", "plain_asyncpg"):
             figures = report[phase][path]
             assert figures["messages"] == 24 and figures["msgs_per_s"] > 0 and figures["p99_ms"] >= figures["p50_ms"]
+        for path in ("memory", "store"):  # the 12 saves, in as many statements or fewer
+            groups = report[phase][path]["group_commit"]
+            assert groups["saves"] == 12 and 1 <= groups["statements"] <= 12 and groups["largest_group"] >= 1
         assert report[phase]["ratio_store_to_plain_asyncpg"] > 0
     for read in ("memory_recall", "store_thread_with_tail", "plain_asyncpg_last_10"):
         assert report["recall_last_10"][read]["p50_ms"] > 0
