@@ -84,11 +84,10 @@ class _Save:
 class _Group:
     """Saves waiting to go as one statement (at most one save of each thread)."""
 
-    __slots__ = ("claimed", "done", "granted", "kind", "mark_pending", "saves", "started", "threads")
+    __slots__ = ("claimed", "done", "granted", "kind", "saves", "started", "threads")
 
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
-        self.mark_pending = kind[0]
         self.saves: list[_Save] = []
         self.threads: set[str] = set()
         self.claimed: frozenset[str] = frozenset()  # its threads when it was given a statement
@@ -120,8 +119,8 @@ class SaveGroups:
         self._free = max(1, statements)
         self._waiting: deque[_Group] = deque()
         self._busy: set[str] = set()  # threads of the statements in flight
-        self._statements = 0  # every save statement sent, and the saves they carried (of which one failed)
-        self._saves = 0
+        self._statements = 0  # save statements sent (see statistics)
+        self._saves = 0  # the saves they carried
         self._largest = 0
 
     def statistics(self) -> StoreStatistics:
@@ -196,10 +195,7 @@ class SaveGroups:
     def _dispatch(self) -> None:
         """Give free statements to the oldest waiting groups, in order, while none of their threads is in flight."""
         while self._free > 0 and self._waiting:
-            group = self._waiting[0]
-            if not group.saves:
-                self._waiting.popleft()
-                continue
+            group = self._waiting[0]  # (a group whose saves all left was removed then)
             if not self._busy.isdisjoint(group.threads):
                 return
             self._waiting.popleft()
@@ -217,9 +213,9 @@ class SaveGroups:
                     with get_tracer().start_as_current_span(
                             "threadmind.store.group_commit", links=[Link(s.link) for s in saves if s.link is not None],
                             attributes={ATTR_DB_SYSTEM: "postgresql", "threadmind.store.group_size": len(saves)}):
-                        await self._send(saves, group.mark_pending)
+                        await self._send(saves, group.kind[0])
                 else:
-                    await self._send(saves, group.mark_pending)
+                    await self._send(saves, group.kind[0])
         finally:
             group.done.set()
             self._finished(group.claimed)
