@@ -38,9 +38,8 @@ BLOCK_BUDGET = 4_000_000
 """Postings (a word in a message, counted once) the cached blocks of one store hold at most (about 100 MB)."""
 _I32 = np.int32
 _F64 = np.float64
-# a word's postings: documents, counts, BM25 parts, the word's idf coverage per posting, and that coverage
-_Scored = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64],
-                float]
+# a word's postings: documents, counts, BM25 parts, and the word's idf coverage
+_Scored = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64], npt.NDArray[np.float64], float]
 Row = tuple[str, str, str, str]  # message id, thread id, resource id, its stems joined by spaces
 # message id, thread id, resource id, its length in words, and how often each stem occurs in it (PostgreSQL rows, whose
 # stored length counts words the tsvector leaves out)
@@ -52,6 +51,7 @@ RESOURCE, THREAD = "resource", "thread"
 _UNKNOWN = ("\x00?", "\x00?")  # neighbours not kept (a kept pair equal to it would only send a search to SQL)
 
 
+_SORTED_WHOLE = 256  # hits sorted whole below this many (one numpy call against five; 100 hits: 5 us against 10)
 _NO_DOCS: npt.NDArray[np.int32] = np.empty(0, dtype=np.int32)
 _NO_COUNTS: npt.NDArray[np.float64] = np.empty(0, dtype=np.float64)
 
@@ -84,8 +84,8 @@ class _Postings:
         return len(self.base_docs) + len(self.docs)
 
     def scored(self, norm: npt.NDArray[np.float64], n: int) -> _Scored:
-        """The documents, counts, BM25 parts and coverage (per posting, and the word's) in a block of ``n``
-        messages whose length norms are ``norm``."""
+        """The documents, counts, BM25 parts and the word's idf coverage in a block of ``n`` messages whose length
+        norms are ``norm``."""
         if self.stale or self._scored is None or self._norm is not norm:
             if self.built is not None and not self.docs:
                 built, word, start, end = self.built
@@ -93,8 +93,7 @@ class _Postings:
                 if whole is not None:  # the block as built: its words' scores are computed already
                     parts, covers = whole
                     cover = float(covers[word])
-                    self._scored = (self.base_docs, self.base_counts, parts[start:end], np.full(end - start, cover),
-                                    cover)
+                    self._scored = (self.base_docs, self.base_counts, parts[start:end], cover)
                     self._norm = norm
                     self.stale = False
                     return self._scored
@@ -107,7 +106,7 @@ class _Postings:
                 self.docs, self.counts = [], []
             docs, tf = self.base_docs, self.base_counts
             cover = max(raw, 0.0)
-            self._scored = (docs, tf, max(raw, 1e-6) * tf * 2.2 / (tf + norm[docs]), np.full(size, cover), cover)
+            self._scored = (docs, tf, max(raw, 1e-6) * tf * 2.2 / (tf + norm[docs]), cover)
             self._norm = norm
             self.stale = False
         return self._scored
@@ -117,7 +116,7 @@ class _Built:
     """The postings of the rows a block was built with, word by word in one pass of numpy (no Python work per
     posting): per word, a run of ``docs`` (ascending) and ``counts``; ``runs[word]`` is its run's bounds."""
 
-    __slots__ = ("_bounds", "_scores", "counts", "docs", "rows", "runs")
+    __slots__ = ("_bounds", "_scores", "counts", "docs", "rows", "runs", "words")
 
     def __init__(self, words_of: Sequence[Sequence[str]], counts_of: Sequence[Sequence[int]] | None) -> None:
         lengths = [len(words) for words in words_of]
@@ -151,6 +150,8 @@ class _Built:
             word: (number, bounds[number], bounds[number + 1]) for number, word in enumerate(vocabulary)}
         self.rows = len(words_of)
         self._scores: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None
+        #: Per word searched for: its run of the arrays, scored with the norms of ``_scores`` (made anew with them).
+        self.words: dict[str, _Scored] = {}
 
     def postings(self, word: str) -> _Postings | None:
         """The word's postings as a :class:`_Postings` (None: no row held it)."""
@@ -168,6 +169,7 @@ class _Built:
         of the few distinct document frequencies, so the scores equal those computed word by word."""
         if n != self.rows:  # rows joined the block: its words are scored one by one from now on
             self._scores = None
+            self.words = {}
             return None
         if self._scores is not None and self._scores[0] is norm:
             return self._scores[1], self._scores[2]
@@ -179,6 +181,7 @@ class _Built:
         tf = self.counts
         parts = idf * tf * 2.2 / (tf + norm[self.docs])
         self._scores = (norm, parts, covers)
+        self.words = {}
         return parts, covers
 
 
@@ -226,6 +229,11 @@ class KeywordBlock:
         """The thread of one of the block's messages (None: not the block's)."""
         doc = self._docs.get(message_id)
         return None if doc is None else self.threads[doc]
+
+    def unread_threads(self, most: int) -> list[str]:
+        """The threads of the block, of at most ``most`` of its messages, none of whose neighbours it keeps."""
+        remembered = self._remembered
+        return [thread for thread, size in self.thread_sizes.items() if size <= most and thread not in remembered]
 
     def remember(self, message_id: str, pair: tuple[str | None, str | None] | None) -> None:
         """Keep the neighbours of one of the block's messages (any other message is not kept: a change to its
@@ -328,40 +336,36 @@ class KeywordBlock:
         word counts are left empty (a quarter of the work, which a caller reading the scores alone never needs)."""
         n = len(self.ids)
         frequencies: dict[str, int] = {}
-        present: list[tuple[int, int, str, _Postings]] = []  # (messages holding it, query order, stem, postings)
-        for lexeme in lexemes_of(terms):
-            entry = self._entry(lexeme)
-            size = frequencies[lexeme] = 0 if entry is None else len(entry.base_docs) + len(entry.docs)
-            if entry is not None and size:
-                present.append((size, len(present), lexeme, entry))
         if not n:
-            return KeywordMatches(0, 0.0, frequencies, [])
+            return KeywordMatches(0, 0.0, dict.fromkeys(lexemes_of(terms), 0), [])
         average = self.words / n
-        if not present:
-            return KeywordMatches(n, average, frequencies, [])
-        present.sort()
-        del present[KEYWORD_TERMS:]
-        kept = [lexeme for _, _, lexeme, _ in present]
         if self._lengths_array is None:  # each message's BM25 length norm, k1 (0.25 + 0.75 length / average)
             self._lengths_array = 1.2 * (0.25 + 0.75 * np.asarray(self._lengths, dtype=_F64) / average)
         norm = self._lengths_array
-        scored = [entry.scored(norm, n) for _, _, _, entry in present]
+        built = self._built
+        if built is not None and built.rows == n:
+            kept, scored = self._built_words(built, norm, terms, frequencies)
+        else:
+            kept, scored = self._grown_words(norm, terms, frequencies)
+        if not scored:
+            return KeywordMatches(n, average, frequencies, [])
         # One numpy call a step whatever the number of words (a search's cost is mostly calls, not elements).
         if len(scored) == 1:
-            docs, parts, weights = scored[0][0], scored[0][2], scored[0][3]
+            docs, parts = scored[0][0], scored[0][2]
         else:
             docs = np.concatenate([p[0] for p in scored])
             parts = np.concatenate([p[2] for p in scored])
-            weights = np.concatenate([p[3] for p in scored])
         # BM25 (k1 1.2, b 0.75) with FTS5's idf floor, times the square root of the idf coverage (keyword_ranking's).
         bm25 = np.bincount(docs, weights=parts, minlength=n)
         hit = np.flatnonzero(bm25)  # every message holding a kept word, even one scoring 0
-        total = sum(p[4] for p in scored)
+        covers = [p[3] for p in scored]
+        total = sum(covers)
         values = bm25[hit]
-        if total > 0:
+        if total > 0 and len(scored) > 1:  # (one word: every hit holds all of the query's idf)
+            weights = np.repeat(np.array(covers, dtype=_F64), [len(p[0]) for p in scored])
             values *= np.sqrt(np.bincount(docs, weights=weights, minlength=n)[hit] / total)
         values = np.round(values, SCORE_DIGITS)  # ties stay ties whatever the order of the sums
-        if len(hit) > limit:  # the best `limit`, and every message tying with the last of them
+        if len(hit) > max(limit, _SORTED_WHOLE):  # the best `limit`, and every message tying with the last of them
             near = values >= -np.partition(-values, limit - 1)[limit - 1]
             hit, values = hit[near], values[near]
         order = np.lexsort((hit, -values))[:limit]  # best first; ties in the order the messages were indexed
@@ -381,6 +385,49 @@ class KeywordBlock:
         candidates = [KeywordCandidate(ids[doc], threads[doc], resources[doc], int(sizes_of[doc]), tallies[row], value)
                       for row, (doc, value) in enumerate(zip(hit.tolist(), values.tolist(), strict=True))]
         return KeywordMatches(n, average, frequencies, candidates)
+
+    @staticmethod
+    def _built_words(built: _Built, norm: npt.NDArray[np.float64], terms: Sequence[str],
+                     frequencies: dict[str, int]) -> tuple[list[str], list[_Scored]]:
+        """The rarest :data:`KEYWORD_TERMS` of the query's lexemes the block holds, scored, while it holds only the
+        rows it was built with: slices of the arrays scored for all its words at once (no object a word, so a word
+        a scope was never searched for costs no more than one it was)."""
+        whole = built.scores(norm, built.rows)
+        assert whole is not None  # the block holds its built rows alone
+        words = built.words
+        present: list[tuple[int, int, str, _Scored]] = []  # (messages holding it, query order, stem, scored)
+        for lexeme in lexemes_of(terms):
+            word = words.get(lexeme)
+            if word is None:
+                run = built.runs.get(lexeme)
+                if run is None:
+                    frequencies[lexeme] = 0
+                    continue
+                number, start, end = run
+                parts, covers = whole
+                word = words[lexeme] = (built.docs[start:end], built.counts[start:end], parts[start:end],
+                                        float(covers[number]))
+            size = frequencies[lexeme] = len(word[0])
+            present.append((size, len(present), lexeme, word))
+        present.sort()
+        del present[KEYWORD_TERMS:]
+        return [lexeme for _, _, lexeme, _ in present], [word for _, _, _, word in present]
+
+    def _grown_words(self, norm: npt.NDArray[np.float64], terms: Sequence[str],
+                     frequencies: dict[str, int]) -> tuple[list[str], list[_Scored]]:
+        """As :meth:`_built_words`, once rows joined the block: each word's postings, scored and kept."""
+        n = len(self.ids)
+        present: list[tuple[int, int, str, _Postings]] = []  # (messages holding it, query order, stem, postings)
+        for lexeme in lexemes_of(terms):
+            entry = self._entry(lexeme)
+            size = frequencies[lexeme] = 0 if entry is None else len(entry.base_docs) + len(entry.docs)
+            if entry is not None and size:
+                present.append((size, len(present), lexeme, entry))
+        if not present:
+            return [], []
+        present.sort()
+        del present[KEYWORD_TERMS:]
+        return [lexeme for _, _, lexeme, _ in present], [entry.scored(norm, n) for _, _, _, entry in present]
 
 
 class KeywordBlocks:

@@ -217,3 +217,30 @@ async def test_creation_times_are_kept_with_the_scope_while_it_is_unchanged(
             assert await read(["m3"]) == {"m3": moved}
         assert await read(["m3"]) == {"m3": moved}
         assert await store.created_times(["m3"], thread_id="t1") == {"m3": moved}  # another scope: its own
+
+
+async def test_a_small_scopes_first_search_reads_every_threads_order_so_other_words_need_no_trip(
+        tmp_path: Path) -> None:
+    """Each search of a resource names other messages (new words, other vector hits): their neighbours are kept
+    from the first search on, for every thread of the scope, so no later search of the unchanged scope needs the
+    database, whatever it asks; and the neighbours kept are the store's."""
+    async with SQLiteStore(str(tmp_path / "m.db")) as store:
+        topics = ("harbour pilot", "violin lesson", "marathon training")
+        for t, topic in enumerate(topics):
+            await store.create_thread(Thread(id=f"t{t}", resource_id="r1"))
+            await store.save_messages(f"t{t}", [
+                Message.user(f"{topic} {i}" if i % 2 == 0 else "ok", id=f"t{t}m{i}", thread_id=f"t{t}",
+                             resource_id="r1", created_at=BASE + timedelta(seconds=10 * t + i)) for i in range(4)])
+
+        async def search(query: str, others: list[str]) -> list[str]:
+            matches = await store.keyword_search(query_terms(query), resource_id="r1", thread_id=None, limit=5,
+                                                 neighbours_of=others)
+            ids = [c.message_id for c in matches.candidates]
+            assert matches.neighbours == await store.neighbours(list(dict.fromkeys(ids + others)))
+            return ids
+
+        assert set(await search("harbour", ["t0m1"])) == {"t0m0", "t0m2"}
+        assert from_memory(store) == 0
+        assert set(await search("violin", ["t2m3"])) == {"t1m0", "t1m2"}  # other threads: kept since the first
+        assert set(await search("marathon training", ["t1m1"])) == {"t2m0", "t2m2"}
+        assert from_memory(store) == 2

@@ -470,9 +470,13 @@ def _neighbours_read(conn: sqlite3.Connection, block: KeywordBlock,
                      ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
     """The neighbours of ``ids``, and of every message of the threads of those that are the block's (when the
     block holds at most :data:`THREAD_FILL` of a thread's messages): a thread read in order costs about a tenth of
-    reading one message's neighbours, so the scope's later searches find them kept."""
+    reading one message's neighbours, so the scope's later searches find them kept. A block small enough to be
+    searched without a trip (:data:`MEMORY_SCOPE`) has every thread whose neighbours it does not keep read too, so
+    its next searches, whatever their words, need no trip for neighbours."""
     threads = {thread for mid in ids if (thread := block.thread_of(mid)) is not None
                and block.thread_sizes[thread] <= THREAD_FILL}
+    if len(block.ids) <= MEMORY_SCOPE:
+        threads.update(block.unread_threads(THREAD_FILL))
     found = thread_neighbours(conn, sorted(threads)) if threads else {}
     rest = [mid for mid in ids if mid not in found]
     if rest:
