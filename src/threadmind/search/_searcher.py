@@ -152,7 +152,7 @@ class Searcher:
         if mode == "vector" or weight <= 0.0 or (self._keywords is None and mode == "hybrid"):
             return await self._vector_only(query, top_k, resource_id, thread_id, threshold)
         keyword_pool, vector_pool = pools(top_k)
-        dates = named_dates(query, utc_now()) if self._store is not None else ()
+        dates = named_dates(query, utc_now) if self._store is not None else ()
         keyword_limit = keyword_pool * DATE_POOL if dates else keyword_pool  # the date lift reorders a deeper pool
         wants_vectors = weight < 1.0 and self._vectors is not None
         keywords = self._keywords
