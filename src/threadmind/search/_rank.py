@@ -37,7 +37,6 @@ Leave-one-conversation-out tuning never beat these defaults on the conversation 
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -141,23 +140,31 @@ def ranked(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str,
                 gained[previous] = fused * _NEXT
             if previous not in pool and previous not in named:
                 named[previous] = entry
+    scores = [entry[0] + get(message_id, 0.0) for message_id, entry in pool.items()]
+    # With a limit, a message below the limit-th best score of the pool is never handed back (a neighbour outside the
+    # pool loses its ties too: see the order below), so only those that can be are ordered.
+    floor = None
+    if limit is not None:
+        positive = sorted([score for score in scores if score > 0.0], reverse=True)
+        if len(positive) >= limit:
+            floor = positive[limit - 1] if limit > 0 else math.inf
     # (-score, -similarity, position, id, entry, in the pool): positions differ, so the rest is never compared
     ordered: list[tuple[Any, ...]] = []
     add = ordered.append
     inf = math.inf
-    position = 0
-    for message_id, entry in pool.items():
-        score = entry[0] + get(message_id, 0.0)
-        if score > 0.0:
+    low = 0.0 if floor is None else floor
+    for position, ((message_id, entry), score) in enumerate(zip(pool.items(), scores, strict=True)):
+        if score > 0.0 and score >= low:
             similarity = entry[1]
             add((-score, inf if similarity is None else -similarity, position, message_id, entry, True))
-        position += 1
+    position = len(pool)
     for other, source in named.items():  # outside both pools: its neighbour's gain alone, no similarity
         score = get(other, 0.0)
-        if score > 0.0:
+        if score > low:
             add((-score, inf, position, other, source, False))
         position += 1
-    best_first = heapq.nsmallest(limit, ordered) if limit is not None and limit < len(ordered) else sorted(ordered)
+    ordered.sort()
+    best_first = ordered if limit is None else ordered[:limit]
     out: list[Ranked] = []
     for item in best_first:
         entry = item[4]
