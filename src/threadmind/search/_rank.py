@@ -124,6 +124,7 @@ def ranked(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str,
     gained: dict[str, float] = {}  # what each message gains from its neighbours
     named: dict[str, list[Any]] = {}  # neighbours outside the pool -> the candidate that named them first
     get = gained.get
+    name = named.setdefault  # the first candidate to name a neighbour keeps it
     for message_id, entry in pool.items():
         pair = neighbours.get(message_id)
         if pair is None:
@@ -131,15 +132,17 @@ def ranked(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str,
         previous, following = pair
         fused = entry[0]
         if following is not None:  # entry is following's previous
-            if fused * _PREVIOUS > get(following, 0.0):
-                gained[following] = fused * _PREVIOUS
-            if following not in pool and following not in named:
-                named[following] = entry
+            gain = fused * _PREVIOUS
+            if gain > get(following, 0.0):
+                gained[following] = gain
+            if following not in pool:
+                name(following, entry)
         if previous is not None:  # ... and previous's next
-            if fused * _NEXT > get(previous, 0.0):
-                gained[previous] = fused * _NEXT
-            if previous not in pool and previous not in named:
-                named[previous] = entry
+            gain = fused * _NEXT
+            if gain > get(previous, 0.0):
+                gained[previous] = gain
+            if previous not in pool:
+                name(previous, entry)
     scores = [entry[0] + get(message_id, 0.0) for message_id, entry in pool.items()]
     # With a limit, a message below the limit-th best score of the pool is never handed back (a neighbour outside the
     # pool loses its ties too: see the order below), so only those that can be are ordered.

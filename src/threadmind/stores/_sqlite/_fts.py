@@ -322,8 +322,9 @@ def search_in_memory(blocks: KeywordBlocks, version: int, terms: Sequence[str], 
         return None
     if neighbours_of is None:
         return found
-    ids = list(dict.fromkeys([candidate.message_id for candidate in found.candidates] + list(neighbours_of)))
-    neighbours = blocks.cached_neighbours(block, epoch, ids)
+    # (an id named twice is looked up twice: cheaper than making the ids distinct first)
+    neighbours = blocks.cached_neighbours(block, epoch, [candidate.message_id for candidate in found.candidates]
+                                          + list(neighbours_of))
     return None if neighbours is None else msgspec.structs.replace(found, neighbours=neighbours)
 
 

@@ -80,13 +80,13 @@ class SQLiteKeywordIndex:
             return msgspec.structs.replace(NO_MATCHES, neighbours=await self.neighbours(neighbours_of))
         blocks = self.blocks
         others = None if neighbours_of is None else list(neighbours_of)
-        epoch, writes, checked = self._epoch(), self._writes(), self._checked
         current = self._current(resource_id, thread_id)
         if current is not None:
             known = search_in_memory(blocks, current[1], terms, resource_id, thread_id, limit, others, counts=counts)
             if known is not None:
                 self._memory_hits += 1
                 return known
+        epoch, writes, checked = self._epoch(), self._writes(), self._checked
 
         def check(token: str, version: int) -> None:
             if epoch is not None:
