@@ -104,3 +104,18 @@ def test_any_text_gives_real_dates_or_none(query: str) -> None:
 def test_a_long_query_is_read_quickly() -> None:
     query = "on 3 June, 2023 and in May " * 2000 + "\ud800 🎉" * 1000
     assert len(named_dates(query)) == 2
+
+
+@pytest.mark.parametrize(("query", "dates"), [
+    ("DINNER ON DEC 25", [NamedDate(12, None, 25)]),  # upper case
+    ("dinner on déc 25 or on Dec 25", [NamedDate(12, None, 25)]),  # not ASCII: read by the full scan
+    ("«13 October 2023»", [NamedDate(10, 2023, 13)]),
+    ("my friend's wedding, decided on a sunny day in june", [NamedDate(6)]),
+    ("the_13 october_2023 note", []),  # joined by "_": one word, no date
+    ("3\u00a0days ago", [NamedDate(12, 2026, 2)]),  # a no-break space between the words
+    ("a call on Friday", [NamedDate(12, 2026, 4)]),
+])
+def test_a_query_is_read_whatever_starts_like_a_date(query: str, dates: list[NamedDate]) -> None:
+    """Only whole words that can start a date send a query to the forms ("friend", "wedding", "sunny" never do),
+    and a query that is not ASCII is read as one that is."""
+    assert sorted(named_dates(query, SATURDAY), key=repr) == sorted(dates, key=repr)
