@@ -114,9 +114,9 @@ class _Postings:
 
 class _Built:
     """The postings of the rows a block was built with, word by word in one pass of numpy (no Python work per
-    posting): per word, a run of ``docs`` (ascending) and ``counts``; ``runs[word]`` is its run's bounds."""
+    posting, nor per word): per word, a run of ``docs`` (ascending) and ``counts``; :meth:`run` gives its bounds."""
 
-    __slots__ = ("_bounds", "_scores", "counts", "docs", "rows", "runs", "words")
+    __slots__ = ("_bounds", "_numbers", "_scores", "_starts", "counts", "docs", "rows", "words")
 
     def __init__(self, words_of: Sequence[Sequence[str]], counts_of: Sequence[Sequence[int]] | None) -> None:
         lengths = [len(words) for words in words_of]
@@ -145,17 +145,25 @@ class _Built:
         self.docs: npt.NDArray[np.int32] = (keys % rows).astype(_I32)
         self.counts: npt.NDArray[np.float64] = counts
         self._bounds = np.searchsorted(word_of, np.arange(len(vocabulary) + 1))
-        bounds = self._bounds.tolist()
-        self.runs: dict[str, tuple[int, int, int]] = {
-            word: (number, bounds[number], bounds[number + 1]) for number, word in enumerate(vocabulary)}
+        self._starts: list[int] = self._bounds.tolist()
+        number.default_factory = None  # numbered: a word not among them is not added by a lookup
+        self._numbers: dict[str, int] = number
         self.rows = len(words_of)
         self._scores: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None
         #: Per word searched for: its run of the arrays, scored with the norms of ``_scores`` (made anew with them).
         self.words: dict[str, _Scored] = {}
 
+    def run(self, word: str) -> tuple[int, int, int] | None:
+        """The word's number and the bounds of its run of ``docs`` and ``counts`` (None: no row held it)."""
+        number = self._numbers.get(word)
+        if number is None:
+            return None
+        starts = self._starts
+        return number, starts[number], starts[number + 1]
+
     def postings(self, word: str) -> _Postings | None:
         """The word's postings as a :class:`_Postings` (None: no row held it)."""
-        run = self.runs.get(word)
+        run = self.run(word)
         if run is None:
             return None
         number, start, end = run
@@ -248,6 +256,11 @@ class KeywordBlock:
         self.epoch += 1
         words_of: list[list[str]] = []
         counts_of: list[list[int] | None] = []
+        at = 2 if self.owner[0] == RESOURCE else 1  # the row's resource, or its thread: the block's scope
+        scope = self.owner[1]
+        docs, ids, threads, resources, lengths = self._docs, self.ids, self.threads, self.resources, self._lengths
+        sizes: dict[str, int] = {}
+        words_in = 0
         for row in rows:
             counts: list[int] | None
             if len(row) == 4:
@@ -257,17 +270,19 @@ class KeywordBlock:
             else:
                 message_id, thread_id, resource_id, length, tally = row
                 words, counts = list(tally), list(tally.values())
-            if length <= 0 or message_id in self._docs or not self.holds(row):
+            if length <= 0 or message_id in docs or row[at] != scope:
                 continue
-            self._docs[message_id] = len(self.ids)
-            self.ids.append(message_id)
-            self.threads.append(thread_id)
-            self.thread_sizes[thread_id] += 1
-            self.resources.append(resource_id)
-            self._lengths.append(float(length))
-            self.words += length
+            docs[message_id] = len(ids)
+            ids.append(message_id)
+            threads.append(thread_id)
+            sizes[thread_id] = sizes.get(thread_id, 0) + 1
+            resources.append(resource_id)
+            lengths.append(float(length))
+            words_in += length
             words_of.append(words)
             counts_of.append(counts)
+        self.thread_sizes.update(sizes)
+        self.words += words_in
         if not words_of:
             return
         if all(counts is None for counts in counts_of):
@@ -399,7 +414,7 @@ class KeywordBlock:
         for lexeme in lexemes_of(terms):
             word = words.get(lexeme)
             if word is None:
-                run = built.runs.get(lexeme)
+                run = built.run(lexeme)
                 if run is None:
                     frequencies[lexeme] = 0
                     continue
