@@ -61,8 +61,9 @@ DATE_POOL = 2
 _PREVIOUS, _NEXT = 0.5, 0.25
 
 
-class Ranked(msgspec.Struct, kw_only=True):
-    """One candidate of a ranking: its fused, smoothed ``score`` and what each side gave it."""
+class Ranked(msgspec.Struct, kw_only=True, gc=False):
+    """One candidate of a ranking: its fused, smoothed ``score`` and what each side gave it (not tracked by the
+    garbage collector: its fields can hold no cycle)."""
 
     message_id: str
     thread_id: str

@@ -60,9 +60,10 @@ _WORD = re.compile(r"[^\W_]+")  # letters and digits of any script; no underscor
 _ASCII_WORD = re.compile(r"[a-z0-9]+")
 
 
-class KeywordCandidate(msgspec.Struct, frozen=True):
+class KeywordCandidate(msgspec.Struct, frozen=True, gc=False):
     """A message of the scope matching some of the query's words: its length in words, how many times it holds
-    each of the query's lexemes (stems), and its keyword score (:func:`keyword_ranking`'s)."""
+    each of the query's lexemes (stems), and its keyword score (:func:`keyword_ranking`'s). Not tracked by the
+    garbage collector (a search makes dozens; its fields can hold no cycle)."""
 
     message_id: str
     thread_id: str
