@@ -29,9 +29,12 @@ sweep over all actors at once.
 Prints JSON: every figure per size and the ratios to the first size's, and ``idle``. ``--max`` stops early
 (quick runs); ``--idle 0`` skips the idle phase, ``--only idle`` runs it alone.
 ``--gc-threshold N`` sets CPython's youngest-generation threshold in every phase (see the README's deployment notes);
-``--search vector`` measures the reference's vector-only recall instead of the hybrid default.
+``--search vector`` measures the reference's vector-only recall instead of the hybrid default; ``--search both``
+asks each of the ``latency`` phase's semantic queries by vectors alone and by the hybrid ranking, one right after
+the other (each first every other query), so the two are compared at one moment of the machine (the other phases
+run hybrid).
 Usage: ``python -m bench.bench_growth [--max 100000] [--workdir DIR] [--idle N] [--only growth|idle]
-[--search hybrid|vector|keyword] [--gc-threshold N]``.
+[--search hybrid|vector|keyword|both] [--gc-threshold N]``.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-SEARCH = {"mode": "hybrid"}  # semanticRecall.search of every phase (--search)
+SEARCH = {"mode": "hybrid"}  # semanticRecall.search of every phase (--search; "both": see the module docstring)
 
 
 def _memory(path: str) -> Memory:
@@ -87,8 +90,13 @@ def _memory(path: str) -> Memory:
         vector=HnswVectorStore(path + ".vectors"),
         embedder=HashEmbedder(dim=DIM),
         options={"lastMessages": 10, "semanticRecall": {"topK": 4, "messageRange": 1, "scope": "resource",
-                                                        "search": SEARCH["mode"]}},
+                                                        "search": _configured_search()}},
     )
+
+
+def _configured_search() -> str:
+    """The memory's ``semanticRecall.search``: ``--search``, hybrid for ``both``."""
+    return "hybrid" if SEARCH["mode"] == "both" else SEARCH["mode"]
 
 
 def _turn(workload: Workload, t: int, k: int) -> list[Message]:
@@ -307,6 +315,23 @@ async def _timed(calls: Sequence[tuple[str, str, str | None]], memory: Memory) -
     return {**pcts(times), "n": len(times)}
 
 
+async def _alternating(calls: Sequence[tuple[str, str, str]], memory: Memory) -> dict[str, Any]:
+    """Each search of ``calls`` recalled by vectors alone and by the hybrid ranking, one right after the other (each
+    mode first every other call: the second finds the query's embedding cached); both modes' latencies and the
+    ratio of their medians."""
+    times: dict[str, list[float]] = {"vector": [], "hybrid": []}
+    for i, (thread, owner, text) in enumerate(calls):
+        for mode in ("vector", "hybrid") if i % 2 == 0 else ("hybrid", "vector"):
+            config = {"semanticRecall": {"topK": 4, "messageRange": 1, "scope": "resource", "search": mode}}
+            started = time.perf_counter()
+            await memory.recall(thread, resource_id=owner, per_page=0, vector_search_string=text,
+                                thread_config=config)
+            times[mode].append(time.perf_counter() - started)
+    ratio = float(np.median(times["hybrid"]) / np.median(times["vector"])) if calls else 0.0
+    return {"vector": pcts(times["vector"]), "hybrid": pcts(times["hybrid"]), "ratio_p50": round(ratio, 2),
+            "n": len(calls)}
+
+
 async def _latency(path: str, threads: int, n: int = 300, scopes: int = 100) -> dict[str, Any]:
     """A second start as a server makes it (``load_index()`` before any request: how long, and the event loop's
     longest gap meanwhile), then the same reads at every size: each thread's or resource's first read (nothing
@@ -345,8 +370,9 @@ async def _latency(path: str, threads: int, n: int = 300, scopes: int = 100) -> 
     for name, first_text in (("semantic_cold", 10_000), ("semantic_hot", 20_000)):
         reads = _stats(memory).store.stored_scope_reads
         # new texts the second time: a repeated text would skip embedding (the query cache)
-        out[name] = await _timed([(thread, owner, gen_text(STREAM_RESOURCE_QUERIES, first_text + i, 80))
-                                  for i, (thread, owner) in enumerate(searches)], memory)
+        asked = [(thread, owner, gen_text(STREAM_RESOURCE_QUERIES, first_text + i, 80))
+                 for i, (thread, owner) in enumerate(searches)]
+        out[name] = await (_alternating(asked, memory) if SEARCH["mode"] == "both" else _timed(asked, memory))
         out[name]["scope_reads"] = _stats(memory).store.stored_scope_reads - reads  # blocks read from SQL
     await memory.aclose()
     # other threads and resources where there are enough (a 10k database has only the 100 resources read above)
@@ -506,8 +532,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--gc-threshold", type=int, metavar="N",
                         help="gc.set_threshold(N) in every phase (default: CPython's 700): how tuning the collector's "
                              "youngest generation changes the figures")
-    parser.add_argument("--search", choices=("hybrid", "vector", "keyword"), default="hybrid",
-                        help="semanticRecall.search of the recalls and searches (default hybrid)")
+    parser.add_argument("--search", choices=("hybrid", "vector", "keyword", "both"), default="hybrid",
+                        help="semanticRecall.search of the recalls and searches (default hybrid; both: the latency "
+                             "phase's semantic queries by each mode in turn)")
     parser.add_argument("--phase", choices=("write", "restart", "latency", "idle", "idle-traced"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)

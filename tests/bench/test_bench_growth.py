@@ -100,3 +100,19 @@ def test_the_latency_phase_times_first_reads_then_cached_ones_of_the_same_thread
     assert raw["semantic_cold"]["n"] == 3 and 3 * 4 * 2 <= raw["semantic_cold"]["messages_read"] <= 3 * 4 * 3
     for name in ("recall_cold", "semantic_cold"):
         assert 0 < raw[name]["p50_ms"] <= raw[name]["p99_ms"]
+
+
+def test_the_latency_phase_asks_each_search_by_both_modes_with_search_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "growth.db")
+    bench_growth.main(["--phase", "write", "--db", db, "--threads", "40", "--search", "both"])
+    capsys.readouterr()
+    bench_growth.main(["--phase", "latency", "--db", db, "--threads", "40", "--search", "both"])
+    latency = json.loads(capsys.readouterr().out)
+    for name in ("semantic_cold", "semantic_hot"):
+        both = latency[name]
+        assert both["n"] == 3 and both["scope_reads"] == (3 if name == "semantic_cold" else 0)
+        for mode in ("vector", "hybrid"):
+            assert 0 < both[mode]["p50_ms"] <= both[mode]["p99_ms"]
+        assert abs(both["ratio_p50"] - both["hybrid"]["p50_ms"] / both["vector"]["p50_ms"]) <= 0.006
