@@ -494,6 +494,12 @@ def _ratios(first: dict[str, Any], other: dict[str, Any]) -> dict[str, float]:
         **{f"raw_sqlite_{read}_{pct}": ("latency", "raw_sqlite", read, f"{pct}_ms")
            for read in ("recall_cold", "semantic_cold") for pct in ("p50", "p99")},
     }
+    if SEARCH["mode"] == "both":  # each semantic read by both modes: a ratio per mode
+        for read in ("semantic_cold", "semantic_hot"):
+            for pct in ("p50", "p99"):
+                del pairs[f"{read}_{pct}"]
+                for mode in ("vector", "hybrid"):
+                    pairs[f"{read}_{mode}_{pct}"] = ("latency", read, mode, f"{pct}_ms")
     out: dict[str, float] = {}
     for name, keys in pairs.items():
         a: Any = first

@@ -102,17 +102,20 @@ def test_the_latency_phase_times_first_reads_then_cached_ones_of_the_same_thread
         assert 0 < raw[name]["p50_ms"] <= raw[name]["p99_ms"]
 
 
-def test_the_latency_phase_asks_each_search_by_both_modes_with_search_both(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_search_both_asks_each_semantic_search_by_both_modes_and_compares_sizes_per_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = str(tmp_path / "growth.db")
-    bench_growth.main(["--phase", "write", "--db", db, "--threads", "40", "--search", "both"])
-    capsys.readouterr()
-    bench_growth.main(["--phase", "latency", "--db", db, "--threads", "40", "--search", "both"])
-    latency = json.loads(capsys.readouterr().out)
+    monkeypatch.setitem(bench_growth.SEARCH, "mode", "hybrid")  # main() sets it: put back after
+    bench_growth.main(["--only", "growth", "--max", "400", "--idle", "0", "--search", "both",
+                       "--workdir", str(tmp_path)])
+    report = json.loads(capsys.readouterr().out)
+    assert report["search"] == "both"
+    latency = report["sizes"]["400"]["latency"]
     for name in ("semantic_cold", "semantic_hot"):
         both = latency[name]
         assert both["n"] == 3 and both["scope_reads"] == (3 if name == "semantic_cold" else 0)
         for mode in ("vector", "hybrid"):
             assert 0 < both[mode]["p50_ms"] <= both[mode]["p99_ms"]
         assert abs(both["ratio_p50"] - both["hybrid"]["p50_ms"] / both["vector"]["p50_ms"]) <= 0.006
+    ratios = report["ratios_to_first"]["400"]  # the one size against itself, per mode
+    assert ratios["semantic_hot_hybrid_p50"] == ratios["semantic_cold_vector_p99"] == 1.0
