@@ -373,3 +373,18 @@ async def test_a_threads_first_search_reads_its_words_and_its_order_at_once(
         assert reads == []
         assert found.neighbours == await store.neighbours(["m0", "m2", "m3", "m5"]) == {
             "m0": (None, "m1"), "m2": ("m1", "m3"), "m3": ("m2", "m4"), "m5": ("m4", None)}
+
+
+async def test_the_index_rows_read_from_fts5s_content_table_are_the_rows_of_the_table(tmp_path: Path) -> None:
+    """Whole index rows are read from FTS5's content table by rowid (``_fts``): its columns are the table's, in
+    order, for every row."""
+    path = tmp_path / "memory.db"
+    async with SQLiteStore(path) as store:
+        await corpus(store, seed=3, messages=40)
+        await store.keyword_search(query_terms("dog"), resource_id="r0", thread_id=None, limit=5)  # folded
+    with sqlite3.connect(path) as conn:
+        through_table = conn.execute("SELECT rowid, scope, message_id, words, tokens FROM threadmind_keywords "
+                                     "ORDER BY rowid").fetchall()
+        content = conn.execute(f"SELECT id, {sql_keywords._C_SCOPE}, {sql_keywords._C_ID}, {sql_keywords._C_WORDS}, "
+                               f"{sql_keywords._C_TOKENS} FROM {sql_keywords._CONTENT} ORDER BY id").fetchall()
+    assert len(through_table) == 40 and content == through_table
