@@ -147,16 +147,15 @@ def ranked(keyword: Sequence[KeywordCandidate], vector: Sequence[tuple[str, str,
     scores = [entry[0] + get(message_id, 0.0) for message_id, entry in pool.items()]
     # With a limit, a message below the limit-th best score of the pool is never handed back (a neighbour outside the
     # pool loses its ties too: see the order below), so only those that can be are ordered.
-    floor = None
+    low = 0.0  # the pool's candidates kept score above 0 and at least this; the neighbours outside, above it
     if limit is not None:
         positive = sorted([score for score in scores if score > 0.0], reverse=True)
         if len(positive) >= limit:
-            floor = positive[limit - 1] if limit > 0 else math.inf
+            low = positive[limit - 1] if limit > 0 else math.inf
     # (-score, -similarity, position, id, entry, in the pool): positions differ, so the rest is never compared
     ordered: list[tuple[Any, ...]] = []
     add = ordered.append
     inf = math.inf
-    low = 0.0 if floor is None else floor
     for position, ((message_id, entry), score) in enumerate(zip(pool.items(), scores, strict=True)):
         if score > 0.0 and score >= low:
             similarity = entry[1]

@@ -64,11 +64,10 @@ class _Postings:
     words it keeps: each posting's ``idf × tf × 2.2 / (tf + norm)`` and the word's idf coverage are kept too, while
     the block's statistics stay the same (until messages join it)."""
 
-    __slots__ = ("_norm", "_scored", "base_counts", "base_docs", "built", "counts", "docs", "stale")
+    __slots__ = ("_norm", "_scored", "base_counts", "base_docs", "counts", "docs", "stale")
 
     def __init__(self, base_docs: npt.NDArray[np.int32] = _NO_DOCS,
-                 base_counts: npt.NDArray[np.float64] = _NO_COUNTS,
-                 built: tuple[_Built, int, int, int] | None = None) -> None:
+                 base_counts: npt.NDArray[np.float64] = _NO_COUNTS) -> None:
         self.base_docs = base_docs
         self.base_counts = base_counts
         self.docs: list[int] = []
@@ -76,9 +75,6 @@ class _Postings:
         self.stale = True
         self._scored: _Scored | None = None
         self._norm: npt.NDArray[np.float64] | None = None  # the block's norms the scores were computed with
-        #: The built postings these are a run of (the word's number there, start, end), while no row joined them:
-        #: their scores are then slices of the block's, computed for all its words at once (:meth:`_Built.scores`).
-        self.built = built
 
     def __len__(self) -> int:
         return len(self.base_docs) + len(self.docs)
@@ -87,17 +83,6 @@ class _Postings:
         """The documents, counts, BM25 parts and the word's idf coverage in a block of ``n`` messages whose length
         norms are ``norm``."""
         if self.stale or self._scored is None or self._norm is not norm:
-            if self.built is not None and not self.docs:
-                built, word, start, end = self.built
-                whole = built.scores(norm, n)
-                if whole is not None:  # the block as built: its words' scores are computed already
-                    parts, covers = whole
-                    cover = float(covers[word])
-                    self._scored = (self.base_docs, self.base_counts, parts[start:end], cover)
-                    self._norm = norm
-                    self.stale = False
-                    return self._scored
-            self.built = None
             size = len(self)
             raw = math.log((n - size + 0.5) / (size + 0.5))  # FTS5's idf, before its floor (as keyword_ranking)
             if self.docs:  # the rows that joined become part of the arrays: the next search converts only newer ones
@@ -166,21 +151,17 @@ class _Built:
         run = self.run(word)
         if run is None:
             return None
-        number, start, end = run
-        return _Postings(self.docs[start:end], self.counts[start:end], (self, number, start, end))
+        _, start, end = run
+        return _Postings(self.docs[start:end], self.counts[start:end])
 
-    def scores(self, norm: npt.NDArray[np.float64],
-               n: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None:
+    def scores(self, norm: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Each posting's BM25 part and each word's idf coverage (:meth:`_Postings.scored`'s) for every word at once,
-        while the block holds the rows it was built with alone (``n`` of them; else None): a resource's block
-        searched for new words then scores them with no numpy work a word. Each idf is Python's ``math.log`` of one
-        of the few distinct document frequencies, so the scores equal those computed word by word."""
-        if n != self.rows:  # rows joined the block: its words are scored one by one from now on
-            self._scores = None
-            self.words = {}
-            return None
+        asked while the block holds the rows it was built with alone: a resource's block searched for new words then
+        scores them with no numpy work a word. Each idf is Python's ``math.log`` of one of the few distinct document
+        frequencies, so the scores equal those computed word by word."""
         if self._scores is not None and self._scores[0] is norm:
             return self._scores[1], self._scores[2]
+        n = self.rows
         sizes = np.diff(self._bounds)
         distinct, which = np.unique(sizes, return_inverse=True)
         raws = [math.log((n - size + 0.5) / (size + 0.5)) for size in distinct.tolist()]
@@ -191,6 +172,11 @@ class _Built:
         self._scores = (norm, parts, covers)
         self.words = {}
         return parts, covers
+
+    def forget_scores(self) -> None:
+        """Rows joined the block: its words are scored one by one from now on (:class:`_Postings`)."""
+        self._scores = None
+        self.words = {}
 
 
 class KeywordBlock:
@@ -344,6 +330,8 @@ class KeywordBlock:
                 entry.counts.append(n)
                 entry.stale = True
             self.size += len(tally)
+        if self._built is not None and self._built.rows != len(self.ids):
+            self._built.forget_scores()
 
     def matches(self, terms: Sequence[str], limit: int, *, counts: bool = True) -> KeywordMatches:
         """The scope's statistics for ``terms`` and its best ``limit`` candidates by BM25 (k1 1.2, b 0.75) over the
@@ -407,8 +395,7 @@ class KeywordBlock:
         """The rarest :data:`KEYWORD_TERMS` of the query's lexemes the block holds, scored, while it holds only the
         rows it was built with: slices of the arrays scored for all its words at once (no object a word, so a word
         a scope was never searched for costs no more than one it was)."""
-        whole = built.scores(norm, built.rows)
-        assert whole is not None  # the block holds its built rows alone
+        whole = built.scores(norm)
         words = built.words
         present: list[tuple[int, int, str, _Scored]] = []  # (messages holding it, query order, stem, scored)
         for lexeme in lexemes_of(terms):

@@ -388,3 +388,16 @@ async def test_the_index_rows_read_from_fts5s_content_table_are_the_rows_of_the_
         content = conn.execute(f"SELECT id, {sql_keywords._C_SCOPE}, {sql_keywords._C_ID}, {sql_keywords._C_WORDS}, "
                                f"{sql_keywords._C_TOKENS} FROM {sql_keywords._CONTENT} ORDER BY id").fetchall()
     assert len(through_table) == 40 and content == through_table
+
+
+def test_a_block_that_grew_lets_go_of_the_scores_it_was_built_with() -> None:
+    """Once rows join a block, its words are scored one by one: the arrays scored for the built rows at once, and
+    the words kept from them, are let go (not held beside the new postings)."""
+    block = KeywordBlock((RESOURCE, "r1"), [("m1", "t1", "r1", "dog cat"), ("m2", "t1", "r1", "cat")])
+    before = block.matches(["dog", "cat"], 5)
+    built = block._built
+    assert built is not None and built.words and built._scores is not None
+    block.extend([("m3", "t1", "r1", "dog dog")])
+    assert not built.words and built._scores is None
+    after = block.matches(["dog", "cat"], 5)
+    assert {c.message_id for c in after.candidates} == {c.message_id for c in before.candidates} | {"m3"}
