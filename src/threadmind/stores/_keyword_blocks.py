@@ -185,7 +185,7 @@ class KeywordBlock:
     it."""
 
     __slots__ = ("_built", "_docs", "_lengths", "_lengths_array", "_remembered", "created", "epoch", "ids",
-                 "neighbours", "owner", "postings", "resources", "size", "thread_sizes", "threads", "words")
+                 "lineage", "neighbours", "owner", "postings", "resources", "size", "thread_sizes", "threads", "words")
 
     def __init__(self, owner: Owner, rows: Iterable[Row | CountedRow]) -> None:
         self.owner = owner
@@ -208,6 +208,9 @@ class KeywordBlock:
         self.created: dict[str, datetime] = {}
         self.thread_sizes: Counter[str] = Counter()  # thread -> how many of its messages the block holds
         self.epoch = 0
+        #: The store's note of how the block can follow its scope's changes made elsewhere (SQLite: the scope's
+        #: lineage and the highest rowid it had, see ``_fts._caught_up``; None: it cannot).
+        self.lineage: tuple[int, int] | None = None
         self._built: _Built | None = None
         self._build(rows)
 
@@ -530,6 +533,34 @@ class KeywordBlocks:
                 return None
             self._blocks.move_to_end(token)
             return entry[1]
+
+    def held(self, token: str, owner: Owner) -> tuple[Version, KeywordBlock] | None:
+        """The block of ``token`` with the version it holds, whatever that is, if it is ``owner``'s."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            return entry if entry is not None and entry[1].owner == owner else None
+
+    def catch_up(self, token: str, old: Version, new: Version, lineage: tuple[int, int],
+                 rows: Sequence[Row | CountedRow], docs: int, words: int) -> bool:
+        """The block of ``token``, still at ``old``, takes the ``rows`` it does not hold (read at ``new``: the
+        scope's messages added since, see ``_fts._caught_up``) and holds ``new`` with ``lineage`` if it then has the
+        scope's ``docs`` and ``words``; else it is dropped. Whether it holds ``new``."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            if entry is None or entry[0] != old:
+                return False
+            block = entry[1]
+            before = block.size
+            block.extend([row for row in rows if row[0] not in block])
+            self._size += block.size - before
+            if len(block.ids) != docs or block.words != words:
+                self._drop(token)
+                return False
+            block.lineage = lineage
+            self._blocks[token] = (new, block)
+            self._blocks.move_to_end(token)
+            self._shrink()
+            return True
 
     def put(self, token: str, version: Version, block: KeywordBlock) -> None:
         """Keep ``block`` as holding ``version`` (unless it alone is over the budget)."""

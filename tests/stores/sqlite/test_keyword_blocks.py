@@ -9,6 +9,7 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
@@ -401,3 +402,175 @@ def test_a_block_that_grew_lets_go_of_the_scores_it_was_built_with() -> None:
     assert not built.words and built._scores is None
     after = block.matches(["dog", "cat"], 5)
     assert {c.message_id for c in after.candidates} == {c.message_id for c in before.candidates} | {"m3"}
+
+
+@pytest.fixture
+def thread_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The threads whose rows were read whole to build a thread's block, in order."""
+    threads: list[str] = []
+    thread_rows = sql_keywords._thread_rows
+
+    def counted(conn: sqlite3.Connection, thread_id: str) -> tuple[list[tuple[str, str, str, str]],
+                                                                    dict[str, tuple[str | None, str | None]]]:
+        threads.append(thread_id)
+        return thread_rows(conn, thread_id)
+
+    monkeypatch.setattr(sql_keywords, "_thread_rows", counted)
+    return threads
+
+
+@pytest.fixture
+def appended(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The scope tokens whose messages past a rowid were read for a block to take them, in order."""
+    tokens: list[str] = []
+    read = sql_keywords._appended
+
+    def counted(conn: sqlite3.Connection, token: str, threads: list[str], last: int) -> list[tuple[str, str, str,
+                                                                                                  str]]:
+        tokens.append(token)
+        return read(conn, token, threads, last)
+
+    monkeypatch.setattr(sql_keywords, "_appended", counted)
+    return tokens
+
+
+async def fold_in(store: SQLiteStore) -> None:
+    """Wait for the store's background fold to index what its writes queued (so the reader does not fold them)."""
+    with anyio.fail_after(10):
+        while await store.execute_read(sql_keywords.queued):  # noqa: ASYNC110 (a fold on another thread)
+            await anyio.sleep(0.005)
+
+
+async def test_a_block_takes_what_another_store_object_appended_without_reading_its_scope_again(
+        tmp_path: Path, builds: list[str], thread_builds: list[str], appended: list[str]) -> None:
+    """Messages another store object (another process) saved into a scope reach a block kept here by a read of those
+    messages alone: the block then answers what the index answers, ties and neighbours included (messages of no
+    words between them, a new thread, several saves between two searches), and the scope is never read whole
+    again."""
+    path = tmp_path / "memory.db"
+    scopes = (("r0", None), ("r1", None), (None, "t3"), (None, "t1"))
+    async with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
+        queries = await corpus(writer, seed=5, messages=60)
+        for resource, thread in scopes:
+            await reader.keyword_search(["dog"], resource_id=resource, thread_id=thread, limit=1)
+        assert (len(builds), len(thread_builds)) == (2, 2)
+        await writer.create_thread(Thread(id="t9", resource_id="r1"))
+        rng = random.Random(4)
+        for turn in range(6):
+            for thread_id, resource_id in (("t1", "r1"), ("t3", "r1"), ("t9", "r1"), ("t0", "r0")):
+                at = 1000 + 10 * turn
+                await writer.save_messages(thread_id, [
+                    say(f"{thread_id}-{turn}", " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8))),
+                        thread_id, resource_id, at),
+                    say(f"{thread_id}-{turn}-quiet", "🙂", thread_id, resource_id, at + 1)])  # no words
+            await fold_in(writer)
+            if turn % 2:
+                continue
+            for query in queries[:10]:
+                for resource, thread in scopes:
+                    terms = query_terms(query)
+                    mine = await reader.keyword_search(terms, resource_id=resource, thread_id=thread, limit=25,
+                                                       neighbours_of=["t1-0-quiet"])
+                    assert [(c.message_id, c.score) for c in mine.candidates] == searched(
+                        path, query, (resource, thread), None)
+                    asked = [c.message_id for c in mine.candidates] + ["t1-0-quiet"]
+                    assert mine.neighbours == await writer.neighbours(asked)
+        assert (len(builds), len(thread_builds)) == (2, 2)  # followed, never read whole again
+        assert len(appended) == 3 * len(scopes)  # each scope's first search after the writer's saves read them
+
+
+async def test_a_block_is_read_whole_again_after_any_other_change_made_elsewhere(
+        tmp_path: Path, builds: list[str]) -> None:
+    """An update (even one keeping the message's number of words), a deletion, a thread moved, or a row indexed
+    below the rows the scope already had (one Mastra wrote, indexed late) is not an append: the block is read whole
+    again, and answers as the index does."""
+    path = tmp_path / "memory.db"
+    async with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
+        await writer.create_thread(Thread(id="t1", resource_id="r1"))
+        await writer.create_thread(Thread(id="t2", resource_id="r1"))
+        await writer.save_messages("t1", [say("a", "dog harbour", "t1", "r1", 1),
+                                          say("b", "cat garden", "t1", "r1", 2)])
+        await writer.save_messages("t2", [say("c", "dog show", "t2", "r1", 3)])
+
+        async def found(query: str, fold: bool = True) -> set[str]:
+            if fold:
+                await fold_in(writer)
+            matches = await reader.keyword_search(query_terms(query), resource_id="r1", thread_id=None, limit=10)
+            assert [(c.message_id, c.score) for c in matches.candidates] == searched(path, query, ("r1", None), None)
+            return {c.message_id for c in matches.candidates}
+
+        assert await found("dog") == {"a", "c"} and len(builds) == 1
+        await writer.update_messages([{"id": "b", "content": {"content": "dog violin"}}])  # two words still
+        assert await found("dog") == {"a", "b", "c"} and await found("cat") == set() and len(builds) == 2
+        await writer.save_messages("t1", [say("d", "dog river", "t1", "r1", 4)])  # an append: followed
+        assert await found("river") == {"d"} and len(builds) == 2
+        assert await found("river", fold=False) == {"d"}  # (a second search: no write between, no fold)
+        await writer.delete_messages(["a"])
+        assert await found("dog") == {"b", "c", "d"} and len(builds) == 3
+        await writer.update_thread_resource_id("t2", "r2")
+        assert await found("dog") == {"b", "d"} and len(builds) == 4
+        # A row Mastra wrote (no index row, no queue), then one of threadmind's after it, folded first: the catch-up
+        # indexes Mastra's below the scope's highest rowid.
+        with sqlite3.connect(path) as conn:
+            conn.execute('INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+                         'SELECT \'e\', thread_id, replace(content, \'dog violin\', \'dog chess\'), role, type, '
+                         '"createdAt", "resourceId" FROM mastra_messages WHERE id = \'b\'')
+        conn.close()
+        await writer.save_messages("t1", [say("f", "dog museum", "t1", "r1", 5)])
+        assert await found("museum") == {"f"} and await found("chess", fold=False) == set() and len(builds) == 4
+        assert await writer.build_keyword_index() == 1
+        # (a write this process counts, elsewhere: the raw insert above was not, as another process's would be)
+        await writer.save_messages("t2", [say("g", "elsewhere", "t2", "r2", 9)])
+        assert await found("chess") == {"e"} and len(builds) == 5
+
+
+async def test_a_scope_changed_by_a_writer_that_keeps_no_lineage_is_read_whole_again(
+        tmp_path: Path, builds: list[str]) -> None:
+    """A writer that does not know the lineage columns (a threadmind older than them) leaves them behind when it
+    changes a scope: the change is not taken for an append, even when it keeps the scope's counts."""
+    path = tmp_path / "memory.db"
+    async with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
+        await writer.create_thread(Thread(id="t1", resource_id="r1"))
+        await writer.save_messages("t1", [say("a", "dog harbour", "t1", "r1", 1),
+                                          say("b", "cat garden", "t1", "r1", 2)])
+        first = await reader.keyword_search(["cat"], resource_id="r1", thread_id=None, limit=10)
+        assert [c.message_id for c in first.candidates] == ["b"] and len(builds) == 1
+        token = sql_keywords.scope_token("r1", None)
+
+        def older_writer(conn: sqlite3.Connection) -> None:  # b's words rewritten, counts kept, version alone moved
+            rowid, scope = conn.execute(
+                "SELECT rowid, scope FROM threadmind_keywords WHERE message_id = 'b'").fetchone()
+            conn.execute("DELETE FROM threadmind_keywords WHERE rowid = ?", (rowid,))
+            conn.execute("INSERT INTO threadmind_keywords (rowid, text, scope, message_id, words, tokens) "
+                         "VALUES (?, 'dog violin', ?, 'b', 2, 'dog violin')", (rowid, scope))
+            conn.execute("UPDATE threadmind_keyword_scopes SET version = version + 1 WHERE token = ?", (token,))
+
+        await writer.execute_write(older_writer)
+        # then this code appends to the scope (its rowid past the scope's highest): the lineage is not kept
+        await writer.save_messages("t1", [say("c", "a parrot", "t1", "r1", 3)])
+        await fold_in(writer)
+        again = await reader.keyword_search(["dog", "parrot"], resource_id="r1", thread_id=None, limit=10)
+        assert {c.message_id for c in again.candidates} == {"a", "b", "c"} and len(builds) == 2
+
+
+async def test_a_file_from_before_scope_lineages_opens_and_follows_appends(tmp_path: Path, builds: list[str]) -> None:
+    path = tmp_path / "memory.db"
+    async with SQLiteStore(path) as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        await store.save_messages("t1", [say("a", "the dog", "t1", "r1", 1)])
+        await store.keyword_search(["dog"], resource_id="r1", thread_id=None, limit=1)
+    conn = sqlite3.connect(path)
+    for column in ("base", "last_rowid", "stamped"):
+        conn.execute(f"ALTER TABLE threadmind_keyword_scopes DROP COLUMN {column}")
+    conn.commit()
+    conn.close()
+    async with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
+        assert {c.message_id for c in (await reader.keyword_search(
+            ["dog"], resource_id="r1", thread_id=None, limit=5)).candidates} == {"a"}
+        for i in range(3):
+            await writer.save_messages("t1", [say(f"b{i}", "another dog", "t1", "r1", 2 + i)])
+            await fold_in(writer)
+            matches = await reader.keyword_search(["dog"], resource_id="r1", thread_id=None, limit=5)
+            assert {c.message_id for c in matches.candidates} == {"a", *(f"b{j}" for j in range(i + 1))}
+        # the first change after the columns were added starts a lineage; the appends after it are followed
+        assert len(builds) == 3

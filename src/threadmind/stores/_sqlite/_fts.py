@@ -79,8 +79,12 @@ KEYWORD_DDL = (
     "tokenize = 'porter unicode61 remove_diacritics 2')",
     "CREATE TABLE IF NOT EXISTS threadmind_keyword_queue (seq INTEGER PRIMARY KEY, message_id TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS threadmind_keyword_scopes (token TEXT PRIMARY KEY, docs INTEGER NOT NULL, "
-    "words INTEGER NOT NULL, version INTEGER NOT NULL DEFAULT 0)",
+    "words INTEGER NOT NULL, version INTEGER NOT NULL DEFAULT 0, base INTEGER NOT NULL DEFAULT 0, "
+    "last_rowid INTEGER NOT NULL DEFAULT 0, stamped INTEGER NOT NULL DEFAULT 0)",
 )
+SCOPE_COLUMNS = ("version", "base", "last_rowid", "stamped")
+"""Columns of ``threadmind_keyword_scopes`` after ``docs`` and ``words``, each added in place to a file made
+before it (``create_schema``)."""
 BLOCK_SCOPE = 20_000
 """A scope of at most this many messages is searched from a :class:`KeywordBlock` kept in memory (built from
 the index at its first search, about 15 µs a message, and kept up to date by this process's folds)."""
@@ -193,21 +197,42 @@ def _count(deltas: dict[str, list[int]], scope: str, docs: int, words: int) -> N
         entry[1] += words
 
 
-def _apply(conn: sqlite3.Connection, deltas: dict[str, list[int]]) -> dict[str, tuple[int, int]]:
+def _apply(conn: sqlite3.Connection, deltas: dict[str, list[int]],
+           appended: dict[str, tuple[int, int]] | None = None) -> dict[str, tuple[int, int]]:
     """Add ``deltas`` to the scopes' statistics and give every touched scope a new version (random: a version
-    rolled back with its transaction is never reused); returns each token's (old, new) version."""
+    rolled back with its transaction is never reused); returns each token's (old, new) version.
+
+    ``appended``: per token, the lowest and highest rowid of the messages this change added to the scope, when it
+    only added messages (words or not). Such a change keeps the scope's lineage (``base``) if every one of them is
+    past the scope's ``last_rowid`` (the highest rowid it ever took) and the scope's last change was written by this
+    code (``stamped`` is its version: a writer that does not know these columns leaves them behind); any other
+    change gives it a new one. So a reader holding a block at an earlier version of the same lineage reads only the
+    rows past the ``last_rowid`` it saw (``_appended``)."""
     tokens = list(deltas)
-    old: dict[str, int] = {}
+    old: dict[str, tuple[int, int, int, int]] = {}
     for some in chunks(tokens):
-        old.update(conn.execute("SELECT token, version FROM threadmind_keyword_scopes WHERE token IN "
-                                f"({placeholders(len(some))})", some))
-    versions = {token: (old.get(token, 0), secrets.randbits(62) + 1) for token in tokens}
-    rows = [(token, docs, words, versions[token][1]) for token, (docs, words) in deltas.items()]
-    for part in chunks(rows, 200):
-        conn.execute("INSERT INTO threadmind_keyword_scopes (token, docs, words, version) VALUES "
-                     + ",".join(["(?,?,?,?)"] * len(part)) + " ON CONFLICT (token) DO UPDATE SET "
-                     "docs = docs + excluded.docs, words = words + excluded.words, version = excluded.version",
-                     [v for r in part for v in r])
+        old.update((token, (version, base, top, stamped)) for token, version, base, top, stamped in conn.execute(
+            "SELECT token, version, base, last_rowid, stamped FROM threadmind_keyword_scopes WHERE token IN "
+            f"({placeholders(len(some))})", some))
+    appended = appended or {}
+    versions: dict[str, tuple[int, int]] = {}
+    rows: list[tuple[str, int, int, int, int, int]] = []
+    for token, (docs, words) in deltas.items():
+        version, base, top, stamped = old.get(token, (0, 0, 0, 0))
+        new = secrets.randbits(62) + 1
+        span = appended.get(token)
+        if span is None or stamped != version or span[0] <= top:
+            base = secrets.randbits(62) + 1
+        versions[token] = (version, new)
+        rows.append((token, docs, words, new, base, max(top, span[1] if span is not None else 0)))
+    for part in chunks(rows, 150):
+        conn.execute("INSERT INTO threadmind_keyword_scopes (token, docs, words, version, base, last_rowid, stamped) "
+                     "VALUES "
+                     + ",".join(["(?,?,?,?,?,?,?)"] * len(part)) + " ON CONFLICT (token) DO UPDATE SET "
+                     "docs = docs + excluded.docs, words = words + excluded.words, version = excluded.version, "
+                     "base = excluded.base, last_rowid = max(last_rowid, excluded.last_rowid), "
+                     "stamped = excluded.stamped",
+                     [v for r in part for v in (*r, r[3])])
     return versions
 
 
@@ -225,6 +250,7 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tu
     owners = _owners(conn, (str(r[5]) for r in rows if not r[6]))
     fresh: list[tuple[int, str, str, str, int, str]] = []
     added: dict[str, list[Row]] = {}
+    spans: dict[str, tuple[int, int]] = {}  # per scope token, the lowest and highest rowid it takes
     deltas: dict[str, list[int]] = {}
     for r in rows:
         try:
@@ -241,8 +267,11 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tu
             fresh.append((r[7], text, scope, r[0], len(tokens), joined))
         else:  # not indexed, but its thread's order changed: its scopes get new versions all the same
             _count(deltas, scope, 0, 0)
+        rowid = int(r[7])
         for token in scope.split():  # (a block takes no row of no words, but forgets its thread's neighbours)
             added.setdefault(token, []).append((r[0], thread_id, resource_id, joined))
+            low, high = spans.get(token, (rowid, rowid))
+            spans[token] = (min(low, rowid), max(high, rowid))
     rowids = [r[7] for r in rows]
     removed: set[str] = set()
     for chunk in chunks(rowids):  # what the rows held before: out of their scopes' statistics
@@ -257,7 +286,7 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tu
                      + ",".join(["(?,?,?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row])
     for _, _, scope, _, count, _ in fresh:
         _count(deltas, scope, 1, count)
-    versions = _apply(conn, deltas)
+    versions = _apply(conn, deltas, {token: span for token, span in spans.items() if token not in removed})
     return len(fresh), [(token, old, new, None if token in removed else added.get(token))
                         for token, (old, new) in versions.items()]
 
@@ -368,11 +397,15 @@ def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | 
         return NO_MATCHES, None
     owner: Owner = (THREAD, thread_id) if thread_id is not None else (RESOURCE, resource_id or "")
     token = _token("2", owner[1]) if thread_id is not None else _token("1", owner[1])
-    stats = conn.execute("SELECT docs, words, version FROM threadmind_keyword_scopes WHERE token = ?",
-                         (token,)).fetchone()
-    docs, words, version = (int(stats[0]), int(stats[1]), int(stats[2])) if stats is not None else (0, 0, 0)
+    stats = conn.execute("SELECT docs, words, version, base, last_rowid, stamped FROM threadmind_keyword_scopes "
+                         "WHERE token = ?", (token,)).fetchone()
+    docs, words, version, base, last, stamped = (int(v) for v in stats) if stats is not None else (0,) * 6
+    lineage = (base, last) if stamped == version else None  # (None: last written by code that keeps none)
     if blocks is not None and docs <= BLOCK_SCOPE:
         answer = blocks.matches(token, version, owner, terms, limit, counts=counts)
+        if answer is None and lineage is not None and _caught_up(conn, blocks, token, owner, version, lineage,
+                                                                   docs, words):
+            answer = blocks.matches(token, version, owner, terms, limit, counts=counts)
         if answer is None:
             if thread_id is not None:  # a thread: its words and its order in one read
                 rows, order = _thread_rows(conn, thread_id)
@@ -381,6 +414,7 @@ def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | 
                     block.remember(message_id, pair)
             else:
                 block = KeywordBlock(owner, _scope_rows(conn, token))
+            block.lineage = lineage
             # scored before it is shared with the writer
             answer = block.matches(terms, limit, counts=counts), block, block.epoch
             blocks.put(token, version, block)
@@ -416,6 +450,42 @@ def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | 
     best = KeywordMatches(docs, average, frequencies,
                           _candidates(conn, token, present, resource_id, thread_id, wanted, limit))
     return KeywordMatches(docs, average, frequencies, keyword_ranking(best, limit)), None
+
+
+def _caught_up(conn: sqlite3.Connection, blocks: KeywordBlocks, token: str, owner: Owner, version: int,
+               lineage: tuple[int, int], docs: int, words: int) -> bool:
+    """Whether the block of ``token`` (of an earlier version of the scope's ``lineage``: since then the scope only
+    took messages past the ``last_rowid`` the block saw, in this process or another) now holds ``version``, having
+    taken those messages (the scope's statistics checked against it after). False: it is to be built again."""
+    held = blocks.held(token, owner)
+    seen = None if held is None else held[1].lineage
+    if held is None or seen is None or seen[0] != lineage[0]:
+        return False
+    old, block = held
+    threads = list(block.thread_sizes)
+    if owner[0] == THREAD and owner[1] not in block.thread_sizes:
+        threads.append(owner[1])
+    return blocks.catch_up(token, old, version, lineage, _appended(conn, token, threads, seen[1]),
+                           docs, words)
+
+
+def _appended(conn: sqlite3.Connection, token: str, threads: Sequence[str], last: int) -> list[Row]:
+    """The messages of the scope ``token`` past rowid ``last``, in rowid order: those with words as
+    :func:`_scope_rows` reads them, and those of ``threads`` without (no words, no resource: a block takes none of
+    them but forgets the neighbours it kept in their threads)."""
+    read = conn.execute(
+        f'SELECT k.rowid, c.{_C_ID}, m.thread_id, coalesce(m."resourceId", t."resourceId", \'\'), c.{_C_TOKENS} '
+        f"FROM threadmind_keywords AS k JOIN {_CONTENT} AS c ON c.id = k.rowid "
+        "JOIN mastra_messages AS m ON m.rowid = k.rowid LEFT JOIN mastra_threads AS t ON t.id = m.thread_id "
+        f"WHERE threadmind_keywords MATCH ? AND k.rowid > ? AND m.id = c.{_C_ID}",
+        (f'scope : "{token}"', last)).fetchall()
+    worded = {row[1] for row in read}
+    for chunk in chunks(list(threads)):
+        read.extend((rowid, mid, tid, "", "") for rowid, mid, tid in conn.execute(
+            f"SELECT rowid, id, thread_id FROM mastra_messages WHERE thread_id IN ({placeholders(len(chunk))}) "
+            "AND rowid > ?", [*chunk, last]) if mid not in worded)
+    read.sort(key=lambda row: int(row[0]))
+    return [(row[1], row[2], row[3], row[4]) for row in read]
 
 
 def _scope_rows(conn: sqlite3.Connection, token: str) -> list[Row]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 from ...errors import StorageError
-from ._fts import KEYWORD_DDL, fts5_available
+from ._fts import KEYWORD_DDL, SCOPE_COLUMNS, fts5_available
 
 __all__ = ("SCHEMA_VERSION", "create_schema")
 
@@ -68,8 +68,10 @@ def create_schema(conn: sqlite3.Connection) -> None:
                            "keyword index needs; use a Python whose sqlite3 has it")
     for statement in KEYWORD_DDL:
         conn.execute(statement)
-    if "version" not in {row[1] for row in conn.execute("PRAGMA table_info(threadmind_keyword_scopes)")}:
-        conn.execute("ALTER TABLE threadmind_keyword_scopes ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(threadmind_keyword_scopes)")}
+    for column in SCOPE_COLUMNS:  # (a file made before the column: added in place, every row at 0)
+        if column not in columns:
+            conn.execute(f"ALTER TABLE threadmind_keyword_scopes ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
     row = conn.execute("SELECT value FROM threadmind_meta WHERE key = 'schema_version'").fetchone()
     if row is None:
         conn.execute("INSERT INTO threadmind_meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
