@@ -294,15 +294,19 @@ class KeywordBlock:
                 self.postings[word] = entry
         return entry
 
-    def extend(self, rows: Iterable[Row | CountedRow]) -> None:
+    def extend(self, rows: Iterable[Row | CountedRow],
+               pairs: Mapping[str, tuple[str | None, str | None]] | None = None) -> None:
         """Add the messages of the scope that are not in the block yet (their postings appended); a message of no
         words is left out, as the index leaves it out of the scope's statistics, but the neighbours kept in its
-        thread are forgotten as for any other (pass it with no words)."""
+        thread are forgotten as for any other (pass it with no words). With ``pairs``, the neighbours of every
+        message of ``rows`` as the scope has them now (the rows being all the scope took since the block's version),
+        the neighbours kept in their threads are brought up to date instead (:meth:`_patch`)."""
         postings = self.postings
         rows = list(rows)
-        for thread_id in {row[1] for row in rows}:
-            for message_id in self._remembered.pop(thread_id, ()):
-                self.neighbours.pop(message_id, None)
+        if pairs is None:
+            for thread_id in {row[1] for row in rows}:
+                for message_id in self._remembered.pop(thread_id, ()):
+                    self.neighbours.pop(message_id, None)
         self.epoch += 1
         for row in rows:
             tally: Mapping[str, int]
@@ -335,6 +339,30 @@ class KeywordBlock:
             self.size += len(tally)
         if self._built is not None and self._built.rows != len(self.ids):
             self._built.forget_scores()
+        if pairs is not None:
+            self._patch(rows, pairs)
+
+    def _patch(self, rows: Sequence[Row | CountedRow], pairs: Mapping[str, tuple[str | None, str | None]]) -> None:
+        """Bring the neighbours kept in the threads of ``rows`` up to date once those messages were inserted: each
+        new message's pair as read, and a kept message now beside one of them pointing at it (only insertions
+        happened: a deletion or a reordering is not an append). A thread none of whose neighbours were kept stays
+        unread."""
+        fresh = {row[0] for row in rows}
+        known = self.neighbours
+        for row in rows:
+            message_id, pair = row[0], pairs.get(row[0])
+            if row[1] not in self._remembered:
+                continue
+            if pair is None:  # (not read: what its thread kept is forgotten)
+                for kept in self._remembered.pop(row[1]):
+                    known.pop(kept, None)
+                continue
+            self.remember(message_id, pair)
+            before, after = pair
+            if before is not None and before not in fresh and (held := known.get(before)) is not None:
+                known[before] = (held[0], message_id)
+            if after is not None and after not in fresh and (held := known.get(after)) is not None:
+                known[after] = (message_id, held[1])
 
     def matches(self, terms: Sequence[str], limit: int, *, counts: bool = True) -> KeywordMatches:
         """The scope's statistics for ``terms`` and its best ``limit`` candidates by BM25 (k1 1.2, b 0.75) over the
@@ -541,17 +569,19 @@ class KeywordBlocks:
             return entry if entry is not None and entry[1].owner == owner else None
 
     def catch_up(self, token: str, old: Version, new: Version, lineage: tuple[int, int],
-                 rows: Sequence[Row | CountedRow], docs: int, words: int) -> bool:
+                 rows: Sequence[Row | CountedRow], pairs: Mapping[str, tuple[str | None, str | None]] | None,
+                 docs: int, words: int) -> bool:
         """The block of ``token``, still at ``old``, takes the ``rows`` it does not hold (read at ``new``: the
-        scope's messages added since, see ``_fts._caught_up``) and holds ``new`` with ``lineage`` if it then has the
-        scope's ``docs`` and ``words``; else it is dropped. Whether it holds ``new``."""
+        scope's messages added since, see ``_fts._caught_up``; ``pairs``: their neighbours then, if read) and holds
+        ``new`` with ``lineage`` if it then has the scope's ``docs`` and ``words``; else it is dropped. Whether it
+        holds ``new``."""
         with self._lock:
             entry = self._blocks.get(token)
             if entry is None or entry[0] != old:
                 return False
             block = entry[1]
             before = block.size
-            block.extend([row for row in rows if row[0] not in block])
+            block.extend([row for row in rows if row[0] not in block], pairs)
             self._size += block.size - before
             if len(block.ids) != docs or block.words != words:
                 self._drop(token)

@@ -15,7 +15,7 @@ import pytest
 
 from threadmind.codecs import Message, Thread
 from threadmind.stores import SQLiteStore
-from threadmind.stores._keyword_blocks import RESOURCE, KeywordBlock, KeywordBlocks
+from threadmind.stores._keyword_blocks import RESOURCE, THREAD, KeywordBlock, KeywordBlocks
 from threadmind.stores._keywords import KeywordCandidate, count_words, keyword_ranking, query_terms, stem
 from threadmind.stores._sqlite import _fts as sql_keywords
 
@@ -445,8 +445,8 @@ async def test_a_block_takes_what_another_store_object_appended_without_reading_
         tmp_path: Path, builds: list[str], thread_builds: list[str], appended: list[str]) -> None:
     """Messages another store object (another process) saved into a scope reach a block kept here by a read of those
     messages alone: the block then answers what the index answers, ties and neighbours included (messages of no
-    words between them, a new thread, several saves between two searches), and the scope is never read whole
-    again."""
+    words between them, others created before messages already there, a new thread, several saves between two
+    searches), and the scope is never read whole again."""
     path = tmp_path / "memory.db"
     scopes = (("r0", None), ("r1", None), (None, "t3"), (None, "t1"))
     async with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
@@ -462,7 +462,8 @@ async def test_a_block_takes_what_another_store_object_appended_without_reading_
                 await writer.save_messages(thread_id, [
                     say(f"{thread_id}-{turn}", " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8))),
                         thread_id, resource_id, at),
-                    say(f"{thread_id}-{turn}-quiet", "🙂", thread_id, resource_id, at + 1)])  # no words
+                    say(f"{thread_id}-{turn}-quiet", "🙂", thread_id, resource_id, at + 1),  # no words
+                    say(f"{thread_id}-{turn}-early", "dog garden", thread_id, resource_id, 7 * turn + 3)])  # among
             await fold_in(writer)
             if turn % 2:
                 continue
@@ -477,6 +478,13 @@ async def test_a_block_takes_what_another_store_object_appended_without_reading_
                     assert mine.neighbours == await writer.neighbours(asked)
         assert (len(builds), len(thread_builds)) == (2, 2)  # followed, never read whole again
         assert len(appended) == 3 * len(scopes)  # each scope's first search after the writer's saves read them
+        for resource, thread in scopes:  # every neighbour a block keeps (brought up to date, not read) is the file's
+            await reader.keyword_search(["dog"], resource_id=resource, thread_id=thread, limit=1)  # (turn 5's)
+            held = reader._keywords.blocks.held(sql_keywords.scope_token(resource, thread),
+                                                (THREAD, thread) if thread else (RESOURCE, resource or ""))
+            assert held is not None
+            kept = {mid: pair for mid, pair in held[1].neighbours.items() if pair is not None}
+            assert len(kept) > 10 and kept == await writer.neighbours(list(kept))
 
 
 async def test_a_block_is_read_whole_again_after_any_other_change_made_elsewhere(
@@ -574,3 +582,17 @@ async def test_a_file_from_before_scope_lineages_opens_and_follows_appends(tmp_p
             assert {c.message_id for c in matches.candidates} == {"a", *(f"b{j}" for j in range(i + 1))}
         # the first change after the columns were added starts a lineage; the appends after it are followed
         assert len(builds) == 3
+
+
+def test_rows_joining_with_their_neighbours_bring_those_kept_up_to_date() -> None:
+    """Given the new messages' neighbours, a block updates what it kept in their threads (a message inserted between
+    two, one at the end) instead of forgetting it; a new message whose pair was not read makes its thread forgotten."""
+    block = KeywordBlock((RESOURCE, "r1"), [("a", "t1", "r1", "dog"), ("c", "t1", "r1", "cat"),
+                                           ("x", "t2", "r1", "owl")])
+    for mid, pair in {"a": (None, "c"), "c": ("a", None), "x": (None, None)}.items():
+        block.remember(mid, pair)
+    block.extend([("b", "t1", "r1", "dog cat"), ("d", "t1", "r1", "")],  # b between a and c; d (no words) after c
+                 {"b": ("a", "c"), "d": ("c", None)})
+    assert block.neighbours == {"a": (None, "b"), "b": ("a", "c"), "c": ("b", "d"), "x": (None, None)}
+    block.extend([("e", "t1", "r1", "dog")], {})
+    assert block.neighbours == {"x": (None, None)} and block.unread_threads(10) == ["t1"]

@@ -101,6 +101,8 @@ MEMORY_SCOPE = 2000
 without a trip to the database (its block scores in about 0.1 ms per 500 messages)."""
 THREAD_FILL = 2000
 """A thread of which a block holds at most this many messages has its neighbours read whole at the first miss."""
+CAUGHT_UP_PAIRS = 64
+"""Messages another process added to a scope whose neighbours a block following it reads with them, at most."""
 SMALL_SCOPE = 5000
 """A scope of at most this many messages is searched whole (every match counted here); a larger one is asked for
 its document frequencies first and its best candidates by FTS5's bm25."""
@@ -465,8 +467,11 @@ def _caught_up(conn: sqlite3.Connection, blocks: KeywordBlocks, token: str, owne
     threads = list(block.thread_sizes)
     if owner[0] == THREAD and owner[1] not in block.thread_sizes:
         threads.append(owner[1])
-    return blocks.catch_up(token, old, version, lineage, _appended(conn, token, threads, seen[1]),
-                           docs, words)
+    rows = _appended(conn, token, threads, seen[1])
+    # Their neighbours, for the block to bring those it kept up to date (a few statements' worth: past that, the
+    # threads it kept are read again at the next miss).
+    pairs = neighbour_ids(conn, [row[0] for row in rows]) if len(rows) <= CAUGHT_UP_PAIRS else None
+    return blocks.catch_up(token, old, version, lineage, rows, pairs, docs, words)
 
 
 def _appended(conn: sqlite3.Connection, token: str, threads: Sequence[str], last: int) -> list[Row]:
