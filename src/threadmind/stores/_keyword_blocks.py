@@ -82,19 +82,46 @@ class _Postings:
     def scored(self, norm: npt.NDArray[np.float64], n: int) -> _Scored:
         """The documents, counts, BM25 parts and the word's idf coverage in a block of ``n`` messages whose length
         norms are ``norm``."""
-        if self.stale or self._scored is None or self._norm is not norm:
-            size = len(self)
-            raw = math.log((n - size + 0.5) / (size + 0.5))  # FTS5's idf, before its floor (as keyword_ranking)
-            if self.docs:  # the rows that joined become part of the arrays: the next search converts only newer ones
-                self.base_docs = np.concatenate((self.base_docs, np.asarray(self.docs, dtype=_I32)))
-                self.base_counts = np.concatenate((self.base_counts, np.asarray(self.counts, dtype=_F64)))
-                self.docs, self.counts = [], []
-            docs, tf = self.base_docs, self.base_counts
-            cover = max(raw, 0.0)
-            self._scored = (docs, tf, max(raw, 1e-6) * tf * 2.2 / (tf + norm[docs]), cover)
-            self._norm = norm
-            self.stale = False
+        if not self.current(norm):
+            _score_together([self], norm, n)
+        assert self._scored is not None
         return self._scored
+
+    def current(self, norm: npt.NDArray[np.float64]) -> bool:
+        """Whether the word's scores were made with ``norm`` (the block's norms now) and no row joined since."""
+        return not self.stale and self._scored is not None and self._norm is norm
+
+    def flush(self) -> None:
+        """The rows that joined become part of the arrays: the next search converts only newer ones."""
+        if self.docs:
+            self.base_docs = np.concatenate((self.base_docs, np.asarray(self.docs, dtype=_I32)))
+            self.base_counts = np.concatenate((self.base_counts, np.asarray(self.counts, dtype=_F64)))
+            self.docs, self.counts = [], []
+
+
+def _score_together(words: Sequence[_Postings], norm: npt.NDArray[np.float64], n: int) -> None:
+    """Score these words' postings in a block of ``n`` messages whose length norms are ``norm``, in one pass of
+    numpy for all of them (each posting's part equals the one made word by word: the same operations in the same
+    order), each word keeping its slices."""
+    for word in words:
+        word.flush()
+    sizes = [len(word.base_docs) for word in words]
+    raws = [math.log((n - size + 0.5) / (size + 0.5)) for size in sizes]  # FTS5's idf, before its floor
+    if len(words) == 1:
+        docs, tf = words[0].base_docs, words[0].base_counts
+        parts = max(raws[0], 1e-6) * tf * 2.2 / (tf + norm[docs])
+    else:
+        docs = np.concatenate([word.base_docs for word in words])
+        tf = np.concatenate([word.base_counts for word in words])
+        idf = np.repeat(np.array([max(raw, 1e-6) for raw in raws], dtype=_F64), sizes)
+        parts = idf * tf * 2.2 / (tf + norm[docs])
+    start = 0
+    for word, size, raw in zip(words, sizes, raws, strict=True):
+        end = start + size
+        word._scored = (docs[start:end], tf[start:end], parts[start:end], max(raw, 0.0))
+        word._norm = norm
+        word.stale = False
+        start = end
 
 
 class _Built:
@@ -460,7 +487,11 @@ class KeywordBlock:
             return [], []
         present.sort()
         del present[KEYWORD_TERMS:]
-        return [lexeme for _, _, lexeme, _ in present], [entry.scored(norm, n) for _, _, _, entry in present]
+        entries = [entry for _, _, _, entry in present]
+        stale = [entry for entry in entries if not entry.current(norm)]
+        if stale:  # (after rows joined, every word: one pass for all)
+            _score_together(stale, norm, n)
+        return [lexeme for _, _, lexeme, _ in present], [entry.scored(norm, n) for entry in entries]
 
 
 class KeywordBlocks:
