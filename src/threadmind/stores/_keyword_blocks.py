@@ -502,6 +502,9 @@ class KeywordBlocks:
         self._blocks: OrderedDict[str, tuple[Version, KeywordBlock]] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
+        #: Blocks built (a scope's rows read whole), and brought up to date with what another process added.
+        self.built = 0
+        self.followed = 0
 
     def matches(self, token: str, version: Version, owner: Owner, terms: Sequence[str], limit: int, *,
                 most: int | None = None, counts: bool = True) -> tuple[KeywordMatches, KeywordBlock, int] | None:
@@ -618,6 +621,7 @@ class KeywordBlocks:
                 self._drop(token)
                 return False
             block.lineage = lineage
+            self.followed += 1
             self._blocks[token] = (new, block)
             self._blocks.move_to_end(token)
             self._shrink()
@@ -626,6 +630,7 @@ class KeywordBlocks:
     def put(self, token: str, version: Version, block: KeywordBlock) -> None:
         """Keep ``block`` as holding ``version`` (unless it alone is over the budget)."""
         with self._lock:
+            self.built += 1
             self._drop(token)
             if block.size > self._budget:
                 return

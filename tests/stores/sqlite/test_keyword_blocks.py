@@ -485,6 +485,8 @@ async def test_a_block_takes_what_another_store_object_appended_without_reading_
             assert held is not None
             kept = {mid: pair for mid, pair in held[1].neighbours.items() if pair is not None}
             assert len(kept) > 10 and kept == await writer.neighbours(list(kept))
+        statistics = reader.cache_statistics()
+        assert (statistics["keyword_built"], statistics["keyword_followed"]) == (4, 4 * len(scopes))
 
 
 async def test_a_block_is_read_whole_again_after_any_other_change_made_elsewhere(

@@ -170,9 +170,12 @@ class SQLiteKeywordIndex:
 
     def cache_statistics(self) -> dict[str, int]:
         """Keyword searches answered without a trip to the database (``keyword_from_memory``: the scope unchanged
-        since its last search and no other process on the file), scopes kept in memory (``keyword_kept``) and
-        folds of the keyword queue committed in the background (``keyword_folds_in_background``)."""
+        since its last search and no other process on the file), scopes kept in memory (``keyword_kept``), read
+        whole to keep (``keyword_built``) and brought up to date with messages another process added
+        (``keyword_followed``), and folds of the keyword queue committed in the background
+        (``keyword_folds_in_background``)."""
         return {"keyword_from_memory": self._memory_hits, "keyword_kept": len(self.blocks),
+                "keyword_built": self.blocks.built, "keyword_followed": self.blocks.followed,
                 "keyword_folds_in_background": self.background_fold.folds}
 
     async def neighbours(self, message_ids: Sequence[str]) -> Neighbours:
