@@ -31,8 +31,8 @@ import numpy.typing as npt
 
 from ._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMatches, lexemes_of
 
-__all__ = ("BLOCK_BUDGET", "RESOURCE", "THREAD", "CountedRow", "KeywordBlock", "KeywordBlocks", "Owner", "Row",
-           "Version")
+__all__ = ("BLOCK_BUDGET", "RESOURCE", "THREAD", "CountedRow", "KeywordBlock", "KeywordBlocks", "Lineage", "Owner",
+           "Row", "Version")
 
 BLOCK_BUDGET = 4_000_000
 """Postings (a word in a message, counted once) the cached blocks of one store hold at most (about 100 MB)."""
@@ -47,6 +47,9 @@ CountedRow = tuple[str, str, str, int, dict[str, int]]
 # a scope's version: SQLite's (a random number, new with every change) or PostgreSQL's (its slots' counters)
 Version = int | tuple[tuple[int, int], ...]
 Owner = tuple[str, str]  # (RESOURCE or THREAD, its id)
+# How a block follows its scope's changes made elsewhere: SQLite's (lineage, highest rowid seen), PostgreSQL's
+# message id -> its row's version (xmin)
+Lineage = tuple[int, int] | dict[str, str]
 RESOURCE, THREAD = "resource", "thread"
 _UNKNOWN = ("\x00?", "\x00?")  # neighbours not kept (a kept pair equal to it would only send a search to SQL)
 
@@ -236,8 +239,9 @@ class KeywordBlock:
         self.thread_sizes: Counter[str] = Counter()  # thread -> how many of its messages the block holds
         self.epoch = 0
         #: The store's note of how the block can follow its scope's changes made elsewhere (SQLite: the scope's
-        #: lineage and the highest rowid it had, see ``_fts._caught_up``; None: it cannot).
-        self.lineage: tuple[int, int] | None = None
+        #: lineage and the highest rowid it had, see ``_fts._caught_up``; PostgreSQL: each of the scope's messages'
+        #: row version, see ``_keyword_search``; None: it cannot).
+        self.lineage: Lineage | None = None
         self._built: _Built | None = None
         self._build(rows)
 
@@ -602,7 +606,7 @@ class KeywordBlocks:
             entry = self._blocks.get(token)
             return entry if entry is not None and entry[1].owner == owner else None
 
-    def catch_up(self, token: str, old: Version, new: Version, lineage: tuple[int, int],
+    def catch_up(self, token: str, old: Version, new: Version, lineage: Lineage,
                  rows: Sequence[Row | CountedRow], pairs: Mapping[str, tuple[str | None, str | None]] | None,
                  docs: int, words: int) -> bool:
         """The block of ``token``, still at ``old``, takes the ``rows`` it does not hold (read at ``new``: the

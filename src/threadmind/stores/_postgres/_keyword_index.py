@@ -82,10 +82,11 @@ class PostgresKeywordIndex:
         return {mid: (before, after) for mid, before, after in rows}
 
     def cache_statistics(self) -> dict[str, int]:
-        """Keyword searches answered from memory, scopes read to keep and kept now, neighbours from memory."""
+        """Keyword searches answered from memory, scopes read to keep, brought up to date with messages other
+        processes added (``keyword_followed``) and kept now, neighbours from memory."""
         scopes = self.scopes
-        return {"keyword_from_memory": scopes.hits, "keyword_built": scopes.builds, "keyword_kept": len(scopes.blocks),
-                "neighbours_from_memory": scopes.neighbour_hits}
+        return {"keyword_from_memory": scopes.hits, "keyword_built": scopes.builds, "keyword_followed": scopes.followed,
+                "keyword_kept": len(scopes.blocks), "neighbours_from_memory": scopes.neighbour_hits}
 
     async def backlog(self) -> int:
         """How many messages have no keyword row yet."""

@@ -23,7 +23,9 @@ from .._keyword_blocks import RESOURCE, THREAD, CountedRow, KeywordBlock, Keywor
 from .._keywords import KeywordMatches
 from ._tsvector import (
     BLOCK_SQL,
+    FOLLOW_SQL,
     NEIGHBOURS_SQL,
+    ROWS_SQL,
     SEARCH_SQL,
     VERSION_SQL,
     block_rows,
@@ -49,6 +51,8 @@ class KeywordScopes:
         self.builds = 0
         #: Neighbours of messages served from the blocks.
         self.neighbour_hits = 0
+        #: Kept blocks brought up to date with the messages other processes added (not read whole again).
+        self.followed = 0
 
     async def matches(self, conn: Any, terms: Sequence[str], query: str, lexemes: list[str], *,
                       resource_id: str | None, thread_id: str | None,
@@ -88,26 +92,62 @@ class KeywordScopes:
 
     async def _from_block(self, conn: Any, key: str, owner: Owner, terms: Sequence[str],
                           limit: int) -> tuple[KeywordMatches, KeywordBlock] | None:
-        """The block's answer at the scope's version now (built first when none holds it); None: too large."""
+        """The block's answer at the scope's version now (built first when none holds it, or brought up to date
+        when it only lacks messages added since: :meth:`_followed`); None: too large."""
         now = version(*await conn.fetchrow(VERSION_SQL, key))
         held = self.blocks.get(key, now, owner)
         if held is not None:
             self.hits += 1
             return held.matches(terms, limit), held
-        slots, counts, records = await conn.fetchrow(BLOCK_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
+        followed = await self._followed(conn, key, owner)
+        if followed is not None:
+            return followed.matches(terms, limit), followed
+        slots, counts, records, marks = await conn.fetchrow(BLOCK_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
         if len(records) > BLOCK_SCOPE:
             self._large.add(key)
             return None
         block = KeywordBlock(owner, block_rows(records))
+        block.lineage = _marks(marks)
         self.builds += 1
         found = block.matches(terms, limit)  # before it is shared with other searches
         self.blocks.put(key, version(slots, counts), block)
         return found, block
 
-    def saved(self, rows: Sequence[CountedRow], bumped: Sequence[Any]) -> None:
+    async def _followed(self, conn: Any, key: str, owner: Owner) -> KeywordBlock | None:
+        """The kept block of the scope brought up to date, if the scope only gained messages since its version (in
+        any process): every row it has a mark for is still there with the same row version (``xmin``: an update,
+        a move or a deletion changes or removes it), read with the scope's version in one snapshot; the rows of the
+        others are read next, each at the row version that snapshot saw (else the block is built again). None:
+        it is to be built again."""
+        kept = self.blocks.held(key, owner)
+        marks = None if kept is None else kept[1].lineage
+        if kept is None or not isinstance(marks, dict):
+            return None
+        slots, counts, now = await conn.fetchrow(FOLLOW_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
+        current = _marks(now)
+        if current is None or len(current) < len(marks) or any(current.get(mid) != mark
+                                                                for mid, mark in marks.items()):
+            return None
+        added = [mid for mid in current if mid not in marks]
+        records: list[Any] = []
+        if added:
+            records, versions = await conn.fetchrow(ROWS_SQL, added)
+            if len(versions) != len(added) or any(current[mid] != mark for mid, mark in versions):
+                return None  # changed since the first statement's snapshot
+        docs = sum(1 for row in now if row[2] > 0)
+        words = sum(int(row[2]) for row in now)
+        new = version(slots, counts)
+        if not self.blocks.catch_up(key, kept[0], new, current, block_rows(records), None, docs, words):
+            return None
+        self.followed += 1
+        return self.blocks.get(key, new, owner)
+
+    def saved(self, rows: Sequence[CountedRow], bumped: Sequence[Any], transaction: str | None = None) -> None:
         """A save committed ``rows`` and set the ``bumped`` (scope key, slot, counter) slots: a scope's block takes
         the rows when it held each of those slots one below (no other write reached them meanwhile). Its other slots
-        stay as the block saw them: if another write moved one, the next search finds the versions differ."""
+        stay as the block saw them: if another write moved one, the next search finds the versions differ.
+        ``transaction``: the save's transaction id (``pg_current_xact_id``), whose low 32 bits are its rows'
+        ``xmin``: the marks of the rows a block takes (without it the block no longer follows other processes)."""
         by_scope: dict[str, dict[int, int]] = {}
         for key, slot, n in bumped:
             by_scope.setdefault(key, {})[int(slot)] = int(n)
@@ -117,10 +157,30 @@ class KeywordScopes:
                 continue
             counters = dict(held)
             if any(counters.get(slot, 0) != n - 1 for slot, n in slots.items()):
-                self.blocks.drop(key)  # another write reached a slot meanwhile: the block is stale
+                # Another write reached a slot meanwhile: the block stays at the version it holds, and the next
+                # search brings it up to date (this save's rows included) if it can follow, else reads it again.
+                kept = self.blocks.held(key, (RESOURCE if key.startswith("r:") else THREAD, key[2:]))
+                if kept is None or not isinstance(kept[1].lineage, dict):
+                    self.blocks.drop(key)
                 continue
             counters.update(slots)
             kind, value = (RESOURCE if key.startswith("r:") else THREAD), key[2:]
             mine = [row for row in rows if (row[2] if kind == RESOURCE else row[1]) == value]
             # no row of the save in a scope it touched: a row left it (a message moved); the block cannot follow
-            self.blocks.advance(key, held, tuple(sorted(counters.items())), mine or None)
+            advanced = tuple(sorted(counters.items()))
+            self.blocks.advance(key, held, advanced, mine or None)
+            block = self.blocks.held(key, (kind, value))
+            if block is not None and block[0] == advanced and isinstance(block[1].lineage, dict):
+                if transaction is None:
+                    block[1].lineage = None
+                else:
+                    mark = str(int(transaction) & 0xFFFFFFFF)
+                    block[1].lineage.update((row[0], mark) for row in mine)
+
+
+def _marks(rows: Sequence[Any]) -> dict[str, str] | None:
+    """Each message's row version from :data:`BLOCK_SQL`'s or :data:`FOLLOW_SQL`'s marks (None: the scope has more
+    rows than a block holds)."""
+    if len(rows) > BLOCK_SCOPE:
+        return None
+    return {row[0]: row[1] for row in rows}

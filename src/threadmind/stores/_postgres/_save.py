@@ -88,7 +88,8 @@ SELECT CASE WHEN NOT go.fenced THEN threadmind_fail('lease lost')
             WHEN NOT go.ok OR (SELECT count(*) FROM saved) <> cardinality($1::text[])
             THEN threadmind_fail('refused') END,
        ARRAY(SELECT ROW(s.id, s."createdAt", s."createdAtZ") FROM saved s),
-       ARRAY(SELECT ROW(b.scope, b.slot, b.n) FROM bumped b)
+       ARRAY(SELECT ROW(b.scope, b.slot, b.n) FROM bumped b),
+       pg_current_xact_id()::text
 FROM go
 """
 

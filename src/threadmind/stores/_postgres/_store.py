@@ -500,7 +500,7 @@ class PostgresStore:
 
         row = await self._counted(run, "save_messages", [part.thread_id for part in parts])
         written, bumped = row[1], row[2]
-        self._keywords.scopes.saved(entries, bumped)  # committed: blocks of the scopes may take the new rows
+        self._keywords.scopes.saved(entries, bumped, row[3])  # committed: blocks of the scopes may take the new rows
         kept_at = kept(parts, written)
         return {part.thread_id: saved(part.messages, kept_at[part.thread_id]) for part in parts}
 

@@ -30,10 +30,10 @@ from ...codecs import Message
 from .._keyword_blocks import RESOURCE, THREAD, CountedRow, Owner
 from .._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMatches, indexed_text, stem, text_tokens
 
-__all__ = ("BLOCK_SQL", "BUMPED", "CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "KEYWORD_COLUMNS",
-           "MOVE_THREAD_SQL", "NEIGHBOURS_SQL", "SCOPE_SLOTS", "SEARCH_SQL", "UPSERT_SQL", "VERSION_SQL", "block_rows",
-           "entry_columns", "keyword_entries", "keyword_rows", "matches_from_rows", "scope_key", "tsquery_literal",
-           "tsvector_literal", "version")
+__all__ = ("BLOCK_SQL", "BUMPED", "CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "FOLLOW_SQL",
+           "KEYWORD_COLUMNS", "MOVE_THREAD_SQL", "NEIGHBOURS_SQL", "ROWS_SQL", "SCOPE_SLOTS", "SEARCH_SQL",
+           "UPSERT_SQL", "VERSION_SQL", "block_rows", "entry_columns", "keyword_entries", "keyword_rows",
+           "matches_from_rows", "scope_key", "tsquery_literal", "tsvector_literal", "version")
 
 _MAX_POSITION = 16383  # tsvector positions stop here
 _MAX_LEXEME = 255  # longer "words" (a base64 blob, a long URL) are not words anyone searches for
@@ -107,15 +107,32 @@ SELECT count(*) FROM bumped
 # to the scope changes them).
 _SLOTS = "SELECT array_agg(slot ORDER BY slot), array_agg(n ORDER BY slot) FROM threadmind_keyword_versions"
 VERSION_SQL = f"{_SLOTS} WHERE scope = $1"
-# $1 a scope key, $2 its resource or thread, $3 the most rows wanted: the scope's version and its rows with words,
-# in one snapshot.
+# The scope's rows, words or not, each with the version of the row (``xmin``: the transaction that wrote it, new with
+# every insert or update of the row) and its length: what a kept block compares to follow the scope (FOLLOW_SQL).
+_MARKS = ("ARRAY(SELECT ROW(k.message_id, k.xmin::text, k.len) FROM threadmind_keywords k "
+          "WHERE k.{column} = $2 LIMIT $3)")
+# $1 a scope key, $2 its resource or thread, $3 the most rows wanted: the scope's version, its rows with words and
+# every row's mark, in one snapshot.
 _BLOCK_SQL = f"""
 SELECT v.slots, v.counts,
        ARRAY(SELECT ROW(k.message_id, k.thread_id, k.resource_id, k.len, k.tsv::text) FROM threadmind_keywords k
-             WHERE k.{{column}} = $2 AND k.len > 0 ORDER BY k.message_id LIMIT $3)
+             WHERE k.{{column}} = $2 AND k.len > 0 ORDER BY k.message_id LIMIT $3),
+       {_MARKS}
 FROM ({_SLOTS} WHERE scope = $1) AS v(slots, counts)
 """
 BLOCK_SQL = {RESOURCE: _BLOCK_SQL.format(column="resource_id"), THREAD: _BLOCK_SQL.format(column="thread_id")}
+# $1..$3 as BLOCK_SQL's: the scope's version and every row's mark, in one snapshot.
+_FOLLOW_SQL = f"""
+SELECT v.slots, v.counts, {_MARKS}
+FROM ({_SLOTS} WHERE scope = $1) AS v(slots, counts)
+"""
+FOLLOW_SQL = {RESOURCE: _FOLLOW_SQL.format(column="resource_id"), THREAD: _FOLLOW_SQL.format(column="thread_id")}
+# $1 message ids: their rows as BLOCK_SQL reads them, each with its mark's row version.
+ROWS_SQL = """
+SELECT ARRAY(SELECT ROW(k.message_id, k.thread_id, k.resource_id, k.len, k.tsv::text) FROM threadmind_keywords k
+             WHERE k.message_id = ANY($1::text[]) ORDER BY k.message_id),
+       ARRAY(SELECT ROW(k.message_id, k.xmin::text) FROM threadmind_keywords k WHERE k.message_id = ANY($1::text[]))
+"""
 
 # $1 the tsquery literal, $2 the query's lexemes, $3 resource (or NULL), $4 thread (or NULL), $5 limit. One row per
 # candidate, best first by the keyword score of ``keyword_ranking`` (BM25 with the scope's statistics over the 16

@@ -461,7 +461,7 @@ def _caught_up(conn: sqlite3.Connection, blocks: KeywordBlocks, token: str, owne
     taken those messages (the scope's statistics checked against it after). False: it is to be built again."""
     held = blocks.held(token, owner)
     seen = None if held is None else held[1].lineage
-    if held is None or seen is None or seen[0] != lineage[0]:
+    if held is None or not isinstance(seen, tuple) or seen[0] != lineage[0]:
         return False
     old, block = held
     threads = list(block.thread_sizes)
