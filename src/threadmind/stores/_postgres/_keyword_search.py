@@ -130,14 +130,17 @@ class KeywordScopes:
             return None
         added = [mid for mid in current if mid not in marks]
         records: list[Any] = []
+        pairs: dict[str, tuple[str | None, str | None]] | None = None
+        new = version(slots, counts)
         if added:
-            records, versions = await conn.fetchrow(ROWS_SQL, added)
+            records, versions, slots_then, counts_then, around = await conn.fetchrow(ROWS_SQL, added, key)
             if len(versions) != len(added) or any(current[mid] != mark for mid, mark in versions):
                 return None  # changed since the first statement's snapshot
+            if version(slots_then, counts_then) == new:  # nothing else changed: their neighbours are the version's
+                pairs = {mid: (before, after) for mid, before, after in around}
         docs = sum(1 for row in now if row[2] > 0)
         words = sum(int(row[2]) for row in now)
-        new = version(slots, counts)
-        if not self.blocks.catch_up(key, kept[0], new, current, block_rows(records), None, docs, words):
+        if not self.blocks.catch_up(key, kept[0], new, current, block_rows(records), pairs, docs, words):
             return None
         self.followed += 1
         return self.blocks.get(key, new, owner)

@@ -127,12 +127,6 @@ SELECT v.slots, v.counts, {_MARKS}
 FROM ({_SLOTS} WHERE scope = $1) AS v(slots, counts)
 """
 FOLLOW_SQL = {RESOURCE: _FOLLOW_SQL.format(column="resource_id"), THREAD: _FOLLOW_SQL.format(column="thread_id")}
-# $1 message ids: their rows as BLOCK_SQL reads them, each with its mark's row version.
-ROWS_SQL = """
-SELECT ARRAY(SELECT ROW(k.message_id, k.thread_id, k.resource_id, k.len, k.tsv::text) FROM threadmind_keywords k
-             WHERE k.message_id = ANY($1::text[]) ORDER BY k.message_id),
-       ARRAY(SELECT ROW(k.message_id, k.xmin::text) FROM threadmind_keywords k WHERE k.message_id = ANY($1::text[]))
-"""
 
 # $1 the tsquery literal, $2 the query's lexemes, $3 resource (or NULL), $4 thread (or NULL), $5 limit. One row per
 # candidate, best first by the keyword score of ``keyword_ranking`` (BM25 with the scope's statistics over the 16
@@ -193,6 +187,16 @@ SELECT c.id,
      AND (n."createdAt", COALESCE(ns.seq, -1), n.id COLLATE "C") > (c.at, c.q, c.id COLLATE "C")
    ORDER BY n."createdAt", COALESCE(ns.seq, -1), n.id COLLATE "C" LIMIT 1)
 FROM c
+"""
+# $1 message ids, $2 their scope's key: their rows as BLOCK_SQL reads them, each one's row version, the scope's
+# version and the ids' neighbours (NEIGHBOURS_SQL's), in one snapshot.
+ROWS_SQL = f"""
+SELECT ARRAY(SELECT ROW(k.message_id, k.thread_id, k.resource_id, k.len, k.tsv::text) FROM threadmind_keywords k
+             WHERE k.message_id = ANY($1::text[]) ORDER BY k.message_id),
+       ARRAY(SELECT ROW(k.message_id, k.xmin::text) FROM threadmind_keywords k WHERE k.message_id = ANY($1::text[])),
+       v.slots, v.counts,
+       ARRAY(SELECT ROW(n.*) FROM ({NEIGHBOURS_SQL}) AS n)
+FROM ({_SLOTS} WHERE scope = $2) AS v(slots, counts)
 """
 
 CATCH_UP_SQL = """
