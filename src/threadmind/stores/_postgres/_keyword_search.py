@@ -102,12 +102,13 @@ class KeywordScopes:
         followed = await self._followed(conn, key, owner)
         if followed is not None:
             return followed.matches(terms, limit), followed
-        slots, counts, records, marks = await conn.fetchrow(BLOCK_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
+        slots, counts, records, ids, marks, _ = await conn.fetchrow(BLOCK_SQL[owner[0]], key, owner[1],
+                                                                   BLOCK_SCOPE + 1)
         if len(records) > BLOCK_SCOPE:
             self._large.add(key)
             return None
         block = KeywordBlock(owner, block_rows(records))
-        block.lineage = _marks(marks)
+        block.lineage = _marks(ids, marks)
         self.builds += 1
         found = block.matches(terms, limit)  # before it is shared with other searches
         self.blocks.put(key, version(slots, counts), block)
@@ -123,8 +124,8 @@ class KeywordScopes:
         marks = None if kept is None else kept[1].lineage
         if kept is None or not isinstance(marks, dict):
             return None
-        slots, counts, now = await conn.fetchrow(FOLLOW_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
-        current = _marks(now)
+        slots, counts, ids, now, lengths = await conn.fetchrow(FOLLOW_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
+        current = _marks(ids, now)
         if current is None or len(current) < len(marks) or any(current.get(mid) != mark
                                                                 for mid, mark in marks.items()):
             return None
@@ -138,8 +139,9 @@ class KeywordScopes:
                 return None  # changed since the first statement's snapshot
             if version(slots_then, counts_then) == new:  # nothing else changed: their neighbours are the version's
                 pairs = {mid: (before, after) for mid, before, after in around}
-        docs = sum(1 for row in now if row[2] > 0)
-        words = sum(int(row[2]) for row in now)
+        lengths = lengths or []
+        docs = sum(1 for length in lengths if length > 0)
+        words = sum(lengths)
         if not self.blocks.catch_up(key, kept[0], new, current, block_rows(records), pairs, docs, words):
             return None
         self.followed += 1
@@ -181,9 +183,11 @@ class KeywordScopes:
                     block[1].lineage.update((row[0], mark) for row in mine)
 
 
-def _marks(rows: Sequence[Any]) -> dict[str, str] | None:
+def _marks(ids: Sequence[str] | None, marks: Sequence[str] | None) -> dict[str, str] | None:
     """Each message's row version from :data:`BLOCK_SQL`'s or :data:`FOLLOW_SQL`'s marks (None: the scope has more
     rows than a block holds)."""
-    if len(rows) > BLOCK_SCOPE:
+    if ids is None or marks is None:
+        return {}
+    if len(ids) > BLOCK_SCOPE:
         return None
-    return {row[0]: row[1] for row in rows}
+    return dict(zip(ids, marks, strict=True))
