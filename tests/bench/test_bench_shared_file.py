@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,3 +29,14 @@ def test_recalls_after_another_processs_saves_follow_the_kept_scopes(capsys: pyt
     # writer's background fold indexed it: a recall that came first folds it itself, and follows it as its own)
     assert cache["keyword_built"] == resources and 0 < cache["keyword_followed"] <= 12 - resources
     assert report["ratio_p50_again"] > 0
+
+
+def test_on_postgres_too(pg_cluster: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    bench_shared_file.main(["--threads", "4", "--turns", "3", "--queries", "8", "--pause", "0.01",
+                            "--backend", "postgres", "--dsn", pg_cluster.dsn()])
+    report = json.loads(capsys.readouterr().out)
+    cache = report["reader_keyword_cache"]
+    resources = report["hybrid"]["first"]["n"]
+    # on PostgreSQL the other process's save is committed when it returns: every later search follows it
+    assert cache["keyword_built"] == resources and cache["keyword_followed"] == 8 - resources
+    assert report["config"]["backend"] == "postgres"
