@@ -606,6 +606,15 @@ class KeywordBlocks:
             entry = self._blocks.get(token)
             return entry if entry is not None and entry[1].owner == owner else None
 
+    def following(self, token: str, owner: Owner) -> tuple[Version, Lineage, list[str]] | None:
+        """The version, the lineage and the threads of ``owner``'s block of ``token``, read together (a fold on
+        the writer thread may be extending it); None: no such block, or one that cannot follow its scope."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            if entry is None or entry[1].owner != owner or entry[1].lineage is None:
+                return None
+            return entry[0], entry[1].lineage, list(entry[1].thread_sizes)
+
     def catch_up(self, token: str, old: Version, new: Version, lineage: Lineage,
                  rows: Sequence[Row | CountedRow], pairs: Mapping[str, tuple[str | None, str | None]] | None,
                  docs: int, words: int) -> bool:

@@ -459,13 +459,13 @@ def _caught_up(conn: sqlite3.Connection, blocks: KeywordBlocks, token: str, owne
     """Whether the block of ``token`` (of an earlier version of the scope's ``lineage``: since then the scope only
     took messages past the ``last_rowid`` the block saw, in this process or another) now holds ``version``, having
     taken those messages (the scope's statistics checked against it after). False: it is to be built again."""
-    held = blocks.held(token, owner)
-    seen = None if held is None else held[1].lineage
-    if held is None or not isinstance(seen, tuple) or seen[0] != lineage[0]:
+    held = blocks.following(token, owner)
+    if held is None:
         return False
-    old, block = held
-    threads = list(block.thread_sizes)
-    if owner[0] == THREAD and owner[1] not in block.thread_sizes:
+    old, seen, threads = held
+    if not isinstance(seen, tuple) or seen[0] != lineage[0]:
+        return False
+    if owner[0] == THREAD and owner[1] not in threads:
         threads.append(owner[1])
     rows = _appended(conn, token, threads, seen[1])
     # Their neighbours, for the block to bring those it kept up to date (a few statements' worth: past that, the
