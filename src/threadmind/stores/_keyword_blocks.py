@@ -11,10 +11,12 @@ the two to the same candidates and scores), so only the best few become Python o
 scope a new random version with every change to it, in the same transaction, in any process: a search uses a block
 only when the versions agree (a version rolled back with its transaction is never reused, so a block can never
 match a state that was not committed). After a fold of new messages commits, :meth:`KeywordBlocks.advance` appends
-them to the blocks of their scopes, so a chat that saves and then searches keeps its block; anything else (an
-update, a deletion, a thread moved, another process's write) leaves the block behind, and the next search builds
-it again. The blocks are shared by the store's reader and writer threads under one lock; their postings stay under a
-budget, least recently used out first.
+them to the blocks of their scopes, so a chat that saves and then searches keeps its block. Messages another
+process added reach a block through :meth:`KeywordBlocks.catch_up`, when the store can tell that the scope only
+gained messages since the block's version (its ``lineage``: SQLite keeps a lineage per scope, PostgreSQL the
+version of each row); anything else (an update, a deletion, a thread moved) leaves the block behind, and the next
+search builds it again. The blocks are shared by the store's reader and writer threads under one lock; their
+postings stay under a budget, least recently used out first.
 """
 
 from __future__ import annotations

@@ -8,8 +8,11 @@ scopes it touches, in its own transaction: a block is used only when the version
 at, so a change any process committed before the search began is always seen (SPEC §10). A block is built from the
 scope's rows and version read in one statement (one snapshot). After this store's own save commits, the save's
 statement returns the counters it bumped: when each is one above what the block held (no other write reached it),
-the saved rows are appended to the block (a chat that searches, saves and searches again keeps its block); anything
-else leaves the block behind, and the next search rebuilds it.
+the saved rows are appended to the block (a chat that searches, saves and searches again keeps its block). A block
+also keeps the version of each of its scope's rows (``xmin``; its own saves' rows get the statement's transaction
+id): when the scope's version moved and every row it knows is there unchanged, the scope only gained messages, and
+the next search reads those alone (:meth:`KeywordScopes._followed`); anything else leaves the block behind, and the
+next search rebuilds it.
 
 Scopes larger than :data:`BLOCK_SCOPE` are ranked by :data:`SEARCH_SQL` (the same ranking, in SQL).
 """

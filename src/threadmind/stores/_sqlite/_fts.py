@@ -30,6 +30,15 @@ thread's block is built from its messages read in order, so it has them all from
 every insert, deletion or reordering of a message of the scope, words or not, gives the scope a new version, and
 rows joining a block forget the neighbours kept in their threads.
 
+**Following other processes.** A scope's row also keeps a lineage (``base``), which a change keeps only when it
+adds messages past the highest rowid the scope ever took (``last_rowid``) and the scope's previous change was
+written by this code too (``stamped`` is the version it wrote; a writer that does not know these columns leaves
+them behind, and its change is never taken for an append). A block built or followed at a version of the same
+lineage is brought up to date by reading the scope's messages past the ``last_rowid`` it saw (FTS5 by scope token
+and rowid, and the rows of its threads past it for messages of no words) with their neighbours
+(:func:`_caught_up`): with several processes on one file, a search after another process's save reads that save's
+messages, not the scope. Any other change starts a new lineage, and the scope is read whole again.
+
 **Without a trip.** While no other process has the file open (``SQLiteStore.cache_epoch``) and nothing was written
 through this process's store objects on it since a scope's block last answered a search (their shared write
 count), the block is still the scope's: a search of a scope of at most :data:`MEMORY_SCOPE` messages whose
