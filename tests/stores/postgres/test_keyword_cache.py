@@ -242,3 +242,20 @@ async def test_a_kept_scope_takes_what_other_processes_added_without_reading_the
                     assert mine.neighbours == await fresh.neighbours(asked), (query, scope)
     statistics = reader.cache_statistics()
     assert statistics["keyword_built"] == 3 and statistics["keyword_followed"] >= 8
+
+
+async def test_a_small_scope_reads_the_order_of_its_threads_once(stores: tuple[PostgresStore, PostgresStore],
+                                                                pg_dsn: str) -> None:
+    """A kept scope of a few thousand messages reads the order of all its threads at its first miss of a
+    neighbour: its later searches find every neighbour kept, whatever their candidates, and they are the database's."""
+    reader, writer = stores
+    await seeded(writer, n=40)
+    await reader.keyword_search(query_terms("dog"), resource_id="r1", thread_id=None, limit=3, neighbours_of=["m0-1"])
+    before = reader.cache_statistics()["neighbours_from_memory"]
+    ids = [f"m{t}-{i}" for t in range(3) for i in range(10)]
+    found = await reader.keyword_search(query_terms("violin coffee"), resource_id="r1", thread_id=None, limit=10,
+                                        neighbours_of=ids)
+    asked = list(dict.fromkeys([c.message_id for c in found.candidates] + ids))
+    assert reader.cache_statistics()["neighbours_from_memory"] - before == len(asked)  # no trip for any of them
+    async with PostgresStore(pg_dsn, max_size=2) as fresh:
+        assert found.neighbours == await fresh.neighbours(asked)

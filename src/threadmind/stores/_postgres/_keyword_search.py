@@ -30,6 +30,7 @@ from ._tsvector import (
     NEIGHBOURS_SQL,
     ROWS_SQL,
     SEARCH_SQL,
+    THREAD_ORDER_SQL,
     VERSION_SQL,
     block_rows,
     matches_from_rows,
@@ -41,6 +42,11 @@ __all__ = ("BLOCK_SCOPE", "KeywordScopes")
 
 BLOCK_SCOPE = 20_000
 """Messages a scope holds at most to be searched from memory."""
+WHOLE_THREADS_SCOPE = 2000
+"""A kept scope of at most this many messages reads the order of every thread it does not keep at its first miss of
+a neighbour (one statement), so its later searches need no trip for neighbours, whatever their candidates."""
+THREAD_FILL = 2000
+"""Messages of a thread a kept scope holds at most for the thread to be read whole at a miss."""
 
 
 class KeywordScopes:
@@ -84,11 +90,24 @@ class KeywordScopes:
         known = block.neighbours if block is not None else {}
         missing = [mid for mid in message_ids if mid not in known]
         epoch = block.epoch if block is not None else 0
-        rows = await conn.fetch(NEIGHBOURS_SQL, missing) if missing else []
-        read = {mid: (before, after) for mid, before, after in rows}
-        if block is not None and block.epoch == epoch:  # no rows joined it while the statement ran
-            for mid in missing:  # the block's own messages only: a change to their threads changes its version
-                block.remember(mid, read.get(mid))
+        read: dict[str, tuple[str | None, str | None]] = {}
+        threads = block.unread_threads(THREAD_FILL) if block is not None and missing and \
+            len(block.ids) <= WHOLE_THREADS_SCOPE else []
+        if threads:  # a small scope: every thread it does not keep, in order (its next searches need no trip)
+            order = await conn.fetch(THREAD_ORDER_SQL, threads)
+            for at, (thread_id, mid) in enumerate(order):
+                before = order[at - 1][1] if at and order[at - 1][0] == thread_id else None
+                after = order[at + 1][1] if at + 1 < len(order) and order[at + 1][0] == thread_id else None
+                read[mid] = (before, after)
+        rest = [mid for mid in missing if mid not in read]
+        for mid, before, after in await conn.fetch(NEIGHBOURS_SQL, rest) if rest else []:
+            read[mid] = (before, after)
+        if block is not None and block.epoch == epoch:  # no rows joined it while the statements ran
+            for mid, held in read.items():  # the block's own messages only: a change to their threads changes its
+                block.remember(mid, held)  # version
+            for mid in rest:
+                if mid not in read:
+                    block.remember(mid, None)
             self.neighbour_hits += len(message_ids) - len(missing)
         found = {mid: pair for mid in message_ids if (pair := read.get(mid) or known.get(mid)) is not None}
         return found

@@ -32,8 +32,8 @@ from .._keywords import KEYWORD_TERMS, SCORE_DIGITS, KeywordCandidate, KeywordMa
 
 __all__ = ("BLOCK_SQL", "BUMPED", "CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THREAD_SQL", "FOLLOW_SQL",
            "KEYWORD_COLUMNS", "MOVE_THREAD_SQL", "NEIGHBOURS_SQL", "ROWS_SQL", "SCOPE_SLOTS", "SEARCH_SQL",
-           "UPSERT_SQL", "VERSION_SQL", "block_rows", "entry_columns", "keyword_entries", "keyword_rows",
-           "matches_from_rows", "scope_key", "tsquery_literal", "tsvector_literal", "version")
+           "THREAD_ORDER_SQL", "UPSERT_SQL", "VERSION_SQL", "block_rows", "entry_columns", "keyword_entries",
+           "keyword_rows", "matches_from_rows", "scope_key", "tsquery_literal", "tsvector_literal", "version")
 
 _MAX_POSITION = 16383  # tsvector positions stop here
 _MAX_LEXEME = 255  # longer "words" (a base64 blob, a long URL) are not words anyone searches for
@@ -189,6 +189,12 @@ SELECT c.id,
      AND (n."createdAt", COALESCE(ns.seq, -1), n.id COLLATE "C") > (c.at, c.q, c.id COLLATE "C")
    ORDER BY n."createdAt", COALESCE(ns.seq, -1), n.id COLLATE "C" LIMIT 1)
 FROM c
+"""
+# $1 thread ids: their messages in each thread's order (NEIGHBOURS_SQL's), thread by thread.
+THREAD_ORDER_SQL = """
+SELECT m.thread_id, m.id FROM mastra_messages m LEFT JOIN threadmind_message_seq s ON s.message_id = m.id
+WHERE m.thread_id = ANY($1::text[])
+ORDER BY m.thread_id, m."createdAt", COALESCE(s.seq, -1), m.id COLLATE "C"
 """
 # $1 message ids, $2 their scope's key: their rows as BLOCK_SQL reads them, each one's row version, the scope's
 # version and the ids' neighbours (NEIGHBOURS_SQL's), in one snapshot.
