@@ -176,16 +176,22 @@ async def test_a_chat_that_saves_then_searches_keeps_its_block(tmp_path: Path, b
         assert len(matches.candidates) == 19 and len(builds) == 2  # an update rebuilds
 
 
-async def test_a_file_from_before_scope_versions_opens(tmp_path: Path) -> None:
-    path = tmp_path / "memory.db"
+async def file_without(path: Path, columns: tuple[str, ...]) -> None:
+    """A file with one searched message ("a", "the dog"), made before ``columns`` of the scopes' table existed."""
     async with SQLiteStore(path) as store:
         await store.create_thread(Thread(id="t1", resource_id="r1"))
         await store.save_messages("t1", [say("a", "the dog", "t1", "r1", 1)])
         await store.keyword_search(["dog"], resource_id="r1", thread_id=None, limit=1)
     conn = sqlite3.connect(path)
-    conn.execute("ALTER TABLE threadmind_keyword_scopes DROP COLUMN version")
+    for column in columns:
+        conn.execute(f"ALTER TABLE threadmind_keyword_scopes DROP COLUMN {column}")
     conn.commit()
     conn.close()
+
+
+async def test_a_file_from_before_scope_versions_opens(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    await file_without(path, ("version", "base", "last_rowid", "stamped"))
     async with SQLiteStore(path) as store:
         await store.save_messages("t1", [say("b", "another dog", "t1", "r1", 2)])
         matches = await store.keyword_search(["dog"], resource_id="r1", thread_id=None, limit=5)
@@ -496,11 +502,10 @@ async def test_a_block_is_read_whole_again_after_any_other_change_made_elsewhere
     again, and answers as the index does."""
     path = tmp_path / "memory.db"
     async with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
-        await writer.create_thread(Thread(id="t1", resource_id="r1"))
-        await writer.create_thread(Thread(id="t2", resource_id="r1"))
-        await writer.save_messages("t1", [say("a", "dog harbour", "t1", "r1", 1),
-                                          say("b", "cat garden", "t1", "r1", 2)])
-        await writer.save_messages("t2", [say("c", "dog show", "t2", "r1", 3)])
+        for at, (thread, texts) in enumerate({"t1": ["dog harbour", "cat garden"], "t2": ["dog show"]}.items()):
+            await writer.create_thread(Thread(id=thread, resource_id="r1"))
+            await writer.save_messages(thread, [say("abc"[2 * at + i], text, thread, "r1", 2 * at + i + 1)
+                                                for i, text in enumerate(texts)])
 
         async def found(query: str, fold: bool = True) -> set[str]:
             if fold:
@@ -565,15 +570,7 @@ async def test_a_scope_changed_by_a_writer_that_keeps_no_lineage_is_read_whole_a
 
 async def test_a_file_from_before_scope_lineages_opens_and_follows_appends(tmp_path: Path, builds: list[str]) -> None:
     path = tmp_path / "memory.db"
-    async with SQLiteStore(path) as store:
-        await store.create_thread(Thread(id="t1", resource_id="r1"))
-        await store.save_messages("t1", [say("a", "the dog", "t1", "r1", 1)])
-        await store.keyword_search(["dog"], resource_id="r1", thread_id=None, limit=1)
-    conn = sqlite3.connect(path)
-    for column in ("base", "last_rowid", "stamped"):
-        conn.execute(f"ALTER TABLE threadmind_keyword_scopes DROP COLUMN {column}")
-    conn.commit()
-    conn.close()
+    await file_without(path, ("base", "last_rowid", "stamped"))
     async with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
         assert {c.message_id for c in (await reader.keyword_search(
             ["dog"], resource_id="r1", thread_id=None, limit=5)).candidates} == {"a"}
