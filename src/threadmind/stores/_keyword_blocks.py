@@ -260,6 +260,10 @@ class KeywordBlock:
         doc = self._docs.get(message_id)
         return None if doc is None else self.threads[doc]
 
+    def remembered_threads(self) -> Iterable[str]:
+        """The threads some of whose messages' neighbours the block keeps."""
+        return self._remembered.keys()
+
     def unread_threads(self, most: int) -> list[str]:
         """The threads of the block, of at most ``most`` of its messages, none of whose neighbours it keeps."""
         remembered = self._remembered
@@ -609,13 +613,14 @@ class KeywordBlocks:
             return entry if entry is not None and entry[1].owner == owner else None
 
     def following(self, token: str, owner: Owner) -> tuple[Version, Lineage, list[str]] | None:
-        """The version, the lineage and the threads of ``owner``'s block of ``token``, read together (a fold on
-        the writer thread may be extending it); None: no such block, or one that cannot follow its scope."""
+        """The version and the lineage of ``owner``'s block of ``token``, and the threads whose neighbours it
+        keeps (those a message of no words joining changes), read together (a fold on the writer thread may be
+        extending it); None: no such block, or one that cannot follow its scope."""
         with self._lock:
             entry = self._blocks.get(token)
             if entry is None or entry[1].owner != owner or entry[1].lineage is None:
                 return None
-            return entry[0], entry[1].lineage, list(entry[1].thread_sizes)
+            return entry[0], entry[1].lineage, list(entry[1].remembered_threads())
 
     def catch_up(self, token: str, old: Version, new: Version, lineage: Lineage,
                  rows: Sequence[Row | CountedRow], pairs: Mapping[str, tuple[str | None, str | None]] | None,

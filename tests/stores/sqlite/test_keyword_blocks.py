@@ -453,9 +453,10 @@ async def test_a_block_takes_what_another_store_object_appended_without_reading_
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Messages another store object (another process) saved into a scope reach a block kept here by a read of those
     messages alone: the block then answers what the index answers, ties and neighbours included (messages of no
-    words between them, others created before messages already there, a new thread, several saves between two
-    searches), and the scope is never read whole again. Past ``CAUGHT_UP_PAIRS`` new messages, their neighbours
-    are not read with them: the block forgets those of their threads and reads them again at the next miss."""
+    words between them, or saved alone next to one the block keeps, others created before messages already there,
+    a new thread, several saves between two searches), and the scope is never read whole again. Past
+    ``CAUGHT_UP_PAIRS`` new messages, their neighbours are not read with them: the block forgets those of their
+    threads and reads them again at the next miss."""
     if not pairs_read:
         monkeypatch.setattr(sql_keywords, "CAUGHT_UP_PAIRS", 0)
     path = tmp_path / "memory.db"
@@ -468,6 +469,8 @@ async def test_a_block_takes_what_another_store_object_appended_without_reading_
         await writer.create_thread(Thread(id="t9", resource_id="r1"))
         rng = random.Random(4)
         for turn in range(6):
+            if turn:  # one of no words, alone, right after the previous turn's first message in t1 (kept by now)
+                await writer.save_messages("t1", [say(f"t1-{turn - 1}-alone", "!!", "t1", "r1", 990 + 10 * turn)])
             for thread_id, resource_id in (("t1", "r1"), ("t3", "r1"), ("t9", "r1"), ("t0", "r0")):
                 at = 1000 + 10 * turn
                 await writer.save_messages(thread_id, [

@@ -474,8 +474,6 @@ def _caught_up(conn: sqlite3.Connection, blocks: KeywordBlocks, token: str, owne
     old, seen, threads = held
     if not isinstance(seen, tuple) or seen[0] != lineage[0]:
         return False
-    if owner[0] == THREAD and owner[1] not in threads:
-        threads.append(owner[1])
     rows = _appended(conn, token, threads, seen[1])
     # Their neighbours, for the block to bring those it kept up to date (a few statements' worth: past that, the
     # threads it kept are read again at the next miss).
@@ -485,8 +483,8 @@ def _caught_up(conn: sqlite3.Connection, blocks: KeywordBlocks, token: str, owne
 
 def _appended(conn: sqlite3.Connection, token: str, threads: Sequence[str], last: int) -> list[Row]:
     """The messages of the scope ``token`` past rowid ``last``, in rowid order: those with words as
-    :func:`_scope_rows` reads them, and those of ``threads`` without (no words, no resource: a block takes none of
-    them but forgets the neighbours it kept in their threads)."""
+    :func:`_scope_rows` reads them, and those of ``threads`` (the block keeps neighbours in them) without (no words,
+    no resource: a block takes none of them, but they move the neighbours it kept in their threads)."""
     read = conn.execute(
         f'SELECT k.rowid, c.{_C_ID}, m.thread_id, coalesce(m."resourceId", t."resourceId", \'\'), c.{_C_TOKENS} '
         f"FROM threadmind_keywords AS k JOIN {_CONTENT} AS c ON c.id = k.rowid "
