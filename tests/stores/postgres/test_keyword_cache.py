@@ -11,9 +11,11 @@ import pytest
 
 from threadmind.codecs import Message, Thread
 from threadmind.embedders._chunking import message_text
+from threadmind.stores._keyword_blocks import RESOURCE, THREAD
 from threadmind.stores._keywords import KeywordMatches, query_terms
 from threadmind.stores._postgres import PostgresStore
 from threadmind.stores._postgres import _keyword_search as _postgres_keyword_search
+from threadmind.stores._postgres._tsvector import scope_key
 
 from ..test_keywords import write_behind_the_index
 
@@ -226,6 +228,8 @@ async def test_a_kept_scope_takes_what_other_processes_added_without_reading_the
     rng = random.Random(5)
     async with PostgresStore(pg_dsn, max_size=2) as fresh:
         for turn in range(4):
+            if turn:  # one of no words, alone, right after the previous turn's first message in t1
+                await writer.save_messages("t1", [say(f"t1-{turn - 1}-alone", "!!", "t1", i=490 + 10 * turn)])
             for thread in ("t1", "t7", "t0"):
                 await writer.save_messages(thread, [
                     say(f"{thread}-{turn}", sentence(rng), thread, i=500 + 10 * turn),
@@ -240,6 +244,12 @@ async def test_a_kept_scope_takes_what_other_processes_added_without_reading_the
                     assert summary(mine) == summary(theirs), (query, scope)
                     asked = [c.message_id for c in mine.candidates] + ["t1-0-quiet"]
                     assert mine.neighbours == await fresh.neighbours(asked), (query, scope)
+        for scope in scopes:  # every neighbour a kept scope holds (brought up to date, not read) is the database's
+            owner = (THREAD, scope[1]) if scope[1] else (RESOURCE, scope[0] or "")
+            held = reader._keywords.scopes.blocks.held(scope_key(owner), owner)
+            assert held is not None
+            kept = {mid: pair for mid, pair in held[1].neighbours.items() if pair is not None}
+            assert len(kept) >= 10 and kept == await fresh.neighbours(list(kept)), scope
     statistics = reader.cache_statistics()
     assert statistics["keyword_built"] == 3 and statistics["keyword_followed"] >= 8
 
