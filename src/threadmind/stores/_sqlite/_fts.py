@@ -35,7 +35,7 @@ adds messages past the highest rowid the scope ever took (``last_rowid``) and th
 written by this code too (``stamped`` is the version it wrote; a writer that does not know these columns leaves
 them behind, and its change is never taken for an append). A block built or followed at a version of the same
 lineage is brought up to date by reading the scope's messages past the ``last_rowid`` it saw (FTS5 by scope token
-and rowid, and the rows of its threads past it for messages of no words) with their neighbours
+and rowid; messages of no words, in the threads whose neighbours it keeps) with their neighbours
 (:func:`_caught_up`): with several processes on one file, a search after another process's save reads that save's
 messages, not the scope. Any other change starts a new lineage, and the scope is read whole again.
 
