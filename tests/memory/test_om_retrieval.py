@@ -77,13 +77,15 @@ async def test_observations_are_grouped_and_the_model_recalls_the_messages_behin
                                      thread_id="t1", resource_id="r1")
         await memory.settled()
         result = await agent.generate("what was my flight code exactly?", thread_id="t1", resource_id="r1")
+        await memory.settled()  # (the second turn's messages are observed after it, in the background)
         stored = (await memory.recall("t1", per_page=False)).messages
         engine = observational_engine(memory)
         assert engine is not None
         [record] = await engine.records.history("thread:t1")
     assert first.text == "noted"
-    [group] = GROUP.findall(record.active_observations)
+    group, later = GROUP.findall(record.active_observations)  # the first turn's group, then the second turn's
     assert (group[1], group[2]) == (stored[0].id, stored[1].id)  # the turn's user message and reply
+    assert (later[1], later[2]) == (stored[2].id, stored[-1].id)
     assert "recall" in [tool.name for tool in seen[1].tools]
     system = "\n".join(seen[1].system)
     assert f"## Group `{group[0]}`" in system and "## Recall — looking up source messages" in system
