@@ -45,6 +45,8 @@ BLOCK_SCOPE = 20_000
 WHOLE_THREADS_SCOPE = 2000
 """A kept scope of at most this many messages reads the order of every thread it does not keep at its first miss of
 a neighbour (one statement), so its later searches need no trip for neighbours, whatever their candidates."""
+MOVING_KEPT = 65_536
+"""Scopes remembered as moving at most (all forgotten past this)."""
 THREAD_FILL = 2000
 """Messages of a thread a kept scope holds at most for the thread to be read whole at a miss."""
 
@@ -62,6 +64,8 @@ class KeywordScopes:
         self.neighbour_hits = 0
         #: Kept blocks brought up to date with the messages other processes added (not read whole again).
         self.followed = 0
+        #: Scopes whose version had moved at their last search (:meth:`_from_block`).
+        self._moving: set[str] = set()
 
     async def matches(self, conn: Any, terms: Sequence[str], query: str, lexemes: list[str], *,
                       resource_id: str | None, thread_id: str | None,
@@ -116,11 +120,18 @@ class KeywordScopes:
                           limit: int) -> tuple[KeywordMatches, KeywordBlock] | None:
         """The block's answer at the scope's version now (built first when none holds it, or brought up to date
         when it only lacks messages added since: :meth:`_followed`); None: too large."""
-        now = version(*await conn.fetchrow(VERSION_SQL, key))
-        held = self.blocks.get(key, now, owner)
-        if held is not None:
-            self.hits += 1
-            return held.matches(terms, limit), held
+        kept = self.blocks.held(key, owner) if key in self._moving else None
+        if kept is None or not isinstance(kept[1].lineage, dict):
+            now = version(*await conn.fetchrow(VERSION_SQL, key))
+            held = self.blocks.get(key, now, owner)
+            if held is not None:
+                self.hits += 1
+                return held.matches(terms, limit), held
+            if len(self._moving) >= MOVING_KEPT:
+                self._moving.clear()
+            self._moving.add(key)
+        # (a scope whose version moved at its last search goes straight to the statement that reads the version
+        # with the row marks: with another process writing it, one round trip less a search)
         followed = await self._followed(conn, key, owner)
         if followed is not None:
             return followed.matches(terms, limit), followed
@@ -147,6 +158,11 @@ class KeywordScopes:
         if kept is None or not isinstance(marks, dict):
             return None
         slots, counts, ids, now, lengths = await conn.fetchrow(FOLLOW_SQL[owner[0]], key, owner[1], BLOCK_SCOPE + 1)
+        new = version(slots, counts)
+        if new == kept[0]:  # unchanged since: the block answers as it is
+            self._moving.discard(key)
+            self.hits += 1
+            return kept[1]
         current = _marks(ids, now)
         if current is None or len(current) < len(marks) or any(current.get(mid) != mark
                                                                 for mid, mark in marks.items()):
@@ -154,7 +170,6 @@ class KeywordScopes:
         added = [mid for mid in current if mid not in marks]
         records: list[Any] = []
         pairs: dict[str, tuple[str | None, str | None]] | None = None
-        new = version(slots, counts)
         if added:
             records, versions, slots_then, counts_then, around = await conn.fetchrow(ROWS_SQL, added, key)
             if len(versions) != len(added) or any(current[mid] != mark for mid, mark in versions):
