@@ -198,15 +198,15 @@ class KeywordScopes:
             if not isinstance(held, tuple):
                 continue
             counters = dict(held)
+            kind, value = (RESOURCE if key.startswith("r:") else THREAD), key[2:]
             if any(counters.get(slot, 0) != n - 1 for slot, n in slots.items()):
                 # Another write reached a slot meanwhile: the block stays at the version it holds, and the next
                 # search brings it up to date (this save's rows included) if it can follow, else reads it again.
-                kept = self.blocks.held(key, (RESOURCE if key.startswith("r:") else THREAD, key[2:]))
+                kept = self.blocks.held(key, (kind, value))
                 if kept is None or not isinstance(kept[1].lineage, dict):
                     self.blocks.drop(key)
                 continue
             counters.update(slots)
-            kind, value = (RESOURCE if key.startswith("r:") else THREAD), key[2:]
             mine = [row for row in rows if (row[2] if kind == RESOURCE else row[1]) == value]
             # no row of the save in a scope it touched: a row left it (a message moved); the block cannot follow
             advanced = tuple(sorted(counters.items()))
