@@ -548,6 +548,55 @@ async def test_a_block_is_read_whole_again_after_any_other_change_made_elsewhere
         assert await found("chess") == {"e"} and len(builds) == 5
 
 
+async def test_a_restarts_catch_up_of_messages_of_no_words_keeps_the_blocks_elsewhere_following(
+        tmp_path: Path, builds: list[str], thread_builds: list[str]) -> None:
+    """Messages of no words never get an index row, so a process starting on the file finds them again past its
+    catch-up watermark (those this code saved, and one Mastra wrote below the scope's highest rowid): taking them
+    moves their scopes' versions but keeps their lineages, so a block kept by another process follows (reads what
+    was appended, not the scope) and still answers what the index answers, neighbours included."""
+    path = tmp_path / "memory.db"
+    scopes = (("r1", None), (None, "t1"))
+    async with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
+        await writer.create_thread(Thread(id="t1", resource_id="r1"))
+        await writer.save_messages("t1", [say("a", "dog harbour", "t1", "r1", 1), say("b", "🙂", "t1", "r1", 2),
+                                          say("c", "cat garden", "t1", "r1", 3)])
+        await fold_in(writer)
+
+        async def answers(query: str) -> None:
+            for resource, thread in scopes:
+                mine = await reader.keyword_search(query_terms(query), resource_id=resource, thread_id=thread,
+                                                   limit=10, neighbours_of=["b"])
+                assert [(c.message_id, c.score) for c in mine.candidates] == searched(
+                    path, query, (resource, thread), None)
+                assert mine.neighbours == await writer.neighbours([c.message_id for c in mine.candidates] + ["b"])
+
+        await answers("dog cat")
+        assert (len(builds), len(thread_builds)) == (1, 1)
+        with sqlite3.connect(path) as conn:  # Mastra writes a message of no words; threadmind saves after it
+            conn.execute('INSERT INTO mastra_messages (id, thread_id, content, role, type, "createdAt", "resourceId") '
+                         "SELECT 'q', thread_id, content, role, type, '2025-03-01T09:00:03.500Z', \"resourceId\" "
+                         "FROM mastra_messages WHERE id = 'b'")
+        conn.close()
+        await writer.save_messages("t1", [say("d", "dog river", "t1", "r1", 4), say("e", "!!", "t1", "r1", 5)])
+        await fold_in(writer)
+        await answers("dog river")
+        token = sql_keywords.scope_token("r1", None)
+
+        def lineage(conn: sqlite3.Connection) -> tuple[int, int]:
+            base, version = conn.execute("SELECT base, version FROM threadmind_keyword_scopes WHERE token = ?",
+                                         (token,)).fetchone()
+            return int(base), int(version)
+
+        before = await writer.execute_read(lineage)
+        async with SQLiteStore(path) as restarted:  # another process starts: its catch-up takes b, q and e again
+            assert await restarted.build_keyword_index() == 0
+        after = await writer.execute_read(lineage)
+        assert after[0] == before[0] and after[1] != before[1]  # a new version of the same lineage
+        await answers("dog cat river")
+        assert (len(builds), len(thread_builds)) == (1, 1)  # followed, never read whole again
+        assert reader.cache_statistics()["keyword_followed"] >= 4
+
+
 async def test_a_scope_changed_by_a_writer_that_keeps_no_lineage_is_read_whole_again(
         tmp_path: Path, builds: list[str]) -> None:
     """A writer that does not know the lineage columns (a threadmind older than them) leaves them behind when it

@@ -208,8 +208,8 @@ def _count(deltas: dict[str, list[int]], scope: str, docs: int, words: int) -> N
         entry[1] += words
 
 
-def _apply(conn: sqlite3.Connection, deltas: dict[str, list[int]],
-           appended: dict[str, tuple[int, int]] | None = None) -> dict[str, tuple[int, int]]:
+def _apply(conn: sqlite3.Connection, deltas: dict[str, list[int]], appended: dict[str, tuple[int, int]] | None = None,
+           quiet: dict[str, int] | None = None) -> dict[str, tuple[int, int]]:
     """Add ``deltas`` to the scopes' statistics and give every touched scope a new version (random: a version
     rolled back with its transaction is never reused); returns each token's (old, new) version.
 
@@ -218,24 +218,31 @@ def _apply(conn: sqlite3.Connection, deltas: dict[str, list[int]],
     past the scope's ``last_rowid`` (the highest rowid it ever took) and the scope's last change was written by this
     code (``stamped`` is its version: a writer that does not know these columns leaves them behind); any other
     change gives it a new one. So a reader holding a block at an earlier version of the same lineage reads only the
-    rows past the ``last_rowid`` it saw (``_appended``)."""
+    rows past the ``last_rowid`` it saw (``_appended``).
+
+    ``quiet``: per token, the highest rowid of the messages of no words the catch-up found without an index row
+    (those this code folded, and those Mastra wrote). They keep the lineage wherever they are: a block of an earlier
+    version either read its threads' order after such a message was written (a rowid below the ``last_rowid`` it
+    saw: there before it), or reads it with the messages past that rowid (``_appended`` reads every message of the
+    threads whose neighbours it keeps); so a restart's catch-up never sends other processes to read the scopes
+    whole again."""
     tokens = list(deltas)
     old: dict[str, tuple[int, int, int, int]] = {}
     for some in chunks(tokens):
         old.update((token, (version, base, top, stamped)) for token, version, base, top, stamped in conn.execute(
             "SELECT token, version, base, last_rowid, stamped FROM threadmind_keyword_scopes WHERE token IN "
             f"({placeholders(len(some))})", some))
-    appended = appended or {}
+    appended, quiet = appended or {}, quiet or {}
     versions: dict[str, tuple[int, int]] = {}
     rows: list[tuple[str, int, int, int, int, int]] = []
     for token, (docs, words) in deltas.items():
         version, base, top, stamped = old.get(token, (0, 0, 0, 0))
         new = secrets.randbits(62) + 1
-        span = appended.get(token)
-        if span is None or stamped != version or span[0] <= top:
+        span, loose = appended.get(token), quiet.get(token)
+        if stamped != version or (span[0] <= top if span is not None else loose is None):
             base = secrets.randbits(62) + 1
         versions[token] = (version, new)
-        rows.append((token, docs, words, new, base, max(top, span[1] if span is not None else 0)))
+        rows.append((token, docs, words, new, base, max(top, span[1] if span is not None else 0, loose or 0)))
     for part in chunks(rows, 150):
         conn.execute("INSERT INTO threadmind_keyword_scopes (token, docs, words, version, base, last_rowid, stamped) "
                      "VALUES "
@@ -255,13 +262,16 @@ def _owners(conn: sqlite3.Connection, thread_ids: Iterable[str]) -> dict[str, st
     return owners
 
 
-def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tuple[int, list[Advance]]:
+def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]],
+                caught_up: bool = False) -> tuple[int, list[Advance]]:
     """Index message rows (``_MESSAGE_COLS``) as they are now, keeping the scopes' statistics; returns the index
-    rows written and how each touched scope changed."""
+    rows written and how each touched scope changed. ``caught_up``: the rows are the catch-up's (messages without
+    an index row), whose messages of no words keep their scopes' lineages (``_apply``'s ``quiet``)."""
     owners = _owners(conn, (str(r[5]) for r in rows if not r[6]))
     fresh: list[tuple[int, str, str, str, int, str]] = []
     added: dict[str, list[Row]] = {}
     spans: dict[str, tuple[int, int]] = {}  # per scope token, the lowest and highest rowid it takes
+    quiet: dict[str, int] = {}  # per scope token, the highest rowid of the catch-up's messages of no words
     deltas: dict[str, list[int]] = {}
     for r in rows:
         try:
@@ -281,6 +291,9 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tu
         rowid = int(r[7])
         for token in scope.split():  # (a block takes no row of no words, but forgets its thread's neighbours)
             added.setdefault(token, []).append((r[0], thread_id, resource_id, joined))
+            if caught_up and not tokens:
+                quiet[token] = max(quiet.get(token, rowid), rowid)
+                continue
             low, high = spans.get(token, (rowid, rowid))
             spans[token] = (min(low, rowid), max(high, rowid))
     rowids = [r[7] for r in rows]
@@ -297,7 +310,8 @@ def _index_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> tu
                      + ",".join(["(?,?,?,?,?,?)"] * len(chunk)), [v for row in chunk for v in row])
     for _, _, scope, _, count, _ in fresh:
         _count(deltas, scope, 1, count)
-    versions = _apply(conn, deltas, {token: span for token, span in spans.items() if token not in removed})
+    versions = _apply(conn, deltas, {token: span for token, span in spans.items() if token not in removed},
+                      {token: high for token, high in quiet.items() if token not in removed})
     return len(fresh), [(token, old, new, None if token in removed else added.get(token))
                         for token, (old, new) in versions.items()]
 
@@ -636,7 +650,7 @@ def catch_up_batch(conn: sqlite3.Connection, size: int = CATCH_UP_BATCH) -> tupl
     for chunk in chunks(missing):
         rows.extend(conn.execute(
             f"SELECT {_MESSAGE_COLS} FROM mastra_messages WHERE rowid IN ({placeholders(len(chunk))})", chunk))
-    written, advances = _index_rows(conn, rows)
+    written, advances = _index_rows(conn, rows, caught_up=True)
     conn.execute("INSERT INTO threadmind_meta (key, value) VALUES (?, ?) "
                  "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (_WATERMARK, str(rowids[-1])))
     return len(rowids), written, advances
