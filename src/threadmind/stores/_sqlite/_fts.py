@@ -37,7 +37,9 @@ them behind, and its change is never taken for an append). A block built or foll
 lineage is brought up to date by reading the scope's messages past the ``last_rowid`` it saw (FTS5 by scope token
 and rowid; messages of no words, in the threads whose neighbours it keeps) with their neighbours
 (:func:`_caught_up`): with several processes on one file, a search after another process's save reads that save's
-messages, not the scope. Any other change starts a new lineage, and the scope is read whole again.
+messages, not the scope. Any other change starts a new lineage, and the scope is read whole again; but messages of
+no words that the catch-up finds without an index row (a process's start finds those saved since the last) keep it
+(``_apply``).
 
 **Without a trip.** While no other process has the file open (``SQLiteStore.cache_epoch``) and nothing was written
 through this process's store objects on it since a scope's block last answered a search (their shared write
