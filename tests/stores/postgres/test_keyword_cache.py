@@ -12,10 +12,11 @@ import pytest
 from threadmind.codecs import Message, Thread
 from threadmind.embedders._chunking import message_text
 from threadmind.stores._keyword_blocks import RESOURCE, THREAD
-from threadmind.stores._keywords import KeywordMatches, query_terms
+from threadmind.stores._keywords import KeywordMatches, query_terms, text_tokens
 from threadmind.stores._postgres import PostgresStore
 from threadmind.stores._postgres import _keyword_search as _postgres_keyword_search
-from threadmind.stores._postgres._tsvector import scope_key
+from threadmind.stores._postgres._pool import import_asyncpg
+from threadmind.stores._postgres._tsvector import _tsvector, scope_key
 
 from ..test_keywords import write_behind_the_index
 
@@ -269,3 +270,33 @@ async def test_a_small_scope_reads_the_order_of_its_threads_once(stores: tuple[P
     assert reader.cache_statistics()["neighbours_from_memory"] - before == len(asked)  # no trip for any of them
     async with PostgresStore(pg_dsn, max_size=2) as fresh:
         assert found.neighbours == await fresh.neighbours(asked)
+
+
+def grouped_literal(text: str) -> tuple[str, dict[str, int]]:
+    """The ``tsvector`` literal of ``text`` with each stem once and its positions listed (at most 256, the first
+    16 383 words, stems of at most 255 characters), and each stem's count: the form PostgreSQL stores."""
+    positions: dict[str, list[int]] = {}
+    for position, token in enumerate(text_tokens(text)[:16383], start=1):
+        if len(token) <= 255:
+            positions.setdefault(token, []).append(position)
+    return (" ".join(f"'{token}':" + ",".join(map(str, spots[:256])) for token, spots in positions.items()),
+            {token: len(spots[:256]) for token, spots in positions.items()})
+
+
+async def test_a_messages_tsvector_literal_is_stored_as_its_grouped_form(pg_dsn: str) -> None:
+    """The literal a save writes names a stem again at each of its positions; PostgreSQL stores it as the literal
+    listing each stem once with its positions (at most 256 of them), and the counts the store's blocks take are
+    those positions' (repeated words, long words left out, more than 16 383 words, other scripts)."""
+    rng = random.Random(5)
+    words = [*WORDS, "the", "running", "runs", "über", "naïve", "123", "x9", "日本語", "Ωmega"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 60))) for _ in range(300)]
+    texts += [" ".join(["the"] * 300), "x" * 300 + " dog dog", " ".join(["cat", "dog"] * 9000), "", "🙂 !!"]
+    conn = await import_asyncpg().connect(pg_dsn)
+    try:
+        for text in texts:
+            literal, length, counts = _tsvector(text)
+            grouped, grouped_counts = grouped_literal(text)
+            assert length == len(text_tokens(text)) and dict(counts) == grouped_counts, text[:40]
+            assert await conn.fetchval("SELECT $1::tsvector::text = $2::tsvector::text", literal, grouped), text[:40]
+    finally:
+        await conn.close()

@@ -23,6 +23,7 @@ searched scopes in memory while their version stays (``_keyword_search``). A res
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = ("BLOCK_SQL", "BUMPED", "CATCH_UP_SQL", "DELETE_IDS_SQL", "DELETE_THRE
 
 _MAX_POSITION = 16383  # tsvector positions stop here
 _MAX_LEXEME = 255  # longer "words" (a base64 blob, a long URL) are not words anyone searches for
+_MAX_POSITIONS = 256  # positions a lexeme keeps in a tsvector
 
 #: Parameters of :data:`UPSERT_SQL` after the first: ids, threads, resources, lengths, tsvector literals.
 KEYWORD_COLUMNS = 5
@@ -223,9 +225,21 @@ def tsvector_literal(text: str) -> tuple[str, int]:
 
 
 def _tsvector(text: str) -> tuple[str, int, dict[str, int]]:
-    """The literal, the number of words, and each kept stem's count as the index stores it (its positions)."""
-    positions: dict[str, list[int]] = {}
+    """The literal, the number of words, and each kept stem's count as the index stores it (its positions).
+
+    A stem met again is written again with its next position: PostgreSQL merges repeated lexemes of a literal,
+    their positions in order and at most 256 of them, into the value the grouped literal gives (checked on 2 000
+    texts), and the literal is one format call: 24.8 -> 20.3 us a workload message of 31 words (8.7 us of it
+    cutting and stemming)."""
     tokens = text_tokens(text)
+    kept = tokens[:_MAX_POSITION]
+    if kept and max(map(len, kept)) <= _MAX_LEXEME:
+        tally = Counter(kept)
+        if max(tally.values()) > _MAX_POSITIONS:
+            tally = Counter({token: min(n, _MAX_POSITIONS) for token, n in tally.items()})
+        # (stems are letters and digits: no quote, no brace) one format call for every position
+        return ("'" + "':{} '".join(kept) + "':{}").format(*range(1, len(kept) + 1)), len(tokens), tally
+    positions: dict[str, list[int]] = {}
     for position, token in enumerate(tokens[:_MAX_POSITION], start=1):
         if len(token) <= _MAX_LEXEME:
             spots = positions.get(token)
@@ -240,7 +254,7 @@ def _tsvector(text: str) -> tuple[str, int, dict[str, int]]:
             parts.append(f"'{token}':{spots[0]}")
             counts[token] = 1
         else:
-            spots = spots[:256]
+            spots = spots[:_MAX_POSITIONS]
             parts.append(f"'{token}':" + ",".join(map(str, spots)))
             counts[token] = len(spots)
     return " ".join(parts), len(tokens), counts
