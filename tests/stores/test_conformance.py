@@ -501,6 +501,34 @@ class TestListMessages:
             mine = [i for i in got if i.startswith(tid)]
             assert mine == sorted(mine)
 
+    async def test_wide_windows_over_runs_of_equal_times_saved_out_of_order(self, store: Store) -> None:
+        """Windows of up to six on either side in a thread whose messages share times in runs of one to five and
+        were saved out of their time order (their save order settles ties), read within the resource and without:
+        each window is the N (M) messages nearest by (time, save order), ties at its target's time and at its far
+        end included, as computed by hand."""
+        rng = random.Random(11)
+        await thread(store)
+        times: list[int] = []
+        while len(times) < 120:
+            times += [len(times)] * rng.randint(1, 5)
+        batch = [msg(i, at=BASE + timedelta(seconds=times[i])) for i in range(120)]
+        saved = batch[:]
+        rng.shuffle(saved)
+        for start in range(0, 120, 7):  # saves of seven, in shuffled order: the save order differs from time order
+            await store.save_messages("t1", saved[start:start + 7])
+        rank = {m.id: at for at, m in enumerate(saved)}
+        order = [m.id for m in sorted(batch, key=lambda m: (m.created_at, rank[m.id]))]
+        for attempt in range(50):  # one window alone (none covers another's edge), or several
+            includes = [Include(id=rng.choice(order), with_previous_messages=rng.randrange(7),
+                                with_next_messages=rng.randrange(7)) for _ in range(1 if attempt < 30 else 3)]
+            expected = set()
+            for inc in includes:
+                at = order.index(inc.id)
+                expected.update(order[max(0, at - inc.with_previous_messages): at + inc.with_next_messages + 1])
+            for resource in (None, "r1"):
+                got = await ids(store, per_page=0, include=includes, resource_id=resource)
+                assert got == [mid for mid in order if mid in expected]
+
     async def test_include_window_with_equal_timestamps(self, store: Store) -> None:
         await thread(store)
         await store.save_messages("t1", [msg(i, at=BASE) for i in range(5)])
