@@ -30,7 +30,7 @@ from threadmind.stores._om import OMRecord
 from threadmind.stores._postgres import _lease_rows as _postgres_leases
 from threadmind.stores._postgres._pool import IDLE_IN_TRANSACTION, transaction
 from threadmind.stores._postgres._schema import SCHEMA_VERSION
-from threadmind.stores._protocol import STORE_METHODS, MessageQuery, Store
+from threadmind.stores._protocol import STORE_METHODS, Include, MessageQuery, Store
 from threadmind.stores._sqlite import SQLiteStore
 from threadmind.stores._vector_records import PendingVector, SQLiteVectorRecords, VectorRecord, VectorRecords
 
@@ -157,7 +157,27 @@ class TestSchema:
             await store.release_lease(lease)
         version = await _sql(pg_dsn, lambda c: c.fetchval(
             "SELECT value FROM threadmind_meta WHERE key = 'schema_version'"))
-        assert version == str(SCHEMA_VERSION) == "5"
+        assert version == str(SCHEMA_VERSION) == "6"
+
+    async def test_a_version_5_database_gets_the_include_windows_function(self, pg_dsn: str) -> None:
+        """A database threadmind 5 made (no ``threadmind_include_windows``) is upgraded at open, and its windows are
+        read through the function (with and without a resource)."""
+        async with PostgresStore(pg_dsn) as store:
+            await store.create_thread(Thread(id="t1", resource_id="r1"))
+            await store.save_messages("t1", [Message.user(f"m{i}", id=f"m{i}", thread_id="t1", resource_id="r1",
+                                                          created_at=datetime(2025, 1, 1, tzinfo=UTC)
+                                                          + timedelta(seconds=i // 2)) for i in range(9)])
+        await _sql(pg_dsn, lambda c: c.execute(
+            "DROP FUNCTION threadmind_include_windows; "
+            "UPDATE threadmind_meta SET value = '5' WHERE key = 'schema_version'"))
+        async with PostgresStore(pg_dsn) as store:
+            for resource in ("r1", None):
+                window = Include(id="m4", with_previous_messages=2, with_next_messages=3)
+                page = await store.list_messages(MessageQuery(thread_id="t1", resource_id=resource, per_page=0,
+                                                              include=[window]))
+                assert [m.id for m in page.messages] == ["m2", "m3", "m4", "m5", "m6", "m7"]
+        assert await _sql(pg_dsn, lambda c: c.fetchval(
+            "SELECT value FROM threadmind_meta WHERE key = 'schema_version'")) == str(SCHEMA_VERSION)
 
     async def test_many_stores_open_an_empty_database_at_once(self, pg_dsn: str) -> None:
         stores = [PostgresStore(pg_dsn, min_size=1, max_size=1) for _ in range(8)]

@@ -14,7 +14,9 @@ data lives in ``threadmind_*`` tables:
   ``pos`` plays the part of SQLite's rowid: a row's storage position, kept by an upsert);
 * ``threadmind_leases`` and the ``threadmind_lease_tokens`` and ``threadmind_presence_keys`` sequences: who holds
   which thread for a turn, and whether that holder's process is still connected (see ``_lease_rows``);
-* ``threadmind_fail(text)``: raises, so one statement can abort itself when a check made inside it fails.
+* ``threadmind_fail(text)``: raises, so one statement can abort itself when a check made inside it fails;
+* ``threadmind_include_windows(...)``: the include windows of ``list_messages``, whose plan each connection keeps
+  (see ``_queries``).
 
 **Migrations** are idempotent and race-free: a fast unlocked read of the version first; when it is missing or
 old, one transaction takes a transaction-scoped advisory lock (never a session lock, which would leak across
@@ -26,10 +28,11 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import StorageError
+from ._queries import INCLUDE_WINDOWS_DDL
 
 __all__ = ("MASTRA_DDL", "SCHEMA_VERSION", "THREADMIND_DDL", "migrate")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of threadmind's own tables; stored in ``threadmind_meta`` under ``schema_version``."""
 
 _LOCK_KEY = "threadmind.schema"  # hashed with hashtextextended into a 64-bit advisory key
@@ -201,6 +204,8 @@ THREADMIND_DDL: tuple[str, ...] = (
     "CREATE OR REPLACE FUNCTION threadmind_fail(message TEXT) RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$\n"
     f"BEGIN RAISE EXCEPTION '%', message USING ERRCODE = '{FAIL_SQLSTATE}'; END\n"
     "$$",
+    # version 6: list_messages' include windows as a function that keeps its plan (see _queries)
+    INCLUDE_WINDOWS_DDL,
 )
 
 _READ_VERSION = "SELECT value FROM threadmind_meta WHERE key = 'schema_version'"
