@@ -239,8 +239,8 @@ def _tsvector(text: str) -> tuple[str, int, dict[str, int]]:
             tally = Counter({token: min(n, _MAX_POSITIONS) for token, n in tally.items()})
         # (stems are letters and digits: no quote, no brace) one format call for every position
         return ("'" + "':{} '".join(kept) + "':{}").format(*range(1, len(kept) + 1)), len(tokens), tally
-    positions: dict[str, list[int]] = {}
-    for position, token in enumerate(tokens[:_MAX_POSITION], start=1):
+    positions: dict[str, list[int]] = {}  # (a stem too long to index, or no words: stems grouped here)
+    for position, token in enumerate(kept, start=1):
         if len(token) <= _MAX_LEXEME:
             spots = positions.get(token)
             if spots is None:
