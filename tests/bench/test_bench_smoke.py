@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, where bench/ lives
 
-from bench import bench_actor, bench_agent, bench_machine, bench_memory  # noqa: E402
+from bench import bench_actor, bench_agent, bench_hnsw_segments, bench_machine, bench_memory  # noqa: E402
 
 pytestmark = pytest.mark.bench  # benchmark smoke tests: CI's second step (pytest -m 'slow or bench')
 
@@ -89,6 +89,18 @@ def test_bench_machine_times_fsync(capsys: pytest.CaptureFixture[str], tmp_path:
     assert 0 < report["fsync_24k_ms"]["p50"] <= report["fsync_24k_ms"]["p99"]
     assert report["python_loop_1m_adds_ms"] > 0
     assert list(tmp_path.iterdir()) == []  # the probe file is gone
+
+
+def test_bench_hnsw_segments_times_both_layouts(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bench_hnsw_segments.main(["--vectors", "4000", "--segments", "2", "--queries", "5", "--dir", str(tmp_path)])
+    report = json.loads(capsys.readouterr().out)
+    assert report["vectors"] == 4000 and report["segments"] == 2
+    assert 0 < report["load_largest_segment_ms"] <= report["load_all_segments_ms"]
+    assert set(report["queries"]) == {"8", "100", "400", "1000"}
+    for figures in report["queries"].values():
+        assert figures["whole_p50_ms"] > 0 and figures["segments_p50_ms"] > 0 and figures["exact_p50_ms"] > 0
+    assert report["queries"]["8"]["exact_scope_vectors"] == 4000
+    assert list(tmp_path.iterdir()) == []  # the graphs are gone
 
 
 def test_bench_memory_alternates_the_two_rankings(capsys: pytest.CaptureFixture[str]) -> None:
