@@ -1,21 +1,27 @@
-"""threadmind against Mastra side by side on one PostgreSQL server: the shared workload (bench/WORKLOAD.md) through
-``Memory`` on ``PostgresStore`` (+ ``PgVectorStore``) and through the real ``@mastra/memory`` Memory on
-``@mastra/pg``'s PostgresStore (+ PgVector), each phase on a fresh database, the two systems alternating run by run
-so that a drifting machine hits both alike.
+"""threadmind against Mastra side by side on one PostgreSQL server or on SQLite files: the shared workload
+(bench/WORKLOAD.md) through ``Memory`` on ``PostgresStore`` (+ ``PgVectorStore``) and through the real
+``@mastra/memory`` Memory on ``@mastra/pg``'s PostgresStore (+ PgVector); with ``--backend sqlite``, ``Memory`` on
+``SQLiteStore`` (+ ``HnswVectorStore``) at ``synchronous="NORMAL"`` (the durability of Mastra's libsql store, which
+sets it) and at its default FULL, against ``@mastra/libsql``'s LibSQLStore on a local file (+ LibSQLVector on a
+second file: on the store's own file its writes fail with ``SQLITE_BUSY`` beside 16 saves in flight). Each
+phase runs on a fresh database, the systems alternating run by run so that a drifting machine hits them alike.
 
-Run: ``python -m bench.bench_mastra [--repeat 2] [--phases save_sequential,save_concurrency_16,recall_last_10,
-semantic]``. Needs node and the registry (or the npm cache) for the pinned packages of ``interop/pg``. Phases: saves
+Run: ``python -m bench.bench_mastra [--backend postgres|sqlite] [--repeat 2] [--phases save_sequential,
+save_concurrency_16,recall_last_10,semantic]``. Needs node and the registry (or the npm cache) for the pinned
+packages of ``interop/pg`` (PostgreSQL) or ``interop`` (SQLite). Phases: saves
 one turn at a time and 16 threads in flight (semantic recall off); last-10 recall (1 000 calls after the 16-in-flight
 saves); semantic saves (16 in flight, the workload's 384-d hash embedder on both sides, ported to JavaScript in
 ``interop/pg/mastra_bench.mjs``) and the workload's semantic queries (top 4, range 1, resource then thread scope:
 threadmind's default hybrid ranking, Mastra's vector recall). Prints one JSON document: each system's runs, the
-medians and threadmind's ratio (throughput: threadmind / Mastra; latency: Mastra / threadmind).
+medians and threadmind's ratio (throughput: threadmind / Mastra; latency: Mastra / threadmind); on SQLite one
+ratio per threadmind durability (``threadmind`` at NORMAL, ``threadmind_full`` at FULL).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -27,23 +33,29 @@ from typing import Any
 import anyio
 
 from threadmind import Memory, message_to_dict
-from threadmind.stores import PostgresStore
-from threadmind.stores._postgres._pool import import_asyncpg
+from threadmind.embedders import HashEmbedder
+from threadmind.stores import HnswVectorStore, PostgresStore, SQLiteStore
 from threadmind.workload import STREAM_RESOURCE_QUERIES, STREAM_THREAD_QUERIES, Workload
 
 from ._pgserver import PgCluster
+from ._scoped_queries import scoped_queries
 from .bench_postgres import Turns, _create_threads, _each_save, _pcts, _phase_memory, _phase_semantic, _Server
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("save_sequential", "save_concurrency_16", "recall_last_10", "semantic")
 
 
-def _mastra_folder() -> Path:
-    """The folder with ``interop/pg``'s pinned packages installed (the tests' cache) and its scripts."""
+def _mastra_folder(backend: str) -> Path:
+    """The folder with the backend's pinned packages installed (the tests' cache: ``interop/pg`` for PostgreSQL,
+    ``interop`` for libsql) and the bench script."""
     sys.path.insert(0, str(REPO))
     from tests._npm import install  # the one installer of pinned npm packages (cached between runs)
 
-    return install(REPO / "interop" / "pg", "mastra-pg")
+    if backend == "postgres":
+        return install(REPO / "interop" / "pg", "mastra-pg")
+    folder = install(REPO / "interop", "mastra-libsql")
+    shutil.copyfile(REPO / "interop" / "pg" / "mastra_bench.mjs", folder / "mastra_bench.mjs")
+    return folder
 
 
 def _workload_file(workload: Workload, turns: Turns, folder: Path, calls: int) -> Path:
@@ -63,22 +75,51 @@ def _workload_file(workload: Workload, turns: Turns, folder: Path, calls: int) -
     return path
 
 
-async def _mastra(folder: Path, phase: str, dsn: str, workload_path: Path, workload: Workload) -> dict[str, Any]:
-    done = await anyio.run_process(["node", "mastra_bench.mjs", phase, dsn, str(workload_path)], cwd=folder,
+async def _mastra(folder: Path, phase: str, target: str, workload_path: Path, workload: Workload) -> dict[str, Any]:
+    """One run of Mastra's side on ``target`` (a PostgreSQL DSN, or a ``file:`` URL for libsql)."""
+    done = await anyio.run_process(["node", "mastra_bench.mjs", phase, target, str(workload_path)], cwd=folder,
                                    check=False)
     if done.returncode != 0:
         raise RuntimeError(f"mastra_bench.mjs {phase} failed: {done.stderr.decode()[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout)
     if phase == "semantic":  # Mastra did the work compared: a vector per message, and recalls that return messages
-        conn = await import_asyncpg().connect(dsn)
-        try:
-            vectors = await conn.fetchval("SELECT count(*) FROM memory_messages_384")
-        finally:
-            await conn.close()
+        vectors = result["vectors"]  # as Mastra's vector store counts them
         if vectors != workload.message_count or not result["resource_query"]["messages_returned"]:
             raise RuntimeError(f"Mastra stored {vectors} vectors for {workload.message_count} messages and recalled "
                                f"{result['resource_query']['messages_returned']} messages")
     return result
+
+
+async def _ours_sqlite(folder: Path, phase: str, workload: Workload, turns: Turns, label: str, calls: int,
+                       synchronous: str) -> dict[str, Any]:
+    """One run of threadmind's side on a fresh SQLite file (``HnswVectorStore`` beside it for ``semantic``)."""
+    path = str(folder / f"{label}.db")
+    semantic = phase == "semantic"
+    options: dict[str, Any] = {"lastMessages": 10}
+    if semantic:
+        options["semanticRecall"] = {"topK": 4, "messageRange": 1, "scope": "resource"}
+    memory = Memory(storage=SQLiteStore(path, synchronous=synchronous),
+                    vector=HnswVectorStore(path + ".vectors") if semantic else None,
+                    embedder=HashEmbedder(dim=384) if semantic else None, options=options)
+    async with memory:
+        await _create_threads(workload, lambda t: memory.create_thread(
+            thread_id=workload.thread_id(t), resource_id=workload.resource_id(t), title=workload.thread_title(t)))
+        latencies: list[float] = []
+        elapsed = await _each_save(turns, 1 if phase == "save_sequential" else 16, memory.save_messages, latencies)
+        save = {"messages": workload.message_count, "seconds": round(elapsed, 3),
+                "msgs_per_s": round(workload.message_count / elapsed), **_pcts(latencies)}
+        if phase.startswith("save_"):
+            return {"save": save}
+        if phase == "recall_last_10":
+            recalls: list[float] = []
+            for i in range(calls):
+                t = i % workload.threads
+                started = time.perf_counter()
+                await memory.recall(workload.thread_id(t), resource_id=workload.resource_id(t))
+                recalls.append(time.perf_counter() - started)
+            return {"recall": {"calls": calls, **_pcts(recalls)}}
+        queries = await scoped_queries(memory, workload)
+        return {"save": save, **{f"{scope}_query": _pcts(r["recall_latencies"]) for scope, r in queries.items()}}
 
 
 async def _ours(server: _Server, phase: str, workload: Workload, turns: Turns, label: str,
@@ -116,37 +157,53 @@ def _figures(run: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-async def _main(args: argparse.Namespace, admin_dsn: str) -> dict[str, Any]:
+async def _main(args: argparse.Namespace, admin_dsn: str | None) -> dict[str, Any]:
     workload = Workload(threads=args.threads, resources=args.resources, turns=args.turns, queries=args.queries)
     turns: Turns = {t: [workload.messages_for_turn(t, k) for k in range(workload.turns)]
                     for t in range(workload.threads)}
-    folder = _mastra_folder()
-    server = _Server(admin_dsn)
-    report: dict[str, Any] = {"workload": {"threads": workload.threads, "resources": workload.resources,
+    folder = _mastra_folder(args.backend)
+    server = _Server(admin_dsn) if admin_dsn is not None else None
+    systems = ("threadmind", "mastra") if server is not None else ("threadmind", "threadmind_full", "mastra")
+    report: dict[str, Any] = {"backend": args.backend,
+                              "workload": {"threads": workload.threads, "resources": workload.resources,
                                            "turns": workload.turns, "messages": workload.message_count}}
-    with tempfile.TemporaryDirectory(prefix="threadmind-bench-mastra-") as scratch:
-        workload_path = _workload_file(workload, turns, Path(scratch), args.recalls)
+    with tempfile.TemporaryDirectory(prefix="threadmind-bench-mastra-", dir=args.dir) as scratch_dir:
+        scratch = Path(scratch_dir)
+        workload_path = _workload_file(workload, turns, scratch, args.recalls)
+
+        async def one_run(system: str, phase: str, label: str) -> dict[str, Any]:
+            if server is None:  # SQLite: a fresh file per run
+                if system == "mastra":
+                    return await _mastra(folder, phase, f"file:{scratch / label}.db", workload_path, workload)
+                level = "FULL" if system == "threadmind_full" else "NORMAL"
+                return await _ours_sqlite(scratch, phase, workload, turns, label, args.recalls, level)
+            if system == "mastra":
+                return await _mastra(folder, phase, await server.new(label), workload_path, workload)
+            return await _ours(server, phase, workload, turns, label, args.recalls)
+
         try:
             for phase in args.phases.split(","):
-                runs: dict[str, list[dict[str, float]]] = {"threadmind": [], "mastra": []}
+                runs: dict[str, list[dict[str, float]]] = {system: [] for system in systems}
                 for i in range(args.repeat):
-                    for system in ("threadmind", "mastra") if i % 2 == 0 else ("mastra", "threadmind"):
-                        label = f"{system[0]}{phase.replace('_', '')}{i}"
-                        run = (await _ours(server, phase, workload, turns, label, args.recalls)
-                               if system == "threadmind"
-                               else await _mastra(folder, phase, await server.new(label), workload_path, workload))
-                        runs[system].append(_figures(run))
+                    shift = i % len(systems)  # each system first in turn
+                    for system in systems[shift:] + systems[:shift]:
+                        label = f"{system[0]}{system[-1]}{phase.replace('_', '')}{i}"
+                        runs[system].append(_figures(await one_run(system, phase, label)))
                 medians = {system: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
                            for system, rs in runs.items()}
-                ratios = {key: round(medians["threadmind"][key] / medians["mastra"][key], 2)
-                          if key.endswith("per_s") else round(medians["mastra"][key] / medians["threadmind"][key], 2)
-                          for key in medians["threadmind"]}
-                report[phase] = {"runs": runs, "median": medians, "threadmind_advantage": ratios}
+                report[phase] = {"runs": runs, "median": medians}
+                for system in systems[:-1]:
+                    name = "threadmind_advantage" if system == "threadmind" else f"{system}_advantage"
+                    report[phase][name] = {
+                        key: round(medians[system][key] / medians["mastra"][key], 2) if key.endswith("per_s")
+                        else round(medians["mastra"][key] / medians[system][key], 2) for key in medians[system]}
         finally:
-            await server.drop_all()
+            if server is not None:
+                await server.drop_all()
     node = (await anyio.run_process(["node", "--version"], check=False)).stdout.decode().strip()
+    pins = REPO / "interop" / ("pg" if args.backend == "postgres" else "") / "package.json"
     report["versions"] = {"python": sys.version.split()[0], "node": node,
-                          "mastra": json.loads((REPO / "interop" / "pg" / "package.json").read_text())["dependencies"]}
+                          "mastra": json.loads(pins.read_text())["dependencies"]}
     return report
 
 
@@ -159,12 +216,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--recalls", type=int, default=1000, help="last-10 recalls")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each system per phase, alternating")
     parser.add_argument("--phases", default=",".join(PHASES), help="comma-separated: " + ", ".join(PHASES))
+    parser.add_argument("--backend", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--dsn", help="an existing server's maintenance database (default: start a durable one)")
+    parser.add_argument("--dir", help="where the SQLite files are written (default: a temporary folder)")
     args = parser.parse_args(argv)
     unknown = set(args.phases.split(",")) - set(PHASES)
     if unknown:
         parser.error(f"unknown phases: {', '.join(sorted(unknown))}")
-    if args.dsn:
+    if args.backend == "sqlite":
+        report = anyio.run(_main, args, None)
+    elif args.dsn:
         report = anyio.run(_main, args, args.dsn)
     else:
         with PgCluster(durable=True) as cluster:

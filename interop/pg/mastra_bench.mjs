@@ -1,19 +1,20 @@
 // Mastra's side of bench/bench_mastra.py: the shared workload (bench/WORKLOAD.md) through the real `@mastra/memory`
-// Memory on `@mastra/pg` (PostgresStore, and PgVector with the workload's hash embedder for the semantic phases).
+// Memory on `@mastra/pg` (PostgresStore, and PgVector with the workload's hash embedder for the semantic phases), or
+// on `@mastra/libsql` (LibSQLStore on a local file, LibSQLVector on `<file>.vectors.db`) for a `file:` target.
 //
-// Usage (from a folder whose node_modules holds the packages pinned in interop/pg/package-lock.json):
-//   node mastra_bench.mjs <phase> <dsn> <workload.json>
+// Usage (from a folder whose node_modules holds the packages pinned in interop/pg/package-lock.json, or for a
+// `file:` target those of interop/package-lock.json):
+//   node mastra_bench.mjs <phase> <dsn or file: URL> <workload.json>
 // phase: save_sequential | save_concurrency_16 | recall_last_10 | semantic (16 saves in flight, then the queries).
 // workload.json: { threads: [{id, resourceId, title}], turns: [[message, message], ...] per thread, in order,
 // resourceQueries / threadQueries: [{threadId, resourceId, text}], recalls: [[threadId, resourceId], ...] }.
 // Prints one JSON object: seconds, msgs_per_s, latencies (ms) of the timed calls.
 
-import { PostgresStore, PgVector } from '@mastra/pg';
 import { Memory } from '@mastra/memory';
 import fs from 'node:fs';
 import { performance } from 'node:perf_hooks';
 
-const [phase, dsn, workloadPath] = process.argv.slice(2);
+const [phase, target, workloadPath] = process.argv.slice(2);
 const workload = JSON.parse(fs.readFileSync(workloadPath, 'utf8'));
 const DIM = 384;
 
@@ -52,10 +53,28 @@ const embedder = {
 };
 
 const semantic = phase === 'semantic';
-const storage = new PostgresStore({ id: 'bench', connectionString: dsn });
+export function vectorsUrl(fileUrl) {
+  return `${fileUrl.replace(/\.db$/, '')}.vectors.db`;
+}
+
+// Each backend's store and vector store with their defaults (the package is imported only for its backend).
+async function backend() {
+  if (target.startsWith('file:')) {
+    const { LibSQLStore, LibSQLVector } = await import('@mastra/libsql');
+    // The vectors in a file of their own: on the store's file, LibSQLVector's writes beside 16 saves in flight
+    // fail with SQLITE_BUSY (it sets no busy timeout).
+    return { storage: new LibSQLStore({ id: 'bench', url: target }),
+             vector: () => new LibSQLVector({ id: 'bench-vectors', url: vectorsUrl(target) }) };
+  }
+  const { PostgresStore, PgVector } = await import('@mastra/pg');
+  return { storage: new PostgresStore({ id: 'bench', connectionString: target }),
+           vector: () => new PgVector({ id: 'bench-vectors', connectionString: target }) };
+}
+const { storage, vector } = await backend();
+const vectorStore = semantic ? vector() : undefined;
 const memory = new Memory({
   storage,
-  ...(semantic ? { vector: new PgVector({ id: 'bench-vectors', connectionString: dsn }), embedder } : {}),
+  ...(semantic ? { vector: vectorStore, embedder } : {}),
   options: {
     lastMessages: 10,
     semanticRecall: semantic ? { topK: 4, messageRange: 1, scope: 'resource' } : false,
@@ -122,6 +141,7 @@ async function main() {
     out.recall = await timed(workload.recalls.map(([threadId, resourceId]) => () => memory.recall({ threadId, resourceId })));
   } else if (semantic) {
     out.save = await saveAll(16);
+    out.vectors = (await vectorStore.describeIndex({ indexName: 'memory_messages_384' })).count;
     for (const [scope, queries] of [['resource', workload.resourceQueries], ['thread', workload.threadQueries]]) {
       const threadConfig = { semanticRecall: { topK: 4, messageRange: 1, scope } };
       out[`${scope}_query`] = await timed(queries.map((q) => () => memory.recall({

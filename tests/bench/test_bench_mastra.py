@@ -34,3 +34,20 @@ def test_bench_mastra_compares_every_phase(pg_cluster: Any, capsys: pytest.Captu
     assert report["versions"]["mastra"]["@mastra/memory"]
     databases = pg_cluster.sql("SELECT count(*) FROM pg_database WHERE datname LIKE 'bench%'")
     assert databases.strip() == "0"  # the benchmark dropped what it made
+
+
+def test_bench_mastra_on_sqlite_compares_both_durabilities(capsys: pytest.CaptureFixture[str],
+                                                           tmp_path: Path) -> None:
+    bench_mastra.main(["--backend", "sqlite", "--threads", "4", "--turns", "3", "--queries", "6", "--recalls", "10",
+                       "--repeat", "1", "--dir", str(tmp_path)])
+    report = json.loads(capsys.readouterr().out)
+    assert report["backend"] == "sqlite" and report["workload"]["messages"] == 24
+    for phase in ("save_sequential", "save_concurrency_16", "recall_last_10", "semantic"):
+        keys = set(report[phase]["runs"]["mastra"][0])
+        for system in ("threadmind", "threadmind_full"):
+            assert set(report[phase][f"{system}_advantage"]) == keys
+            (run,) = report[phase]["runs"][system]
+            assert set(run) == keys and all(value > 0 for value in run.values())
+    assert set(report["semantic"]["runs"]["mastra"][0]) >= {"resource_query_p50_ms", "thread_query_p50_ms"}
+    assert report["versions"]["mastra"]["@mastra/libsql"]
+    assert list(tmp_path.iterdir()) == []  # every file it made is gone
