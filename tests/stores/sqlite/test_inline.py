@@ -190,3 +190,53 @@ async def test_the_commit_that_may_start_sqlites_own_checkpoint_takes_the_writer
         index.close()
     assert max(frames_seen) >= 900 and threaded >= 3  # the mark was approached, and those commits left the loop
     assert threaded < 200
+
+
+async def test_a_save_near_the_mark_rewinds_the_wal_so_the_next_ones_commit_on_the_loop(tmp_path: Path) -> None:
+    """The save that leaves the loop near the mark checkpoints before it begins: with every frame copied back, its
+    own first write restarts the WAL, so a lone caller pays one trip to the writer thread per WAL cycle instead of
+    one per save until SQLite's own checkpoint comes round (about seven a cycle for saves of two messages)."""
+    path = tmp_path / "m.db"
+    async with SQLiteStore(path, synchronous="NORMAL") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        index = WalIndex(str(path))
+        threaded = restarts = 0
+        frames = index.frames()
+        for i in range(600):
+            before = store.statistics().inline_commits
+            await store.save_messages("t1", [say(f"m{i}", i), say(f"n{i}", i)])
+            threaded += store.statistics().inline_commits == before
+            now = index.frames()
+            assert frames is not None and now is not None
+            restarts += now < frames
+            frames = now
+        index.close()
+        assert len(await store.get_messages_by_id([f"n{i}" for i in range(600)])) == 600
+    assert restarts >= 3
+    assert threaded <= restarts + 3  # (a rewind the background copy happened to hold off waits for the next save)
+
+
+async def test_the_background_copy_keeps_its_pace_while_a_lone_callers_saves_never_yield(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saves that commit on the loop need not hand it a turn; the WAL's background copy (every 16 commits, on the
+    checkpointer's thread) must not wait for one either, or the commit that rewinds the WAL copies it all while
+    its caller waits."""
+    from threadmind.stores._sqlite import _group_commit
+
+    copies: list[int] = []
+    real = _group_commit.checkpoint_if_large
+
+    def counted(conn: sqlite3.Connection, wal: str) -> None:
+        copies.append(1)
+        real(conn, wal)
+
+    monkeypatch.setattr(_group_commit, "checkpoint_if_large", counted)
+    async with SQLiteStore(tmp_path / "m.db", synchronous="NORMAL") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        for i in range(480):
+            await store.save_messages("t1", [say(f"m{i}", i)])
+            if i % 16 == 15:
+                # the checkpointer thread runs meanwhile, the loop does not: blocking it is the point here
+                time.sleep(0.002)  # noqa: ASYNC251
+        assert store.statistics().inline_commits >= 440
+    assert len(copies) >= 20  # 480 commits: 30 due

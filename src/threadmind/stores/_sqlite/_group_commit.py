@@ -37,7 +37,7 @@ import anyio
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext
 
-from ..._lowlevel import Reply, new_reply, running_loop
+from ..._lowlevel import Reply, new_reply
 from ...codecs import Message
 from ...codecs._time import to_iso, utc_now
 from ...errors import MessageIdTaken, StorageError, ThreadmindError, ThreadNotFound
@@ -321,6 +321,18 @@ def run_group(conn: sqlite3.Connection, jobs: list[Job]) -> None:
         fail_all(jobs, f"commit failed, nothing in this group was written: {exc}", exc)
 
 
+def checkpoint_first(conn: sqlite3.Connection) -> None:
+    """(writer thread, outside a transaction) A PASSIVE checkpoint before a group whose commit could take the WAL
+    past ``wal_autocheckpoint``. With every frame copied back and no commit since, the group's transaction reads
+    from the database file alone, so its first write rewinds the WAL: the saves after it commit on the event
+    loop's thread again at once, instead of each waiting for the writer thread until SQLite's own checkpoint in
+    some COMMIT rewinds it. A checkpoint that fails only leaves that to SQLite."""
+    try:
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    except sqlite3.Error:
+        pass
+
+
 def checkpoint_if_large(conn: sqlite3.Connection, wal: str) -> None:
     """(checkpointer thread) A PASSIVE checkpoint when the WAL has grown past the threshold."""
     try:
@@ -443,7 +455,10 @@ class GroupWriter:
         the writer's own auto-checkpoint (which must stay: only it can let the WAL restart under a steady
         stream of writes) finds little left to copy in its COMMIT. No caller waits for it: when one did, every
         16th save paid the hop and one in ~60 the copy (median 1.7 ms, up to 7 ms, in the agent benchmark).
-        Closing the store waits for it, as the connection's close is queued behind it.
+        Closing the store waits for it, as the connection's close is queued behind it. The checkpointer thread
+        clears ``_checkpointing`` itself (a flag only read here): a lone caller whose saves commit on this thread
+        may not hand the event loop a turn for a hundred saves, and a flag cleared by a callback on the loop left
+        the WAL uncopied that long, so the COMMIT that rewound it copied most of it while its caller waited.
         """
         checkpointer = self._checkpointer
         if checkpointer is None or self._checkpointing or self._commits - self._checked_at < _CHECK_EVERY:
@@ -451,7 +466,6 @@ class GroupWriter:
         self._checked_at = self._commits
         self._checkpointing = True
         wal = self._path + "-wal"
-        loop = running_loop()
 
         def job(conn: sqlite3.Connection) -> None:
             try:
@@ -459,15 +473,12 @@ class GroupWriter:
             except (sqlite3.Error, OSError):  # a skipped checkpoint only lets the WAL grow a little
                 pass
             finally:
-                loop.call_soon_threadsafe(self._checkpoint_done)
+                self._checkpointing = False
 
         try:
             post_to_connection_thread(checkpointer, job)
         except ValueError:  # the connection is closing
             self._checkpointing = False
-
-    def _checkpoint_done(self) -> None:
-        self._checkpointing = False
 
     async def _lead(self, own: Job) -> None:
         """Act as the writer: commit groups from the queue until ``own`` is done, then hand over."""
@@ -531,7 +542,15 @@ class GroupWriter:
             if raw is not None and run_inline(raw, batch[0]):
                 self._inline_commits += 1
                 return
-            await in_connection_thread(writer, lambda conn: run_group(self._waiting_connection(conn), batch))
+            frames = self._frames_after(batch)
+            rewind = frames is not None and frames >= _AUTOCHECKPOINT
+
+            def job(conn: sqlite3.Connection) -> None:
+                if rewind:
+                    checkpoint_first(conn)
+                run_group(self._waiting_connection(conn), batch)
+
+            await in_connection_thread(writer, job)
         except Exception as exc:
             fail_all(batch, f"the write group failed: {exc}", exc)
 
@@ -551,8 +570,15 @@ class GroupWriter:
         peers = self._peers
         if peers is None or not peers.alone():
             return False
+        frames = self._frames_after(batch)
+        return frames is not None and frames < _AUTOCHECKPOINT
+
+    def _frames_after(self, batch: list[Job]) -> int | None:
+        """At most how many frames the WAL holds once ``batch`` commits (None: its wal-index cannot be read)."""
         frames = self._wal_index.frames()
-        return frames is not None and frames + _FRAMES_PER_ROW * len(spec.rows) + _FRAMES_MARGIN < _AUTOCHECKPOINT
+        if frames is None:
+            return None
+        return frames + _FRAMES_PER_ROW * sum(len(job.bulk.rows) if job.bulk else 1 for job in batch) + _FRAMES_MARGIN
 
     def _inline_connection(self, writer: aiosqlite.Connection) -> sqlite3.Connection | None:
         """The writer's sqlite3 connection, set not to wait for locks (a wait would hold the event loop); None
