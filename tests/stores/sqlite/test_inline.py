@@ -240,3 +240,29 @@ async def test_the_background_copy_keeps_its_pace_while_a_lone_callers_saves_nev
                 time.sleep(0.002)  # noqa: ASYNC251
         assert store.statistics().inline_commits >= 440
     assert len(copies) >= 20  # 480 commits: 30 due
+
+
+async def test_a_caller_saving_in_a_loop_still_leaves_the_event_loop_turns(tmp_path: Path) -> None:
+    """A save that commits on the loop's thread suspends nowhere; a caller saving in a loop (an import, a replay)
+    still hands the loop a turn every few saves, so the process's other tasks (a server's requests) keep running."""
+    async with SQLiteStore(tmp_path / "m.db", synchronous="NORMAL") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        turns = 0
+        saving = True
+
+        async def other_task() -> None:
+            nonlocal turns
+            while saving:
+                await anyio.lowlevel.checkpoint()
+                turns += 1
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(other_task)
+            await anyio.lowlevel.checkpoint()
+            inline, before = store.statistics().inline_commits, turns
+            for i in range(160):
+                await store.save_messages("t1", [say(f"m{i}", i)])
+            inline, during = store.statistics().inline_commits - inline, turns - before
+            saving = False
+    assert inline >= 150  # (the saves still committed on the loop)
+    assert during >= 160 // 8 - 2

@@ -83,6 +83,9 @@ _CHECK_EVERY = 16  # commits between WAL size checks
 _WAL_CHECKPOINT_BYTES = 1 << 20  # pre-copy once the WAL holds this much (auto-checkpoint is at ~4 MB)
 _LINGER = 0.0005  # seconds a leader may wait for the callers of the previous group (see _gather)
 _INLINE_ROWS = 32  # messages a save may hold to commit on the event loop's thread
+# Commits in a row on the event loop's thread before the leader hands the loop a turn (a save that commits there
+# suspends nowhere: a caller saving in a loop would otherwise hold it for as long as it saves).
+_INLINE_TURN = 8
 _AUTOCHECKPOINT = 1000  # SQLite's wal_autocheckpoint (frames), which the store leaves at its default
 _FRAMES_PER_ROW, _FRAMES_MARGIN = 8, 32  # pages a save may write: per message (rows, indexes, queue) and besides
 
@@ -386,6 +389,7 @@ class GroupWriter:
         self._wal_index = WalIndex(path)  # how full the WAL is (see _inline)
         self._waits_for_locks = True  # the writer connection's busy_timeout is busy_timeout_ms (not 0)
         self._inline_commits = 0
+        self._inline_streak = 0  # commits on the loop since one that suspended (see _INLINE_TURN)
         #: ``save_messages`` calls under way (a lone caller's save may commit on the loop, see :meth:`_inline`).
         self.saving = 0
 
@@ -439,6 +443,9 @@ class GroupWriter:
                 self._queue[0].rouse()  # hand the writer role on
             raise
         self._maybe_checkpoint()
+        if led and self._inline_streak >= _INLINE_TURN:
+            self._inline_streak = 0
+            await anyio.lowlevel.cancel_shielded_checkpoint()  # a turn for the loop's other work; committed is kept
         if led:
             # A leader cancelled while it wrote (shielded) still gets the cancellation (its job committed).
             # A parked caller needs no check: its wait above was the cancellation point.
@@ -541,7 +548,9 @@ class GroupWriter:
             raw = self._inline_connection(writer) if self._inline(batch) else None
             if raw is not None and run_inline(raw, batch[0]):
                 self._inline_commits += 1
+                self._inline_streak += 1
                 return
+            self._inline_streak = 0
             frames = self._frames_after(batch)
             rewind = frames is not None and frames >= _AUTOCHECKPOINT
 
