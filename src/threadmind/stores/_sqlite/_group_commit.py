@@ -551,7 +551,10 @@ class GroupWriter:
                 self._inline_streak += 1
                 return
             self._inline_streak = 0
-            frames = self._frames_after(batch)
+            # (only while no other process has the file open: the rewind is for saves on the loop, and a restart
+            # raced by other processes' checkpoints can fail a COMMIT with SQLITE_PROTOCOL)
+            peers = self._peers
+            frames = self._frames_after(batch) if peers is not None and peers.alone() else None
             rewind = frames is not None and frames >= _AUTOCHECKPOINT
 
             def job(conn: sqlite3.Connection) -> None:
