@@ -90,6 +90,17 @@ async def _mastra(folder: Path, phase: str, target: str, workload_path: Path, wo
     return result
 
 
+async def _last_10_recalls(memory: Memory, workload: Workload, calls: int) -> dict[str, Any]:
+    """``calls`` last-10 recalls over the workload's threads in turn: their count and latency percentiles."""
+    latencies: list[float] = []
+    for i in range(calls):
+        t = i % workload.threads
+        started = time.perf_counter()
+        await memory.recall(workload.thread_id(t), resource_id=workload.resource_id(t))
+        latencies.append(time.perf_counter() - started)
+    return {"calls": calls, **_pcts(latencies)}
+
+
 async def _ours_sqlite(folder: Path, phase: str, workload: Workload, turns: Turns, label: str, calls: int,
                        synchronous: str) -> dict[str, Any]:
     """One run of threadmind's side on a fresh SQLite file (``HnswVectorStore`` beside it for ``semantic``)."""
@@ -111,13 +122,7 @@ async def _ours_sqlite(folder: Path, phase: str, workload: Workload, turns: Turn
         if phase.startswith("save_"):
             return {"save": save}
         if phase == "recall_last_10":
-            recalls: list[float] = []
-            for i in range(calls):
-                t = i % workload.threads
-                started = time.perf_counter()
-                await memory.recall(workload.thread_id(t), resource_id=workload.resource_id(t))
-                recalls.append(time.perf_counter() - started)
-            return {"recall": {"calls": calls, **_pcts(recalls)}}
+            return {"recall": await _last_10_recalls(memory, workload, calls)}
         queries = await scoped_queries(memory, workload)
         return {"save": save, **{f"{scope}_query": _pcts(r["recall_latencies"]) for scope, r in queries.items()}}
 
@@ -132,13 +137,7 @@ async def _ours(server: _Server, phase: str, workload: Workload, turns: Turns, l
             await _create_threads(workload, lambda t: memory.create_thread(
                 thread_id=workload.thread_id(t), resource_id=workload.resource_id(t), title=workload.thread_title(t)))
             await _each_save(turns, 16, memory.save_messages, [])
-            latencies: list[float] = []
-            for i in range(calls):
-                t = i % workload.threads
-                started = time.perf_counter()
-                await memory.recall(workload.thread_id(t), resource_id=workload.resource_id(t))
-                latencies.append(time.perf_counter() - started)
-        return {"recall": {"calls": calls, **_pcts(latencies)}}
+            return {"recall": await _last_10_recalls(memory, workload, calls)}
     out = await _phase_semantic(server, workload, turns, "pgvector")
     return {"save": out["save_concurrency_16"],
             "resource_query": out["resource_query"]["recall_with_window"],
