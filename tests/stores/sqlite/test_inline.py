@@ -3,6 +3,7 @@ never waits there for a lock, never does with another process on the file, and i
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -266,3 +267,61 @@ async def test_a_caller_saving_in_a_loop_still_leaves_the_event_loop_turns(tmp_p
             saving = False
     assert inline >= 150  # (the saves still committed on the loop)
     assert during >= 160 // 8 - 2
+
+
+_TRUNCATED = """
+import os, struct, sys
+from threadmind.stores._sqlite._wal_index import WalIndex
+
+path = sys.argv[1]
+with open(path + "-shm", "wb") as shm:
+    shm.write(bytes(16) + struct.pack("=I", 7) + bytes(12))
+index = WalIndex(path)
+print(index.frames())
+os.truncate(path + "-shm", 3)  # as SQLite resets it when a process's first connection finds no other process
+print(index.frames())
+index.close()
+"""
+
+
+def test_the_wal_index_read_survives_sqlite_resetting_the_file(tmp_path: Path) -> None:
+    """SQLite truncates the ``-shm`` file to reset it; a read of it through a memory map past the new end would kill
+    the process with SIGBUS (one of two processes writing one file died so). The read comes back empty instead."""
+    done = subprocess.run([sys.executable, "-c", _TRUNCATED, str(tmp_path / "m.db")], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["7", "None"]
+
+
+_DMS_HOLDER = """
+import fcntl, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+probe = struct.pack("hhqqi", fcntl.F_WRLCK, 0, 128, 1, 0)  # SQLite's unix VFS: the -shm's "dead man switch" byte
+kind, _, _, _, pid = struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_GETLK, probe))
+print("free" if kind == fcntl.F_UNLCK else pid)
+"""
+
+
+@pytest.mark.parametrize("synchronous", ["NORMAL", "FULL"])
+async def test_reading_the_wal_index_keeps_sqlites_locks_on_it(tmp_path: Path, synchronous: str) -> None:
+    """SQLite's locks on the -shm file are the process's POSIX locks, dropped when the process closes any descriptor
+    of the file. The wal-index is read after saves of every kind; this process must still hold the lock that tells
+    another process opening the file that the wal-index is in use (else that process resets it under us)."""
+    path = tmp_path / "m.db"
+
+    def holder() -> str:
+        done = subprocess.run([sys.executable, "-c", _DMS_HOLDER, f"{path}-shm"], capture_output=True, text=True,
+                              timeout=60, check=True)
+        return done.stdout.strip()
+
+    async with SQLiteStore(path, synchronous=synchronous) as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        assert holder() == str(os.getpid())
+        for i in range(300):  # past the WAL's auto-checkpoint mark: its index was read, and it was rewound
+            await store.save_messages("t1", [say(f"m{i}", i), say(f"n{i}", i)])
+        assert holder() == str(os.getpid())
+        async with SQLiteStore(path, synchronous=synchronous) as second:  # a second store of the process, closed
+            await second.save_messages("t1", [say("x", 999)])
+        assert holder() == str(os.getpid())
+        await store.save_messages("t1", [say("y", 1000)])
+    assert len(os.listdir(tmp_path)) >= 1

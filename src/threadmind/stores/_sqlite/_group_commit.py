@@ -551,11 +551,7 @@ class GroupWriter:
                 self._inline_streak += 1
                 return
             self._inline_streak = 0
-            # (only while no other process has the file open: the rewind is for saves on the loop, and a restart
-            # raced by other processes' checkpoints can fail a COMMIT with SQLITE_PROTOCOL)
-            peers = self._peers
-            frames = self._frames_after(batch) if peers is not None and peers.alone() else None
-            rewind = frames is not None and frames >= _AUTOCHECKPOINT
+            rewind = self._rewinds(batch)
 
             def job(conn: sqlite3.Connection) -> None:
                 if rewind:
@@ -584,6 +580,19 @@ class GroupWriter:
             return False
         frames = self._frames_after(batch)
         return frames is not None and frames < _AUTOCHECKPOINT
+
+    def _rewinds(self, batch: list[Job]) -> bool:
+        """Whether ``batch``, leaving the loop, should checkpoint first (see :func:`checkpoint_first`): only where
+        saves commit on the loop (not at FULL) and while no other process has the file open (a restart raced by
+        other processes' checkpoints can fail a COMMIT with SQLITE_PROTOCOL); elsewhere SQLite's own checkpoint
+        rewinds the WAL, as it always did."""
+        if self._synchronous == "FULL":
+            return False
+        peers = self._peers
+        if peers is None or not peers.alone():
+            return False
+        frames = self._frames_after(batch)
+        return frames is not None and frames >= _AUTOCHECKPOINT
 
     def _frames_after(self, batch: list[Job]) -> int | None:
         """At most how many frames the WAL holds once ``batch`` commits (None: its wal-index cannot be read)."""
