@@ -330,3 +330,42 @@ async def test_reading_the_wal_index_keeps_sqlites_locks_on_it(tmp_path: Path, s
         assert holder() == str(os.getpid())
         await store.save_messages("t1", [say("y", 1000)])
     assert len(os.listdir(tmp_path)) >= 1
+
+
+_SAVER = """
+import sys, anyio
+from datetime import UTC, datetime, timedelta
+from threadmind.codecs import Message
+from threadmind.stores import SQLiteStore
+
+async def main() -> None:
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    async with SQLiteStore(sys.argv[1], synchronous="NORMAL") as store:
+        for i in range(int(sys.argv[2])):
+            await store.save_messages("t2", [Message.user(f"child {i}", id=f"c{i}", thread_id="t2", resource_id="r1",
+                                                          created_at=base + timedelta(seconds=i))])
+
+anyio.run(main)
+"""
+
+
+async def test_two_processes_saving_at_normal_keep_every_save_and_a_whole_file(tmp_path: Path) -> None:
+    """At NORMAL a process that saved alone (on the loop) and then shares the file with a second process saving at
+    the same time: both keep every save, each reads the other's, and SQLite finds the file whole."""
+    path = tmp_path / "m.db"
+    async with SQLiteStore(path, synchronous="NORMAL") as store:
+        await store.create_thread(Thread(id="t1", resource_id="r1"))
+        await store.create_thread(Thread(id="t2", resource_id="r1"))
+        assert await saved_inline(store, 50) == 50
+        async with await anyio.open_process([sys.executable, "-c", _SAVER, str(path), "400"],
+                                            stdout=subprocess.DEVNULL) as child:
+            for i in range(50, 450):
+                await store.save_messages("t1", [say(f"m{i}", i)])
+            with anyio.fail_after(60):
+                code = await child.wait()
+            assert child.stderr is not None
+            assert code == 0, (await child.stderr.receive(65536)).decode() if code else ""
+        assert len(await store.get_messages_by_id([f"m{i}" for i in range(450)])) == 450
+        assert len(await store.get_messages_by_id([f"c{i}" for i in range(400)])) == 400
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
