@@ -583,9 +583,8 @@ class GroupWriter:
 
     def _rewinds(self, batch: list[Job]) -> bool:
         """Whether ``batch``, leaving the loop, should checkpoint first (see :func:`checkpoint_first`): only where
-        saves commit on the loop (not at FULL) and while no other process has the file open (a restart raced by
-        other processes' checkpoints can fail a COMMIT with SQLITE_PROTOCOL); elsewhere SQLite's own checkpoint
-        rewinds the WAL, as it always did."""
+        saves commit on the loop, the one place the rewind pays (not at FULL, no other process on the file);
+        elsewhere SQLite's own checkpoint rewinds the WAL in the COMMIT that takes it past the mark."""
         if self._synchronous == "FULL":
             return False
         peers = self._peers
