@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -219,7 +220,43 @@ async def test_a_save_near_the_mark_rewinds_the_wal_so_the_next_ones_commit_on_t
         index.close()
         assert len(await store.get_messages_by_id([f"n{i}" for i in range(600)])) == 600
     assert restarts >= 3
-    assert threaded <= restarts + 3  # (a rewind the background copy happened to hold off waits for the next save)
+    assert threaded <= restarts + 3  # (the first saves leave the loop too, before the WAL has a wal-index to read)
+
+
+def test_the_rewind_waits_for_a_background_copy_under_way(tmp_path: Path) -> None:
+    """SQLite refuses a second checkpoint at once (SQLITE_BUSY, no busy handler), so a rewind that ran during the
+    background copy did nothing and every save until the next rewind left the loop too (CI, under load: 16 saves
+    on the writer thread for 4 rewinds). The rewind waits for the copy's lock, then copies every frame back."""
+    from threadmind.stores._sqlite._group_commit import checkpoint_first
+
+    path = str(tmp_path / "m.db")
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("CREATE TABLE t (x)")
+    for i in range(50):
+        writer.execute("INSERT INTO t VALUES (?)", (i,))
+    copying = threading.Lock()
+    copying.acquire()  # a background copy under way
+    done = threading.Event()
+
+    def rewind() -> None:
+        checkpoint_first(writer, copying)
+        done.set()
+
+    worker = threading.Thread(target=rewind)
+    worker.start()
+    assert not done.wait(0.2)  # it waits for the copy rather than giving up
+    copying.release()
+    assert done.wait(5)
+    worker.join()
+    index = WalIndex(path)
+    before = index.frames()
+    writer.execute("INSERT INTO t VALUES (-1)")
+    after = index.frames()
+    index.close()
+    writer.close()
+    assert before is not None and after is not None and after < before  # every frame was copied back
 
 
 async def test_the_background_copy_keeps_its_pace_while_a_lone_callers_saves_never_yield(
@@ -232,9 +269,9 @@ async def test_the_background_copy_keeps_its_pace_while_a_lone_callers_saves_nev
     copies: list[int] = []
     real = _group_commit.checkpoint_if_large
 
-    def counted(conn: sqlite3.Connection, wal: str) -> None:
+    def counted(conn: sqlite3.Connection, wal: str, copying: threading.Lock) -> None:
         copies.append(1)
-        real(conn, wal)
+        real(conn, wal, copying)
 
     monkeypatch.setattr(_group_commit, "checkpoint_if_large", counted)
     async with SQLiteStore(tmp_path / "m.db", synchronous="NORMAL") as store:

@@ -401,10 +401,10 @@ class TestCheckpoints:
         posted: list[object] = []
         original, original_post = sqlite_module.checkpoint_if_large, sqlite_module.post_to_connection_thread  # type: ignore[attr-defined]
 
-        def slow_checkpoint(conn: Any, wal: str) -> None:
+        def slow_checkpoint(conn: Any, wal: str, copying: threading.Lock) -> None:
             entered.set()
             release.wait(10)
-            original(conn, wal)
+            original(conn, wal, copying)
             finished.append(True)
 
         def counting_post(conn: Any, fn: Any) -> None:

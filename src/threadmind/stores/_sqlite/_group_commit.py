@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -324,26 +325,34 @@ def run_group(conn: sqlite3.Connection, jobs: list[Job]) -> None:
         fail_all(jobs, f"commit failed, nothing in this group was written: {exc}", exc)
 
 
-def checkpoint_first(conn: sqlite3.Connection) -> None:
+def checkpoint_first(conn: sqlite3.Connection, copying: threading.Lock) -> None:
     """(writer thread, outside a transaction) A PASSIVE checkpoint before a group whose commit could take the WAL
     past ``wal_autocheckpoint``. With every frame copied back and no commit since, the group's transaction reads
     from the database file alone, so its first write rewinds the WAL: the saves after it commit on the event
     loop's thread again at once, instead of each waiting for the writer thread until SQLite's own checkpoint in
-    some COMMIT rewinds it. A checkpoint that fails only leaves that to SQLite."""
-    try:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-    except sqlite3.Error:
-        pass
+    some COMMIT rewinds it. A checkpoint that fails only leaves that to SQLite.
+
+    ``copying`` is held by the background copy (:func:`checkpoint_if_large`) while it runs: SQLite answers a
+    second checkpoint with SQLITE_BUSY at once, never waiting, so without the wait here a copy under way turned
+    the rewind into a no-op and every save until the next one left the loop too (3 such of 6 rewinds in a run
+    under CPU and disk load). The wait is the rest of a copy this checkpoint would otherwise redo."""
+    with copying:
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            pass
 
 
-def checkpoint_if_large(conn: sqlite3.Connection, wal: str) -> None:
-    """(checkpointer thread) A PASSIVE checkpoint when the WAL has grown past the threshold."""
+def checkpoint_if_large(conn: sqlite3.Connection, wal: str, copying: threading.Lock) -> None:
+    """(checkpointer thread) A PASSIVE checkpoint when the WAL has grown past the threshold, holding ``copying``
+    (see :func:`checkpoint_first`)."""
     try:
         size = os.path.getsize(wal)
     except OSError:
         return
     if size >= _WAL_CHECKPOINT_BYTES:
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        with copying:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
 def read_tx(fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
@@ -385,6 +394,7 @@ class GroupWriter:
         self._last_group = 1
         self._arrival = anyio.Event()
         self._checkpointing = False
+        self._copying = threading.Lock()  # held by a checkpoint on a thread (see checkpoint_first)
         self._checked_at = 0
         self._wal_index = WalIndex(path)  # how full the WAL is (see _inline)
         self._waits_for_locks = True  # the writer connection's busy_timeout is busy_timeout_ms (not 0)
@@ -476,7 +486,7 @@ class GroupWriter:
 
         def job(conn: sqlite3.Connection) -> None:
             try:
-                checkpoint_if_large(conn, wal)
+                checkpoint_if_large(conn, wal, self._copying)
             except (sqlite3.Error, OSError):  # a skipped checkpoint only lets the WAL grow a little
                 pass
             finally:
@@ -555,7 +565,7 @@ class GroupWriter:
 
             def job(conn: sqlite3.Connection) -> None:
                 if rewind:
-                    checkpoint_first(conn)
+                    checkpoint_first(conn, self._copying)
                 run_group(self._waiting_connection(conn), batch)
 
             await in_connection_thread(writer, job)
