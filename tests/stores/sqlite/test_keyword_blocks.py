@@ -420,16 +420,24 @@ def test_a_block_that_grew_lets_go_of_the_scores_it_was_built_with() -> None:
 
 @pytest.fixture
 def thread_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The threads whose rows were read whole to build a thread's block, in order."""
+    """The threads whose block was built (their rows read whole, or made from their resource's block), in order."""
     threads: list[str] = []
-    thread_rows = sql_keywords._thread_rows
+    thread_rows, thread_part = sql_keywords._thread_rows, sql_keywords._thread_part
 
     def counted(conn: sqlite3.Connection, thread_id: str) -> tuple[list[tuple[str, str, str, str]],
                                                                     dict[str, tuple[str | None, str | None]]]:
         threads.append(thread_id)
         return thread_rows(conn, thread_id)
 
+    def counted_part(conn: sqlite3.Connection, blocks: KeywordBlocks, owner: tuple[str, str], *args: Any,
+                     ) -> KeywordBlock | None:
+        part = thread_part(conn, blocks, owner, *args)
+        if part is not None:
+            threads.append(owner[1])
+        return part
+
     monkeypatch.setattr(sql_keywords, "_thread_rows", counted)
+    monkeypatch.setattr(sql_keywords, "_thread_part", counted_part)
     return threads
 
 
@@ -690,9 +698,9 @@ def test_a_threads_part_of_its_resources_block_answers_as_one_built_from_its_row
 
 async def test_a_threads_first_search_after_its_resources_takes_its_words_from_the_resources_block(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A thread searched within its resource after the resource was: its block comes from the resource's (its rows
-    are not read), and it answers what a store that reads them answers, neighbours included. A thread with a
-    message filed under another resource is read as before."""
+    """A thread searched (alone, or within its resource) after its resource was: its block comes from the resource's
+    (its rows are not read), and it answers what a store that reads them answers, neighbours included. A thread
+    with a message filed under another resource is read as before."""
     thread_reads: list[str] = []
     thread_rows = sql_keywords._thread_rows
 
@@ -702,7 +710,8 @@ async def test_a_threads_first_search_after_its_resources_takes_its_words_from_t
 
     monkeypatch.setattr(sql_keywords, "_thread_rows", counted)
     path = tmp_path / "memory.db"
-    scopes = (("t0", "r0"), ("t1", "r1"), ("t2", "r0"), ("t3", "r1"))
+    scopes: tuple[tuple[str, str | None], ...] = (  # (a thread alone: recall's thread scope)
+        ("t0", "r0"), ("t1", None), ("t2", None), ("t3", "r1"))
     answers: dict[tuple[str, str], KeywordMatches] = {}
     async with SQLiteStore(path) as store:
         queries = await corpus(store, seed=5, messages=200)
@@ -714,8 +723,8 @@ async def test_a_threads_first_search_after_its_resources_takes_its_words_from_t
         conn.execute(f"INSERT INTO mastra_messages ({listed}) SELECT {picked} FROM mastra_messages WHERE id = 'm0'")
     async with SQLiteStore(path) as store:
         await store.build_keyword_index()  # (indexes the row written without threadmind)
-        for resource_id in ("r0", "r1"):
-            await store.keyword_search(query_terms("dog"), resource_id=resource_id, thread_id=None, limit=5)
+        for owner in ("r0", "r1"):
+            await store.keyword_search(query_terms("dog"), resource_id=owner, thread_id=None, limit=5)
         for query in queries[:8]:
             for thread_id, resource_id in scopes:
                 answers[query, thread_id] = await store.keyword_search(
