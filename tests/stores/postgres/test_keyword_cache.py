@@ -6,12 +6,13 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from threadmind.codecs import Message, Thread
 from threadmind.embedders._chunking import message_text
-from threadmind.stores._keyword_blocks import RESOURCE, THREAD
+from threadmind.stores._keyword_blocks import RESOURCE, THREAD, KeywordBlock
 from threadmind.stores._keywords import KeywordMatches, query_terms, text_tokens
 from threadmind.stores._postgres import PostgresStore
 from threadmind.stores._postgres import _keyword_search as _postgres_keyword_search
@@ -300,3 +301,32 @@ async def test_a_messages_tsvector_literal_is_stored_as_its_grouped_form(pg_dsn:
             assert await conn.fetchval("SELECT $1::tsvector::text = $2::tsvector::text", literal, grouped), text[:40]
     finally:
         await conn.close()
+
+
+async def test_a_threads_first_search_after_its_resources_takes_its_words_from_the_resources_block(
+        stores: tuple[PostgresStore, PostgresStore], pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread searched (alone, or within its resource) after its resource was: its block is made from the
+    resource's (its rows' versions read, not its rows) and answers what a store reading its rows answers. A thread
+    holding a row filed under another resource, or one whose row changed since the resource's block read it, is
+    read as before."""
+    built: list[tuple[str, str]] = []
+    def counted(owner: tuple[str, str], rows: Any) -> KeywordBlock:
+        built.append(owner)
+        return KeywordBlock(owner, rows)
+
+    monkeypatch.setattr(_postgres_keyword_search, "KeywordBlock", counted)
+    reader, writer = stores
+    await seeded(writer, n=80)
+    await write_behind_the_index(writer, [say("stray", "dog harbour from elsewhere", "t2", "r2", i=900)])
+    await writer.build_keyword_index()  # t2 (of r1) now holds a row filed under r2
+    for resource in ("r1", "r2"):
+        await search(reader, "dog", resource)
+    assert built == [(RESOURCE, "r1"), (RESOURCE, "r2")]
+    await writer.update_messages([{"id": "m1-3", "content": {"content": "a dog changed"}}])  # t1's row, after
+    scopes: list[tuple[str | None, str]] = [(None, "t0"), ("r1", "t0"), (None, "t1"), (None, "t2"), ("r2", "t3")]
+    answers = {(q, scope): summary(await search(reader, q, *scope)) for q in QUERIES for scope in scopes}
+    assert built[2:] == [(THREAD, "t1"), (THREAD, "t2")]  # t0 and t3 made from their resources' blocks
+    async with PostgresStore(pg_dsn, max_size=2) as fresh:
+        for (q, scope), answer in answers.items():
+            assert summary(await search(fresh, q, *scope)) == answer, (q, scope)
+    assert built[4:] == [(THREAD, "t0"), (THREAD, "t1"), (THREAD, "t2"), (THREAD, "t3")]  # read from their rows

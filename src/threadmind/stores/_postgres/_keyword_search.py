@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._keyword_blocks import RESOURCE, THREAD, CountedRow, KeywordBlock, KeywordBlocks, Owner
+from .._keyword_blocks import RESOURCE, THREAD, CountedRow, KeywordBlock, KeywordBlocks, Owner, Version
 from .._keywords import KeywordMatches
 from ._tsvector import (
     BLOCK_SQL,
@@ -76,7 +76,7 @@ class KeywordScopes:
         owner: Owner = (THREAD, thread_id) if thread_id is not None else (RESOURCE, resource_id or "")
         key = scope_key(owner)
         if key not in self._large:
-            found = await self._from_block(conn, key, owner, terms, limit)
+            found = await self._from_block(conn, key, owner, terms, limit, resource_id)
             # A thread asked for within a resource: messages of the thread filed under another resource are left out.
             if found is not None and (thread_id is None or resource_id is None
                                       or all(c.resource_id == resource_id for c in found[0].candidates)):
@@ -117,9 +117,10 @@ class KeywordScopes:
         return found
 
     async def _from_block(self, conn: Any, key: str, owner: Owner, terms: Sequence[str],
-                          limit: int) -> tuple[KeywordMatches, KeywordBlock] | None:
+                          limit: int, resource_id: str | None = None) -> tuple[KeywordMatches, KeywordBlock] | None:
         """The block's answer at the scope's version now (built first when none holds it, or brought up to date
-        when it only lacks messages added since: :meth:`_followed`); None: too large."""
+        when it only lacks messages added since: :meth:`_followed`; a thread's made from its resource's block when
+        that one has its rows as they are: :meth:`_part`); None: too large."""
         kept = self.blocks.held(key, owner) if key in self._moving else None
         if kept is None or not isinstance(kept[1].lineage, dict):
             now = version(*await conn.fetchrow(VERSION_SQL, key))
@@ -135,6 +136,13 @@ class KeywordScopes:
         followed = await self._followed(conn, key, owner)
         if followed is not None:
             return followed.matches(terms, limit), followed
+        made = await self._part(conn, key, owner, resource_id) if owner[0] == THREAD else None
+        if made is not None:
+            part_version, part = made
+            self.builds += 1
+            found = part.matches(terms, limit)  # before it is shared with other searches
+            self.blocks.put(key, part_version, part)
+            return found, part
         slots, counts, records, ids, marks, _ = await conn.fetchrow(BLOCK_SQL[owner[0]], key, owner[1],
                                                                    BLOCK_SCOPE + 1)
         if len(records) > BLOCK_SCOPE:
@@ -146,6 +154,26 @@ class KeywordScopes:
         found = block.matches(terms, limit)  # before it is shared with other searches
         self.blocks.put(key, version(slots, counts), block)
         return found, block
+
+    async def _part(self, conn: Any, key: str, owner: Owner,
+                    resource_id: str | None) -> tuple[Version, KeywordBlock] | None:
+        """The version of a thread's scope and its block made from a kept block of its resource (``resource_id``'s,
+        else one holding some of the thread's messages) with its rows not read: the thread's version and row marks
+        (:data:`FOLLOW_SQL`, instead of its rows) show that block has every row of the thread as it is now. None:
+        no such block (the thread is built from its rows)."""
+        resource = None if resource_id is None else scope_key((RESOURCE, resource_id))
+        if self.blocks.part_by_marks(owner[1], owner, None, resource) is None:
+            return None  # (no block holds the thread: no statement more than a build's)
+        slots, counts, ids, now, lengths = await conn.fetchrow(FOLLOW_SQL[THREAD], key, owner[1], BLOCK_SCOPE + 1)
+        marks = _marks(ids, now)
+        if not marks:
+            return None
+        part = self.blocks.part_by_marks(owner[1], owner, marks, resource)
+        worded = {mid for mid, length in zip(ids, lengths, strict=True) if length > 0}
+        if part is None or set(part.ids) != worded or part.words != sum(lengths):
+            return None
+        part.lineage = marks
+        return version(slots, counts), part
 
     async def _followed(self, conn: Any, key: str, owner: Owner) -> KeywordBlock | None:
         """The kept block of the scope brought up to date, if the scope only gained messages since its version (in
