@@ -157,7 +157,7 @@ class _Built:
         else:  # (word, count) pairs, each pair once
             order = np.argsort(keys, kind="stable")
             keys = keys[order]
-            counts = np.fromiter((c for row in counts_of for c in row), dtype=_F64, count=total)[order]
+            counts = np.fromiter(chain.from_iterable(counts_of), dtype=_F64, count=total)[order]
         word_of = keys // rows
         self.docs: npt.NDArray[np.int32] = (keys % rows).astype(_I32)
         self.counts: npt.NDArray[np.float64] = counts

@@ -330,3 +330,28 @@ async def test_a_threads_first_search_after_its_resources_takes_its_words_from_t
         for (q, scope), answer in answers.items():
             assert summary(await search(fresh, q, *scope)) == answer, (q, scope)
     assert built[4:] == [(THREAD, "t0"), (THREAD, "t1"), (THREAD, "t2"), (THREAD, "t3")]  # read from their rows
+
+
+async def test_a_large_scopes_block_is_built_off_the_event_loop(
+        stores: tuple[PostgresStore, PostgresStore], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsing and numbering a scope's rows is Python work (about 35 µs a row): past ``BUILD_ON_LOOP`` rows a block
+    is built on a worker thread, so the loop keeps serving; a small one is built in place. Both answer alike."""
+    import threading
+
+    threads: dict[tuple[str, str], int] = {}
+
+    def counted(owner: tuple[str, str], rows: Any) -> KeywordBlock:
+        threads[owner] = threading.get_ident()
+        return KeywordBlock(owner, rows)
+
+    monkeypatch.setattr(_postgres_keyword_search, "KeywordBlock", counted)
+    monkeypatch.setattr(_postgres_keyword_search, "BUILD_ON_LOOP", 30)
+    store, other = stores
+    await seeded(store, n=80)  # r1: 60 messages, r2: 20
+    loop = threading.get_ident()
+    first = {resource: summary(await search(store, "dog harbour coffee", resource)) for resource in ("r1", "r2")}
+    assert threads[RESOURCE, "r1"] != loop and threads[RESOURCE, "r2"] == loop
+    monkeypatch.setattr(_postgres_keyword_search, "BUILD_ON_LOOP", 10_000)
+    for resource, answer in first.items():
+        assert summary(await search(other, "dog harbour coffee", resource)) == answer
+    assert threads[RESOURCE, "r1"] == loop
