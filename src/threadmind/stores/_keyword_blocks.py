@@ -661,29 +661,40 @@ class KeywordBlocks:
                 return None
             return entry[1].part(part, part[1])
 
-    def part_by_marks(self, thread_id: str, part: Owner, marks: Mapping[str, str] | None,
+    def holds_thread(self, thread_id: str, resource: str | None = None) -> bool:
+        """Whether a resource's block that can follow its scope by row versions holds messages of the thread (the
+        block of ``resource``, a token, else any): :meth:`part_by_marks` may then make its part."""
+        with self._lock:
+            return self._source(thread_id, resource) is not None
+
+    def part_by_marks(self, thread_id: str, part: Owner, marks: Mapping[str, str],
                       resource: str | None = None) -> KeywordBlock | None:
         """:meth:`KeywordBlock.part` for ``part`` (the thread ``thread_id``'s scope) of the block of ``resource``
         (a token), else of the first resource's block found holding messages of the thread, if that block has seen
         each row of the thread's scope at the row version ``marks`` gives (PostgreSQL's ``xmin``: a row updated,
-        moved or added since does not match; the caller checks the part holds every message of the scope).
-        ``marks`` None: whether such a block is held at all, answered by the block itself and no part made."""
+        moved or added since does not match; the caller checks the part holds every message of the scope)."""
         with self._lock:
-            if resource is not None:
-                entry = self._blocks.get(resource)
-                source = None if entry is None else entry[1]
-            else:
-                source = next((block for _, block in self._blocks.values()
-                               if block.owner[0] == RESOURCE and block.thread_sizes.get(thread_id)), None)
-            if source is None or source.owner[0] != RESOURCE or not isinstance(source.lineage, dict) or \
-                    not source.thread_sizes.get(thread_id):
+            source = self._source(thread_id, resource)
+            if source is None:
                 return None
-            if marks is None:
-                return source
             lineage = source.lineage
+            assert isinstance(lineage, dict)
             if any(lineage.get(mid) != mark for mid, mark in marks.items()):
                 return None
             return source.part(part, thread_id)
+
+    def _source(self, thread_id: str, resource: str | None) -> KeywordBlock | None:
+        """(under the lock) The resource's block :meth:`part_by_marks` takes a thread's part from."""
+        if resource is not None:
+            entry = self._blocks.get(resource)
+            source = None if entry is None else entry[1]
+        else:
+            source = next((block for _, block in self._blocks.values()
+                           if block.owner[0] == RESOURCE and block.thread_sizes.get(thread_id)), None)
+        if source is None or source.owner[0] != RESOURCE or not isinstance(source.lineage, dict) or \
+                not source.thread_sizes.get(thread_id):
+            return None
+        return source
 
     def held(self, token: str, owner: Owner) -> tuple[Version, KeywordBlock] | None:
         """The block of ``token`` with the version it holds, whatever that is, if it is ``owner``'s."""

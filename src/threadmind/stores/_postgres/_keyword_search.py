@@ -170,7 +170,7 @@ class KeywordScopes:
         (:data:`FOLLOW_SQL`, instead of its rows) show that block has every row of the thread as it is now. None:
         no such block (the thread is built from its rows)."""
         resource = None if resource_id is None else scope_key((RESOURCE, resource_id))
-        if self.blocks.part_by_marks(owner[1], owner, None, resource) is None:
+        if not self.blocks.holds_thread(owner[1], resource):
             return None  # (no block holds the thread: no statement more than a build's)
         slots, counts, ids, now, lengths = await conn.fetchrow(FOLLOW_SQL[THREAD], key, owner[1], BLOCK_SCOPE + 1)
         marks = _marks(ids, now)
